@@ -1,0 +1,200 @@
+// kilnc: compiles a Muse Spark config. Today it builds the kiln graph of one
+// forward pass, runs the graph pipeline on it and prints the IR (--emit=graph)
+// and/or a report of what the graph holds (--report). MLIR's own options
+// (--mlir-print-ir-after-all, --mlir-timing, ...) apply to the pipeline.
+#include "dialects/kiln/KilnDialect.h"
+#include "models/muse_spark/Config.h"
+#include "models/muse_spark/GraphBuilder.h"
+#include "models/muse_spark/Report.h"
+#include "passes/Passes.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/AsmState.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Support/Timing.h"
+
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/Process.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <sys/resource.h>
+#include <unistd.h>
+
+namespace cl = llvm::cl;
+using namespace kiln::muse_spark;
+
+namespace {
+
+cl::OptionCategory kilncCategory("kilnc options");
+
+cl::opt<std::string> configArg(cl::Positional, cl::Required, cl::value_desc("config"),
+                               cl::desc("<config: a config.json path or a built-in name "
+                                        "(see --list-configs)>"),
+                               cl::cat(kilncCategory));
+
+enum class Emit { Graph };
+cl::opt<Emit> emit("emit", cl::desc("What to write to -o"), cl::init(Emit::Graph),
+                   cl::values(clEnumValN(Emit::Graph, "graph",
+                                         "kiln graph IR of one forward pass, after the graph "
+                                         "pipeline")),
+                   cl::cat(kilncCategory));
+
+cl::opt<std::string> outputPath("o", cl::desc("Output file ('-' for stdout)"),
+                                cl::value_desc("file"), cl::init("-"), cl::cat(kilncCategory));
+
+cl::opt<bool> report("report",
+                     cl::desc("Print the parameter budget by part, the layer pattern and the "
+                              "ops per layer instead of the IR (the IR still goes to -o FILE "
+                              "when one is given)"),
+                     cl::cat(kilncCategory));
+
+cl::opt<int64_t> tokens("tokens", cl::desc("Tokens of the forward pass (default 16)"),
+                        cl::init(16), cl::cat(kilncCategory));
+
+enum class Quant { FromConfig, None, Nvfp4 };
+cl::opt<Quant> quant(
+    "quant", cl::desc("Expert weight format (default: nvfp4 when the config has a "
+                      "quantization_config, else none)"),
+    cl::init(Quant::FromConfig),
+    cl::values(clEnumValN(Quant::None, "none", "bf16 everywhere"),
+               clEnumValN(Quant::Nvfp4, "nvfp4",
+                          "NVFP4 experts in layers 1..L-2 (ModelOpt layout), bf16 elsewhere")),
+    cl::cat(kilncCategory));
+
+cl::opt<bool> lastTokenLogits("last-token-logits",
+                              cl::desc("Compute the logits of the last token only"),
+                              cl::cat(kilncCategory));
+
+cl::opt<bool> listConfigs("list-configs", cl::desc("List the built-in configs and exit"),
+                          cl::cat(kilncCategory));
+
+int fail(const llvm::Twine &message) {
+  llvm::WithColor::error(llvm::errs(), "kilnc") << message << "\n";
+  return 1;
+}
+
+int64_t peakRssKiB() {
+  struct rusage usage {};
+  getrusage(RUSAGE_SELF, &usage);
+  return usage.ru_maxrss;
+}
+
+// Writes `text` to `path` through a temporary file and a rename, so a failed
+// or interrupted run never leaves a partial output behind.
+llvm::Error writeFileAtomically(llvm::StringRef path, llvm::StringRef text) {
+  llvm::SmallString<256> temp;
+  int fd;
+  if (std::error_code ec = llvm::sys::fs::createUniqueFile(path + ".tmp-%%%%%%", fd, temp))
+    return llvm::createStringError(ec, "cannot create a temporary file beside '%s': %s",
+                                   path.str().c_str(), ec.message().c_str());
+  {
+    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
+    os << text;
+    os.flush();
+    if (os.has_error()) {
+      std::error_code ec = os.error();
+      os.clear_error();
+      llvm::sys::fs::remove(temp);
+      return llvm::createStringError(ec, "cannot write '%s': %s", temp.c_str(),
+                                     ec.message().c_str());
+    }
+  }
+  if (std::error_code ec = llvm::sys::fs::rename(temp, path)) {
+    llvm::sys::fs::remove(temp);
+    return llvm::createStringError(ec, "cannot rename '%s' to '%s': %s", temp.c_str(),
+                                   path.str().c_str(), ec.message().c_str());
+  }
+  return llvm::Error::success();
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  mlir::registerAsmPrinterCLOptions();
+  mlir::registerMLIRContextCLOptions();
+  mlir::registerPassManagerCLOptions();
+  mlir::registerDefaultTimingManagerCLOptions();
+  cl::ParseCommandLineOptions(
+      argc, argv,
+      "kilnc: the Kiln compiler. Builds the kiln graph of one Muse Spark forward pass from a "
+      "config and runs the graph pipeline on it.\n\n"
+      "  kilnc muse-spark-tiny                  print the graph IR\n"
+      "  kilnc muse-spark-open-816b-a42b --report\n"
+      "  kilnc path/to/config.json --quant=nvfp4 -o graph.mlir\n");
+
+  if (listConfigs) {
+    for (const std::string &name : builtinConfigNames())
+      llvm::outs() << name << "\n";
+    return 0;
+  }
+  if (tokens < 1)
+    return fail("--tokens must be at least 1, got " + llvm::Twine(tokens));
+
+  Config config;
+  try {
+    config = loadConfig(configArg);
+  } catch (const ConfigError &error) {
+    return fail(error.what());
+  }
+  WeightFormat format = quant == Quant::Nvfp4 ? WeightFormat::NVFP4
+                        : quant == Quant::None ? WeightFormat::BF16
+                        : config.quantization ? WeightFormat::NVFP4
+                                              : WeightFormat::BF16;
+
+  mlir::MLIRContext context;
+  context.loadDialect<kiln::KilnDialect, mlir::func::FuncDialect>();
+
+  GraphOptions options;
+  options.tokens = tokens;
+  options.format = format;
+  options.lastTokenLogits = lastTokenLogits;
+  bool showProgress = isatty(STDERR_FILENO);
+  options.progress = [&](int64_t done, int64_t total) {
+    if (showProgress)
+      llvm::errs() << "\rkilnc: building layer " << done << "/" << total
+                   << (done == total ? "\n" : "");
+  };
+  auto start = std::chrono::steady_clock::now();
+  mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardGraph(context, config, options);
+  BuildStats stats;
+  stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  if (mlir::failed(mlir::verify(*module)))
+    return fail("the graph built for " + config.name + " does not verify (see above)");
+
+  mlir::PassManager pm(&context);
+  if (mlir::failed(mlir::applyPassManagerCLOptions(pm)))
+    return fail("bad pass manager options");
+  mlir::applyDefaultTimingPassManagerCLOptions(pm);
+  pm.addPass(kiln::createVerifyWeights());
+  if (mlir::failed(pm.run(*module)))
+    return fail("the graph pipeline failed (see above)");
+  stats.peakRssKiB = peakRssKiB();
+
+  if (report) {
+    mlir::FailureOr<ParameterBudget> budget = countParameters(*module, config, format);
+    if (mlir::failed(budget))
+      return fail("the graph does not match the checkpoint manifest (see above)");
+    printReport(llvm::outs(), *module, config, format, *budget, stats);
+    if (outputPath == "-")
+      return 0;
+  }
+
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  module->print(os);
+  os << "\n";
+  if (outputPath == "-") {
+    llvm::outs() << text;
+    return 0;
+  }
+  if (llvm::Error error = writeFileAtomically(outputPath, text))
+    return fail(llvm::toString(std::move(error)));
+  return 0;
+}

@@ -1,0 +1,56 @@
+# Shared by scripts/demo.sh and scripts/test.sh: install Debian packages by
+# name (idempotent, quiet when present), configure and build with Ninja.
+set -euo pipefail
+
+KILN_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+KILN_BUILD=${KILN_BUILD:-$KILN_ROOT/build}
+KILN_JOBS=${KILN_JOBS:-$(nproc)}
+
+# What the compiler, runtime and tests build against.
+KILN_PACKAGES=(
+  cmake ninja-build ccache g++ python3
+  llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
+  nlohmann-json3-dev libgtest-dev
+)
+
+kiln_log() { printf '\033[1m[kiln]\033[0m %s\n' "$*" >&2; }
+
+kiln_install_packages() {
+  local missing=() pkg
+  for pkg in "${KILN_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" ||
+      missing+=("$pkg")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  if [ "$(id -u)" -ne 0 ]; then
+    command -v sudo >/dev/null || {
+      kiln_log "missing Debian packages (run as root to install): ${missing[*]}"
+      exit 1
+    }
+    sudo="sudo"
+  fi
+  kiln_log "installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends \
+    "${missing[@]}" >/dev/null
+}
+
+# kiln_configure BUILD_DIR [cmake args...]
+kiln_configure() {
+  local dir=$1
+  shift
+  if [ ! -f "$dir/build.ninja" ]; then
+    kiln_log "configuring $dir"
+    cmake -S "$KILN_ROOT" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  fi
+}
+
+# kiln_build BUILD_DIR [targets...]
+kiln_build() {
+  local dir=$1
+  shift
+  kiln_log "building in $dir ($KILN_JOBS jobs)"
+  ninja -C "$dir" -j "$KILN_JOBS" "$@" | grep -v '^\[' || true
+  test "${PIPESTATUS[0]}" -eq 0
+}
