@@ -33,7 +33,7 @@ namespace {
 
 cl::OptionCategory kilncCategory("kilnc options");
 
-cl::opt<std::string> configArg(cl::Positional, cl::Required, cl::value_desc("config"),
+cl::opt<std::string> configArg(cl::Positional, cl::value_desc("config"),
                                cl::desc("<config: a config.json path or a built-in name "
                                         "(see --list-configs)>"),
                                cl::cat(kilncCategory));
@@ -121,6 +121,13 @@ int main(int argc, char **argv) {
   mlir::registerMLIRContextCLOptions();
   mlir::registerPassManagerCLOptions();
   mlir::registerDefaultTimingManagerCLOptions();
+  // libLLVM registers every backend's options; --help shows kilnc's own and
+  // MLIR's (--mlir-*), --help-hidden all of them.
+  for (auto &[name, option] : cl::getRegisteredOptions()) {
+    bool own = llvm::is_contained(option->Categories, &kilncCategory);
+    if (!own && !name.starts_with("mlir-") && name != "help" && name != "version")
+      option->setHiddenFlag(cl::Hidden);
+  }
   cl::ParseCommandLineOptions(
       argc, argv,
       "kilnc: the Kiln compiler. Builds the kiln graph of one Muse Spark forward pass from a "
@@ -134,6 +141,8 @@ int main(int argc, char **argv) {
       llvm::outs() << name << "\n";
     return 0;
   }
+  if (configArg.empty())
+    return fail("no config given: name a config.json or a built-in config (see --list-configs)");
   if (tokens < 1)
     return fail("--tokens must be at least 1, got " + llvm::Twine(tokens));
 

@@ -343,8 +343,14 @@ Config loadConfig(const std::string &pathOrName) {
   }
 
   struct stat info;
-  if (::stat(pathOrName.c_str(), &info) != 0)
-    throw ConfigError(pathOrName + ": cannot open: " + std::strerror(errno));
+  if (::stat(pathOrName.c_str(), &info) != 0) {
+    int error = errno;
+    std::string known;
+    for (const std::string &name : builtinConfigNames())
+      known += (known.empty() ? "" : ", ") + name;
+    throw ConfigError(pathOrName + ": cannot open: " + std::strerror(error) +
+                      " (neither a config file nor a built-in config: " + known + ")");
+  }
   if (S_ISDIR(info.st_mode))
     throw ConfigError(pathOrName + ": cannot open: " + std::strerror(EISDIR));
   std::ifstream in(pathOrName, std::ios::binary);
