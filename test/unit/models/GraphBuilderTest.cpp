@@ -59,7 +59,13 @@ INSTANTIATE_TEST_SUITE_P(
     Configs, GraphBuilderTest,
     ::testing::Combine(::testing::Values("muse-spark-tiny", "muse-spark-small",
                                          "muse-spark-open-816b-a42b"),
-                       ::testing::Values(WeightFormat::BF16, WeightFormat::NVFP4)));
+                       ::testing::Values(WeightFormat::BF16, WeightFormat::NVFP4)),
+    [](const auto &info) {
+      std::string name = std::get<0>(info.param);
+      for (char &c : name)
+        c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+      return name + (std::get<1>(info.param) == WeightFormat::NVFP4 ? "_nvfp4" : "_bf16");
+    });
 
 TEST(GraphBuilder, FullModelFitsInTwoGigabytes) {
   struct rusage before {}, after {};

@@ -1,0 +1,116 @@
+// kiln-interp: runs Muse Spark on a checkpoint with the fp32 reference
+// interpreter: a prefill of the prompt, then greedy generation.
+#include "compiler/interpreter/Interpreter.h"
+#include "compiler/interpreter/ReferenceOps.h"
+#include "dialects/kiln/KilnDialect.h"
+#include "models/muse_spark/GraphBuilder.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/IR/Verifier.h"
+
+#include "llvm/ADT/StringExtras.h"
+#include "llvm/Support/CommandLine.h"
+#include "llvm/Support/Format.h"
+#include "llvm/Support/InitLLVM.h"
+#include "llvm/Support/WithColor.h"
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+#include <numeric>
+#include <stdexcept>
+
+namespace cl = llvm::cl;
+using namespace kiln;
+using namespace kiln::muse_spark;
+
+namespace {
+
+cl::OptionCategory category("kiln-interp options");
+cl::opt<std::string> weightsDir("weights", cl::Required, cl::value_desc("dir"),
+                                cl::desc("Checkpoint directory (safetensors + config.json)"),
+                                cl::cat(category));
+cl::opt<std::string> configArg("config", cl::value_desc("config"),
+                               cl::desc("Config path or built-in name (default: DIR/config.json)"),
+                               cl::cat(category));
+cl::opt<std::string> promptIds("prompt-ids", cl::Required, cl::value_desc("1,2,3"),
+                               cl::desc("Prompt token ids, comma-separated"), cl::cat(category));
+cl::opt<int64_t> maxNewTokens("max-new-tokens", cl::init(0),
+                              cl::desc("Tokens to generate greedily after the prompt"),
+                              cl::cat(category));
+cl::opt<int64_t> topLogits("print-top-logits", cl::init(0),
+                           cl::desc("Print the N largest logits of the prompt's last token"),
+                           cl::cat(category));
+
+int fail(const llvm::Twine &message) {
+  llvm::WithColor::error(llvm::errs(), "kiln-interp") << message << "\n";
+  return 1;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  llvm::InitLLVM initLLVM(argc, argv);
+  cl::HideUnrelatedOptions(category);
+  cl::ParseCommandLineOptions(argc, argv,
+                              "kiln-interp: the fp32 reference interpreter of Kiln. Builds the "
+                              "Muse Spark graph for the checkpoint's config and runs it.\n\n"
+                              "  kiln-interp --weights ckpt/ --prompt-ids 1,2,3 "
+                              "--max-new-tokens 8\n");
+  try {
+    Config config = loadConfig(configArg.empty() ? weightsDir + "/config.json" : configArg);
+    std::vector<int32_t> prompt;
+    for (llvm::StringRef piece : llvm::split(llvm::StringRef(promptIds), ',')) {
+      int32_t id;
+      if (piece.trim().getAsInteger(10, id) || id < 0 || id >= config.vocabSize)
+        return fail("--prompt-ids: '" + piece + "' is not a token id in [0, " +
+                    llvm::Twine(config.vocabSize) + ")");
+      prompt.push_back(id);
+    }
+    if (maxNewTokens < 0)
+      return fail("--max-new-tokens must not be negative");
+
+    mlir::MLIRContext context;
+    context.loadDialect<KilnDialect, mlir::func::FuncDialect>();
+    GraphOptions options;
+    options.tokens = mlir::ShapedType::kDynamic;
+    options.format = config.quantization ? WeightFormat::NVFP4 : WeightFormat::BF16;
+    mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardGraph(context, config, options);
+    if (mlir::failed(mlir::verify(*module)))
+      return fail("the graph for " + config.name + " does not verify");
+    auto forward = module->lookupSymbol<mlir::func::FuncOp>("forward");
+
+    interp::CheckpointWeights weights(weightsDir);
+    interp::Interpreter interpreter(weights);
+    int64_t n = static_cast<int64_t>(prompt.size());
+    std::vector<int32_t> positions(n);
+    std::iota(positions.begin(), positions.end(), 0);
+    std::vector<interp::HostTensor> out = interpreter.run(
+        forward, {interp::HostTensor::ints({n}, prompt), interp::HostTensor::ints({n}, positions)});
+    const interp::HostTensor &logits = out.at(0);
+    int64_t vocab = logits.dim(1);
+    const float *last = &logits.f[logits.f.size() - vocab];
+    if (topLogits > 0) {
+      std::vector<int32_t> order(vocab);
+      std::iota(order.begin(), order.end(), 0);
+      int64_t k = std::min<int64_t>(topLogits, vocab);
+      std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                        [&](int32_t a, int32_t b) { return last[a] > last[b]; });
+      llvm::outs() << "top logits:";
+      for (int64_t j = 0; j < k; ++j)
+        llvm::outs() << " " << order[j] << "=" << llvm::format("%.4f", last[order[j]]);
+      llvm::outs() << "\n";
+    }
+    if (maxNewTokens > 0) {
+      std::vector<int32_t> generated =
+          interp::generateGreedy(interpreter, forward, prompt, maxNewTokens);
+      llvm::outs() << "generated:";
+      for (int32_t id : generated)
+        llvm::outs() << " " << id;
+      llvm::outs() << "\n";
+    }
+  } catch (const std::exception &error) {
+    return fail(error.what());
+  }
+  return 0;
+}
