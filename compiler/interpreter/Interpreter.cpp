@@ -1,11 +1,17 @@
 #include "compiler/interpreter/Interpreter.h"
 
+#include "compiler/interpreter/Collectives.h"
 #include "compiler/interpreter/ReferenceOps.h"
 #include "dialects/kiln/KilnOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
+#include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
+
+#include <functional>
+#include <memory>
 
 namespace kiln::interp {
 namespace {
@@ -44,87 +50,221 @@ void checkShape(WeightOp op, const HostTensor &value) {
 
 double f64(mlir::FloatAttr attr) { return attr.getValueAsDouble(); }
 
+
+// One rank's values. Shared pointers let every rank hold the same weight
+// without a copy.
+using ValueMap = llvm::DenseMap<mlir::Value, std::shared_ptr<const HostTensor>>;
+
+// Executes one non-collective op on one rank. Returns false for ops it does
+// not know (the caller reports them).
+bool execute(mlir::Operation &op, ValueMap &values, int64_t rank) {
+  auto in = [&](mlir::Value v) -> const HostTensor & { return *values.find(v)->second; };
+  auto set = [&](mlir::Value v, HostTensor t) {
+    values[v] = std::make_shared<const HostTensor>(std::move(t));
+  };
+  bool known = true;
+  llvm::TypeSwitch<mlir::Operation *>(&op)
+      .Case([&](Nvfp4DequantOp o) {
+        set(o.getResult(), nvfp4Dequant(in(o.getPacked()), in(o.getScales()), in(o.getGlobal())));
+      })
+      .Case([&](EmbedOp o) { set(o.getResult(), embed(in(o.getTable()), in(o.getIds()))); })
+      .Case([&](RmsNormOp o) {
+        set(o.getResult(), rmsNorm(in(o.getInput()), in(o.getWeight()), f64(o.getEpsAttr())));
+      })
+      .Case([&](HeadNormOp o) {
+        set(o.getResult(), rmsNorm(in(o.getInput()), in(o.getWeight()), f64(o.getEpsAttr())));
+      })
+      .Case([&](MulOp o) { set(o.getResult(), mul(in(o.getLhs()), in(o.getRhs()))); })
+      .Case([&](AddOp o) { set(o.getResult(), add(in(o.getLhs()), in(o.getRhs()))); })
+      .Case([&](LinearOp o) { set(o.getResult(), linear(in(o.getInput()), in(o.getWeight()))); })
+      .Case([&](SplitHeadsOp o) {
+        const HostTensor &x = in(o.getInput());
+        int64_t heads = o.getResult().getType().getDimSize(1);
+        set(o.getResult(), reshape(x, {x.dim(0), heads, x.dim(1) / heads}));
+      })
+      .Case([&](MergeHeadsOp o) {
+        const HostTensor &x = in(o.getInput());
+        set(o.getResult(), reshape(x, {x.dim(0), x.dim(1) * x.dim(2)}));
+      })
+      .Case([&](RopeOp o) {
+        set(o.getResult(), rope(in(o.getInput()), in(o.getPositions()), f64(o.getThetaAttr())));
+      })
+      .Case([&](AttentionOp o) {
+        set(o.getResult(), attention(in(o.getQ()), in(o.getK()), in(o.getV()),
+                                     in(o.getPositions()), f64(o.getScaleAttr()), o.getWindow()));
+      })
+      .Case([&](RouterTopKOp o) {
+        TopK topk = routerTopK(in(o.getLogits()), o.getK());
+        set(o.getWeights(), std::move(topk.weights));
+        set(o.getIndices(), std::move(topk.indices));
+      })
+      .Case([&](ExpertSwiGLUOp o) {
+        set(o.getResult(), expertSwiGLU(in(o.getInput()), in(o.getIndices()), in(o.getGate()),
+                                        in(o.getUp()), in(o.getDown())));
+      })
+      .Case([&](ExpertNormOp o) {
+        set(o.getResult(), expertNorm(in(o.getInput()), in(o.getIndices()), in(o.getWeight()),
+                                      f64(o.getEpsAttr())));
+      })
+      .Case([&](CombineOp o) { set(o.getResult(), combine(in(o.getInput()), in(o.getWeights()))); })
+      .Case([&](LogitsOp o) {
+        set(o.getResult(), logits(in(o.getInput()), in(o.getHead()), o.getLastOnly()));
+      })
+      .Case([&](mlir::shard::ProcessLinearIndexOp o) {
+        set(o.getResult(), HostTensor::ints({}, {static_cast<int32_t>(rank)}));
+      })
+      .Default([&](mlir::Operation *) { known = false; });
+  return known;
+}
+
+// The grid a collective names, checked against the number of ranks.
+std::vector<int64_t> gridShape(mlir::Operation *op, mlir::FlatSymbolRefAttr name,
+                               int64_t ranks) {
+  auto grid = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::shard::GridOp>(op, name);
+  if (!grid)
+    throw InterpreterError("no shard.grid named " + name.getValue().str());
+  std::vector<int64_t> shape(grid.getShape().begin(), grid.getShape().end());
+  int64_t size = 1;
+  for (int64_t d : shape) {
+    if (d <= 0)
+      throw InterpreterError("grid @" + name.getValue().str() + " has a dynamic axis");
+    size *= d;
+  }
+  if (size != ranks)
+    throw InterpreterError("grid @" + name.getValue().str() + " has " + std::to_string(size) +
+                           " devices but " + std::to_string(ranks) + " ranks are simulated");
+  return shape;
+}
+
+Reduction reductionOf(mlir::shard::ReductionKind kind) {
+  switch (kind) {
+  case mlir::shard::ReductionKind::Sum:
+    return Reduction::Sum;
+  case mlir::shard::ReductionKind::Max:
+    return Reduction::Max;
+  case mlir::shard::ReductionKind::Min:
+    return Reduction::Min;
+  case mlir::shard::ReductionKind::Product:
+    return Reduction::Product;
+  default:
+    throw InterpreterError("unsupported reduction " +
+                           mlir::shard::stringifyReductionKind(kind).str());
+  }
+}
+
+// Executes a collective across all ranks at once. Returns false if `op` is
+// not a collective.
+bool executeCollective(mlir::Operation &op, std::vector<ValueMap> &ranks) {
+  int64_t world = static_cast<int64_t>(ranks.size());
+  auto run = [&](mlir::FlatSymbolRefAttr grid, llvm::ArrayRef<int16_t> axes, mlir::Value input,
+                 mlir::Value result,
+                 const std::function<HostTensor(const std::vector<const HostTensor *> &, int64_t)>
+                     &combine) {
+    std::vector<int64_t> shape = gridShape(&op, grid, world);
+    std::vector<int64_t> gridAxes(axes.begin(), axes.end());
+    std::vector<std::shared_ptr<const HostTensor>> out(world);
+    for (int64_t r = 0; r < world; ++r) {
+      std::vector<int64_t> group = groupOf(shape, gridAxes, r);
+      std::vector<const HostTensor *> members;
+      for (int64_t m : group)
+        members.push_back(ranks[m].find(input)->second.get());
+      int64_t self = std::find(group.begin(), group.end(), r) - group.begin();
+      out[r] = std::make_shared<const HostTensor>(combine(members, self));
+    }
+    for (int64_t r = 0; r < world; ++r)
+      ranks[r][result] = out[r];
+  };
+  bool known = true;
+  llvm::TypeSwitch<mlir::Operation *>(&op)
+      .Case([&](mlir::shard::AllReduceOp o) {
+        Reduction kind = reductionOf(o.getReduction());
+        run(o.getGridAttr(), o.getGridAxes(), o.getInput(), o.getResult(),
+            [&](const auto &members, int64_t) { return reduceAll(members, kind); });
+      })
+      .Case([&](mlir::shard::AllGatherOp o) {
+        int64_t axis = o.getGatherAxis().getSExtValue();
+        run(o.getGridAttr(), o.getGridAxes(), o.getInput(), o.getResult(),
+            [&](const auto &members, int64_t) { return concatAxis(members, axis); });
+      })
+      .Case([&](mlir::shard::ReduceScatterOp o) {
+        Reduction kind = reductionOf(o.getReduction());
+        int64_t axis = o.getScatterAxis().getSExtValue();
+        run(o.getGridAttr(), o.getGridAxes(), o.getInput(), o.getResult(),
+            [&](const auto &members, int64_t self) {
+              return sliceAxis(reduceAll(members, kind), axis, self, members.size());
+            });
+      })
+      .Case([&](mlir::shard::AllToAllOp o) {
+        int64_t split = o.getSplitAxis().getSExtValue();
+        int64_t concat = o.getConcatAxis().getSExtValue();
+        run(o.getGridAttr(), o.getGridAxes(), o.getInput(), o.getResult(),
+            [&](const auto &members, int64_t self) {
+              std::vector<HostTensor> pieces;
+              for (const HostTensor *m : members)
+                pieces.push_back(sliceAxis(*m, split, self, members.size()));
+              std::vector<const HostTensor *> parts;
+              for (const HostTensor &p : pieces)
+                parts.push_back(&p);
+              return concatAxis(parts, concat);
+            });
+      })
+      .Case([&](mlir::shard::AllSliceOp o) {
+        int64_t axis = o.getSliceAxis().getSExtValue();
+        run(o.getGridAttr(), o.getGridAxes(), o.getInput(), o.getResult(),
+            [&](const auto &members, int64_t self) {
+              return sliceAxis(*members[self], axis, self, members.size());
+            });
+      })
+      .Default([&](mlir::Operation *) { known = false; });
+  return known;
+}
+
 } // namespace
 
 std::vector<HostTensor> Interpreter::run(mlir::func::FuncOp func,
                                          const std::vector<HostTensor> &inputs) {
-  if (inputs.size() != func.getNumArguments())
-    throw InterpreterError("@" + func.getName().str() + " takes " +
-                           std::to_string(func.getNumArguments()) + " inputs, got " +
-                           std::to_string(inputs.size()));
-  llvm::DenseMap<mlir::Value, HostTensor> values;
-  for (auto [arg, input] : llvm::zip(func.getArguments(), inputs))
-    values[arg] = input;
-  auto in = [&](mlir::Value v) -> const HostTensor & { return values.find(v)->second; };
+  return runRanks(func, {inputs}).front();
+}
 
-  std::vector<HostTensor> results;
+std::vector<std::vector<HostTensor>>
+Interpreter::runRanks(mlir::func::FuncOp func,
+                      const std::vector<std::vector<HostTensor>> &inputsPerRank) {
+  int64_t world = static_cast<int64_t>(inputsPerRank.size());
+  if (world < 1)
+    throw InterpreterError("at least one rank is needed");
+  std::vector<ValueMap> ranks(world);
+  for (int64_t r = 0; r < world; ++r) {
+    const std::vector<HostTensor> &inputs = inputsPerRank[r];
+    if (inputs.size() != func.getNumArguments())
+      throw InterpreterError("@" + func.getName().str() + " takes " +
+                             std::to_string(func.getNumArguments()) + " inputs, rank " +
+                             std::to_string(r) + " has " + std::to_string(inputs.size()));
+    for (auto [arg, input] : llvm::zip(func.getArguments(), inputs))
+      ranks[r][arg] = std::make_shared<const HostTensor>(input);
+  }
+
+  std::vector<std::vector<HostTensor>> results(world);
   for (mlir::Operation &op : func.getBody().front()) {
-    llvm::TypeSwitch<mlir::Operation *>(&op)
-        .Case([&](WeightOp w) {
-          HostTensor value = loadWeight(weights, w);
-          checkShape(w, value);
-          values[w.getResult()] = std::move(value);
-        })
-        .Case([&](Nvfp4DequantOp o) {
-          values[o.getResult()] =
-              nvfp4Dequant(in(o.getPacked()), in(o.getScales()), in(o.getGlobal()));
-        })
-        .Case([&](EmbedOp o) { values[o.getResult()] = embed(in(o.getTable()), in(o.getIds())); })
-        .Case([&](RmsNormOp o) {
-          values[o.getResult()] = rmsNorm(in(o.getInput()), in(o.getWeight()), f64(o.getEpsAttr()));
-        })
-        .Case([&](HeadNormOp o) {
-          values[o.getResult()] = rmsNorm(in(o.getInput()), in(o.getWeight()), f64(o.getEpsAttr()));
-        })
-        .Case([&](MulOp o) { values[o.getResult()] = mul(in(o.getLhs()), in(o.getRhs())); })
-        .Case([&](AddOp o) { values[o.getResult()] = add(in(o.getLhs()), in(o.getRhs())); })
-        .Case([&](LinearOp o) {
-          values[o.getResult()] = linear(in(o.getInput()), in(o.getWeight()));
-        })
-        .Case([&](SplitHeadsOp o) {
-          const HostTensor &x = in(o.getInput());
-          int64_t heads = o.getResult().getType().getDimSize(1);
-          values[o.getResult()] = reshape(x, {x.dim(0), heads, x.dim(1) / heads});
-        })
-        .Case([&](MergeHeadsOp o) {
-          const HostTensor &x = in(o.getInput());
-          values[o.getResult()] = reshape(x, {x.dim(0), x.dim(1) * x.dim(2)});
-        })
-        .Case([&](RopeOp o) {
-          values[o.getResult()] = rope(in(o.getInput()), in(o.getPositions()), f64(o.getThetaAttr()));
-        })
-        .Case([&](AttentionOp o) {
-          values[o.getResult()] = attention(in(o.getQ()), in(o.getK()), in(o.getV()),
-                                            in(o.getPositions()), f64(o.getScaleAttr()),
-                                            o.getWindow());
-        })
-        .Case([&](RouterTopKOp o) {
-          TopK topk = routerTopK(in(o.getLogits()), o.getK());
-          values[o.getWeights()] = std::move(topk.weights);
-          values[o.getIndices()] = std::move(topk.indices);
-        })
-        .Case([&](ExpertSwiGLUOp o) {
-          values[o.getResult()] = expertSwiGLU(in(o.getInput()), in(o.getIndices()),
-                                               in(o.getGate()), in(o.getUp()), in(o.getDown()));
-        })
-        .Case([&](ExpertNormOp o) {
-          values[o.getResult()] = expertNorm(in(o.getInput()), in(o.getIndices()),
-                                             in(o.getWeight()), f64(o.getEpsAttr()));
-        })
-        .Case([&](CombineOp o) {
-          values[o.getResult()] = combine(in(o.getInput()), in(o.getWeights()));
-        })
-        .Case([&](LogitsOp o) {
-          values[o.getResult()] = logits(in(o.getInput()), in(o.getHead()), o.getLastOnly());
-        })
-        .Case([&](mlir::func::ReturnOp o) {
-          for (mlir::Value v : o.getOperands())
-            results.push_back(in(v));
-        })
-        .Default([&](mlir::Operation *other) {
-          throw InterpreterError("the interpreter has no semantics for '" +
-                                 other->getName().getStringRef().str() + "'");
-        });
+    if (auto weight = llvm::dyn_cast<WeightOp>(op)) {
+      // Loaded once, shared by every rank.
+      auto value = std::make_shared<const HostTensor>(loadWeight(weights, weight));
+      checkShape(weight, *value);
+      for (ValueMap &values : ranks)
+        values[weight.getResult()] = value;
+      continue;
+    }
+    if (auto ret = llvm::dyn_cast<mlir::func::ReturnOp>(op)) {
+      for (int64_t r = 0; r < world; ++r)
+        for (mlir::Value v : ret.getOperands())
+          results[r].push_back(*ranks[r].find(v)->second);
+      continue;
+    }
+    if (executeCollective(op, ranks))
+      continue;
+    for (int64_t r = 0; r < world; ++r)
+      if (!execute(op, ranks[r], r))
+        throw InterpreterError("the interpreter has no semantics for '" +
+                               op.getName().getStringRef().str() + "'");
   }
   return results;
 }

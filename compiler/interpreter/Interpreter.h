@@ -1,11 +1,17 @@
 // The reference interpreter: runs a kiln graph function on the CPU in fp32,
 // op by op, with the semantics of ReferenceOps.h. Slow and obvious on
 // purpose: it is what passes and code generators are checked against.
+//
+// Sharded programs run on simulated ranks: every rank executes the same
+// function (SPMD) in lockstep, and the shard dialect's collectives
+// (all_reduce, all_gather, reduce_scatter, all_to_all, all_slice) combine the
+// ranks' values as Collectives.h describes.
 #pragma once
 
 #include "compiler/interpreter/HostTensor.h"
 #include "compiler/interpreter/WeightSource.h"
 
+#include <cstdint>
 #include <vector>
 
 namespace mlir::func {
@@ -18,10 +24,16 @@ class Interpreter {
 public:
   explicit Interpreter(WeightSource &weights) : weights(weights) {}
 
-  // Runs `func` on `inputs` (one per argument). Shapes come from the values,
-  // so a graph built with dynamic token counts runs on any prompt length.
-  // Throws InterpreterError on a value the graph cannot take.
+  // Runs `func` on one rank. Shapes come from the values, so a graph built
+  // with dynamic token counts runs on any prompt length. Throws
+  // InterpreterError on a value the graph cannot take.
   std::vector<HostTensor> run(mlir::func::FuncOp func, const std::vector<HostTensor> &inputs);
+
+  // Runs `func` on inputsPerRank.size() simulated ranks (each rank's
+  // arguments in order) and returns each rank's results. The rank count must
+  // equal the size of every grid a collective names.
+  std::vector<std::vector<HostTensor>>
+  runRanks(mlir::func::FuncOp func, const std::vector<std::vector<HostTensor>> &inputsPerRank);
 
 private:
   WeightSource &weights;
