@@ -9,6 +9,7 @@
 #include "mlir/IR/SymbolTable.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/raw_ostream.h"
 
 #include <functional>
 #include <memory>
@@ -42,10 +43,14 @@ HostTensor loadWeight(WeightSource &weights, WeightOp op) {
 
 // Checks that a loaded weight has the shape the graph declares.
 void checkShape(WeightOp op, const HostTensor &value) {
-  auto shape = op.getResult().getType().getShape();
-  if (value.shape != std::vector<int64_t>(shape.begin(), shape.end()))
+  mlir::RankedTensorType type = op.getResult().getType();
+  auto shape = type.getShape();
+  if (value.shape != std::vector<int64_t>(shape.begin(), shape.end())) {
+    std::string declared;
+    llvm::raw_string_ostream(declared) << type;
     throw InterpreterError("weight '" + op.getName().str() + "' is " + value.shapeString() +
-                           " but the graph declares a different shape");
+                           " in the checkpoint but the graph declares " + declared);
+  }
 }
 
 double f64(mlir::FloatAttr attr) { return attr.getValueAsDouble(); }
