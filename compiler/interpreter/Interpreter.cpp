@@ -115,6 +115,22 @@ bool execute(mlir::Operation &op, ValueMap &values, int64_t rank) {
       .Case([&](LogitsOp o) {
         set(o.getResult(), logits(in(o.getInput()), in(o.getHead()), o.getLastOnly()));
       })
+      .Case([&](NormResidualOp o) {
+        auto [h, y] = normResidual(in(o.getResidual()), in(o.getUpdate()), in(o.getPostWeight()),
+                                   in(o.getGate()), in(o.getNextWeight()),
+                                   f64(o.getPostEpsAttr()), f64(o.getNextEpsAttr()));
+        set(o.getNewResidual(), std::move(h));
+        set(o.getNormed(), std::move(y));
+      })
+      .Case([&](MegaMoEOp o) {
+        if (o.getGridAttr()) {
+          known = false; // spans ranks: executeCollective runs it
+          return;
+        }
+        ExpertStacks all{&in(o.getGate()), &in(o.getUp()), &in(o.getDown()), &in(o.getPostNorm())};
+        set(o.getResult(), megaMoE(in(o.getInput()), in(o.getIndices()), in(o.getWeights()), {all},
+                                   o.getNumExperts(), f64(o.getEpsAttr())));
+      })
       .Case([&](mlir::shard::ProcessLinearIndexOp o) {
         set(o.getResult(), HostTensor::ints({}, {static_cast<int32_t>(rank)}));
       })
@@ -212,6 +228,36 @@ bool executeCollective(mlir::Operation &op, std::vector<ValueMap> &ranks) {
                 parts.push_back(&p);
               return concatAxis(parts, concat);
             });
+      })
+      .Case([&](LocalExpertsOp o) {
+        int64_t experts = o.getNumExperts();
+        run(o.getGridAttr(), o.getGridAxes(), o.getIndices(), o.getResult(),
+            [&](const auto &members, int64_t self) {
+              return localExperts(*members[self], experts, self, members.size());
+            });
+      })
+      .Case([&](MegaMoEOp o) {
+        if (!o.getGridAttr()) {
+          known = false;
+          return;
+        }
+        // Every rank's stacks, by rank, for the owners of each group.
+        std::vector<int64_t> shape = gridShape(&op, o.getGridAttr(), world);
+        std::vector<int64_t> axes(o.getGridAxes()->begin(), o.getGridAxes()->end());
+        std::vector<std::shared_ptr<const HostTensor>> out(world);
+        for (int64_t r = 0; r < world; ++r) {
+          std::vector<ExpertStacks> owners;
+          for (int64_t m : groupOf(shape, axes, r)) {
+            auto at = [&](mlir::Value v) { return ranks[m].find(v)->second.get(); };
+            owners.push_back({at(o.getGate()), at(o.getUp()), at(o.getDown()), at(o.getPostNorm())});
+          }
+          auto mine = [&](mlir::Value v) -> const HostTensor & { return *ranks[r].find(v)->second; };
+          out[r] = std::make_shared<const HostTensor>(
+              megaMoE(mine(o.getInput()), mine(o.getIndices()), mine(o.getWeights()), owners,
+                      o.getNumExperts(), o.getEps().convertToDouble()));
+        }
+        for (int64_t r = 0; r < world; ++r)
+          ranks[r][o.getResult()] = out[r];
       })
       .Case([&](mlir::shard::AllSliceOp o) {
         int64_t axis = o.getSliceAxis().getSExtValue();

@@ -65,9 +65,10 @@ void matVec(const float *w, const float *x, int64_t out, int64_t in, float *y) {
 
 float silu(float x) { return x / (1.0f + std::exp(-x)); }
 
+// The expert of one (token, slot), or -1 when it is on another rank.
 int32_t expertOf(const HostTensor &indices, int64_t at, int64_t experts) {
   int32_t e = indices.i[at];
-  if (e < 0 || e >= experts)
+  if (e < -1 || e >= experts)
     throw InterpreterError("expert index " + std::to_string(e) + " outside [0, " +
                            std::to_string(experts) + ")");
   return e;
@@ -230,6 +231,8 @@ HostTensor expertSwiGLU(const HostTensor &z, const HostTensor &indices, const Ho
   for (int64_t t = 0; t < tokens; ++t)
     for (int64_t j = 0; j < k; ++j) {
       int64_t e = expertOf(indices, t * k + j, experts);
+      if (e < 0)
+        continue;
       const float *zt = &z.f[t * latent];
       matVec(&gate.f[e * inter * latent], zt, inter, latent, g.data());
       matVec(&up.f[e * inter * latent], zt, inter, latent, u.data());
@@ -246,7 +249,10 @@ HostTensor expertNorm(const HostTensor &y, const HostTensor &indices, const Host
   HostTensor out = y;
   for (int64_t r = 0; r < rows; ++r) {
     int64_t e = expertOf(indices, r, experts);
-    normalizeRow(&y.f[r * latent], &weight.f[e * latent], latent, eps, &out.f[r * latent]);
+    if (e < 0)
+      std::fill_n(out.f.begin() + r * latent, latent, 0.0f);
+    else
+      normalizeRow(&y.f[r * latent], &weight.f[e * latent], latent, eps, &out.f[r * latent]);
   }
   return out;
 }
@@ -259,6 +265,52 @@ HostTensor combine(const HostTensor &y, const HostTensor &weights) {
       float w = weights.f[t * k + j];
       for (int64_t c = 0; c < latent; ++c)
         out.f[t * latent + c] += w * y.f[(t * k + j) * latent + c];
+    }
+  return out;
+}
+
+std::pair<HostTensor, HostTensor> normResidual(const HostTensor &residual, const HostTensor &update,
+                                               const HostTensor &post, const HostTensor &gate,
+                                               const HostTensor &next, double postEps,
+                                               double nextEps) {
+  HostTensor h = add(residual, mul(rmsNorm(update, post, postEps), gate));
+  HostTensor y = rmsNorm(h, next, nextEps);
+  return {std::move(h), std::move(y)};
+}
+
+HostTensor localExperts(const HostTensor &indices, int64_t numExperts, int64_t member,
+                        int64_t members) {
+  int64_t perMember = numExperts / members, first = member * perMember;
+  HostTensor out = indices;
+  for (int32_t &e : out.i)
+    e = (e >= first && e < first + perMember) ? static_cast<int32_t>(e - first) : -1;
+  return out;
+}
+
+HostTensor megaMoE(const HostTensor &z, const HostTensor &indices, const HostTensor &weights,
+                   const std::vector<ExpertStacks> &owners, int64_t numExperts, double eps) {
+  int64_t tokens = z.dim(0), latent = z.dim(1), k = indices.dim(1);
+  int64_t perOwner = numExperts / static_cast<int64_t>(owners.size());
+  int64_t inter = owners.front().gate->dim(1);
+  HostTensor out = HostTensor::floats({tokens, latent});
+  std::vector<float> g(inter), u(inter), y(latent), yn(latent);
+  for (int64_t t = 0; t < tokens; ++t)
+    for (int64_t j = 0; j < k; ++j) {
+      int64_t e = expertOf(indices, t * k + j, numExperts);
+      if (e < 0)
+        throw InterpreterError("kiln.megamoe takes global expert ids, got -1");
+      const ExpertStacks &owner = owners[e / perOwner];
+      int64_t local = e % perOwner;
+      const float *zt = &z.f[t * latent];
+      matVec(&owner.gate->f[local * inter * latent], zt, inter, latent, g.data());
+      matVec(&owner.up->f[local * inter * latent], zt, inter, latent, u.data());
+      for (int64_t c = 0; c < inter; ++c)
+        g[c] = silu(g[c]) * u[c];
+      matVec(&owner.down->f[local * latent * inter], g.data(), latent, inter, y.data());
+      normalizeRow(y.data(), &owner.postNorm->f[local * latent], latent, eps, yn.data());
+      float w = weights.f[t * k + j];
+      for (int64_t c = 0; c < latent; ++c)
+        out.f[t * latent + c] += w * yn[c];
     }
   return out;
 }

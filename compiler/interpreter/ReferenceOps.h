@@ -6,6 +6,8 @@
 #include "compiler/interpreter/HostTensor.h"
 
 #include <optional>
+#include <utility>
+#include <vector>
 #include <stdexcept>
 
 namespace kiln::interp {
@@ -36,14 +38,33 @@ struct TopK {
   HostTensor indices; // [T, k] expert ids, by decreasing probability
 };
 TopK routerTopK(const HostTensor &logits, int64_t k);
-// y[t, j] = down_e(silu(gate_e z_t) * up_e z_t), e = indices[t, j].
+// y[t, j] = down_e(silu(gate_e z_t) * up_e z_t), e = indices[t, j]; an
+// index of -1 (an expert on another rank) gives a zero row.
 HostTensor expertSwiGLU(const HostTensor &z, const HostTensor &indices, const HostTensor &gate,
                         const HostTensor &up, const HostTensor &down);
-// RMSNorm of y[t, j] with weight[indices[t, j]].
+// RMSNorm of y[t, j] with weight[indices[t, j]]; zero rows for index -1.
 HostTensor expertNorm(const HostTensor &y, const HostTensor &indices, const HostTensor &weight,
                       double eps);
 // sum_j weights[t, j] * y[t, j].
 HostTensor combine(const HostTensor &y, const HostTensor &weights);
+// new_residual = residual + gate * RMSNorm(update; post), normed =
+// RMSNorm(new_residual; next).
+std::pair<HostTensor, HostTensor> normResidual(const HostTensor &residual, const HostTensor &update,
+                                               const HostTensor &post, const HostTensor &gate,
+                                               const HostTensor &next, double postEps,
+                                               double nextEps);
+// Global expert ids to the numbering of block `member` of `members` equal
+// blocks of `numExperts`; ids outside the block become -1.
+HostTensor localExperts(const HostTensor &indices, int64_t numExperts, int64_t member,
+                        int64_t members);
+// One device's expert stacks (a contiguous block of the experts).
+struct ExpertStacks {
+  const HostTensor *gate, *up, *down, *postNorm;
+};
+// The MegaMoE stage for z's tokens with the experts spread over `owners`
+// (block g holds experts [g*E/G, (g+1)*E/G)): sum_j w[t,j] * norm_e(swiglu_e(z_t)).
+HostTensor megaMoE(const HostTensor &z, const HostTensor &indices, const HostTensor &weights,
+                   const std::vector<ExpertStacks> &owners, int64_t numExperts, double eps);
 HostTensor logits(const HostTensor &x, const HostTensor &head, bool lastOnly);
 // packed u8 codes [.., O, I/2] (as ints), scales [.., O, I/16] (decoded),
 // global [..] -> [.., O, I].

@@ -6,6 +6,8 @@
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpImplementation.h"
+#include "mlir/IR/SymbolTable.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
@@ -399,6 +401,123 @@ LogicalResult CombineOp::verify() {
       failed(expectDim(op, "result", getResult(), 0, input.getDimSize(0), "the input's tokens")) ||
       failed(expectDim(op, "result", getResult(), 1, input.getDimSize(2), "the input's latent width")))
     return failure();
+  return success();
+}
+
+
+//===----------------------------------------------------------------------===//
+// Fused ops
+//===----------------------------------------------------------------------===//
+
+LogicalResult NormResidualOp::verify() {
+  Operation *op = *this;
+  if (failed(expectRank(op, "residual", getResidual(), 2, "[tokens, hidden]")))
+    return failure();
+  int64_t hidden = tensorType(getResidual()).getDimSize(1);
+  for (auto [name, value] : {std::pair<StringRef, Value>{"post_weight", getPostWeight()},
+                             std::pair<StringRef, Value>{"gate", getGate()},
+                             std::pair<StringRef, Value>{"next_weight", getNextWeight()}})
+    if (failed(expectRank(op, name, value, 1, "[hidden]")) ||
+        failed(expectDim(op, name, value, 0, hidden, "the residual's width")))
+      return failure();
+  return success();
+}
+
+// Size of the device group a grid's listed axes span; emits on `op` when the
+// grid is missing, dynamic, or an axis is out of range.
+static FailureOr<int64_t> deviceGroupSize(Operation *op, FlatSymbolRefAttr gridName,
+                                          ArrayRef<int16_t> axes) {
+  auto grid = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(op, gridName);
+  if (!grid)
+    return op->emitOpError() << "grid " << gridName << " is not a shard.grid in scope";
+  if (axes.empty())
+    return op->emitOpError() << "grid_axes must name at least one axis of " << gridName;
+  int64_t size = 1;
+  for (int16_t axis : axes) {
+    if (axis < 0 || axis >= grid.getRank())
+      return op->emitOpError() << "grid axis " << axis << " is outside " << gridName
+                               << " of rank " << grid.getRank();
+    int64_t extent = grid.getShape()[axis];
+    if (ShapedType::isDynamic(extent))
+      return op->emitOpError() << "grid axis " << axis << " of " << gridName
+                               << " must have a static size to split experts over";
+    size *= extent;
+  }
+  return size;
+}
+
+static LogicalResult verifyExpertSplit(Operation *op, int64_t experts, int64_t group) {
+  if (experts % group != 0)
+    return op->emitOpError() << "expert parallelism of " << group
+                             << " must divide the number of experts (" << experts << ")";
+  return success();
+}
+
+FailureOr<int64_t> LocalExpertsOp::groupSize() {
+  return deviceGroupSize(*this, getGridAttr(), getGridAxes());
+}
+
+LogicalResult LocalExpertsOp::verify() {
+  if (getNumExperts() < 1)
+    return emitOpError() << "num_experts must be positive, got " << getNumExperts();
+  return expectRank(*this, "indices", getIndices(), 2, "[tokens, k]");
+}
+
+LogicalResult LocalExpertsOp::verifySymbolUses(SymbolTableCollection &) {
+  FailureOr<int64_t> group = groupSize();
+  if (failed(group))
+    return failure();
+  return verifyExpertSplit(*this, getNumExperts(), *group);
+}
+
+FailureOr<int64_t> MegaMoEOp::groupSize() {
+  if (!getGridAttr())
+    return int64_t{1};
+  return deviceGroupSize(*this, getGridAttr(), *getGridAxes());
+}
+
+LogicalResult MegaMoEOp::verify() {
+  Operation *op = *this;
+  if (bool(getGridAttr()) != bool(getGridAxesAttr()))
+    return emitOpError() << "grid and grid_axes come together";
+  if (failed(verifySelection(op, getInput(), getIndices(), 2)) ||
+      failed(expectRank(op, "weights", getWeights(), 2, "[tokens, k]")) ||
+      failed(expectDim(op, "weights", getWeights(), 0, tensorType(getInput()).getDimSize(0),
+                       "the input's tokens")) ||
+      failed(expectDim(op, "weights", getWeights(), 1, tensorType(getIndices()).getDimSize(1),
+                       "the k selected experts")) ||
+      failed(expectRank(op, "gate", getGate(), 3, "[local experts, intermediate, latent]")) ||
+      failed(expectRank(op, "up", getUp(), 3, "[local experts, intermediate, latent]")) ||
+      failed(expectRank(op, "down", getDown(), 3, "[local experts, latent, intermediate]")) ||
+      failed(expectRank(op, "post_norm", getPostNorm(), 2, "[local experts, latent]")))
+    return failure();
+  RankedTensorType gate = tensorType(getGate());
+  int64_t local = gate.getDimSize(0), inter = gate.getDimSize(1);
+  int64_t latent = tensorType(getInput()).getDimSize(1);
+  if (failed(expectDim(op, "gate", getGate(), 2, latent, "the input's latent width")) ||
+      failed(expectDim(op, "up", getUp(), 0, local, "the gate's experts")) ||
+      failed(expectDim(op, "up", getUp(), 1, inter, "the gate's intermediate width")) ||
+      failed(expectDim(op, "up", getUp(), 2, latent, "the input's latent width")) ||
+      failed(expectDim(op, "down", getDown(), 0, local, "the gate's experts")) ||
+      failed(expectDim(op, "down", getDown(), 1, latent, "the latent width")) ||
+      failed(expectDim(op, "down", getDown(), 2, inter, "the gate's intermediate width")) ||
+      failed(expectDim(op, "post_norm", getPostNorm(), 0, local, "the gate's experts")) ||
+      failed(expectDim(op, "post_norm", getPostNorm(), 1, latent, "the latent width")))
+    return failure();
+  if (getNumExperts() < 1)
+    return emitOpError() << "num_experts must be positive, got " << getNumExperts();
+  return success();
+}
+
+LogicalResult MegaMoEOp::verifySymbolUses(SymbolTableCollection &) {
+  FailureOr<int64_t> group = groupSize();
+  if (failed(group) || failed(verifyExpertSplit(*this, getNumExperts(), *group)))
+    return failure();
+  int64_t local = tensorType(getGate()).getDimSize(0);
+  if (!ShapedType::isDynamic(local) && local * *group != getNumExperts())
+    return emitOpError() << "the stacks hold " << local << " experts per rank but "
+                         << getNumExperts() << " experts over " << *group
+                         << " ranks need " << getNumExperts() / *group;
   return success();
 }
 

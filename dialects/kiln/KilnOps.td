@@ -11,6 +11,7 @@
 include "dialects/kiln/KilnDialect.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/CommonAttrConstraints.td"
+include "mlir/IR/SymbolInterfaces.td"
 
 def Kiln_FloatTensor : RankedTensorOf<[AnyFloat]>;
 def Kiln_IndexTensor : RankedTensorOf<[I32]>;
@@ -365,6 +366,123 @@ def Kiln_CombineOp : Kiln_Op<"combine", [Pure]> {
   let results = (outs Kiln_FloatTensor:$result);
   let assemblyFormat = "$input `,` $weights attr-dict `:` type($input) `,` type($weights) `->` type($result)";
   let hasVerifier = 1;
+}
+
+
+//===----------------------------------------------------------------------===//
+// Fused ops (formed by passes/)
+//===----------------------------------------------------------------------===//
+
+def Kiln_NormResidualOp : Kiln_Op<"norm_residual", [Pure,
+    AllTypesMatch<["residual", "update", "new_residual", "normed"]>]> {
+  let summary = "post-norm, gated residual add and the next norm, as one op";
+  let description = [{
+    The sandwich-norm boundary of Muse Spark in one op (seed 001, "fused
+    elementwise chain"):
+
+    ```
+    new_residual = residual + gate * RMSNorm(update; post_weight)
+    normed       = RMSNorm(new_residual; next_weight)
+    ```
+
+    Formed by `kiln-fuse-norm-residual` at the attention → MoE boundary
+    (post-attention norm, attention gate, pre-feedforward norm) and at the
+    layer boundary (post-feedforward norm, MoE gate, next layer's input norm
+    or the final norm).
+
+    ```mlir
+    %h, %u = kiln.norm_residual %x, %o, %post, %gate, %next {post_eps = 1.0e-05 : f64, next_eps = 1.0e-05 : f64}
+               : tensor<8x256xbf16>, tensor<256xbf16>, tensor<256xbf16>, tensor<256xbf16>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$residual, Kiln_FloatTensor:$update,
+                       Kiln_FloatTensor:$post_weight, Kiln_FloatTensor:$gate,
+                       Kiln_FloatTensor:$next_weight, Kiln_EpsAttr:$post_eps,
+                       Kiln_EpsAttr:$next_eps);
+  let results = (outs Kiln_FloatTensor:$new_residual, Kiln_FloatTensor:$normed);
+  let assemblyFormat = [{
+    $residual `,` $update `,` $post_weight `,` $gate `,` $next_weight attr-dict `:`
+    type($residual) `,` type($post_weight) `,` type($gate) `,` type($next_weight)
+  }];
+  let hasVerifier = 1;
+}
+
+def Kiln_LocalExpertsOp : Kiln_Op<"local_experts", [Pure, AllTypesMatch<["indices", "result"]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "renumber selected experts to this rank's block, -1 for the others";
+  let description = [{
+    Expert parallelism: the `num_experts` experts are split into equal
+    contiguous blocks over the device group of `grid` along `grid_axes` (the
+    shard dialect's groups); the member with in-group index `g` holds experts
+    `[g * E/G, (g + 1) * E/G)`. Each index of this rank's block becomes its
+    local number `e - g * E/G`; every other index becomes -1, which the
+    expert ops treat as "not here" (a zero row).
+
+    ```mlir
+    shard.grid @ep(shape = 1x2)
+    %local = kiln.local_experts %idx on @ep grid_axes = [1] {num_experts = 16 : i64}
+               : tensor<8x4xi32>
+    ```
+  }];
+  let arguments = (ins Kiln_IndexTensor:$indices, FlatSymbolRefAttr:$grid,
+                       DenseI16ArrayAttr:$grid_axes, I64Attr:$num_experts);
+  let results = (outs Kiln_IndexTensor:$result);
+  let assemblyFormat = [{
+    $indices `on` $grid `grid_axes` `=` $grid_axes attr-dict `:` type($indices)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Devices in one expert group (the product of the listed grid axes), or
+    /// failure when the grid is missing.
+    ::mlir::FailureOr<int64_t> groupSize();
+  }];
+}
+
+def Kiln_MegaMoEOp : Kiln_Op<"megamoe", [Pure, AllTypesMatch<["input", "result"]>,
+    DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
+  let summary = "the whole expert stage: dispatch, SwiGLU experts, per-expert norm, combine";
+  let description = [{
+    One op for everything between the router and the unpooler, the unit the
+    MegaMoE megakernel implements (seed 001):
+
+    ```
+    result[t] = sum_j weights[t, j] * RMSNorm(down_e(silu(gate_e z_t) * up_e z_t); post_norm_e)
+                with e = indices[t, j]
+    ```
+
+    Without `grid`, the stacks hold all `num_experts` experts. With `grid`
+    and `grid_axes` (expert parallelism), each member of the device group
+    holds one contiguous block of `E/G` experts (as `kiln.local_experts`
+    numbers them) and `indices` are global: every token's selected experts
+    are reached on whichever rank holds them (the dispatch), and each rank
+    receives the complete output for its own tokens (the combine). Ranks may
+    hold the same tokens (TP) or different ones (SP): the result is each
+    rank's tokens' MoE output either way.
+
+    ```mlir
+    %m = kiln.megamoe %z, %idx, %w, %gate, %up, %down, %pn on @ep grid_axes = [1]
+           {eps = 1.0e-05 : f64, num_experts = 16 : i64}
+           : tensor<8x128xbf16>, tensor<8x4xi32>, tensor<8x4xf32>, tensor<8x128x128xbf16>,
+             tensor<8x128x128xbf16>, tensor<8x128x128xbf16>, tensor<8x128xbf16>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$input, Kiln_IndexTensor:$indices,
+                       RankedTensorOf<[F32]>:$weights, Kiln_FloatTensor:$gate,
+                       Kiln_FloatTensor:$up, Kiln_FloatTensor:$down,
+                       Kiln_FloatTensor:$post_norm, Kiln_EpsAttr:$eps, I64Attr:$num_experts,
+                       OptionalAttr<FlatSymbolRefAttr>:$grid,
+                       OptionalAttr<DenseI16ArrayAttr>:$grid_axes);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $indices `,` $weights `,` $gate `,` $up `,` $down `,` $post_norm
+    (`on` $grid^ `grid_axes` `=` $grid_axes)? attr-dict `:` type($input) `,` type($indices) `,`
+    type($weights) `,` type($gate) `,` type($up) `,` type($down) `,` type($post_norm)
+  }];
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Devices the experts are spread over (1 without a grid).
+    ::mlir::FailureOr<int64_t> groupSize();
+  }];
 }
 
 #endif // KILN_OPS_TD
