@@ -67,12 +67,13 @@ struct Shard final : impl::ShardBase<Shard> {
 
   void runOnOperation() override {
     ModuleOp module = getOperation();
+    int64_t tp = this->tp, ep = this->ep;
     if (tp < 1 || ep < 1) {
       module.emitError() << "kiln-shard: tp and ep must be at least 1, got tp=" << tp
                          << " ep=" << ep;
       return signalPassFailure();
     }
-    int64_t world = std::max<int64_t>(tp, ep);
+    int64_t world = std::max(tp, ep);
     if (world % tp != 0 || world % ep != 0) {
       module.emitError() << "kiln-shard: TP (" << tp << ") and EP (" << ep
                          << ") share max(TP, EP) devices, so one must divide the other";
@@ -87,6 +88,8 @@ struct Shard final : impl::ShardBase<Shard> {
                                          NamedAttribute(StringAttr::get(&getContext(), "ep"),
                                                         IntegerAttr::get(IntegerType::get(&getContext(), 64), ep))}));
 
+    tpRanks = tp;
+    epRanks = ep;
     WalkResult result = module.walk([&](func::FuncOp func) -> WalkResult {
       if (tp > 1)
         for (AttentionOp attention : llvm::to_vector(func.getOps<AttentionOp>()))
@@ -102,7 +105,10 @@ struct Shard final : impl::ShardBase<Shard> {
       signalPassFailure();
   }
 
+  int64_t tpRanks = 1, epRanks = 1;
+
   LogicalResult shardAttention(ModuleOp module, AttentionOp attention, int64_t world) {
+    int64_t tp = tpRanks;
     auto q = llvm::cast<RankedTensorType>(attention.getQ().getType());
     auto k = llvm::cast<RankedTensorType>(attention.getK().getType());
     int64_t qHeads = q.getDimSize(1), kvHeads = k.getDimSize(1);
@@ -173,6 +179,7 @@ struct Shard final : impl::ShardBase<Shard> {
   }
 
   LogicalResult shardExperts(ModuleOp module, ExpertSwiGLUOp experts, int64_t world) {
+    int64_t ep = epRanks;
     auto gate = llvm::cast<RankedTensorType>(experts.getGate().getType());
     int64_t numExperts = gate.getDimSize(0);
     if (numExperts % ep != 0)

@@ -6,9 +6,12 @@
 #include "models/muse_spark/Config.h"
 #include "models/muse_spark/GraphBuilder.h"
 #include "models/muse_spark/Report.h"
+#include "compiler/pipeline/PassEffects.h"
+#include "compiler/pipeline/Pipeline.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/IR/AsmState.h"
 #include "mlir/IR/MLIRContext.h"
 #include "mlir/IR/Verifier.h"
@@ -38,12 +41,16 @@ cl::opt<std::string> configArg(cl::Positional, cl::value_desc("config"),
                                         "(see --list-configs)>"),
                                cl::cat(kilncCategory));
 
-enum class Emit { Graph };
-cl::opt<Emit> emit("emit", cl::desc("What to write to -o"), cl::init(Emit::Graph),
-                   cl::values(clEnumValN(Emit::Graph, "graph",
-                                         "kiln graph IR of one forward pass, after the graph "
-                                         "pipeline")),
-                   cl::cat(kilncCategory));
+enum class Emit { Model, Graph };
+cl::opt<Emit> emit(
+    "emit", cl::desc("What to write to -o (and to report on)"), cl::init(Emit::Graph),
+    cl::values(clEnumValN(Emit::Model, "model",
+                          "kiln graph IR of one forward pass as the model builder writes it, "
+                          "before any fusion or sharding"),
+               clEnumValN(Emit::Graph, "graph",
+                          "the same after the graph pipeline: sharded for --tp/--ep/--sp, "
+                          "norm/residual chains and expert stages fused")),
+    cl::cat(kilncCategory));
 
 cl::opt<std::string> outputPath("o", cl::desc("Output file ('-' for stdout)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(kilncCategory));
@@ -70,6 +77,16 @@ cl::opt<Quant> quant(
 cl::opt<bool> lastTokenLogits("last-token-logits",
                               cl::desc("Compute the logits of the last token only"),
                               cl::cat(kilncCategory));
+
+cl::opt<int64_t> tp("tp", cl::desc("Tensor-parallel ranks for attention (default 1)"),
+                    cl::init(1), cl::cat(kilncCategory));
+cl::opt<int64_t> ep("ep", cl::desc("Expert-parallel ranks for the MoE (default 1)"), cl::init(1),
+                    cl::cat(kilncCategory));
+cl::opt<bool> sp("sp",
+                 cl::desc("Sequence parallelism over the TP group: reduce-scatter tokens after "
+                          "o_proj, all-gather before QKV (needs --tp > 1 and --tokens divisible "
+                          "by it)"),
+                 cl::cat(kilncCategory));
 
 cl::opt<bool> listConfigs("list-configs", cl::desc("List the built-in configs and exit"),
                           cl::cat(kilncCategory));
@@ -134,7 +151,8 @@ int main(int argc, char **argv) {
       "config and runs the graph pipeline on it.\n\n"
       "  kilnc muse-spark-tiny                  print the graph IR\n"
       "  kilnc muse-spark-open-816b-a42b --report\n"
-      "  kilnc path/to/config.json --quant=nvfp4 -o graph.mlir\n");
+      "  kilnc path/to/config.json --quant=nvfp4 -o graph.mlir\n"
+      "  kilnc muse-spark-open-816b-a42b --tp 8 --ep 8 --sp --report\n");
 
   if (listConfigs) {
     for (const std::string &name : builtinConfigNames())
@@ -145,6 +163,13 @@ int main(int argc, char **argv) {
     return fail("no config given: name a config.json or a built-in config (see --list-configs)");
   if (tokens < 1)
     return fail("--tokens must be at least 1, got " + llvm::Twine(tokens));
+  if (tp < 1 || ep < 1)
+    return fail("--tp and --ep must be at least 1");
+  if (sp && tp < 2)
+    return fail("--sp splits tokens over the TP group: it needs --tp of at least 2");
+  kiln::Layout layout{tp, ep, sp};
+  if (emit == Emit::Model && layout.devices() > 1)
+    return fail("--tp, --ep and --sp shape the graph pipeline: use them with --emit=graph");
 
   Config config;
   try {
@@ -158,7 +183,7 @@ int main(int argc, char **argv) {
                                               : WeightFormat::BF16;
 
   mlir::MLIRContext context;
-  context.loadDialect<kiln::KilnDialect, mlir::func::FuncDialect>();
+  context.loadDialect<kiln::KilnDialect, mlir::func::FuncDialect, mlir::shard::ShardDialect>();
 
   GraphOptions options;
   options.tokens = tokens;
@@ -181,7 +206,12 @@ int main(int argc, char **argv) {
   if (mlir::failed(mlir::applyPassManagerCLOptions(pm)))
     return fail("bad pass manager options");
   mlir::applyDefaultTimingPassManagerCLOptions(pm);
-  pm.addPass(kiln::createVerifyWeights());
+  std::vector<kiln::PassEffect> effects;
+  pm.addInstrumentation(std::make_unique<kiln::PassEffectsRecorder>(effects));
+  if (emit == Emit::Model)
+    pm.addPass(kiln::createVerifyWeights());
+  else
+    kiln::buildGraphPipeline(pm, layout);
   if (mlir::failed(pm.run(*module)))
     return fail("the graph pipeline failed (see above)");
   stats.peakRssKiB = peakRssKiB();
@@ -191,6 +221,11 @@ int main(int argc, char **argv) {
     if (mlir::failed(budget))
       return fail("the graph does not match the checkpoint manifest (see above)");
     printReport(llvm::outs(), *module, config, format, *budget, stats);
+    llvm::outs() << "\npipeline for " << layout.devices() << " device"
+                 << (layout.devices() == 1 ? "" : "s") << " (TP" << layout.tp << ", EP"
+                 << layout.ep << (layout.sp ? ", SP" : "") << "):\n";
+    for (const kiln::PassEffect &effect : effects)
+      llvm::outs() << "  " << kiln::describe(effect) << "\n";
     if (outputPath == "-")
       return 0;
   }

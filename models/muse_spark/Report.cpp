@@ -4,6 +4,7 @@
 #include "dialects/kiln/KilnOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/ADT/StringMap.h"
@@ -58,8 +59,15 @@ std::string shapeStr(ArrayRef<int64_t> shape) {
 
 // Layer index of an op from its name location ("model.layers.12.mlp..."),
 // or -1 for ops outside the decoder layers.
-int64_t layerOf(Operation *op) {
-  auto name = llvm::dyn_cast<NameLoc>(op->getLoc());
+// Fused ops carry a FusedLoc of their parts: the first part decides.
+int64_t layerOf(Location loc) {
+  if (auto fused = llvm::dyn_cast<FusedLoc>(loc)) {
+    for (Location part : fused.getLocations())
+      if (int64_t layer = layerOf(part); layer >= 0)
+        return layer;
+    return -1;
+  }
+  auto name = llvm::dyn_cast<NameLoc>(loc);
   if (!name)
     return -1;
   StringRef rest = name.getName().getValue();
@@ -144,10 +152,10 @@ void printReport(llvm::raw_ostream &os, ModuleOp module, const Config &config,
   std::vector<std::map<std::string, int64_t>> perLayer(layers);
   int64_t totalOps = 0;
   module.walk([&](Operation *op) {
-    if (llvm::isa<ModuleOp, func::FuncOp>(op))
+    if (llvm::isa<ModuleOp, func::FuncOp, shard::GridOp>(op))
       return;
     ++totalOps;
-    int64_t layer = layerOf(op);
+    int64_t layer = layerOf(op->getLoc());
     if (layer >= 0 && layer < layers)
       ++perLayer[layer][op->getName().getStringRef().str()];
   });
