@@ -152,6 +152,15 @@ std::vector<Case> cases() {
     all.push_back({"tiny", format, "kiln-shard{ep=4},kiln-form-megamoe", 4});
     all.push_back({"tiny", format, "kiln-shard{tp=2 ep=2},kiln-shard-pooler,kiln-form-megamoe", 2});
     all.push_back({"tiny-heads8", format, "kiln-shard{tp=4 ep=4},kiln-form-megamoe", 4});
+    // The whole pipeline kilnc runs (compiler/pipeline/Pipeline.cpp) for SP layouts.
+    all.push_back({"tiny", format,
+                   "kiln-verify-weights,kiln-shard{tp=2 ep=4},kiln-fuse-norm-residual,"
+                   "kiln-form-megamoe,kiln-insert-sp-collectives",
+                   4});
+    all.push_back({"tiny-heads8", format,
+                   "kiln-verify-weights,kiln-shard{tp=4 ep=4},kiln-fuse-norm-residual,"
+                   "kiln-form-megamoe,kiln-insert-sp-collectives",
+                   4});
     all.push_back({"tiny", format, "kiln-shard{tp=2},kiln-insert-sp-collectives", 2});
     all.push_back({"tiny", format, "kiln-shard{tp=2 ep=2},kiln-form-megamoe,kiln-insert-sp-collectives", 2});
     all.push_back({"tiny", format, "kiln-shard{tp=2 ep=4},kiln-form-megamoe,kiln-insert-sp-collectives", 4});
