@@ -4,6 +4,7 @@
 #include "mlir/Pass/Pass.h"
 
 #include "dialects/kiln/KilnDialect.h"
+#include "dialects/plan/PlanDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 
 #include <memory>

@@ -202,4 +202,32 @@ def InsertSPCollectives : Pass<"kiln-insert-sp-collectives", "mlir::ModuleOp"> {
   let dependentDialects = ["::kiln::KilnDialect", "::mlir::shard::ShardDialect"];
 }
 
+
+//===----------------------------------------------------------------------===//
+// Plans
+//===----------------------------------------------------------------------===//
+
+def PlanAssignOffsets : Pass<"plan-assign-offsets", "mlir::ModuleOp"> {
+  let summary = "Place every plan.alloc of an entry point in one arena";
+  let description = [{
+    Memory planning from liveness: a buffer lives from its `plan.alloc` to
+    the last step that uses it (directly or through a `plan.view`). Buffers
+    are placed in definition order at the lowest 64-byte aligned offset that
+    overlaps no buffer still alive, so dead buffers' bytes are reused. Sizes
+    are taken at the entry's `max_tokens`. Sets each alloc's `offset` and the
+    entry's `arena_bytes`.
+
+    ```mlir
+    plan.entry @decode attributes {arena_bytes = 2048 : i64, max_tokens = 1 : i64} {
+      %a = plan.alloc [#plan.dim<16, 0, 1>, #plan.dim<16, 0, 1>] f32 {offset = 0 : i64}
+      ...
+    }
+    ```
+  }];
+  let statistics = [
+    Statistic<"numPlanned", "buffers", "Buffers placed">,
+  ];
+  let dependentDialects = ["::kiln::plan::PlanDialect"];
+}
+
 #endif // KILN_PASSES_TD

@@ -2,6 +2,7 @@
 // runs the passes named on the command line, prints the result; lit tests
 // drive every pass through it.
 #include "dialects/kiln/KilnDialect.h"
+#include "dialects/plan/PlanDialect.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -13,7 +14,8 @@
 int main(int argc, char **argv) {
   mlir::DialectRegistry registry;
   // Collectives and shardings are upstream shard ops.
-  registry.insert<kiln::KilnDialect, mlir::func::FuncDialect, mlir::shard::ShardDialect>();
+  registry.insert<kiln::KilnDialect, kiln::plan::PlanDialect, mlir::func::FuncDialect,
+                  mlir::shard::ShardDialect>();
   kiln::registerKilnPasses();
   // Upstream cleanups that Kiln pipelines use between passes.
   mlir::registerCanonicalizerPass();

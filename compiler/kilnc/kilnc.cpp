@@ -3,9 +3,11 @@
 // and/or a report of what the graph holds (--report). MLIR's own options
 // (--mlir-print-ir-after-all, --mlir-timing, ...) apply to the pipeline.
 #include "dialects/kiln/KilnDialect.h"
+#include "dialects/plan/PlanDialect.h"
 #include "models/muse_spark/Config.h"
 #include "models/muse_spark/GraphBuilder.h"
 #include "models/muse_spark/Report.h"
+#include "compiler/kilnc/X86Backend.h"
 #include "compiler/pipeline/PassEffects.h"
 #include "compiler/pipeline/Pipeline.h"
 #include "passes/Passes.h"
@@ -41,16 +43,38 @@ cl::opt<std::string> configArg(cl::Positional, cl::value_desc("config"),
                                         "(see --list-configs)>"),
                                cl::cat(kilncCategory));
 
-enum class Emit { Model, Graph };
+enum class Emit { Model, Graph, Plan, Kernels, Library, Artifact };
 cl::opt<Emit> emit(
-    "emit", cl::desc("What to write to -o (and to report on)"), cl::init(Emit::Graph),
+    "emit", cl::desc("What to write to -o (default: graph, or artifact with --target)"),
+    cl::init(Emit::Graph),
     cl::values(clEnumValN(Emit::Model, "model",
                           "kiln graph IR of one forward pass as the model builder writes it, "
                           "before any fusion or sharding"),
                clEnumValN(Emit::Graph, "graph",
                           "the same after the graph pipeline: sharded for --tp/--ep/--sp, "
-                          "norm/residual chains and expert stages fused")),
+                          "norm/residual chains and expert stages fused"),
+               clEnumValN(Emit::Plan, "plan",
+                          "the target's plan IR (prefill and decode entry points, memory planned)"),
+               clEnumValN(Emit::Kernels, "kernels",
+                          "the target's generated kernels as MLIR, before lowering to LLVM"),
+               clEnumValN(Emit::Library, "library",
+                          "the target's compiled kernel library alone (an ELF shared object for "
+                          "x86; needs -o FILE)"),
+               clEnumValN(Emit::Artifact, "artifact",
+                          "the artifact the runtime loads (needs -o FILE)")),
     cl::cat(kilncCategory));
+
+enum class Target { None, X86 };
+cl::opt<Target> target("target", cl::desc("Compile for a target (default: stop at graph IR)"),
+                       cl::init(Target::None),
+                       cl::values(clEnumValN(Target::X86, "x86",
+                                             "this machine's CPU: AVX-512 + AMX, an ELF kernel "
+                                             "library in the artifact")),
+                       cl::cat(kilncCategory));
+
+cl::opt<int64_t> maxPrefillTokens("max-prefill-tokens",
+                                  cl::desc("Largest prompt chunk one prefill call takes (default 64)"),
+                                  cl::init(64), cl::cat(kilncCategory));
 
 cl::opt<std::string> outputPath("o", cl::desc("Output file ('-' for stdout)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(kilncCategory));
@@ -168,7 +192,18 @@ int main(int argc, char **argv) {
   if (sp && tp < 2)
     return fail("--sp splits tokens over the TP group: it needs --tp of at least 2");
   kiln::Layout layout{tp, ep, sp};
-  if (emit == Emit::Model && layout.devices() > 1)
+  Emit what = emit;
+  if (target != Target::None && emit.getNumOccurrences() == 0)
+    what = Emit::Artifact;
+  bool backend = what == Emit::Plan || what == Emit::Kernels || what == Emit::Library ||
+                 what == Emit::Artifact;
+  if (backend && target == Target::None)
+    return fail("--emit=plan, kernels, library and artifact need a --target");
+  if (backend && layout.devices() > 1)
+    return fail("the x86 target runs one rank: --tp, --ep and --sp need a multi-device target");
+  if (maxPrefillTokens < 1)
+    return fail("--max-prefill-tokens must be at least 1");
+  if (what == Emit::Model && layout.devices() > 1)
     return fail("--tp, --ep and --sp shape the graph pipeline: use them with --emit=graph");
 
   Config config;
@@ -183,10 +218,12 @@ int main(int argc, char **argv) {
                                               : WeightFormat::BF16;
 
   mlir::MLIRContext context;
-  context.loadDialect<kiln::KilnDialect, mlir::func::FuncDialect, mlir::shard::ShardDialect>();
+  context.loadDialect<kiln::KilnDialect, kiln::plan::PlanDialect, mlir::func::FuncDialect,
+                      mlir::shard::ShardDialect>();
 
   GraphOptions options;
-  options.tokens = tokens;
+  // A target serves prefills of any length and decode: dynamic tokens.
+  options.tokens = backend ? mlir::ShapedType::kDynamic : int64_t(tokens);
   options.format = format;
   options.lastTokenLogits = lastTokenLogits;
   bool showProgress = isatty(STDERR_FILENO);
@@ -208,7 +245,7 @@ int main(int argc, char **argv) {
   mlir::applyDefaultTimingPassManagerCLOptions(pm);
   std::vector<kiln::PassEffect> effects;
   pm.addInstrumentation(std::make_unique<kiln::PassEffectsRecorder>(effects));
-  if (emit == Emit::Model)
+  if (what == Emit::Model)
     pm.addPass(kiln::createVerifyWeights());
   else
     kiln::buildGraphPipeline(pm, layout);
@@ -226,8 +263,22 @@ int main(int argc, char **argv) {
                  << layout.ep << (layout.sp ? ", SP" : "") << "):\n";
     for (const kiln::PassEffect &effect : effects)
       llvm::outs() << "  " << kiln::describe(effect) << "\n";
-    if (outputPath == "-")
+    if (outputPath == "-" && !backend)
       return 0;
+  }
+
+  if (backend) {
+    kiln::BackendRequest request;
+    request.output = what == Emit::Plan      ? kiln::BackendOutput::Plan
+                     : what == Emit::Kernels ? kiln::BackendOutput::Kernels
+                     : what == Emit::Library ? kiln::BackendOutput::Library
+                                             : kiln::BackendOutput::Artifact;
+    request.outputPath = outputPath;
+    request.maxPrefillTokens = maxPrefillTokens;
+    request.report = report;
+    request.config = &config;
+    request.format = format;
+    return kiln::runX86Backend(*module, request);
   }
 
   std::string text;

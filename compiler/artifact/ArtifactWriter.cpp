@@ -1,0 +1,208 @@
+#include "compiler/artifact/ArtifactWriter.h"
+
+#include "dialects/plan/PlanOps.h"
+#include "runtime/artifact/Version.h"
+#include "runtime/artifact/kiln_artifact_generated.h"
+
+#include "mlir/IR/Diagnostics.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/Config/llvm-config.h"
+
+namespace kiln {
+namespace {
+
+namespace fb = ::flatbuffers;
+namespace art = ::kiln::artifact;
+
+art::DType dtypeOf(DType dtype) { return static_cast<art::DType>(dtype); }
+
+art::DType dtypeOf(mlir::Type t) {
+  if (t.isBF16())
+    return art::DType::BF16;
+  if (t.isF16())
+    return art::DType::F16;
+  if (t.isF32())
+    return art::DType::F32;
+  if (t.isSignlessInteger(32))
+    return art::DType::I32;
+  if (t.isSignlessInteger(8) || t.isUnsignedInteger(8))
+    return art::DType::U8;
+  return art::DType::F64; // not produced by the x86 lowering; Artifact checks catch it
+}
+
+art::BufferKind bindingKind(llvm::StringRef kind) {
+  if (kind == "weight")
+    return art::BufferKind::Weight;
+  if (kind == "kv")
+    return art::BufferKind::KvCache;
+  if (kind == "input")
+    return art::BufferKind::Input;
+  return art::BufferKind::Output;
+}
+
+class Writer {
+public:
+  Writer(const x86::LoweredModel &model, const ArtifactInfo &info) : model(model), info(info) {}
+
+  mlir::FailureOr<std::vector<uint8_t>> run(const std::vector<uint8_t> &library);
+
+private:
+  mlir::FailureOr<fb::Offset<art::BufferRef>> bufferRef(mlir::Value v, mlir::Operation *user);
+  fb::Offset<fb::Vector<const art::Dim *>> dims(mlir::ArrayAttr shape);
+  mlir::FailureOr<fb::Offset<art::EntryPoint>> entry(plan::EntryOp entry);
+
+  const x86::LoweredModel &model;
+  const ArtifactInfo &info;
+  fb::FlatBufferBuilder fbb{1 << 16};
+  llvm::DenseMap<llvm::StringRef, uint32_t> kernelIndex;
+};
+
+fb::Offset<fb::Vector<const art::Dim *>> Writer::dims(mlir::ArrayAttr shape) {
+  std::vector<art::Dim> out;
+  for (mlir::Attribute a : shape) {
+    auto d = llvm::cast<plan::DimAttr>(a);
+    out.emplace_back(d.getConstant(), d.getPerToken(), d.getAlign());
+  }
+  return fbb.CreateVectorOfStructs(out);
+}
+
+mlir::FailureOr<fb::Offset<art::BufferRef>> Writer::bufferRef(mlir::Value v, mlir::Operation *user) {
+  mlir::ArrayAttr shape;
+  mlir::Type elem;
+  uint64_t offset = 0;
+  mlir::Value root = v;
+  // Views add their byte offset and give their own shape.
+  if (auto view = root.getDefiningOp<plan::ViewOp>()) {
+    shape = view.getShape();
+    elem = view.getElementType();
+    while (auto inner = root.getDefiningOp<plan::ViewOp>()) {
+      offset += inner.getByteOffset();
+      root = inner.getSource();
+    }
+  }
+  if (auto alloc = root.getDefiningOp<plan::AllocOp>()) {
+    if (!alloc.getOffset())
+      return user->emitOpError() << "reads a buffer with no arena offset: run plan-assign-offsets";
+    if (!shape) {
+      shape = alloc.getShape();
+      elem = alloc.getElementType();
+    }
+    return art::CreateBufferRef(fbb, art::BufferKind::Arena, 0, *alloc.getOffset() + offset,
+                                dims(shape), dtypeOf(elem));
+  }
+  if (auto binding = root.getDefiningOp<plan::BindingOp>()) {
+    if (!shape) {
+      shape = binding.getShape();
+      elem = binding.getElementType();
+    }
+    return art::CreateBufferRef(fbb, bindingKind(binding.getKind()), binding.getIndex(), offset,
+                                dims(shape), dtypeOf(elem));
+  }
+  return user->emitOpError() << "reads a value that is not a plan buffer";
+}
+
+mlir::FailureOr<fb::Offset<art::EntryPoint>> Writer::entry(plan::EntryOp op) {
+  std::vector<fb::Offset<art::StepEntry>> steps;
+  art::Dim logitsRows(1, 0, 1);
+  for (mlir::Operation &inner : op.getBody().front()) {
+    if (auto launch = llvm::dyn_cast<plan::LaunchOp>(inner)) {
+      std::vector<fb::Offset<art::BufferRef>> buffers;
+      for (mlir::Value v : launch.getBuffers()) {
+        auto ref = bufferRef(v, launch);
+        if (mlir::failed(ref))
+          return mlir::failure();
+        buffers.push_back(*ref);
+      }
+      std::vector<fb::Offset<art::Scalar>> scalars;
+      for (mlir::Attribute a : launch.getScalars()) {
+        llvm::StringRef s = llvm::cast<mlir::StringAttr>(a).getValue();
+        auto [kind, value] = s.split(':');
+        int64_t number = 0;
+        value.getAsInteger(10, number);
+        art::ScalarKind k = kind == "const"    ? art::ScalarKind::Constant
+                            : kind == "tokens" ? art::ScalarKind::Tokens
+                            : kind == "past"   ? art::ScalarKind::PastTokens
+                            : kind == "part"   ? art::ScalarKind::Part
+                                               : art::ScalarKind::Parts;
+        scalars.push_back(art::CreateScalar(fbb, k, number));
+      }
+      auto l = art::CreateLaunch(fbb, kernelIndex.lookup(launch.getKernel()),
+                                 fbb.CreateVector(buffers), fbb.CreateVector(scalars),
+                                 launch.getMaxParts(), fbb.CreateString(launch.getOp().str()));
+      steps.push_back(art::CreateStepEntry(fbb, art::Step::Launch, l.Union()));
+    } else if (auto copy = llvm::dyn_cast<plan::CopyOp>(inner)) {
+      auto src = bufferRef(copy.getSource(), copy);
+      auto dst = bufferRef(copy.getDestination(), copy);
+      if (mlir::failed(src) || mlir::failed(dst))
+        return mlir::failure();
+      auto c = art::CreateCopy(fbb, *src, *dst);
+      steps.push_back(art::CreateStepEntry(fbb, art::Step::Copy, c.Union()));
+    } else if (auto binding = llvm::dyn_cast<plan::BindingOp>(inner);
+               binding && binding.getKind() == "output") {
+      auto d = llvm::cast<plan::DimAttr>(binding.getShape()[0]);
+      logitsRows = art::Dim(d.getConstant(), d.getPerToken(), d.getAlign());
+    }
+  }
+  return art::CreateEntryPoint(fbb, fbb.CreateString(op.getSymName().str()), op.getMaxTokens(),
+                               op.getArenaBytes().value_or(0), fbb.CreateVector(steps), &logitsRows);
+}
+
+mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &library) {
+  std::vector<fb::Offset<art::Kernel>> kernels;
+  for (const x86::KernelSpec &k : model.kernels) {
+    kernelIndex[k.name] = static_cast<uint32_t>(kernels.size());
+    kernels.push_back(art::CreateKernel(fbb, fbb.CreateString("kiln_" + k.name),
+                                        fbb.CreateString(k.op), fbb.CreateString(k.tiling)));
+  }
+  std::vector<fb::Offset<art::WeightBinding>> weights;
+  for (const x86::WeightInfo &w : model.weights)
+    weights.push_back(art::CreateWeightBinding(
+        fbb, fbb.CreateString(w.name), static_cast<uint32_t>(w.stack), 0, fbb.CreateVector(w.shape),
+        dtypeOf(w.dtype),
+        w.transform == x86::Transform::AmxVnniBf16 ? art::WeightTransform::AmxVnniBf16
+                                                   : art::WeightTransform::None,
+        -1, 1, static_cast<uint64_t>(w.bytes)));
+  std::vector<fb::Offset<art::KvCache>> caches;
+  for (const x86::KvCacheInfo &c : model.kvCaches)
+    caches.push_back(art::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim,
+                                        art::DType::F32));
+  std::vector<fb::Offset<art::EntryPoint>> entries;
+  mlir::ModuleOp planModule = model.plan.get();
+  for (auto op : planModule.getOps<plan::EntryOp>()) {
+    auto e = entry(op);
+    if (mlir::failed(e))
+      return mlir::failure();
+    entries.push_back(*e);
+  }
+  std::vector<fb::Offset<fb::String>> features;
+  for (const std::string &f : info.features)
+    features.push_back(fbb.CreateString(f));
+
+  auto version = art::CreateVersion(fbb, art::kSchemaMajor, art::kSchemaMinor,
+                                    fbb.CreateString(compilerVersion()));
+  auto target = art::CreateTarget(fbb, art::TargetKind::X86, fbb.CreateString(info.triple),
+                                  fbb.CreateString(info.chip), fbb.CreateVector(features));
+  auto modelTable = art::CreateModel(fbb, fbb.CreateString(info.modelName),
+                                     fbb.CreateString(info.configJson),
+                                     fbb.CreateString(info.weightFormat));
+  auto layout = art::CreateLayout(fbb, info.tp, info.ep, info.sp, info.world);
+  auto lib = art::CreateKernelLibrary(fbb, fbb.CreateString("elf-shared-object"),
+                                      fbb.CreateVector(library));
+  auto root = art::CreateArtifact(fbb, version, target, modelTable, layout, info.rank,
+                                  fbb.CreateVector(weights), fbb.CreateVector(caches),
+                                  fbb.CreateVector(kernels), lib, fbb.CreateVector(entries));
+  art::FinishArtifactBuffer(fbb, root);
+  return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
+}
+
+} // namespace
+
+std::string compilerVersion() { return std::string("kilnc 0.1.0 (LLVM ") + LLVM_VERSION_STRING + ")"; }
+
+mlir::FailureOr<std::vector<uint8_t>> serializeArtifact(const x86::LoweredModel &model,
+                                                        const std::vector<uint8_t> &library,
+                                                        const ArtifactInfo &info) {
+  return Writer(model, info).run(library);
+}
+
+} // namespace kiln

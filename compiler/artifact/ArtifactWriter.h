@@ -1,0 +1,37 @@
+// Serialises a lowered model (plan with assigned offsets, kernels, kernel
+// library, weight bindings, KV caches) into the flatbuffers artifact of
+// runtime/artifact/kiln_artifact.fbs. Deterministic: the same inputs give the
+// same bytes.
+#pragma once
+
+#include "targets/x86/LowerToPlan.h"
+
+#include "mlir/Support/LogicalResult.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct ArtifactInfo {
+  std::string modelName;
+  std::string configJson;   // canonical config.json text of the model
+  std::string weightFormat; // "bf16" | "nvfp4"
+  std::string triple = "x86_64-unknown-linux-gnu";
+  std::string chip = "sapphirerapids";
+  std::vector<std::string> features;
+  int tp = 1, ep = 1, world = 1, rank = 0;
+  bool sp = false;
+};
+
+// The compiler's version string recorded in every artifact.
+std::string compilerVersion();
+
+// Fails (with a diagnostic on the offending op) when a launch reads a buffer
+// the plan does not define or an alloc has no offset.
+mlir::FailureOr<std::vector<uint8_t>> serializeArtifact(const x86::LoweredModel &model,
+                                                        const std::vector<uint8_t> &library,
+                                                        const ArtifactInfo &info);
+
+} // namespace kiln

@@ -1,0 +1,110 @@
+// The plan dialect's registration and verifiers.
+#include "dialects/plan/PlanOps.h"
+
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/DialectImplementation.h"
+#include "mlir/IR/OpImplementation.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+#include "dialects/plan/PlanDialect.cpp.inc"
+
+#define GET_ATTRDEF_CLASSES
+#include "dialects/plan/PlanAttrs.cpp.inc"
+
+#define GET_TYPEDEF_CLASSES
+#include "dialects/plan/PlanTypes.cpp.inc"
+
+using namespace mlir;
+
+namespace kiln::plan {
+
+void PlanDialect::initialize() {
+  addOperations<
+#define GET_OP_LIST
+#include "dialects/plan/PlanOps.cpp.inc"
+      >();
+  addAttributes<
+#define GET_ATTRDEF_LIST
+#include "dialects/plan/PlanAttrs.cpp.inc"
+      >();
+  addTypes<
+#define GET_TYPEDEF_LIST
+#include "dialects/plan/PlanTypes.cpp.inc"
+      >();
+}
+
+LogicalResult DimAttr::verify(function_ref<InFlightDiagnostic()> emitError, int64_t constant,
+                              int64_t perToken, int64_t align) {
+  if (constant < 0 || perToken < 0)
+    return emitError() << "a dimension's constant and per-token parts must not be negative";
+  if (align < 1)
+    return emitError() << "a dimension's alignment must be at least 1, got " << align;
+  return success();
+}
+
+int64_t DimAttr::evaluate(int64_t tokens) const {
+  int64_t size = getConstant() + getPerToken() * tokens;
+  return (size + getAlign() - 1) / getAlign() * getAlign();
+}
+
+static int64_t elementBytes(Type type) {
+  return std::max<int64_t>(1, type.getIntOrFloatBitWidth() / 8);
+}
+
+static LogicalResult verifyShape(Operation *op, ArrayAttr shape, Type elementType) {
+  if (shape.empty())
+    return op->emitOpError() << "needs at least one dimension";
+  if (!elementType.isIntOrFloat())
+    return op->emitOpError() << "element type must be an integer or float type, got "
+                             << elementType;
+  return success();
+}
+
+int64_t AllocOp::bytesFor(int64_t tokens) {
+  int64_t bytes = elementBytes(getElementType());
+  for (Attribute dim : getShape())
+    bytes *= llvm::cast<DimAttr>(dim).evaluate(tokens);
+  return bytes;
+}
+
+LogicalResult AllocOp::verify() {
+  if (std::optional<int64_t> offset = getOffset(); offset && *offset % 64 != 0)
+    return emitOpError() << "offset " << *offset << " is not 64-byte aligned";
+  return verifyShape(*this, getShape(), getElementType());
+}
+
+LogicalResult BindingOp::verify() {
+  StringRef kind = getKind();
+  if (kind != "weight" && kind != "kv" && kind != "input" && kind != "output")
+    return emitOpError() << "kind must be weight, kv, input or output, got '" << kind << "'";
+  if (getIndex() < 0)
+    return emitOpError() << "index must not be negative";
+  return verifyShape(*this, getShape(), getElementType());
+}
+
+LogicalResult LaunchOp::verify() {
+  for (Attribute attr : getScalars()) {
+    StringRef scalar = llvm::cast<StringAttr>(attr).getValue();
+    if (scalar == "part" || scalar == "parts")
+      continue;
+    auto [kind, value] = scalar.split(':');
+    int64_t number;
+    if ((kind != "const" && kind != "tokens" && kind != "past") || value.getAsInteger(10, number))
+      return emitOpError() << "scalar '" << scalar
+                           << "' must be const:N, tokens:N, past:N, part or parts";
+  }
+  if (getMaxParts() < 1)
+    return emitOpError() << "max_parts must be at least 1";
+  return success();
+}
+
+LogicalResult EntryOp::verify() {
+  if (getMaxTokens() < 1)
+    return emitOpError() << "max_tokens must be at least 1, got " << getMaxTokens();
+  return success();
+}
+
+} // namespace kiln::plan
+
+#define GET_OP_CLASSES
+#include "dialects/plan/PlanOps.cpp.inc"

@@ -1,0 +1,113 @@
+//===- PlanOps.td - ops of the plan dialect ----------------*- tablegen -*-===//
+
+#ifndef KILN_PLAN_OPS_TD
+#define KILN_PLAN_OPS_TD
+
+include "dialects/plan/PlanDialect.td"
+include "mlir/IR/SymbolInterfaces.td"
+include "mlir/Interfaces/SideEffectInterfaces.td"
+include "mlir/IR/CommonAttrConstraints.td"
+
+def Plan_DimArrayAttr : TypedArrayAttrBase<Plan_DimAttr, "array of #plan.dim">;
+
+def Plan_EntryOp : Plan_Op<"entry", [Symbol, SingleBlock, NoTerminator,
+                                     IsolatedFromAbove]> {
+  let summary = "the steps of one entry point";
+  let description = [{
+    Runs its body top to bottom for a call of T tokens, 1 <= T <= max_tokens.
+    `arena_bytes` is set by `plan-assign-offsets`.
+
+    ```mlir
+    plan.entry @decode {max_tokens = 1 : i64} {
+      %ids = plan.input 0
+      ...
+    }
+    ```
+  }];
+  let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$max_tokens,
+                       OptionalAttr<I64Attr>:$arena_bytes);
+  let regions = (region SizedRegion<1>:$body);
+  let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
+  let hasVerifier = 1;
+}
+
+def Plan_AllocOp : Plan_Op<"alloc"> {
+  let summary = "an activation buffer in the entry point's arena";
+  let description = [{
+    Lives from its definition to its last use; `plan-assign-offsets` gives it
+    a byte `offset` in the arena, reusing the space of buffers already dead.
+
+    ```mlir
+    %x = plan.alloc [#plan.dim<0, 1, 16>, #plan.dim<256, 0, 1>] f32 {offset = 0 : i64}
+    ```
+  }];
+  let arguments = (ins Plan_DimArrayAttr:$shape, TypeAttr:$element_type,
+                       OptionalAttr<I64Attr>:$offset);
+  let results = (outs Plan_BufferType:$buffer);
+  let assemblyFormat = "$shape $element_type attr-dict";
+  let hasVerifier = 1;
+  let extraClassDeclaration = [{
+    /// Bytes this buffer needs for `tokens` tokens.
+    int64_t bytesFor(int64_t tokens);
+  }];
+}
+
+def Plan_ViewOp : Plan_Op<"view", [Pure]> {
+  let summary = "the same memory with another shape (or a byte offset into it)";
+  let description = [{
+    Views never move data: `kiln.split_heads` and `kiln.merge_heads` become
+    views, as do rows of a buffer.
+
+    ```mlir
+    %heads = plan.view %q[0] [#plan.dim<0, 1, 1>, #plan.dim<6, 0, 1>, #plan.dim<32, 0, 1>] f32
+    ```
+  }];
+  let arguments = (ins Plan_BufferType:$source, I64Attr:$byte_offset,
+                       Plan_DimArrayAttr:$shape, TypeAttr:$element_type);
+  let results = (outs Plan_BufferType:$view);
+  let assemblyFormat = "$source `[` $byte_offset `]` $shape $element_type attr-dict";
+}
+
+def Plan_BindingOp : Plan_Op<"binding", [Pure]> {
+  let summary = "a buffer the runtime provides: weight, KV cache, input or output";
+  let description = [{
+    `kind` is "weight" (index into the artifact's weight bindings), "kv"
+    (cache index / 2, K if even, V if odd), "input" (0 ids, 1 positions) or
+    "output" (0 logits).
+
+    ```mlir
+    %w = plan.binding "weight" 3 [#plan.dim<256, 0, 1>] bf16
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, I64Attr:$index, Plan_DimArrayAttr:$shape,
+                       TypeAttr:$element_type);
+  let results = (outs Plan_BufferType:$buffer);
+  let assemblyFormat = "$kind $index $shape $element_type attr-dict";
+  let hasVerifier = 1;
+}
+
+def Plan_LaunchOp : Plan_Op<"launch"> {
+  let summary = "run a kernel on buffers and scalars";
+  let description = [{
+    Calls `kernel` (a `func.func` of the kernel module) with the buffers in
+    order, then the scalars. A scalar is "const:N", "tokens:N" (T + N),
+    "past:N" (cached tokens + N), "part" or "parts". The runtime may split
+    the launch into up to `max_parts` concurrent parts.
+
+    ```mlir
+    plan.launch @rms_norm_256(%x, %w, %y) scalars ["tokens:0", "part", "parts"] {max_parts = 2 : i64, op = "model.layers.0.input_layernorm"}
+    ```
+  }];
+  let arguments = (ins FlatSymbolRefAttr:$kernel, Variadic<Plan_BufferType>:$buffers,
+                       StrArrayAttr:$scalars, I64Attr:$max_parts, StrAttr:$op);
+  let assemblyFormat = "$kernel `(` $buffers `)` `scalars` $scalars attr-dict";
+  let hasVerifier = 1;
+}
+
+def Plan_CopyOp : Plan_Op<"copy"> {
+  let summary = "copy one buffer into another of the same size";
+  let arguments = (ins Plan_BufferType:$source, Plan_BufferType:$destination);
+  let assemblyFormat = "$source `to` $destination attr-dict";
+}
+
+#endif // KILN_PLAN_OPS_TD

@@ -1,0 +1,783 @@
+#include "runtime/artifact/Artifact.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <set>
+#include <sys/stat.h>
+#include <type_traits>
+#include <unistd.h>
+
+namespace kiln {
+namespace fb = kiln::artifact;
+
+// The schema's DType and kiln::DType must stay in step (the schema says so).
+static_assert(static_cast<int>(fb::DType::BOOL) ==
+              static_cast<int>(DType::BOOL));
+static_assert(static_cast<int>(fb::DType::BF16) ==
+              static_cast<int>(DType::BF16));
+static_assert(static_cast<int>(fb::DType::F32) == static_cast<int>(DType::F32));
+static_assert(static_cast<int>(fb::DType::F8_E5M2) ==
+              static_cast<int>(DType::F8_E5M2));
+static_assert(static_cast<int>(fb::DType::MAX) ==
+              static_cast<int>(DType::F8_E5M2));
+
+namespace {
+
+// The root offset and the file identifier.
+constexpr size_t kMinSize = 2 * sizeof(flatbuffers::uoffset_t);
+// Flatbuffers address at most 2 GiB - 1 bytes.
+constexpr uint64_t kMaxSize = FLATBUFFERS_MAX_BUFFER_SIZE;
+
+[[noreturn]] void fail(const std::string &source, const std::string &reason) {
+  throw ArtifactError(source + ": " + reason);
+}
+
+std::string errnoText() { return std::strerror(errno); }
+
+template <typename Enum> bool validEnum(Enum value) {
+  return static_cast<uint64_t>(value) <= static_cast<uint64_t>(Enum::MAX);
+}
+
+// Artifact strings as they go into one-line messages: control bytes, quotes
+// and backslashes escaped as \xNN.
+std::string escaped(std::string_view text) {
+  static const char kHex[] = "0123456789abcdef";
+  std::string result;
+  for (const char c : text) {
+    const auto byte = static_cast<uint8_t>(c);
+    if (byte < 0x20 || byte == 0x7f || c == '\'' || c == '\\') {
+      result += "\\x";
+      result += kHex[byte >> 4];
+      result += kHex[byte & 15];
+    } else {
+      result += c;
+    }
+  }
+  return result;
+}
+
+// `'text'`, or `(none)` for a missing string.
+std::string quoted(const flatbuffers::String *text) {
+  return text ? "'" + escaped(text->string_view()) + "'"
+              : std::string("(none)");
+}
+
+std::string str(const flatbuffers::String *text) {
+  return text ? text->str() : std::string();
+}
+
+bool empty(const flatbuffers::String *text) {
+  return !text || text->size() == 0;
+}
+
+template <typename T> size_t sizeOf(const flatbuffers::Vector<T> *vector) {
+  return vector ? vector->size() : 0;
+}
+
+std::string identifierText(const uint8_t *bytes) {
+  return escaped(std::string_view(reinterpret_cast<const char *>(bytes),
+                                  flatbuffers::kFileIdentifierLength));
+}
+
+bool tryEvaluate(const fb::Dim &dim, int64_t tokens, int64_t &result) {
+  const int64_t align = dim.align();
+  int64_t scaled, sum;
+  if (dim.constant() < 0 || dim.per_token() < 0 || align < 1 || tokens < 0 ||
+      __builtin_mul_overflow(dim.per_token(), tokens, &scaled) ||
+      __builtin_add_overflow(dim.constant(), scaled, &sum))
+    return false;
+  if (const int64_t rest = sum % align;
+      rest != 0 && __builtin_add_overflow(sum, align - rest, &sum))
+    return false;
+  result = sum;
+  return true;
+}
+
+// Bytes of `ref` at `tokens`; false when a Dim is invalid or a product
+// overflows. The dtype must be valid.
+bool tryBufferBytes(const fb::BufferRef &ref, int64_t tokens, int64_t &result) {
+  int64_t bytes = dtypeSize(toDType(ref.dtype()));
+  if (const auto *shape = ref.shape()) {
+    for (const fb::Dim *dim : *shape) {
+      int64_t size;
+      if (!tryEvaluate(*dim, tokens, size) ||
+          __builtin_mul_overflow(bytes, size, &bytes))
+        return false;
+    }
+  }
+  result = bytes;
+  return true;
+}
+
+std::string dimText(const fb::Dim &dim) {
+  return "{constant " + std::to_string(dim.constant()) + ", per_token " +
+         std::to_string(dim.per_token()) + ", align " +
+         std::to_string(dim.align()) + "}";
+}
+
+// The verifier checks that a vector's length field is aligned, not that its
+// elements are aligned for their type (8 bytes for Dim and int64).
+template <typename T> bool aligned(const flatbuffers::Vector<T> *vector) {
+  using Element = std::remove_pointer_t<T>;
+  return !vector || vector->size() == 0 ||
+         reinterpret_cast<uintptr_t>(vector->Data()) % alignof(Element) == 0;
+}
+
+bool validKernelName(const flatbuffers::String *name) {
+  if (empty(name))
+    return false;
+  return std::all_of(name->begin(), name->end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
+           (c >= '0' && c <= '9') || c == '_';
+  });
+}
+
+// The rules of docs/runtime-abi.md beyond what the flatbuffers verifier
+// checks, on a buffer that verified. Each failure names the field.
+class Checker {
+public:
+  Checker(const fb::Artifact &root, const std::string &source)
+      : root_(root), source_(source) {}
+
+  void run() {
+    checkVersion(root_.version(), source_);
+    requireTables();
+    checkTarget();
+    checkLayout();
+    checkWeights();
+    checkKvCaches();
+    checkKernels();
+    checkEntryPoints();
+  }
+
+  // Also used before the full verification, so that an artifact of another
+  // major version is reported as such even when its layout has changed.
+  static void checkVersion(const fb::Version *version,
+                           const std::string &source) {
+    if (!version || version->schema_major() == fb::kSchemaMajor)
+      return;
+    std::string written =
+        version->compiler()
+            ? " (written by " + escaped(version->compiler()->str()) + ")"
+            : std::string();
+    kiln::fail(source,
+               "version.schema_major: the artifact has schema version " +
+                   std::to_string(version->schema_major()) + "." +
+                   std::to_string(version->schema_minor()) + written +
+                   "; this runtime reads schema version " +
+                   std::to_string(fb::kSchemaMajor) +
+                   ".x: recompile it with this kilnc");
+  }
+
+private:
+  [[noreturn]] void fail(const std::string &reason) const {
+    kiln::fail(source_, reason);
+  }
+
+  void requireTables() const {
+    const std::pair<const void *, const char *> required[] = {
+        {root_.version(), "version"}, {root_.target(), "target"},
+        {root_.model(), "model"},     {root_.layout(), "layout"},
+        {root_.library(), "library"}, {root_.entry_points(), "entry_points"},
+    };
+    for (const auto &[table, name] : required)
+      if (!table)
+        fail(std::string("missing required table '") + name + "'");
+    if (root_.entry_points()->size() == 0)
+      fail("entry_points: the artifact has no entry points");
+  }
+
+  void checkTarget() const {
+    const fb::Target &target = *root_.target();
+    if (!validEnum(target.kind()))
+      fail("target.kind: unknown target kind " +
+           std::to_string(static_cast<int>(target.kind())));
+    const fb::KernelLibrary &library = *root_.library();
+    const std::string_view expected = libraryFormatFor(target.kind());
+    if (str(library.format()) != expected)
+      fail("library.format " + quoted(library.format()) + " is not the " +
+           std::string(targetKindName(target.kind())) +
+           " kernel format (expected '" + std::string(expected) + "')");
+    if (sizeOf(root_.kernels()) != 0 && sizeOf(library.blob()) == 0)
+      fail("library.blob: empty, but the artifact has " +
+           std::to_string(sizeOf(root_.kernels())) + " kernels");
+  }
+
+  void checkLayout() const {
+    const fb::Layout &layout = *root_.layout();
+    const std::string text = "tp " + std::to_string(layout.tp()) + ", ep " +
+                             std::to_string(layout.ep()) + ", world " +
+                             std::to_string(layout.world());
+    if (layout.tp() < 1 || layout.ep() < 1)
+      fail("layout: tp and ep must be >= 1 (" + text + ")");
+    if (layout.world() != std::max(layout.tp(), layout.ep()))
+      fail("layout.world must be max(tp, ep) (" + text + ")");
+    if (root_.rank() < 0 || root_.rank() >= layout.world())
+      fail("rank " + std::to_string(root_.rank()) +
+           " is not below layout.world " + std::to_string(layout.world()));
+  }
+
+  void checkWeights() const {
+    const auto *weights = root_.weights();
+    for (size_t i = 0; i < sizeOf(weights); ++i)
+      checkWeight(*weights->Get(static_cast<flatbuffers::uoffset_t>(i)),
+                  "weights[" + std::to_string(i) + "]");
+  }
+
+  void checkWeight(const fb::WeightBinding &weight, std::string where) const {
+    if (empty(weight.name()))
+      fail(where + ".name: empty");
+    where += " " + quoted(weight.name());
+    if (!validEnum(weight.dtype()))
+      fail(where + ".dtype: unknown dtype " +
+           std::to_string(static_cast<int>(weight.dtype())));
+    if (!validEnum(weight.transform()))
+      fail(where + ".transform: unknown transform " +
+           std::to_string(static_cast<int>(weight.transform())));
+    const bool isStack = weight.name()->str().find("{e}") != std::string::npos;
+    if (isStack != (weight.stack() > 0))
+      fail(where +
+           ": an expert stack needs both '{e}' in the name and "
+           "stack >= 1 (stack " +
+           std::to_string(weight.stack()) + ")");
+
+    if (!aligned(weight.shape()))
+      fail(where + ".shape: corrupt (misaligned)");
+    std::vector<int64_t> shape;
+    if (const auto *dims = weight.shape())
+      shape.assign(dims->begin(), dims->end());
+    const int64_t rank = static_cast<int64_t>(shape.size());
+    int64_t bytes = dtypeSize(toDType(weight.dtype()));
+    for (size_t d = 0; d < shape.size(); ++d) {
+      if (shape[d] < 0)
+        fail(where + ".shape[" + std::to_string(d) + "]: negative (" +
+             std::to_string(shape[d]) + ")");
+      if (__builtin_mul_overflow(bytes, shape[d], &bytes))
+        fail(where + ".shape: too large");
+    }
+    if (__builtin_mul_overflow(bytes, std::max<int64_t>(weight.stack(), 1),
+                               &bytes))
+      fail(where + ".shape: too large");
+
+    // The TP slice: piece slice_index of slice_count along slice_dim.
+    std::vector<int64_t> piece = shape;
+    if (weight.slice_dim() == -1) {
+      if (weight.slice_count() != 1)
+        fail(where + ".slice_count: " + std::to_string(weight.slice_count()) +
+             " without a slice_dim");
+    } else {
+      if (weight.slice_dim() < 0 || weight.slice_dim() >= rank)
+        fail(where + ".slice_dim " + std::to_string(weight.slice_dim()) +
+             " is not a dimension of its rank-" + std::to_string(rank) +
+             " shape");
+      const int64_t size = shape[weight.slice_dim()];
+      if (weight.slice_count() < 1 || size % weight.slice_count() != 0)
+        fail(where + ".slice_count " + std::to_string(weight.slice_count()) +
+             " does not divide dimension " +
+             std::to_string(weight.slice_dim()) + " (" + std::to_string(size) +
+             ")");
+      piece[weight.slice_dim()] = size / weight.slice_count();
+      bytes /= weight.slice_count();
+    }
+
+    if (weight.transform() == fb::WeightTransform::AmxVnniBf16) {
+      if (weight.dtype() != fb::DType::BF16 || rank != 2)
+        fail(where +
+             ".transform: AmxVnniBf16 needs a rank-2 BF16 tensor "
+             "(it is rank " +
+             std::to_string(rank) + " " +
+             std::string(dtypeName(toDType(weight.dtype()))) + ")");
+      if (piece[0] % 16 != 0 || piece[1] % 32 != 0)
+        fail(where +
+             ".transform: AmxVnniBf16 needs N % 16 == 0 and "
+             "K % 32 == 0 (the [N, K] piece is [" +
+             std::to_string(piece[0]) + ", " + std::to_string(piece[1]) + "])");
+    }
+
+    // The transforms keep the byte count; the runtime allocates `bytes` and
+    // fills it from the checkpoint, so the two must agree.
+    if (weight.bytes() != static_cast<uint64_t>(bytes))
+      fail(where + ".bytes " + std::to_string(weight.bytes()) +
+           " does not match its shape, dtype, stack and slice (" +
+           std::to_string(bytes) + " bytes)");
+  }
+
+  void checkKvCaches() const {
+    const auto *caches = root_.kv_caches();
+    for (size_t i = 0; i < sizeOf(caches); ++i) {
+      const fb::KvCache &cache =
+          *caches->Get(static_cast<flatbuffers::uoffset_t>(i));
+      const std::string where = "kv_caches[" + std::to_string(i) + "]";
+      if (!validEnum(cache.dtype()))
+        fail(where + ".dtype: unknown dtype " +
+             std::to_string(static_cast<int>(cache.dtype())));
+      if (cache.kv_heads() < 1 || cache.head_dim() < 1)
+        fail(where + ": kv_heads and head_dim must be >= 1 (kv_heads " +
+             std::to_string(cache.kv_heads()) + ", head_dim " +
+             std::to_string(cache.head_dim()) + ")");
+    }
+  }
+
+  void checkKernels() const {
+    const auto *kernels = root_.kernels();
+    std::set<std::string> names;
+    for (size_t i = 0; i < sizeOf(kernels); ++i) {
+      const fb::Kernel &kernel =
+          *kernels->Get(static_cast<flatbuffers::uoffset_t>(i));
+      const std::string where = "kernels[" + std::to_string(i) + "].name";
+      if (empty(kernel.name()))
+        fail(where + ": empty");
+      if (!validKernelName(kernel.name()))
+        fail(where + " " + quoted(kernel.name()) +
+             ": not a symbol name ([A-Za-z0-9_]+)");
+      if (!names.insert(kernel.name()->str()).second)
+        fail(where + " " + quoted(kernel.name()) + ": duplicated");
+    }
+  }
+
+  void checkEntryPoints() const {
+    const auto &entryPoints = *root_.entry_points();
+    std::set<std::string> names;
+    for (flatbuffers::uoffset_t i = 0; i < entryPoints.size(); ++i) {
+      const fb::EntryPoint &entry = *entryPoints.Get(i);
+      std::string where = "entry_points[" + std::to_string(i) + "]";
+      if (empty(entry.name()))
+        fail(where + ".name: empty");
+      where += " " + quoted(entry.name());
+      if (!names.insert(entry.name()->str()).second)
+        fail(where + ".name: duplicated");
+      if (entry.max_tokens() < 1)
+        fail(where + ".max_tokens: must be >= 1");
+      if (const fb::Dim *rows = entry.logits_rows()) {
+        int64_t value;
+        if (!tryEvaluate(*rows, entry.max_tokens(), value))
+          fail(where + ".logits_rows " + dimText(*rows) +
+               ": invalid (negative, align < 1 or too large)");
+      }
+      const auto *steps = entry.steps();
+      for (flatbuffers::uoffset_t s = 0; s < sizeOf(steps); ++s)
+        checkStep(entry, *steps->Get(s),
+                  where + ": steps[" + std::to_string(s) + "]");
+    }
+  }
+
+  void checkStep(const fb::EntryPoint &entry, const fb::StepEntry &step,
+                 std::string where) const {
+    switch (step.step_type()) {
+    case fb::Step::Launch:
+      if (const fb::Launch *launch = step.step_as_Launch())
+        return checkLaunch(entry, *launch, where);
+      break;
+    case fb::Step::Copy:
+      if (const fb::Copy *copy = step.step_as_Copy())
+        return checkCopy(entry, *copy, where + " (copy)");
+      break;
+    case fb::Step::Collective:
+      if (const fb::Collective *collective = step.step_as_Collective())
+        return checkCollective(entry, *collective, where + " (collective)");
+      break;
+    case fb::Step::NONE:
+      fail(where + ".step: missing");
+    default:
+      fail(where + ".step_type: unknown step kind " +
+           std::to_string(static_cast<int>(step.step_type())));
+    }
+    fail(where + ".step: missing");
+  }
+
+  void checkLaunch(const fb::EntryPoint &entry, const fb::Launch &launch,
+                   std::string where) const {
+    const size_t numKernels = sizeOf(root_.kernels());
+    if (launch.kernel() >= numKernels)
+      fail(where + " (launch, op " + quoted(launch.op()) + ").kernel " +
+           std::to_string(launch.kernel()) +
+           ": out of range (the artifact "
+           "has " +
+           std::to_string(numKernels) + " kernels)");
+    where += " (launch of " +
+             quoted(root_.kernels()->Get(launch.kernel())->name()) + ", op " +
+             quoted(launch.op()) + ")";
+    if (launch.max_parts() < 1)
+      fail(where + ".max_parts: must be >= 1");
+    const auto *buffers = launch.buffers();
+    for (flatbuffers::uoffset_t b = 0; b < sizeOf(buffers); ++b)
+      checkBuffer(entry, *buffers->Get(b),
+                  where + ": buffers[" + std::to_string(b) + "]");
+    const auto *scalars = launch.scalars();
+    for (flatbuffers::uoffset_t s = 0; s < sizeOf(scalars); ++s)
+      if (!validEnum(scalars->Get(s)->kind()))
+        fail(where + ": scalars[" + std::to_string(s) +
+             "].kind: unknown scalar kind " +
+             std::to_string(static_cast<int>(scalars->Get(s)->kind())));
+  }
+
+  void checkCopy(const fb::EntryPoint &entry, const fb::Copy &copy,
+                 const std::string &where) const {
+    if (!copy.source() || !copy.destination())
+      fail(where + ": missing " + (copy.source() ? "destination" : "source"));
+    checkBuffer(entry, *copy.source(), where + ".source");
+    checkBuffer(entry, *copy.destination(), where + ".destination");
+    // Dims are monotone in T; the sizes are compared at both ends.
+    for (int64_t tokens : {int64_t(1), int64_t(entry.max_tokens())}) {
+      const int64_t from = bufferBytes(*copy.source(), tokens);
+      const int64_t to = bufferBytes(*copy.destination(), tokens);
+      if (from != to)
+        fail(where + ": source and destination differ in size at T=" +
+             std::to_string(tokens) + " (" + std::to_string(from) + " and " +
+             std::to_string(to) + " bytes)");
+    }
+  }
+
+  void checkCollective(const fb::EntryPoint &entry,
+                       const fb::Collective &collective,
+                       const std::string &where) const {
+    const int32_t world = root_.layout()->world();
+    if (world < 2)
+      fail(where + ": a collective in a single-rank artifact (layout.world 1)");
+    if (!validEnum(collective.kind()))
+      fail(where + ".kind: unknown collective kind " +
+           std::to_string(static_cast<int>(collective.kind())));
+    if (!collective.source() || !collective.destination())
+      fail(where + ": missing " +
+           (collective.source() ? "destination" : "source"));
+    checkBuffer(entry, *collective.source(), where + ".source");
+    checkBuffer(entry, *collective.destination(), where + ".destination");
+    const auto *group = collective.group();
+    if (sizeOf(group) == 0)
+      fail(where + ".group: empty");
+    std::set<int32_t> members;
+    for (int32_t member : *group)
+      if (member < 0 || member >= world || !members.insert(member).second)
+        fail(where + ".group: rank " + std::to_string(member) +
+             " is out of range or repeated (layout.world " +
+             std::to_string(world) + ")");
+    const int64_t ranks = static_cast<int64_t>(group->size());
+    for (int64_t tokens : {int64_t(1), int64_t(entry.max_tokens())}) {
+      const int64_t from = bufferBytes(*collective.source(), tokens);
+      const int64_t to = bufferBytes(*collective.destination(), tokens);
+      bool ok = true;
+      switch (collective.kind()) {
+      case fb::CollectiveKind::AllGather:
+        ok = from <= to / ranks && from * ranks == to;
+        break;
+      case fb::CollectiveKind::ReduceScatter:
+        ok = to <= from / ranks && to * ranks == from;
+        break;
+      default:
+        ok = from == to;
+        break;
+      }
+      if (!ok)
+        fail(where + ": " + fb::EnumNameCollectiveKind(collective.kind()) +
+             " over " + std::to_string(ranks) + " ranks cannot take " +
+             std::to_string(from) + " bytes to " + std::to_string(to) +
+             " bytes (at T=" + std::to_string(tokens) + ")");
+    }
+  }
+
+  void checkBuffer(const fb::EntryPoint &entry, const fb::BufferRef &ref,
+                   const std::string &where) const {
+    if (!validEnum(ref.kind()))
+      fail(where + ".kind: unknown buffer kind " +
+           std::to_string(static_cast<int>(ref.kind())));
+    if (!validEnum(ref.dtype()))
+      fail(where + ".dtype: unknown dtype " +
+           std::to_string(static_cast<int>(ref.dtype())));
+    if (!aligned(ref.shape()))
+      fail(where + ".shape: corrupt (misaligned)");
+    const size_t rank = sizeOf(ref.shape());
+    if (rank < 1)
+      fail(where + ".shape: rank 0 (buffers have rank >= 1)");
+    for (flatbuffers::uoffset_t d = 0; d < rank; ++d) {
+      const fb::Dim &dim = *ref.shape()->Get(d);
+      if (dim.constant() < 0 || dim.per_token() < 0 || dim.align() < 1)
+        fail(where + ".shape[" + std::to_string(d) + "] " + dimText(dim) +
+             ": parts must be >= 0 and align >= 1");
+    }
+    // Every size is monotone in T, so max_tokens bounds them all.
+    const int64_t maxTokens = entry.max_tokens();
+    int64_t bytes, end;
+    if (!tryBufferBytes(ref, maxTokens, bytes) ||
+        ref.offset() > static_cast<uint64_t>(INT64_MAX) ||
+        __builtin_add_overflow(static_cast<int64_t>(ref.offset()), bytes, &end))
+      fail(where + ": size overflows at T=" + std::to_string(maxTokens));
+    const uint64_t extent = static_cast<uint64_t>(end);
+    const std::string index = std::to_string(ref.index());
+    const DType dtype = toDType(ref.dtype());
+
+    switch (ref.kind()) {
+    case fb::BufferKind::Arena:
+      if (extent > entry.arena_bytes())
+        fail(where + ": arena buffer at offset " +
+             std::to_string(ref.offset()) + " of " + std::to_string(bytes) +
+             " bytes at T=" + std::to_string(maxTokens) + " ends at " +
+             std::to_string(extent) + ", past arena_bytes " +
+             std::to_string(entry.arena_bytes()));
+      if (ref.offset() % static_cast<uint64_t>(dtypeSize(dtype)) != 0)
+        fail(where + ".offset " + std::to_string(ref.offset()) +
+             ": not aligned to its " + std::string(dtypeName(dtype)) +
+             " elements");
+      break;
+    case fb::BufferKind::Weight: {
+      const size_t count = sizeOf(root_.weights());
+      if (ref.index() >= count)
+        fail(where + ".index: Weight index " + index +
+             " out of range (the artifact has " + std::to_string(count) +
+             " weights)");
+      const fb::WeightBinding &weight = *root_.weights()->Get(ref.index());
+      if (extent > weight.bytes())
+        fail(where + ": reads bytes " + std::to_string(ref.offset()) + ".." +
+             std::to_string(extent) + " of weights[" + index + "] " +
+             quoted(weight.name()) + ", which has " +
+             std::to_string(weight.bytes()) + " bytes");
+      break;
+    }
+    case fb::BufferKind::KvCache: {
+      const size_t count = sizeOf(root_.kv_caches());
+      if (ref.index() >= 2 * count)
+        fail(where + ".index: KvCache index " + index +
+             " out of range (the artifact has " + std::to_string(count) +
+             " KV caches, indices 0.." + std::to_string(2 * count) + ")");
+      const fb::KvCache &cache = *root_.kv_caches()->Get(ref.index() / 2);
+      int64_t heads = -1, headDim = -1;
+      if (rank == 3) {
+        tryEvaluate(*ref.shape()->Get(1), maxTokens, heads);
+        tryEvaluate(*ref.shape()->Get(2), maxTokens, headDim);
+      }
+      if (rank != 3 || heads != cache.kv_heads() ||
+          headDim != cache.head_dim() || ref.dtype() != cache.dtype())
+        fail(where + ": KV cache " + std::to_string(ref.index() / 2) +
+             " is [slots, " + std::to_string(cache.kv_heads()) + ", " +
+             std::to_string(cache.head_dim()) + "] " +
+             std::string(dtypeName(toDType(cache.dtype()))) +
+             "; the buffer's rank, shape or dtype differs");
+      break;
+    }
+    case fb::BufferKind::Input:
+      if (ref.index() >= 2)
+        fail(where + ".index: Input index " + index +
+             " out of range (0: token ids, 1: positions)");
+      if (ref.dtype() != fb::DType::I32 || rank != 1)
+        fail(where + ": inputs are rank-1 I32");
+      break;
+    case fb::BufferKind::Output:
+      if (ref.index() >= 1)
+        fail(where + ".index: Output index " + index +
+             " out of range (0: logits)");
+      if (ref.dtype() != fb::DType::F32 || rank != 2)
+        fail(where + ": the logits output is rank-2 F32");
+      break;
+    }
+  }
+
+  const fb::Artifact &root_;
+  const std::string &source_;
+};
+
+// Runs the table verifier on the root and its version only: enough to read
+// the version of a buffer that may not verify as a whole under this schema.
+const fb::Version *peekVersion(const uint8_t *data, size_t size) {
+  flatbuffers::Verifier verifier(data, size);
+  const flatbuffers::uoffset_t offset = verifier.VerifyOffset(0);
+  if (offset == 0)
+    return nullptr;
+  const auto *table =
+      reinterpret_cast<const flatbuffers::Table *>(data + offset);
+  if (!table->VerifyTableStart(verifier) ||
+      !table->VerifyOffset(verifier, fb::Artifact::VT_VERSION))
+    return nullptr;
+  const auto *version =
+      table->GetPointer<const fb::Version *>(fb::Artifact::VT_VERSION);
+  return version && version->Verify(verifier) ? version : nullptr;
+}
+
+} // namespace
+
+Artifact::Artifact(std::vector<uint8_t> bytes, std::string source)
+    : bytes_(std::move(bytes)), source_(std::move(source)) {
+  const uint8_t *data = bytes_.data();
+  const size_t size = bytes_.size();
+  if (size < kMinSize)
+    fail(source_, "too small to be a Kiln artifact (" + std::to_string(size) +
+                      " bytes)");
+  if (size >= kMaxSize)
+    fail(source_, "too large to be a Kiln artifact (" + std::to_string(size) +
+                      " bytes; flatbuffers stop at 2 GiB)");
+  if (!fb::ArtifactBufferHasIdentifier(data))
+    fail(source_, "not a Kiln artifact (identifier '" +
+                      identifierText(data + sizeof(flatbuffers::uoffset_t)) +
+                      "', expected '" + fb::ArtifactIdentifier() + "')");
+
+  Checker::checkVersion(peekVersion(data, size), source_);
+
+  flatbuffers::Verifier::Options options;
+  // Every table takes at least 4 bytes; the default cap (one million) would
+  // refuse a large but valid artifact.
+  options.max_tables = static_cast<flatbuffers::uoffset_t>(
+      std::max<size_t>(options.max_tables, size / 4));
+  flatbuffers::Verifier verifier(data, size, options);
+  if (!fb::VerifyArtifactBuffer(verifier))
+    fail(source_, "corrupt: the flatbuffer does not verify");
+
+  root_ = fb::GetArtifact(data);
+  Checker(*root_, source_).run();
+}
+
+Artifact Artifact::fromBytes(std::vector<uint8_t> bytes, std::string source) {
+  return Artifact(std::move(bytes), std::move(source));
+}
+
+Artifact Artifact::load(const std::string &path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0)
+    fail(path, "cannot open: " + errnoText());
+  std::vector<uint8_t> bytes;
+  try {
+    struct stat info;
+    if (::fstat(fd, &info) != 0)
+      fail(path, "cannot stat: " + errnoText());
+    if (!S_ISREG(info.st_mode))
+      fail(path, "not a regular file");
+    if (static_cast<uint64_t>(info.st_size) >= kMaxSize)
+      fail(path, "too large to be a Kiln artifact (" +
+                     std::to_string(info.st_size) +
+                     " bytes; flatbuffers stop at 2 GiB)");
+    bytes.resize(static_cast<size_t>(info.st_size));
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t got = ::read(fd, bytes.data() + done, bytes.size() - done);
+      if (got < 0 && errno == EINTR)
+        continue;
+      if (got < 0)
+        fail(path, "cannot read: " + errnoText());
+      if (got == 0)
+        fail(path, "cannot read: the file shrank while being read");
+      done += static_cast<size_t>(got);
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  ::close(fd);
+  return Artifact(std::move(bytes), path);
+}
+
+size_t Artifact::numWeights() const { return sizeOf(root_->weights()); }
+size_t Artifact::numKvCaches() const { return sizeOf(root_->kv_caches()); }
+size_t Artifact::numKernels() const { return sizeOf(root_->kernels()); }
+
+const fb::EntryPoint *Artifact::findEntryPoint(std::string_view name) const {
+  for (const fb::EntryPoint *entry : *root_->entry_points())
+    if (entry->name()->string_view() == name)
+      return entry;
+  return nullptr;
+}
+
+const fb::EntryPoint &Artifact::entryPoint(std::string_view name) const {
+  if (const fb::EntryPoint *entry = findEntryPoint(name))
+    return *entry;
+  std::string names;
+  for (const fb::EntryPoint *entry : *root_->entry_points())
+    names += (names.empty() ? "" : ", ") + quoted(entry->name());
+  fail(source_,
+       "no entry point '" + escaped(name) + "' (it has " + names + ")");
+}
+
+DType toDType(fb::DType dtype) { return static_cast<DType>(dtype); }
+
+int64_t evaluate(const fb::Dim &dim, int64_t tokens) {
+  int64_t result;
+  if (!tryEvaluate(dim, tokens, result))
+    throw ArtifactError("Dim " + dimText(dim) + " at T=" +
+                        std::to_string(tokens) + " is invalid or overflows");
+  return result;
+}
+
+std::vector<int64_t> evaluateShape(const fb::BufferRef &ref, int64_t tokens) {
+  std::vector<int64_t> shape;
+  if (const auto *dims = ref.shape())
+    for (const fb::Dim *dim : *dims)
+      shape.push_back(evaluate(*dim, tokens));
+  return shape;
+}
+
+int64_t bufferBytes(const fb::BufferRef &ref, int64_t tokens) {
+  int64_t result;
+  if (!validEnum(ref.dtype()) || !tryBufferBytes(ref, tokens, result))
+    throw ArtifactError("buffer size at T=" + std::to_string(tokens) +
+                        " is invalid or overflows");
+  return result;
+}
+
+std::string_view targetKindName(fb::TargetKind kind) {
+  switch (kind) {
+  case fb::TargetKind::X86:
+    return "x86";
+  case fb::TargetKind::NVPTX:
+    return "nvptx";
+  case fb::TargetKind::AMDGCN:
+    return "amdgcn";
+  }
+  return "unknown";
+}
+
+std::string_view libraryFormatFor(fb::TargetKind kind) {
+  switch (kind) {
+  case fb::TargetKind::X86:
+    return "elf-shared-object";
+  case fb::TargetKind::NVPTX:
+    return "ptx";
+  case fb::TargetKind::AMDGCN:
+    return "hsaco";
+  }
+  return "";
+}
+
+std::string describeTarget(const fb::Target &target) {
+  std::string text(targetKindName(target.kind()));
+  if (!empty(target.chip()))
+    text += " " + escaped(target.chip()->string_view());
+  if (const auto *features = target.features(); sizeOf(features) != 0) {
+    text += " (";
+    for (flatbuffers::uoffset_t i = 0; i < features->size(); ++i)
+      text += (i ? ", " : "") + escaped(features->Get(i)->string_view());
+    text += ")";
+  }
+  return text;
+}
+
+void checkTarget(const Artifact &artifact, fb::TargetKind expected,
+                 const TargetSupportCheck &supports) {
+  const fb::Target &target = *artifact->target();
+  if (target.kind() != expected) {
+    std::string text(targetKindName(target.kind()));
+    if (!empty(target.chip()))
+      text += " " + escaped(target.chip()->string_view());
+    const std::string wanted(targetKindName(expected));
+    fail(artifact.source(), "artifact is for " + text + "; this runtime runs " +
+                                wanted +
+                                " artifacts: rebuild with kilnc "
+                                "--target " +
+                                wanted);
+  }
+  if (!supports)
+    return;
+  if (std::string reason = supports(target); !reason.empty())
+    fail(artifact.source(), "artifact is for " + describeTarget(target) +
+                                ", which this machine cannot run: " + reason);
+}
+
+std::vector<std::string>
+missingFeatures(const fb::Target &target,
+                const std::function<bool(std::string_view)> &has) {
+  std::vector<std::string> missing;
+  if (const auto *features = target.features())
+    for (const flatbuffers::String *feature : *features)
+      if (!has(feature->string_view()))
+        missing.push_back(feature->str());
+  return missing;
+}
+
+} // namespace kiln

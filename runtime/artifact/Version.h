@@ -1,0 +1,16 @@
+// The version of the artifact schema (runtime/artifact/kiln_artifact.fbs)
+// this tree writes and reads. kilnc stores it in Artifact.version; the runtime
+// refuses an artifact whose schema_major differs from kSchemaMajor and
+// accepts any schema_minor (minor versions only add optional fields).
+#pragma once
+
+#include <cstdint>
+
+namespace kiln::artifact {
+
+// Bumped when a change breaks readers: a field's meaning or a rule changes.
+constexpr uint32_t kSchemaMajor = 1;
+// Bumped when optional fields are added at the end of a table.
+constexpr uint32_t kSchemaMinor = 0;
+
+} // namespace kiln::artifact

@@ -1,0 +1,79 @@
+// Runs an x86 Kiln artifact: loads and checks it, loads its kernel library,
+// binds the weights, allocates arenas, KV caches, inputs and the logits
+// output, and executes the steps of its entry points (docs/runtime-abi.md).
+//
+// Everything that can be checked is checked before the first launch: the
+// target and CPU features, every kernel symbol, every weight's dtype and
+// shape, and every buffer a step touches lies inside its buffer at both ends
+// of the token range. A kernel itself is C code; its faults cannot be caught.
+#pragma once
+
+#include "runtime/artifact/Artifact.h"
+#include "runtime/engine/WeightBinder.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+namespace muse_spark {
+struct Config;
+}
+
+// The context length used when EngineOptions::contextLength is 0:
+// min(4096, the model's max_position_embeddings).
+int64_t defaultContextLength(const muse_spark::Config &config);
+
+struct EngineOptions {
+  // A checkpoint directory or "synthetic:SEED".
+  std::string weights;
+  // Positions the global KV caches hold; 0: min(4096, the model's
+  // max_position_embeddings).
+  int64_t contextLength = 0;
+  // Threads for parallel launches and weight loading; 0: all hardware threads.
+  int threads = 0;
+  // Weight loading progress (bytes done, total).
+  BindProgress progress;
+};
+
+class Engine {
+public:
+  // Loads the artifact file; throws ArtifactError for a bad file and
+  // RuntimeError for anything this machine or the weights refuse.
+  static std::unique_ptr<Engine> load(const std::string &artifactPath,
+                                      const EngineOptions &options);
+  static std::unique_ptr<Engine> create(Artifact artifact,
+                                        const EngineOptions &options);
+  ~Engine();
+  Engine(const Engine &) = delete;
+  Engine &operator=(const Engine &) = delete;
+
+  // Runs the prompt through the prefill entry point in chunks of at most its
+  // max_tokens, at positions past .. past + n - 1; returns the logits of the
+  // last token (vocabSize() floats).
+  std::vector<float> prefill(const std::vector<int32_t> &tokens);
+  // One token at position past; returns its logits.
+  std::vector<float> decode(int32_t token);
+
+  // Tokens in the KV caches so far.
+  int64_t pastTokens() const;
+  // Forgets the conversation: past = 0 and the caches zeroed.
+  void reset();
+
+  const Artifact &artifact() const;
+  int64_t vocabSize() const;
+  int64_t contextLength() const;
+  int numThreads() const;
+  uint64_t weightBytes() const;
+  uint64_t kvCacheBytes() const;
+  uint64_t arenaBytes() const;
+
+private:
+  struct Impl;
+  explicit Engine(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+} // namespace kiln

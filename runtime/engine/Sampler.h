@@ -1,0 +1,46 @@
+// Picks the next token from a row of logits: greedy (argmax) or temperature
+// sampling restricted to the top-p nucleus, with a seeded generator so that
+// a seed reproduces a run.
+#pragma once
+
+#include "runtime/engine/Random.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <utility>
+#include <vector>
+
+namespace kiln {
+
+struct SamplingOptions {
+  // <= 0: greedy.
+  double temperature = 0.0;
+  // Keep the smallest set of most probable tokens whose mass is >= topP;
+  // >= 1 keeps every token.
+  double topP = 1.0;
+  uint64_t seed = 0;
+};
+
+// Index of the largest logit, the lowest index on ties; NaN counts as the
+// smallest value. 0 for an empty row.
+int32_t argmax(const float *logits, size_t count);
+
+class Sampler {
+public:
+  // Throws RuntimeError for topP outside (0, 1] or a non-finite temperature.
+  explicit Sampler(const SamplingOptions &options = {});
+
+  const SamplingOptions &options() const { return options_; }
+  int32_t sample(const float *logits, size_t count);
+  int32_t sample(const std::vector<float> &logits) {
+    return sample(logits.data(), logits.size());
+  }
+
+private:
+  SamplingOptions options_;
+  Xoshiro256 rng_;
+  // Reused between calls: (probability, token), most probable first.
+  std::vector<std::pair<double, int32_t>> candidates_;
+};
+
+} // namespace kiln

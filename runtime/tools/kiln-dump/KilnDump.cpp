@@ -1,0 +1,331 @@
+#include "runtime/tools/kiln-dump/KilnDump.h"
+
+#include <cstdio>
+#include <ostream>
+
+namespace kiln {
+namespace fb = kiln::artifact;
+namespace {
+
+constexpr const char *kUsage =
+    "usage: kiln-dump [--weights] [--steps] FILE\n"
+    "\n"
+    "Prints a summary of a Kiln artifact (.kiln, written by kilnc): schema\n"
+    "version, target, model, parallel layout and rank, weight bindings, KV\n"
+    "caches, kernels and, per entry point, its token limit, arena and steps.\n"
+    "The artifact is verified first; a bad one is reported in one line.\n"
+    "\n"
+    "  --weights   list every weight binding\n"
+    "  --steps     list every step: kernel, op, buffers (shapes at\n"
+    "              T = max_tokens) and scalars\n"
+    "  --help      show this text\n"
+    "\n"
+    "exit status: 0 done, 1 the artifact cannot be read, 2 bad usage\n";
+
+// Artifact strings may hold anything; control bytes are escaped so that each
+// item stays on its line.
+std::string text(const flatbuffers::String *value) {
+  if (!value)
+    return "(none)";
+  std::string result;
+  for (char c : value->string_view()) {
+    const auto byte = static_cast<unsigned char>(c);
+    if (byte < 0x20 || byte == 0x7f) {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\x%02x", byte);
+      result += escaped;
+    } else {
+      result += c;
+    }
+  }
+  return result;
+}
+
+std::string bytesText(uint64_t bytes) {
+  std::string result = std::to_string(bytes) + " bytes";
+  if (bytes < 1024)
+    return result;
+  static const char *const kUnits[] = {"KiB", "MiB", "GiB",
+                                       "TiB", "PiB", "EiB"};
+  double value = static_cast<double>(bytes) / 1024;
+  size_t unit = 0;
+  while (value >= 1024 && unit + 1 < std::size(kUnits)) {
+    value /= 1024;
+    ++unit;
+  }
+  char scaled[32];
+  std::snprintf(scaled, sizeof(scaled), " (%.1f %s)", value, kUnits[unit]);
+  return result + scaled;
+}
+
+std::string dtypeText(fb::DType dtype) {
+  return std::string(dtypeName(toDType(dtype)));
+}
+
+template <typename T> std::string listText(const std::vector<T> &values) {
+  std::string result = "[";
+  for (size_t i = 0; i < values.size(); ++i)
+    result += (i ? ", " : "") + std::to_string(values[i]);
+  return result + "]";
+}
+
+std::string bufferText(const Artifact &artifact, const fb::BufferRef &ref,
+                       int64_t tokens) {
+  std::string name;
+  const std::string index = std::to_string(ref.index());
+  switch (ref.kind()) {
+  case fb::BufferKind::Arena:
+    name = "arena";
+    break;
+  case fb::BufferKind::Weight:
+    name = "weight[" + index + "] " +
+           text(artifact->weights()->Get(ref.index())->name());
+    break;
+  case fb::BufferKind::KvCache:
+    name = "kv[" + std::to_string(ref.index() / 2) +
+           (ref.index() % 2 ? "].V" : "].K");
+    break;
+  case fb::BufferKind::Input:
+    name = ref.index() == 0 ? "input.tokens" : "input.positions";
+    break;
+  case fb::BufferKind::Output:
+    name = "output.logits";
+    break;
+  }
+  if (ref.offset() != 0 || ref.kind() == fb::BufferKind::Arena)
+    name += "+" + std::to_string(ref.offset());
+  std::vector<int64_t> shape = evaluateShape(ref, tokens);
+  std::string dims = listText(shape);
+  // The runtime sets a KV cache's first dimension to its slot count.
+  if (ref.kind() == fb::BufferKind::KvCache)
+    dims = "[slots" + dims.substr(dims.find(','));
+  return name + " " + dtypeText(ref.dtype()) + dims;
+}
+
+std::string scalarText(const fb::Scalar &scalar) {
+  switch (scalar.kind()) {
+  case fb::ScalarKind::Constant:
+    return std::to_string(scalar.value());
+  case fb::ScalarKind::Tokens:
+    return "T";
+  case fb::ScalarKind::PastTokens:
+    return "past";
+  case fb::ScalarKind::Part:
+    return "part";
+  case fb::ScalarKind::Parts:
+    return "parts";
+  }
+  return "?";
+}
+
+void dumpWeight(const fb::WeightBinding &weight, size_t index,
+                std::ostream &out) {
+  std::vector<int64_t> shape;
+  if (weight.shape())
+    shape.assign(weight.shape()->begin(), weight.shape()->end());
+  out << "  [" << index << "] " << text(weight.name()) << "  "
+      << dtypeText(weight.dtype()) << listText(shape);
+  if (weight.stack() > 0)
+    out << "  stack " << weight.stack() << " from expert "
+        << weight.first_expert();
+  if (weight.transform() != fb::WeightTransform::None)
+    out << "  transform " << fb::EnumNameWeightTransform(weight.transform());
+  if (weight.slice_dim() >= 0)
+    out << "  slice dim " << weight.slice_dim() << " in "
+        << weight.slice_count();
+  out << "  " << bytesText(weight.bytes()) << "\n";
+}
+
+void dumpStep(const Artifact &artifact, const fb::StepEntry &step, size_t index,
+              int64_t tokens, std::ostream &out) {
+  out << "    [" << index << "] ";
+  auto buffers = [&](const char *label, const auto *refs) {
+    out << "        " << label << ":";
+    if (!refs || refs->size() == 0)
+      out << " none";
+    for (flatbuffers::uoffset_t i = 0; refs && i < refs->size(); ++i)
+      out << (i ? ", " : " ") << bufferText(artifact, *refs->Get(i), tokens);
+    out << "\n";
+  };
+  if (const fb::Launch *launch = step.step_as_Launch()) {
+    out << "launch " << text(artifact->kernels()->Get(launch->kernel())->name())
+        << "  op " << text(launch->op());
+    if (launch->max_parts() > 1)
+      out << "  parts <= " << launch->max_parts();
+    out << "\n";
+    buffers("buffers", launch->buffers());
+    out << "        scalars:";
+    const auto *scalars = launch->scalars();
+    if (!scalars || scalars->size() == 0)
+      out << " none";
+    for (flatbuffers::uoffset_t i = 0; scalars && i < scalars->size(); ++i)
+      out << (i ? ", " : " ") << scalarText(*scalars->Get(i));
+    out << "\n";
+  } else if (const fb::Copy *copy = step.step_as_Copy()) {
+    out << "copy " << bufferText(artifact, *copy->source(), tokens) << " -> "
+        << bufferText(artifact, *copy->destination(), tokens) << "\n";
+  } else if (const fb::Collective *collective = step.step_as_Collective()) {
+    std::vector<int32_t> group(collective->group()->begin(),
+                               collective->group()->end());
+    out << "collective " << fb::EnumNameCollectiveKind(collective->kind())
+        << "  group " << listText(group) << "  axis " << collective->axis()
+        << "\n        " << bufferText(artifact, *collective->source(), tokens)
+        << " -> " << bufferText(artifact, *collective->destination(), tokens)
+        << "\n";
+  }
+}
+
+void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
+                    const DumpOptions &options, std::ostream &out) {
+  size_t launches = 0, copies = 0, collectives = 0;
+  const auto *steps = entry.steps();
+  for (flatbuffers::uoffset_t i = 0; steps && i < steps->size(); ++i) {
+    switch (steps->Get(i)->step_type()) {
+    case fb::Step::Launch:
+      ++launches;
+      break;
+    case fb::Step::Copy:
+      ++copies;
+      break;
+    default:
+      ++collectives;
+      break;
+    }
+  }
+  const int64_t tokens = entry.max_tokens();
+  out << "entry point   " << text(entry.name()) << ": max_tokens " << tokens
+      << ", arena " << bytesText(entry.arena_bytes());
+  if (const fb::Dim *rows = entry.logits_rows()) {
+    const int64_t first = evaluate(*rows, 1), last = evaluate(*rows, tokens);
+    out << ", logits rows " << first;
+    if (last != first)
+      out << " at T=1, " << last << " at T=" << tokens;
+  }
+  out << "\n              " << launches + copies + collectives
+      << " steps: " << launches << " launch, " << copies << " copy, "
+      << collectives << " collective\n";
+  if (!options.steps)
+    return;
+  out << "  steps (shapes at T=" << tokens << "):\n";
+  for (flatbuffers::uoffset_t i = 0; steps && i < steps->size(); ++i)
+    dumpStep(artifact, *steps->Get(i), i, tokens, out);
+}
+
+} // namespace
+
+void dumpArtifact(const Artifact &artifact, const DumpOptions &options,
+                  std::ostream &out) {
+  const fb::Artifact &root = artifact.root();
+  out << "artifact      " << artifact.source() << ", "
+      << bytesText(artifact.bytes().size()) << "\n";
+
+  const fb::Version &version = *root.version();
+  out << "version       schema " << version.schema_major() << "."
+      << version.schema_minor() << ", compiler " << text(version.compiler())
+      << "\n";
+
+  const fb::Target &target = *root.target();
+  out << "target        " << targetKindName(target.kind()) << ", triple "
+      << text(target.triple()) << ", chip " << text(target.chip())
+      << ", features";
+  const auto *features = target.features();
+  if (!features || features->size() == 0)
+    out << " none";
+  for (flatbuffers::uoffset_t i = 0; features && i < features->size(); ++i)
+    out << (i ? ", " : " ") << text(features->Get(i));
+  out << "\n";
+
+  const fb::Model &model = *root.model();
+  out << "model         " << text(model.name()) << ", weight format "
+      << text(model.weight_format()) << ", config "
+      << bytesText(model.config_json() ? model.config_json()->size() : 0)
+      << " of JSON\n";
+
+  const fb::Layout &layout = *root.layout();
+  out << "layout        tp " << layout.tp() << ", ep " << layout.ep() << ", sp "
+      << (layout.sp() ? "on" : "off") << ", world " << layout.world()
+      << "; rank " << root.rank() << "\n";
+
+  uint64_t weightBytes = 0;
+  for (size_t i = 0; i < artifact.numWeights(); ++i)
+    weightBytes +=
+        root.weights()->Get(static_cast<flatbuffers::uoffset_t>(i))->bytes();
+  out << "weights       " << artifact.numWeights()
+      << (artifact.numWeights() == 1 ? " binding, " : " bindings, ")
+      << bytesText(weightBytes) << "\n";
+  if (options.weights)
+    for (size_t i = 0; i < artifact.numWeights(); ++i)
+      dumpWeight(*root.weights()->Get(static_cast<flatbuffers::uoffset_t>(i)),
+                 i, out);
+
+  size_t global = 0, sliding = 0;
+  uint64_t globalBytes = 0, slidingBytes = 0;
+  for (size_t i = 0; i < artifact.numKvCaches(); ++i) {
+    const fb::KvCache &cache =
+        *root.kv_caches()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    // K and V per position.
+    const uint64_t perToken = 2ull * cache.kv_heads() * cache.head_dim() *
+                              dtypeSize(toDType(cache.dtype()));
+    if (cache.window() == 0) {
+      ++global;
+      globalBytes += perToken;
+    } else {
+      ++sliding;
+      slidingBytes += perToken;
+    }
+  }
+  out << "kv caches     " << artifact.numKvCaches() << " (" << global
+      << " global, " << sliding
+      << " sliding); K+V bytes per token: " << globalBytes << " global, "
+      << slidingBytes << " sliding (up to their windows)\n";
+
+  const fb::KernelLibrary &library = *root.library();
+  out << "kernels       " << artifact.numKernels() << ", library "
+      << text(library.format()) << " "
+      << bytesText(library.blob() ? library.blob()->size() : 0) << "\n";
+  for (size_t i = 0; i < artifact.numKernels(); ++i) {
+    const fb::Kernel &kernel =
+        *root.kernels()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    out << "  [" << i << "] " << text(kernel.name()) << "  op "
+        << text(kernel.op()) << "  tiling " << text(kernel.tiling()) << "\n";
+  }
+
+  for (const fb::EntryPoint *entry : *root.entry_points())
+    dumpEntryPoint(artifact, *entry, options, out);
+}
+
+int kilnDumpMain(const std::vector<std::string> &args, std::ostream &out,
+                 std::ostream &err) {
+  DumpOptions options;
+  std::vector<std::string> files;
+  for (const std::string &arg : args) {
+    if (arg == "--help" || arg == "-h") {
+      out << kUsage;
+      return 0;
+    }
+    if (arg == "--weights") {
+      options.weights = true;
+    } else if (arg == "--steps") {
+      options.steps = true;
+    } else if (arg.size() > 1 && arg[0] == '-') {
+      err << "kiln-dump: unknown option '" << arg << "'\n" << kUsage;
+      return 2;
+    } else {
+      files.push_back(arg);
+    }
+  }
+  if (files.size() != 1) {
+    err << "kiln-dump: expected one artifact file, got " << files.size() << "\n"
+        << kUsage;
+    return 2;
+  }
+  try {
+    dumpArtifact(Artifact::load(files[0]), options, out);
+  } catch (const std::exception &error) {
+    err << error.what() << "\n";
+    return 1;
+  }
+  return 0;
+}
+
+} // namespace kiln

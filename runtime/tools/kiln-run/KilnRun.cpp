@@ -1,0 +1,354 @@
+#include "runtime/tools/kiln-run/KilnRun.h"
+
+#include "models/muse_spark/Config.h"
+#include "runtime/artifact/Artifact.h"
+#include "runtime/engine/Engine.h"
+#include "runtime/engine/Sampler.h"
+
+#include <charconv>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <map>
+#include <optional>
+#include <stdexcept>
+
+namespace kiln {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr const char *kUsage =
+    R"(usage: kiln-run ARTIFACT --weights DIR|synthetic:SEED --prompt-ids IDS
+                --max-new-tokens N [options]
+
+Generates tokens with an x86 Kiln artifact (kilnc --target x86) and reports
+the time to first token, the time per output token and tokens/s.
+
+  ARTIFACT                  the .kiln file
+  --weights DIR             a safetensors checkpoint directory
+  --weights synthetic:SEED  weights generated from SEED (as kiln-ckpt synth)
+  --prompt-ids 1,2,3        the prompt, as token ids
+  --max-new-tokens N        tokens to generate (N >= 1)
+  --temperature T           0 (default): greedy; else sample softmax(logits/T)
+  --top-p P                 sample from the smallest set of tokens whose
+                            probability reaches P, 0 < P <= 1 (default 1)
+  --seed S                  sampling seed (default 0)
+  --context N               positions the KV caches hold
+                            (default: min(4096, max_position_embeddings))
+  --threads N               threads (default: all hardware threads)
+  --help                    this text
+)";
+
+// Bad command lines: exit status 2 and a pointer to --help.
+class UsageError : public std::runtime_error {
+public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Options {
+  std::string artifact;
+  std::string weights;
+  std::vector<int32_t> promptIds;
+  int64_t maxNewTokens = 0;
+  SamplingOptions sampling;
+  int64_t context = 0;
+  int threads = 0;
+  bool help = false;
+};
+
+template <typename Int>
+Int parseInteger(const std::string &flag, const std::string &text, Int min,
+                 Int max) {
+  Int value{};
+  const char *end = text.data() + text.size();
+  auto [ptr, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || ptr != end || value < min ||
+      value > max)
+    throw UsageError(flag + ": '" + text + "' is not an integer in " +
+                     std::to_string(min) + ".." + std::to_string(max));
+  return value;
+}
+
+double parseNumber(const std::string &flag, const std::string &text) {
+  char *end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() ||
+      !std::isfinite(value))
+    throw UsageError(flag + ": '" + text + "' is not a number");
+  return value;
+}
+
+std::vector<int32_t> parseIds(const std::string &text) {
+  std::vector<int32_t> ids;
+  size_t start = 0;
+  for (;;) {
+    const size_t comma = text.find(',', start);
+    std::string item = text.substr(start, comma - start);
+    const size_t first = item.find_first_not_of(' ');
+    item = first == std::string::npos
+               ? ""
+               : item.substr(first, item.find_last_not_of(' ') - first + 1);
+    ids.push_back(parseInteger<int32_t>("--prompt-ids", item, 0,
+                                        std::numeric_limits<int32_t>::max()));
+    if (comma == std::string::npos)
+      return ids;
+    start = comma + 1;
+  }
+}
+
+Options parseArgs(const std::vector<std::string> &args) {
+  Options options;
+  std::map<std::string, std::string> values;
+  static const char *const kFlags[] = {
+      "--weights", "--prompt-ids", "--max-new-tokens", "--temperature",
+      "--top-p",   "--seed",       "--context",        "--threads"};
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string &arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      options.help = true;
+      return options;
+    }
+    if (arg.size() < 2 || arg.compare(0, 2, "--") != 0 || arg == "--") {
+      if (arg.size() > 1 && arg[0] == '-')
+        throw UsageError("unknown option '" + arg + "'");
+      if (!options.artifact.empty())
+        throw UsageError("unexpected argument '" + arg +
+                         "' (one artifact only)");
+      options.artifact = arg;
+      continue;
+    }
+    const size_t equals = arg.find('=');
+    const std::string flag = arg.substr(0, equals);
+    bool known = false;
+    for (const char *name : kFlags)
+      known = known || flag == name;
+    if (!known)
+      throw UsageError("unknown option '" + flag + "'");
+    std::string value;
+    if (equals != std::string::npos) {
+      value = arg.substr(equals + 1);
+    } else {
+      if (i + 1 >= args.size())
+        throw UsageError(flag + " needs a value");
+      value = args[++i];
+    }
+    if (!values.emplace(flag, value).second)
+      throw UsageError(flag + " is given twice");
+  }
+
+  if (options.artifact.empty())
+    throw UsageError("no artifact given");
+  for (const char *required : {"--weights", "--prompt-ids", "--max-new-tokens"})
+    if (!values.count(required))
+      throw UsageError(std::string(required) + " is required");
+  options.weights = values["--weights"];
+  if (options.weights.empty())
+    throw UsageError("--weights: empty (a directory or synthetic:SEED)");
+  options.promptIds = parseIds(values["--prompt-ids"]);
+  options.maxNewTokens = parseInteger<int64_t>(
+      "--max-new-tokens", values["--max-new-tokens"], 1, int64_t{1} << 40);
+  if (values.count("--temperature")) {
+    options.sampling.temperature =
+        parseNumber("--temperature", values["--temperature"]);
+    if (options.sampling.temperature < 0)
+      throw UsageError("--temperature: must be >= 0");
+  }
+  if (values.count("--top-p")) {
+    options.sampling.topP = parseNumber("--top-p", values["--top-p"]);
+    if (!(options.sampling.topP > 0 && options.sampling.topP <= 1))
+      throw UsageError("--top-p: must be in (0, 1]");
+  }
+  if (values.count("--seed"))
+    options.sampling.seed = parseInteger<uint64_t>(
+        "--seed", values["--seed"], 0, std::numeric_limits<uint64_t>::max());
+  if (values.count("--context"))
+    options.context = parseInteger<int64_t>("--context", values["--context"], 1,
+                                            int64_t{1} << 40);
+  if (values.count("--threads"))
+    options.threads =
+        parseInteger<int>("--threads", values["--threads"], 1, 4096);
+  return options;
+}
+
+std::string humanBytes(uint64_t bytes) {
+  static const char *const kUnits[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 4) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", value,
+                kUnits[unit]);
+  return text;
+}
+
+std::string milliseconds(double ms) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.3f", ms);
+  return text;
+}
+
+// The weight loading bar: redrawn in place on a terminal (at most every
+// 100 ms), nothing elsewhere; the caller prints a summary line at the end.
+class ProgressBar {
+public:
+  ProgressBar(std::ostream &err, bool terminal)
+      : err_(err), terminal_(terminal) {}
+
+  void update(uint64_t done, uint64_t total) {
+    if (!terminal_ || total == 0)
+      return;
+    const Clock::time_point now = Clock::now();
+    if (drawn_ && done < total &&
+        now - lastDraw_ < std::chrono::milliseconds(100))
+      return;
+    lastDraw_ = now;
+    drawn_ = true;
+    constexpr int kWidth = 30;
+    const int filled = static_cast<int>(kWidth * done / total);
+    err_ << "\rloading weights [" << std::string(filled, '#')
+         << std::string(kWidth - filled, '.') << "] "
+         << static_cast<int>(100 * done / total) << "% " << humanBytes(done)
+         << " / " << humanBytes(total) << std::flush;
+  }
+
+  // Ends the bar's line, if one was drawn.
+  void finish() {
+    if (drawn_)
+      err_ << "\n";
+    drawn_ = false;
+  }
+
+private:
+  std::ostream &err_;
+  bool terminal_;
+  bool drawn_ = false;
+  Clock::time_point lastDraw_;
+};
+
+double msSince(Clock::time_point start, Clock::time_point end) {
+  return std::chrono::duration<double, std::milli>(end - start).count();
+}
+
+int run(const Options &options, std::ostream &out, std::ostream &err,
+        bool errIsTerminal) {
+  // What can be refused without the weights is refused before loading them.
+  Artifact artifact = Artifact::load(options.artifact);
+  const flatbuffers::String *configText = artifact->model()->config_json();
+  const muse_spark::Config config =
+      muse_spark::parseConfig(configText ? configText->str() : std::string(),
+                              artifact.source() + ": model.config_json");
+  for (int32_t id : options.promptIds)
+    if (id >= config.vocabSize)
+      throw std::runtime_error("--prompt-ids: token id " + std::to_string(id) +
+                               " is outside the vocabulary 0.." +
+                               std::to_string(config.vocabSize - 1));
+  const int64_t context =
+      options.context ? options.context : defaultContextLength(config);
+  // The last generated token is never fed back.
+  const int64_t needed =
+      static_cast<int64_t>(options.promptIds.size()) + options.maxNewTokens - 1;
+  if (needed > context)
+    throw std::runtime_error(
+        std::to_string(options.promptIds.size()) + " prompt tokens and " +
+        std::to_string(options.maxNewTokens) +
+        " new tokens need a context of " + std::to_string(needed) +
+        "; it holds " + std::to_string(context) + " (--context)");
+  Sampler sampler(options.sampling);
+
+  ProgressBar bar(err, errIsTerminal);
+  EngineOptions engineOptions;
+  engineOptions.weights = options.weights;
+  engineOptions.contextLength = options.context;
+  engineOptions.threads = options.threads;
+  engineOptions.progress = [&](uint64_t done, uint64_t total) {
+    bar.update(done, total);
+  };
+  const Clock::time_point loadStart = Clock::now();
+  std::unique_ptr<Engine> engine;
+  try {
+    engine = Engine::create(std::move(artifact), engineOptions);
+  } catch (...) {
+    bar.finish();
+    throw;
+  }
+  bar.finish();
+  const Artifact &loaded = engine->artifact();
+  char seconds[32];
+  std::snprintf(seconds, sizeof seconds, "%.2f",
+                msSince(loadStart, Clock::now()) / 1000);
+  const flatbuffers::String *modelName = loaded->model()->name();
+  err << "kiln-run: " << (modelName ? modelName->str() : "model") << " for "
+      << describeTarget(*loaded->target()) << ": "
+      << humanBytes(engine->weightBytes()) << " of weights loaded in "
+      << seconds << " s; " << engine->numThreads() << " threads, context "
+      << engine->contextLength() << ", KV cache "
+      << humanBytes(engine->kvCacheBytes()) << "\n";
+
+  std::vector<int32_t> generated;
+  generated.reserve(static_cast<size_t>(options.maxNewTokens));
+  const Clock::time_point start = Clock::now();
+  std::vector<float> logits = engine->prefill(options.promptIds);
+  generated.push_back(sampler.sample(logits));
+  const Clock::time_point firstToken = Clock::now();
+  while (static_cast<int64_t>(generated.size()) < options.maxNewTokens) {
+    logits = engine->decode(generated.back());
+    generated.push_back(sampler.sample(logits));
+  }
+  const Clock::time_point end = Clock::now();
+
+  for (size_t i = 0; i < generated.size(); ++i)
+    out << (i ? "," : "") << generated[i];
+  out << "\n";
+  const double ttft = msSince(start, firstToken);
+  const int64_t decoded = options.maxNewTokens - 1;
+  // With one new token there is no decode step: its time is the prefill's.
+  const double perToken =
+      decoded > 0 ? msSince(firstToken, end) / static_cast<double>(decoded)
+                  : ttft;
+  out << "time to first token: " << milliseconds(ttft) << " ms\n"
+      << "time per output token: " << milliseconds(perToken) << " ms\n"
+      << "tokens/s: " << milliseconds(perToken > 0 ? 1000 / perToken : 0)
+      << "\n";
+  return 0;
+}
+
+// An error message on one line.
+std::string oneLine(std::string text) {
+  for (char &c : text)
+    if (c == '\n' || c == '\r')
+      c = ' ';
+  return text;
+}
+
+} // namespace
+
+int kilnRunMain(const std::vector<std::string> &args, std::ostream &out,
+                std::ostream &err, bool errIsTerminal) {
+  Options options;
+  try {
+    options = parseArgs(args);
+  } catch (const UsageError &error) {
+    err << "kiln-run: error: " << oneLine(error.what())
+        << " (kiln-run --help for usage)\n";
+    return 2;
+  }
+  if (options.help) {
+    out << kUsage;
+    return 0;
+  }
+  try {
+    return run(options, out, err, errIsTerminal);
+  } catch (const std::exception &error) {
+    out << std::flush;
+    err << "kiln-run: error: " << oneLine(error.what()) << "\n";
+    return 1;
+  }
+}
+
+} // namespace kiln

@@ -1,0 +1,204 @@
+// Rotary embedding and attention over the KV cache. The attention kernel
+// serves prefill and decode alike: queries at positions past .. past+T-1
+// attend to the cached positions still in their window and to the new
+// tokens up to themselves (online softmax), then the new K/V are written to
+// the cache (a ring of `window` slots for sliding layers). Launch parts split
+// the KV heads, so a part only reads and writes its own heads' cache.
+#include "targets/x86/Generators.h"
+
+namespace kiln::x86 {
+
+KernelSpec rope(int64_t heads, int64_t headDim, double theta) {
+  std::string name = "rope_" + std::to_string(heads) + "x" + std::to_string(headDim) + "_theta" +
+                     std::to_string(static_cast<long long>(theta));
+  std::string t3 = "memref<?x" + std::to_string(heads) + "x" + std::to_string(headDim) + "xf32>";
+  std::string body = fillTemplate(R"(
+func.func @@@name@@(%x: @@t3@@, %pos: memref<?xi32>, %out: @@t3@@, %rows_i: i64, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "rows", parallel = "tokens"}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %half = arith.constant @@half@@ : index
+  %heads = arith.constant @@heads@@ : index
+  %theta = arith.constant @@theta@@ : f64
+  %minus_two_over_d = arith.constant @@m2d@@ : f64
+  %rows = arith.index_cast %rows_i : i64 to index
+  @@range@@
+  scf.for %t = %tbegin to %tend step %c1 {
+    %p32 = memref.load %pos[%t] : memref<?xi32>
+    %p = arith.sitofp %p32 : i32 to f64
+    scf.for %j = %c0 to %half step %c1 {
+      %j64 = arith.index_cast %j : index to i64
+      %jf = arith.sitofp %j64 : i64 to f64
+      %e = arith.mulf %jf, %minus_two_over_d : f64
+      %freq = math.powf %theta, %e : f64
+      %angle = arith.mulf %p, %freq : f64
+      %cd = math.cos %angle : f64
+      %sd = math.sin %angle : f64
+      %c = arith.truncf %cd : f64 to f32
+      %s = arith.truncf %sd : f64 to f32
+      %j2 = arith.addi %j, %half : index
+      scf.for %h = %c0 to %heads step %c1 {
+        %x0 = memref.load %x[%t, %h, %j] : @@t3@@
+        %x1 = memref.load %x[%t, %h, %j2] : @@t3@@
+        %a = arith.mulf %x0, %c : f32
+        %b = arith.mulf %x1, %s : f32
+        %o0 = arith.subf %a, %b : f32
+        %d = arith.mulf %x1, %c : f32
+        %f = arith.mulf %x0, %s : f32
+        %o1 = arith.addf %d, %f : f32
+        memref.store %o0, %out[%t, %h, %j] : @@t3@@
+        memref.store %o1, %out[%t, %h, %j2] : @@t3@@
+      }
+    }
+  }
+  return
+}
+)",
+                                  {{"name", name},
+                                   {"t3", t3},
+                                   {"half", std::to_string(headDim / 2)},
+                                   {"heads", std::to_string(heads)},
+                                   {"theta", floatLiteral(theta)},
+                                   {"m2d", floatLiteral(-2.0 / double(headDim))},
+                                   {"range", partRange("%rows", "t")}});
+  return KernelSpec{name, "kiln.rope", "{\"kind\": \"rows\", \"parallel\": \"tokens\"}", body};
+}
+
+KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
+                     double scale) {
+  std::string name = "attention_" + std::to_string(qHeads) + "x" + std::to_string(kvHeads) + "x" +
+                     std::to_string(headDim) + (window ? "_w" + std::to_string(window) : "_global");
+  std::string lanes = headDim % 16 == 0 ? "16" : "1";
+  std::string q = "memref<?x" + std::to_string(qHeads) + "x" + std::to_string(headDim) + "xf32>";
+  std::string kv = "memref<?x" + std::to_string(kvHeads) + "x" + std::to_string(headDim) + "xf32>";
+  std::string vf = "vector<" + lanes + "xf32>";
+  // One key: score, online-softmax update of (max, sum) and of the output
+  // accumulator %acc, reading the key from @@K@@[@@row@@] and the value from
+  // @@V@@[@@row@@].
+  std::string update = R"(
+        %zero_v = arith.constant dense<0.0> : @@vf@@
+        %dotv = scf.for %d = %c0 to %dim step %step iter_args(%sv = %zero_v) -> (@@vf@@) {
+          %qv = vector.load %q[%t, %h, %d] : @@qt@@, @@vf@@
+          %kvv = vector.load @@K@@[@@row@@, %kvh, %d] : @@kvt@@, @@vf@@
+          %pr = arith.mulf %qv, %kvv : @@vf@@
+          %ns = arith.addf %sv, %pr : @@vf@@
+          scf.yield %ns : @@vf@@
+        }
+        %dot = vector.reduction <add>, %dotv : @@vf@@ into f32
+        %score = arith.mulf %dot, %scale : f32
+        %m_new = arith.maximumf %m, %score : f32
+        %dm = arith.subf %m, %m_new : f32
+        %corr = math.exp %dm : f32
+        %ds = arith.subf %score, %m_new : f32
+        %pw = math.exp %ds : f32
+        %l_c = arith.mulf %l, %corr : f32
+        %l_new = arith.addf %l_c, %pw : f32
+        %corr_v = vector.broadcast %corr : f32 to @@vf@@
+        %pw_v = vector.broadcast %pw : f32 to @@vf@@
+        scf.for %d = %c0 to %dim step %step {
+          %av = vector.load %acc[%d] : memref<@@D@@xf32>, @@vf@@
+          %vv = vector.load @@V@@[@@row@@, %kvh, %d] : @@kvt@@, @@vf@@
+          %ac = arith.mulf %av, %corr_v : @@vf@@
+          %pv = arith.mulf %vv, %pw_v : @@vf@@
+          %an = arith.addf %ac, %pv : @@vf@@
+          vector.store %an, %acc[%d] : memref<@@D@@xf32>, @@vf@@
+        }
+        scf.yield %m_new, %l_new : f32, f32
+)";
+  std::string D = std::to_string(headDim);
+  std::string cached = fillTemplate(update, {{"K", "%kc"}, {"V", "%vc"}, {"row", "%slot"},
+                                             {"vf", vf}, {"qt", q}, {"kvt", kv}, {"D", D}});
+  std::string fresh = fillTemplate(update, {{"K", "%k"}, {"V", "%v"}, {"row", "%t2"},
+                                            {"vf", vf}, {"qt", q}, {"kvt", kv}, {"D", D}});
+  std::string body = fillTemplate(R"(
+func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@, %out: @@qt@@,
+                    %tokens: i64, %past_i: i64, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface,
+                kiln.tiling = {kind = "online-softmax", lanes = @@lanes@@ : i64, parallel = "kv_heads", window = @@W@@ : i64}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %step = arith.constant @@lanes@@ : index
+  %dim = arith.constant @@D@@ : index
+  %group = arith.constant @@G@@ : index
+  %kv_heads = arith.constant @@Hkv@@ : index
+  %window = arith.constant @@W@@ : index
+  %scale = arith.constant @@scale@@ : f32
+  %neg_inf = arith.constant 0xFF800000 : f32
+  %zero_f = arith.constant 0.0 : f32
+  %one_f = arith.constant 1.0 : f32
+  %t_count = arith.index_cast %tokens : i64 to index
+  %past = arith.index_cast %past_i : i64 to index
+  %slots = memref.dim %kc, %c0 : @@kvt@@
+  %acc = memref.alloca() : memref<@@D@@xf32>
+  %zero_d = arith.constant dense<0.0> : @@vf@@
+  @@range@@
+  scf.for %kvh = %hbegin to %hend step %c1 {
+    scf.for %g = %c0 to %group step %c1 {
+      %hb = arith.muli %kvh, %group : index
+      %h = arith.addi %hb, %g : index
+      scf.for %t = %c0 to %t_count step %c1 {
+        %p = arith.addi %past, %t : index
+        // First visible position: p - window + 1 for sliding layers, 0 for global.
+        %p1 = arith.addi %p, %c1 : index
+        %lo_w = arith.subi %p1, %window : index
+        %is_global = arith.cmpi eq, %window, %c0 : index
+        %lo_s = arith.maxsi %lo_w, %c0 : index
+        %lo = arith.select %is_global, %c0, %lo_s : index
+        scf.for %d = %c0 to %dim step %step {
+          vector.store %zero_d, %acc[%d] : memref<@@D@@xf32>, @@vf@@
+        }
+        %lo_cached = arith.minui %lo, %past : index
+        %ml0:2 = scf.for %j = %lo_cached to %past step %c1 iter_args(%m = %neg_inf, %l = %zero_f) -> (f32, f32) {
+          %slot = arith.remui %j, %slots : index
+@@cached@@
+        }
+        %lo_new_s = arith.subi %lo, %past : index
+        %lo_new = arith.maxsi %lo_new_s, %c0 : index
+        %t_end = arith.addi %t, %c1 : index
+        %ml:2 = scf.for %t2 = %lo_new to %t_end step %c1 iter_args(%m = %ml0#0, %l = %ml0#1) -> (f32, f32) {
+@@fresh@@
+        }
+        %inv = arith.divf %one_f, %ml#1 : f32
+        %inv_v = vector.broadcast %inv : f32 to @@vf@@
+        scf.for %d = %c0 to %dim step %step {
+          %av = vector.load %acc[%d] : memref<@@D@@xf32>, @@vf@@
+          %o = arith.mulf %av, %inv_v : @@vf@@
+          vector.store %o, %out[%t, %h, %d] : @@qt@@, @@vf@@
+        }
+      }
+    }
+    // The new tokens' K/V into the cache, in order (in a ring, later ones win).
+    scf.for %t2 = %c0 to %t_count step %c1 {
+      %pp = arith.addi %past, %t2 : index
+      %slot = arith.remui %pp, %slots : index
+      scf.for %d = %c0 to %dim step %step {
+        %kv1 = vector.load %k[%t2, %kvh, %d] : @@kvt@@, @@vf@@
+        vector.store %kv1, %kc[%slot, %kvh, %d] : @@kvt@@, @@vf@@
+        %vv1 = vector.load %v[%t2, %kvh, %d] : @@kvt@@, @@vf@@
+        vector.store %vv1, %vc[%slot, %kvh, %d] : @@kvt@@, @@vf@@
+      }
+    }
+  }
+  return
+}
+)",
+                                  {{"name", name},
+                                   {"qt", q},
+                                   {"kvt", kv},
+                                   {"vf", vf},
+                                   {"lanes", lanes},
+                                   {"D", std::to_string(headDim)},
+                                   {"G", std::to_string(qHeads / kvHeads)},
+                                   {"Hkv", std::to_string(kvHeads)},
+                                   {"W", std::to_string(window)},
+                                   {"scale", floatLiteral(scale)},
+                                   {"range", partRange("%kv_heads", "h")},
+                                   {"cached", cached},
+                                   {"fresh", fresh}});
+  return KernelSpec{name, "kiln.attention",
+                    "{\"kind\": \"online-softmax\", \"lanes\": " + lanes +
+                        ", \"parallel\": \"kv_heads\", \"window\": " + std::to_string(window) + "}",
+                    body};
+}
+
+} // namespace kiln::x86

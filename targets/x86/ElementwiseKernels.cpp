@@ -1,0 +1,326 @@
+// Row-wise kernels: bf16 casts for GEMM inputs, the embedding gather, RMSNorm
+// (also per head), the fused norm/residual boundary and elementwise ops.
+// Rows are split over launch parts; each row is processed in vector<16xf32>
+// steps when the width allows, element by element otherwise.
+#include "targets/x86/Generators.h"
+
+namespace kiln::x86 {
+namespace {
+
+constexpr int64_t kLanes = 16;
+
+std::string lanesFor(int64_t width) { return width % kLanes == 0 ? "16" : "1"; }
+
+// The vector type a row step uses: vector<16xT> or vector<1xT>.
+std::string vec(int64_t width, const std::string &elem) {
+  return "vector<" + lanesFor(width) + "x" + elem + ">";
+}
+
+KernelSpec make(const std::string &name, const std::string &op, const std::string &tiling,
+                const std::string &body) {
+  return KernelSpec{name, op, tiling, body};
+}
+
+std::string tilingAttr(int64_t width) {
+  return "{kind = \"rows\", lanes = " + lanesFor(width) + " : i64}";
+}
+
+std::string tilingJson(int64_t width) {
+  return "{\"kind\": \"rows\", \"lanes\": " + lanesFor(width) + "}";
+}
+
+} // namespace
+
+KernelSpec castToBf16(int64_t width) {
+  std::string name = "cast_bf16_" + std::to_string(width);
+  std::string body = fillTemplate(R"(
+func.func @@@name@@(%x: memref<?x@@w@@xf32>, %y: memref<?x@@w@@xbf16>, %first: i64, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
+  %c0 = arith.constant 0 : index
+  %step = arith.constant @@lanes@@ : index
+  %width = arith.constant @@w@@ : index
+  %rows = memref.dim %y, %c0 : memref<?x@@w@@xbf16>
+  %src_rows = memref.dim %x, %c0 : memref<?x@@w@@xf32>
+  %first_row = arith.index_cast %first : i64 to index
+  %zero = arith.constant dense<0.0> : @@vbf@@
+  @@range@@
+  scf.for %r = %rbegin to %rend step %one_r {
+    %src = arith.addi %first_row, %r : index
+    %inside = arith.cmpi ult, %src, %src_rows : index
+    scf.for %c = %c0 to %width step %step {
+      scf.if %inside {
+        %v = vector.load %x[%src, %c] : memref<?x@@w@@xf32>, @@vf@@
+        %b = arith.truncf %v : @@vf@@ to @@vbf@@
+        vector.store %b, %y[%r, %c] : memref<?x@@w@@xbf16>, @@vbf@@
+      } else {
+        vector.store %zero, %y[%r, %c] : memref<?x@@w@@xbf16>, @@vbf@@
+      }
+    }
+  }
+  return
+}
+)",
+                                  {{"name", name},
+                                   {"w", std::to_string(width)},
+                                   {"lanes", lanesFor(width)},
+                                   {"vf", vec(width, "f32")},
+                                   {"vbf", vec(width, "bf16")},
+                                   {"tiling", tilingAttr(width)},
+                                   {"range", partRange("%rows", "r") + "    %one_r = arith.constant 1 : index\n"}});
+  return make(name, "kiln.cast_bf16", tilingJson(width), body);
+}
+
+KernelSpec embed(int64_t vocab, int64_t hidden) {
+  std::string name = "embed_" + std::to_string(vocab) + "x" + std::to_string(hidden);
+  std::string body = fillTemplate(R"(
+func.func @@@name@@(%table: memref<@@v@@x@@h@@xbf16>, %ids: memref<?xi32>, %out: memref<?x@@h@@xf32>, %tokens: i64, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %step = arith.constant @@lanes@@ : index
+  %width = arith.constant @@h@@ : index
+  %t_count = arith.index_cast %tokens : i64 to index
+  @@range@@
+  scf.for %t = %tbegin to %tend step %c1 {
+    %id32 = memref.load %ids[%t] : memref<?xi32>
+    %id = arith.index_cast %id32 : i32 to index
+    scf.for %c = %c0 to %width step %step {
+      %b = vector.load %table[%id, %c] : memref<@@v@@x@@h@@xbf16>, @@vbf@@
+      %v = arith.extf %b : @@vbf@@ to @@vf@@
+      vector.store %v, %out[%t, %c] : memref<?x@@h@@xf32>, @@vf@@
+    }
+  }
+  return
+}
+)",
+                                  {{"name", name},
+                                   {"v", std::to_string(vocab)},
+                                   {"h", std::to_string(hidden)},
+                                   {"lanes", lanesFor(hidden)},
+                                   {"vf", vec(hidden, "f32")},
+                                   {"vbf", vec(hidden, "bf16")},
+                                   {"tiling", tilingAttr(hidden)},
+                                   {"range", partRange("%t_count", "t")}});
+  return make(name, "kiln.embed", tilingJson(hidden), body);
+}
+
+// The body of one RMSNorm row: reads %src row %srow, writes %dst row %drow
+// with weight %w, for a row of width @@w@@.
+static std::string normRow(const std::string &src, const std::string &srcType,
+                           const std::string &dst, const std::string &dstType,
+                           const std::string &weight, const std::string &weightType,
+                           const std::string &row, const std::string &eps, int64_t width,
+                           const std::string &prefix) {
+  return fillTemplate(R"(
+    %@@p@@acc0 = arith.constant dense<0.0> : @@vf@@
+    %@@p@@acc = scf.for %c = %c0 to %width step %step iter_args(%a = %@@p@@acc0) -> (@@vf@@) {
+      %v = vector.load @@src@@[@@row@@, %c] : @@srcType@@, @@vf@@
+      %sq = arith.mulf %v, %v : @@vf@@
+      %n = arith.addf %a, %sq : @@vf@@
+      scf.yield %n : @@vf@@
+    }
+    %@@p@@sum = vector.reduction <add>, %@@p@@acc : @@vf@@ into f32
+    %@@p@@mean = arith.divf %@@p@@sum, %widthf : f32
+    %@@p@@eps = arith.constant @@eps@@ : f32
+    %@@p@@me = arith.addf %@@p@@mean, %@@p@@eps : f32
+    %@@p@@rms = math.sqrt %@@p@@me : f32
+    %@@p@@onef = arith.constant 1.0 : f32
+    %@@p@@inv = arith.divf %@@p@@onef, %@@p@@rms : f32
+    %@@p@@invv = vector.broadcast %@@p@@inv : f32 to @@vf@@
+    scf.for %c = %c0 to %width step %step {
+      %v = vector.load @@src@@[@@row@@, %c] : @@srcType@@, @@vf@@
+      %wb = vector.load @@weight@@[%c] : @@weightType@@, @@vbf@@
+      %wf = arith.extf %wb : @@vbf@@ to @@vf@@
+      %s = arith.mulf %v, %@@p@@invv : @@vf@@
+      %nw = arith.mulf %s, %wf : @@vf@@
+      vector.store %nw, @@dst@@[@@row@@, %c] : @@dstType@@, @@vf@@
+    }
+)",
+                      {{"p", prefix},
+                       {"src", src},
+                       {"srcType", srcType},
+                       {"dst", dst},
+                       {"dstType", dstType},
+                       {"weight", weight},
+                       {"weightType", weightType},
+                       {"row", row},
+                       {"eps", eps},
+                       {"vf", vec(width, "f32")},
+                       {"vbf", vec(width, "bf16")}});
+}
+
+// The eps is part of a norm kernel's name: norms with other eps get other kernels.
+static std::string epsSuffix(double eps) {
+  return "_eps" + std::to_string(static_cast<long long>(eps * 1e9));
+}
+
+KernelSpec rmsNorm(int64_t width, double eps) {
+  std::string name = "rms_norm_" + std::to_string(width) + epsSuffix(eps);
+  std::string row = "memref<?x" + std::to_string(width) + "xf32>";
+  std::string w = "memref<" + std::to_string(width) + "xbf16>";
+  std::string body = fillTemplate(R"(
+func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %step = arith.constant @@lanes@@ : index
+  %width = arith.constant @@w@@ : index
+  %widthf = arith.constant @@wf@@ : f32
+  %rows = arith.index_cast %rows_i : i64 to index
+  @@range@@
+  scf.for %r = %rbegin to %rend step %c1 {
+    @@norm@@
+  }
+  return
+}
+)",
+                                  {{"name", name},
+                                   {"row", row},
+                                   {"wt", w},
+                                   {"w", std::to_string(width)},
+                                   {"wf", floatLiteral(double(width))},
+                                   {"lanes", lanesFor(width)},
+                                   {"tiling", tilingAttr(width)},
+                                   {"range", partRange("%rows", "r")},
+                                   {"norm", normRow("%x", row, "%y", row, "%w", w, "%r",
+                                                    floatLiteral(eps), width, "n")}});
+  return make(name, "kiln.rms_norm", tilingJson(width), body);
+}
+
+KernelSpec headNorm(int64_t heads, int64_t headDim, double eps) {
+  std::string name = "head_norm_" + std::to_string(heads) + "x" + std::to_string(headDim) +
+                     epsSuffix(eps);
+  std::string t3 = "memref<?x" + std::to_string(heads) + "x" + std::to_string(headDim) + "xf32>";
+  std::string w = "memref<" + std::to_string(headDim) + "xbf16>";
+  std::string body = fillTemplate(R"(
+func.func @@@name@@(%x: @@t3@@, %w: @@wt@@, %y: @@t3@@, %rows_i: i64, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %step = arith.constant @@lanes@@ : index
+  %width = arith.constant @@w@@ : index
+  %widthf = arith.constant @@wf@@ : f32
+  %heads = arith.constant @@heads@@ : index
+  %rows = arith.index_cast %rows_i : i64 to index
+  @@range@@
+  scf.for %r = %rbegin to %rend step %c1 {
+    scf.for %hh = %c0 to %heads step %c1 {
+      @@norm@@
+    }
+  }
+  return
+}
+)",
+                                  {{"name", name},
+                                   {"t3", t3},
+                                   {"wt", w},
+                                   {"w", std::to_string(headDim)},
+                                   {"wf", floatLiteral(double(headDim))},
+                                   {"heads", std::to_string(heads)},
+                                   {"lanes", lanesFor(headDim)},
+                                   {"tiling", tilingAttr(headDim)},
+                                   {"range", partRange("%rows", "r")},
+                                   {"norm", normRow("%x", t3, "%y", t3, "%w", w, "%r, %hh",
+                                                    floatLiteral(eps), headDim, "n")}});
+  return make(name, "kiln.head_norm", tilingJson(headDim), body);
+}
+
+KernelSpec normResidual(int64_t width, double postEps, double nextEps) {
+  std::string name =
+      "norm_residual_" + std::to_string(width) + epsSuffix(postEps) + epsSuffix(nextEps);
+  std::string row = "memref<?x" + std::to_string(width) + "xf32>";
+  std::string w = "memref<" + std::to_string(width) + "xbf16>";
+  std::string body = fillTemplate(R"(
+func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, %next: @@wt@@,
+                    %new_res: @@row@@, %normed: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %step = arith.constant @@lanes@@ : index
+  %width = arith.constant @@w@@ : index
+  %widthf = arith.constant @@wf@@ : f32
+  %rows = arith.index_cast %rows_i : i64 to index
+  @@range@@
+  scf.for %r = %rbegin to %rend step %c1 {
+    // normed_update = RMSNorm(update; post), written to %normed as scratch.
+    @@post@@
+    // new_res = res + gate * normed_update
+    scf.for %c = %c0 to %width step %step {
+      %x = vector.load %res[%r, %c] : @@row@@, @@vf@@
+      %u = vector.load %normed[%r, %c] : @@row@@, @@vf@@
+      %gb = vector.load %gate[%c] : @@wt@@, @@vbf@@
+      %g = arith.extf %gb : @@vbf@@ to @@vf@@
+      %gu = arith.mulf %g, %u : @@vf@@
+      %h = arith.addf %x, %gu : @@vf@@
+      vector.store %h, %new_res[%r, %c] : @@row@@, @@vf@@
+    }
+    @@next@@
+  }
+  return
+}
+)",
+                                  {{"name", name},
+                                   {"row", row},
+                                   {"wt", w},
+                                   {"w", std::to_string(width)},
+                                   {"wf", floatLiteral(double(width))},
+                                   {"lanes", lanesFor(width)},
+                                   {"vf", vec(width, "f32")},
+                                   {"vbf", vec(width, "bf16")},
+                                   {"tiling", tilingAttr(width)},
+                                   {"range", partRange("%rows", "r")},
+                                   {"post", normRow("%upd", row, "%normed", row, "%post", w, "%r",
+                                                    floatLiteral(postEps), width, "p")},
+                                   {"next", normRow("%new_res", row, "%normed", row, "%next", w,
+                                                    "%r", floatLiteral(nextEps), width, "q")}});
+  return make(name, "kiln.norm_residual", tilingJson(width), body);
+}
+
+KernelSpec binary(const std::string &kind, int64_t width, bool rhsIsWeight, bool rhsIsVector) {
+  std::string name = kind + "_" + std::to_string(width) + (rhsIsVector ? "_bcast" : "_rows") +
+                     (rhsIsWeight ? "_bf16" : "_f32");
+  std::string row = "memref<?x" + std::to_string(width) + "xf32>";
+  std::string rhsElem = rhsIsWeight ? "bf16" : "f32";
+  std::string rhsType = rhsIsVector ? "memref<" + std::to_string(width) + "x" + rhsElem + ">"
+                                    : "memref<?x" + std::to_string(width) + "x" + rhsElem + ">";
+  std::string load = rhsIsVector ? "%rv = vector.load %rhs[%c] : " + rhsType + ", " + vec(width, rhsElem)
+                                 : "%rv = vector.load %rhs[%r, %c] : " + rhsType + ", " + vec(width, rhsElem);
+  std::string extend = rhsIsWeight ? "%rf = arith.extf %rv : " + vec(width, "bf16") + " to " + vec(width, "f32")
+                                   : "%rf = arith.addf %rv, %zero : " + vec(width, "f32");
+  std::string body = fillTemplate(R"(
+func.func @@@name@@(%lhs: @@row@@, %rhs: @@rt@@, %out: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %step = arith.constant @@lanes@@ : index
+  %width = arith.constant @@w@@ : index
+  %zero = arith.constant dense<0.0> : @@vf@@
+  %rows = arith.index_cast %rows_i : i64 to index
+  @@range@@
+  scf.for %r = %rbegin to %rend step %c1 {
+    scf.for %c = %c0 to %width step %step {
+      %l = vector.load %lhs[%r, %c] : @@row@@, @@vf@@
+      @@load@@
+      @@extend@@
+      %y = arith.@@op@@ %l, %rf : @@vf@@
+      vector.store %y, %out[%r, %c] : @@row@@, @@vf@@
+    }
+  }
+  return
+}
+)",
+                                  {{"name", name},
+                                   {"row", row},
+                                   {"rt", rhsType},
+                                   {"w", std::to_string(width)},
+                                   {"lanes", lanesFor(width)},
+                                   {"vf", vec(width, "f32")},
+                                   {"tiling", tilingAttr(width)},
+                                   {"range", partRange("%rows", "r")},
+                                   {"load", load},
+                                   {"extend", extend},
+                                   {"op", kind == "mul" ? "mulf" : "addf"}});
+  return make(name, "kiln." + kind, tilingJson(width), body);
+}
+
+} // namespace kiln::x86

@@ -1,0 +1,46 @@
+// The x86 kernel generators, one per graph op (and per fused op). Each
+// returns MLIR specialised to the op's static sizes; the token count T, the
+// cached tokens and the launch part arrive as i64 arguments (docs/runtime-abi.md).
+// Activations are f32; weights bf16 (AMX VNNI blocks for AMX GEMMs) or
+// NVFP4; the KV cache f32.
+#pragma once
+
+#include "targets/x86/KernelSpec.h"
+
+#include <cstdint>
+#include <string>
+
+namespace kiln::x86 {
+
+// The rows [begin, end) of `n` that this launch part owns, as MLIR text
+// defining %<prefix>begin and %<prefix>end from the %part/%parts arguments.
+std::string partRange(const std::string &n, const std::string &prefix);
+// An f64/f32 literal MLIR parses back to the same value.
+std::string floatLiteral(double value);
+
+// Elementwise and norms (ElementwiseKernels.cpp).
+KernelSpec castToBf16(int64_t width);
+KernelSpec embed(int64_t vocab, int64_t hidden);
+KernelSpec rmsNorm(int64_t width, double eps);
+// RMSNorm of every [t, h, :] row of a [tokens, heads, headDim] tensor.
+KernelSpec headNorm(int64_t heads, int64_t headDim, double eps);
+KernelSpec normResidual(int64_t width, double postEps, double nextEps);
+KernelSpec binary(const std::string &kind, int64_t width, bool rhsIsWeight, bool rhsIsVector);
+
+// GEMMs (GemmKernels.cpp): AMX for bf16 weights in VNNI blocks, and a vector
+// fallback for shapes AMX tiles do not cover.
+bool amxCovers(int64_t n, int64_t k);
+KernelSpec linearAmx(int64_t n, int64_t k);
+KernelSpec linearVector(int64_t n, int64_t k);
+
+// Attention (AttentionKernels.cpp).
+KernelSpec rope(int64_t heads, int64_t headDim, double theta);
+KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
+                     double scale);
+
+// Latent MoE (MoEKernels.cpp).
+KernelSpec routerTopK(int64_t experts, int64_t k);
+KernelSpec megaMoE(int64_t experts, int64_t k, int64_t intermediate, int64_t latent, double eps,
+                   bool nvfp4);
+
+} // namespace kiln::x86

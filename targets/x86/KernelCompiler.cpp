@@ -1,0 +1,205 @@
+#include "targets/x86/KernelCompiler.h"
+
+#include "mlir/Conversion/ConvertToLLVM/ToLLVMPass.h"
+#include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
+#include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
+#include "mlir/Dialect/AMX/AMXDialect.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/ExecutionEngine/OptUtils.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/Verifier.h"
+#include "mlir/InitAllExtensions.h"
+#include "mlir/Parser/Parser.h"
+#include "mlir/Pass/PassManager.h"
+#include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
+#include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/Passes.h"
+
+#include "llvm/IR/IRBuilder.h"
+#include "llvm/IR/LegacyPassManager.h"
+#include "llvm/IR/Module.h"
+#include "llvm/MC/TargetRegistry.h"
+#include "llvm/Support/FileSystem.h"
+#include "llvm/Support/MemoryBuffer.h"
+#include "llvm/Support/Program.h"
+#include "llvm/Support/TargetSelect.h"
+#include "llvm/Support/raw_ostream.h"
+#include "llvm/Target/TargetMachine.h"
+#include "llvm/Target/TargetOptions.h"
+#include "llvm/TargetParser/Triple.h"
+
+#include <mutex>
+#include <set>
+
+namespace kiln::x86 {
+namespace {
+
+constexpr const char *kTriple = "x86_64-unknown-linux-gnu";
+
+void initializeX86() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    LLVMInitializeX86TargetInfo();
+    LLVMInitializeX86Target();
+    LLVMInitializeX86TargetMC();
+    LLVMInitializeX86AsmPrinter();
+  });
+}
+
+// kiln_<name>(void **args): unpacks the runtime's argument array (pointers
+// to memref descriptors, then pointers to i64 scalars) and calls the
+// C-interface wrapper MLIR emitted for the kernel.
+void addPackedEntry(llvm::Module &module, const std::string &name) {
+  llvm::Function *callee = module.getFunction("_mlir_ciface_" + name);
+  llvm::LLVMContext &ctx = module.getContext();
+  llvm::Type *ptr = llvm::PointerType::getUnqual(ctx);
+  auto *type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr}, false);
+  auto *entry = llvm::Function::Create(type, llvm::Function::ExternalLinkage, "kiln_" + name, module);
+  llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", entry));
+  llvm::SmallVector<llvm::Value *> args;
+  for (auto [i, param] : llvm::enumerate(callee->args())) {
+    llvm::Value *slot = b.CreateConstGEP1_64(ptr, entry->getArg(0), i);
+    llvm::Value *pointer = b.CreateLoad(ptr, slot);
+    args.push_back(param.getType()->isPointerTy() ? pointer : b.CreateLoad(param.getType(), pointer));
+  }
+  b.CreateCall(callee, args);
+  b.CreateRetVoid();
+}
+
+bool fail(std::string &error, const std::string &message) {
+  error = message;
+  return false;
+}
+
+} // namespace
+
+std::vector<std::string> requiredCpuFeatures() {
+  return {"amx-tile", "amx-bf16", "avx512f", "avx512bf16"};
+}
+
+std::string kernelModuleText(const std::vector<KernelSpec> &kernels) {
+  std::string text = "module attributes {kiln.target = \"x86\"} {\n";
+  std::set<std::string> seen;
+  for (const KernelSpec &kernel : kernels)
+    if (seen.insert(kernel.name).second)
+      text += kernel.mlir;
+  return text + "}\n";
+}
+
+mlir::OwningOpRef<mlir::ModuleOp> parseKernelModule(mlir::MLIRContext &context,
+                                                    const std::vector<KernelSpec> &kernels) {
+  mlir::DialectRegistry registry;
+  registry.insert<mlir::amx::AMXDialect, mlir::arith::ArithDialect, mlir::cf::ControlFlowDialect,
+                  mlir::func::FuncDialect, mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
+                  mlir::memref::MemRefDialect, mlir::scf::SCFDialect,
+                  mlir::vector::VectorDialect>();
+  mlir::registerAllExtensions(registry); // the dialects' ConvertToLLVM interfaces
+  mlir::registerBuiltinDialectTranslation(registry);
+  mlir::registerLLVMDialectTranslation(registry);
+  context.appendDialectRegistry(registry);
+  context.loadAllAvailableDialects();
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      mlir::parseSourceString<mlir::ModuleOp>(kernelModuleText(kernels), &context);
+  if (!module || mlir::failed(mlir::verify(*module)))
+    return nullptr;
+  return module;
+}
+
+bool compileKernelLibrary(mlir::MLIRContext &context, const std::vector<KernelSpec> &kernels,
+                          const CompileOptions &options, std::vector<uint8_t> &library,
+                          std::string &error) {
+  mlir::OwningOpRef<mlir::ModuleOp> module = parseKernelModule(context, kernels);
+  if (!module)
+    return fail(error, "the generated kernels do not parse or verify (see above)");
+
+  mlir::PassManager pm(&context);
+  pm.addPass(mlir::createSCFToControlFlowPass());
+  pm.addPass(mlir::createConvertToLLVMPass());
+  pm.addPass(mlir::createReconcileUnrealizedCastsPass());
+  if (mlir::failed(pm.run(*module)))
+    return fail(error, "lowering the kernels to the LLVM dialect failed (see above)");
+
+  llvm::LLVMContext llvmContext;
+  std::unique_ptr<llvm::Module> llvmModule = mlir::translateModuleToLLVMIR(*module, llvmContext);
+  if (!llvmModule)
+    return fail(error, "translating the kernels to LLVM IR failed");
+  std::set<std::string> seen;
+  for (const KernelSpec &kernel : kernels)
+    if (seen.insert(kernel.name).second)
+      addPackedEntry(*llvmModule, kernel.name);
+  // The library exports the kiln_<name> entries and nothing else.
+  for (llvm::Function &f : *llvmModule)
+    if (!f.isDeclaration() && !f.getName().starts_with("kiln_"))
+      f.setVisibility(llvm::GlobalValue::HiddenVisibility);
+
+  initializeX86();
+  llvm::Triple triple(kTriple);
+  std::string lookupError;
+  const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, lookupError);
+  if (!target)
+    return fail(error, "no x86 target in this LLVM: " + lookupError);
+  std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
+      triple, options.cpu, options.features, llvm::TargetOptions(), llvm::Reloc::PIC_,
+      std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+  llvmModule->setDataLayout(machine->createDataLayout());
+  llvmModule->setTargetTriple(triple);
+  if (llvm::Error err = mlir::makeOptimizingTransformer(options.optLevel, 0, machine.get())(llvmModule.get()))
+    return fail(error, "optimising the kernels failed: " + llvm::toString(std::move(err)));
+
+  // Object file and linked library in a private temporary directory.
+  llvm::SmallString<128> dir;
+  if (std::error_code ec = llvm::sys::fs::createUniqueDirectory("kiln-kernels", dir))
+    return fail(error, "cannot create a temporary directory: " + ec.message());
+  std::string object = (dir + "/kernels.o").str(), shared = (dir + "/kernels.so").str();
+  auto cleanup = [&] {
+    llvm::sys::fs::remove(object);
+    llvm::sys::fs::remove(shared);
+    llvm::sys::fs::remove(dir);
+  };
+  {
+    std::error_code ec;
+    llvm::raw_fd_ostream out(object, ec);
+    if (ec) {
+      cleanup();
+      return fail(error, "cannot write " + object + ": " + ec.message());
+    }
+    llvm::legacy::PassManager codegen;
+    if (machine->addPassesToEmitFile(codegen, out, nullptr, llvm::CodeGenFileType::ObjectFile)) {
+      cleanup();
+      return fail(error, "the x86 backend cannot emit object files");
+    }
+    codegen.run(*llvmModule);
+  }
+  llvm::ErrorOr<std::string> lld = llvm::sys::findProgramByName("ld.lld", {"/usr/lib/llvm-22/bin"});
+  if (!lld) {
+    cleanup();
+    return fail(error, "ld.lld not found (Debian: lld-22)");
+  }
+  llvm::SmallVector<llvm::StringRef> argv = {*lld,     "-shared",          "--build-id=none",
+                                             "-o",     shared,             object,
+                                             "--hash-style=gnu", "-z", "noexecstack"};
+  std::string linkError;
+  int rc = llvm::sys::ExecuteAndWait(*lld, argv, std::nullopt, {}, 0, 0, &linkError);
+  if (rc != 0) {
+    cleanup();
+    return fail(error, "ld.lld failed" + (linkError.empty() ? "" : ": " + linkError));
+  }
+  llvm::ErrorOr<std::unique_ptr<llvm::MemoryBuffer>> bytes = llvm::MemoryBuffer::getFile(shared);
+  if (!bytes) {
+    cleanup();
+    return fail(error, "cannot read the linked kernel library");
+  }
+  library.assign((*bytes)->getBufferStart(), (*bytes)->getBufferEnd());
+  cleanup();
+  return true;
+}
+
+} // namespace kiln::x86

@@ -1,0 +1,46 @@
+// Turns generated kernels into the artifact's kernel library: one MLIR
+// module ▸ LLVM dialect ▸ LLVM IR with a `kiln_<name>(void **args)` entry per
+// kernel ▸ x86-64 object (AMX, AVX-512) ▸ ld.lld -shared ▸ ELF bytes.
+#pragma once
+
+#include "targets/x86/KernelSpec.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace mlir {
+class MLIRContext;
+} // namespace mlir
+
+namespace kiln::x86 {
+
+struct CompileOptions {
+  std::string cpu = "sapphirerapids";
+  std::string features = "+amx-bf16,+amx-tile,+avx512f,+avx512bw,+avx512vl,+avx512bf16,+fma";
+  int optLevel = 3;
+};
+
+// The features an artifact's target record lists, for the runtime's check.
+std::vector<std::string> requiredCpuFeatures();
+
+// The kernels' MLIR as one module text (duplicates by name dropped), in the
+// order given: what `kilnc --emit=kernels` prints.
+std::string kernelModuleText(const std::vector<KernelSpec> &kernels);
+
+// Parses and verifies the kernels' module in `context` (registering the
+// dialects kernels use); null after printing diagnostics when it fails.
+mlir::OwningOpRef<mlir::ModuleOp> parseKernelModule(mlir::MLIRContext &context,
+                                                    const std::vector<KernelSpec> &kernels);
+
+// Compiles the kernels into an ELF shared object. Fails with a message (and
+// returns false) when MLIR does not verify, a lowering fails, or the linker
+// cannot be run.
+bool compileKernelLibrary(mlir::MLIRContext &context, const std::vector<KernelSpec> &kernels,
+                          const CompileOptions &options, std::vector<uint8_t> &library,
+                          std::string &error);
+
+} // namespace kiln::x86

@@ -1,0 +1,22 @@
+// One generated kernel: its symbol, what it implements, the tiling its
+// generator chose and its MLIR (a func.func in the func/scf/arith/math/
+// memref/vector/amx dialects, before lowering to LLVM).
+#pragma once
+
+#include <map>
+#include <string>
+
+namespace kiln::x86 {
+
+struct KernelSpec {
+  std::string name;   // func symbol; the library exports kiln_<name>(void **args)
+  std::string op;     // the graph op it implements ("kiln.linear")
+  std::string tiling; // JSON, also attached to the func as kiln.tiling
+  std::string mlir;   // the func.func text
+};
+
+// Fills `@@key@@` placeholders of an MLIR template (MLIR itself uses braces). Every placeholder must have
+// a value; a missing one is a generator bug and aborts.
+std::string fillTemplate(const std::string &text, const std::map<std::string, std::string> &values);
+
+} // namespace kiln::x86

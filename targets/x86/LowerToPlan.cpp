@@ -1,0 +1,429 @@
+#include "targets/x86/LowerToPlan.h"
+
+#include "dialects/kiln/KilnOps.h"
+#include "dialects/plan/PlanOps.h"
+#include "targets/x86/Generators.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+#include "llvm/ADT/TypeSwitch.h"
+
+using namespace mlir;
+
+namespace kiln::x86 {
+namespace {
+
+constexpr int64_t kTileRows = 16; // activation rows are padded to AMX tile height
+
+// A buffer of the plan with its shape, as the lowering tracks it.
+struct Buf {
+  Value value;
+  SmallVector<plan::DimAttr> shape;
+  Type elem;
+};
+
+std::optional<DType> dtypeOf(Type t) {
+  if (t.isBF16())
+    return DType::BF16;
+  if (t.isF16())
+    return DType::F16;
+  if (t.isF32())
+    return DType::F32;
+  if (llvm::isa<Float8E4M3FNType>(t))
+    return DType::F8_E4M3;
+  if (t.isUnsignedInteger(8))
+    return DType::U8;
+  if (t.isSignlessInteger(32))
+    return DType::I32;
+  return std::nullopt;
+}
+
+class Lowering {
+public:
+  Lowering(ModuleOp graph, const LowerOptions &options)
+      : ctx(graph.getContext()), graph(graph), options(options), b(ctx) {}
+
+  FailureOr<LoweredModel> run();
+
+private:
+  plan::DimAttr fixed(int64_t n) { return plan::DimAttr::get(ctx, n, 0, 1); }
+  plan::DimAttr rows(int64_t perToken = 1) {
+    return plan::DimAttr::get(ctx, 0, perToken, kTileRows * perToken);
+  }
+  ArrayAttr shapeAttr(ArrayRef<plan::DimAttr> dims) {
+    return b.getArrayAttr(SmallVector<Attribute>(dims.begin(), dims.end()));
+  }
+  // An activation with a token dimension first: [T (padded), rest...].
+  Buf alloc(ArrayRef<int64_t> rest, Type elem) {
+    SmallVector<plan::DimAttr> dims = {rows()};
+    for (int64_t d : rest)
+      dims.push_back(fixed(d));
+    return allocShape(dims, elem);
+  }
+  Buf allocShape(ArrayRef<plan::DimAttr> dims, Type elem) {
+    auto op = plan::AllocOp::create(b, loc, plan::BufferType::get(ctx), shapeAttr(dims),
+                                   TypeAttr::get(elem), IntegerAttr());
+    return {op.getBuffer(), SmallVector<plan::DimAttr>(dims), elem};
+  }
+  Buf view(const Buf &source, ArrayRef<plan::DimAttr> dims, int64_t byteOffset = 0) {
+    auto op = plan::ViewOp::create(b, loc, plan::BufferType::get(ctx), source.value,
+                                   b.getI64IntegerAttr(byteOffset),
+                                   shapeAttr(dims), TypeAttr::get(source.elem));
+    return {op.getView(), SmallVector<plan::DimAttr>(dims), source.elem};
+  }
+  Buf binding(StringRef kind, int64_t index, ArrayRef<plan::DimAttr> dims, Type elem) {
+    auto op = plan::BindingOp::create(b, loc, plan::BufferType::get(ctx), b.getStringAttr(kind),
+                                     b.getI64IntegerAttr(index), shapeAttr(dims),
+                                     TypeAttr::get(elem));
+    return {op.getBuffer(), SmallVector<plan::DimAttr>(dims), elem};
+  }
+  void launch(const KernelSpec &kernel, ArrayRef<Buf> buffers, ArrayRef<StringRef> scalars,
+              int64_t maxParts, StringRef what);
+
+  // The activation a graph value lives in.
+  Buf &act(Value v) { return values[v]; }
+  // The weight buffer of a kiln.weight, bound (and its binding recorded) on
+  // first use in this entry.
+  FailureOr<Buf> weight(Value v, Transform transform);
+
+  LogicalResult lowerEntry(func::FuncOp forward, const EntryInfo &entry);
+  LogicalResult lowerOp(Operation *op);
+  LogicalResult lowerLinear(Value input, Value weightValue, Value result, StringRef what);
+
+  MLIRContext *ctx;
+  ModuleOp graph;
+  const LowerOptions &options;
+  OpBuilder b;
+  Location loc = UnknownLoc::get(ctx);
+  LoweredModel model;
+  llvm::StringMap<size_t> kernelIndex;
+  llvm::StringMap<int64_t> weightIndex; // binding key -> index
+  llvm::DenseMap<Value, Buf> values;    // per entry
+  llvm::DenseMap<Value, Buf> bound;     // weights bound in this entry
+  Buf ids, positions;
+  int64_t attentionLayer = 0;
+};
+
+void Lowering::launch(const KernelSpec &kernel, ArrayRef<Buf> buffers, ArrayRef<StringRef> scalars,
+                      int64_t maxParts, StringRef what) {
+  if (kernelIndex.try_emplace(kernel.name, model.kernels.size()).second)
+    model.kernels.push_back(kernel);
+  SmallVector<Value> operands;
+  for (const Buf &buffer : buffers)
+    operands.push_back(buffer.value);
+  SmallVector<Attribute> scalarAttrs;
+  for (StringRef s : scalars)
+    scalarAttrs.push_back(b.getStringAttr(s));
+  plan::LaunchOp::create(b, loc, FlatSymbolRefAttr::get(ctx, kernel.name), operands,
+                         b.getArrayAttr(scalarAttrs), b.getI64IntegerAttr(std::max<int64_t>(1, maxParts)),
+                         b.getStringAttr(what));
+}
+
+FailureOr<Buf> Lowering::weight(Value v, Transform transform) {
+  auto w = v.getDefiningOp<WeightOp>();
+  if (!w)
+    return emitError(v.getLoc()) << "the x86 target reads weights straight from kiln.weight";
+  if (auto it = bound.find(v); it != bound.end())
+    return it->second;
+  RankedTensorType type = w.getResult().getType();
+  WeightInfo info;
+  info.name = w.getName().str();
+  info.stack = w.isExpertStack() ? type.getDimSize(0) : 0;
+  ArrayRef<int64_t> one = info.stack ? type.getShape().drop_front() : type.getShape();
+  info.shape.assign(one.begin(), one.end());
+  std::optional<DType> dtype = dtypeOf(type.getElementType());
+  if (!dtype)
+    return w.emitOpError() << "has an element type the x86 runtime cannot bind";
+  info.dtype = *dtype;
+  info.transform = transform;
+  int64_t elements = type.getNumElements();
+  info.bytes = elements * dtypeSize(info.dtype);
+
+  std::string key = info.name + (transform == Transform::AmxVnniBf16 ? "#amx" : "");
+  auto [it, inserted] = weightIndex.try_emplace(key, model.weights.size());
+  if (inserted)
+    model.weights.push_back(info);
+
+  // Kernels see bytes as i8 (NVFP4 codes and E4M3 scales), VNNI blocks as
+  // [blocks * 16, 32] bf16.
+  Type elem = type.getElementType();
+  if (info.dtype == DType::U8 || info.dtype == DType::F8_E4M3)
+    elem = b.getIntegerType(8);
+  SmallVector<plan::DimAttr> dims;
+  if (transform == Transform::AmxVnniBf16) {
+    dims = {fixed(type.getDimSize(0) * type.getDimSize(1) / 32), fixed(32)};
+  } else {
+    for (int64_t d : type.getShape())
+      dims.push_back(fixed(d));
+  }
+  Buf buffer = binding("weight", it->second, dims, elem);
+  bound[v] = buffer;
+  return buffer;
+}
+
+LogicalResult Lowering::lowerLinear(Value input, Value weightValue, Value result, StringRef what) {
+  auto wType = llvm::cast<RankedTensorType>(weightValue.getType());
+  int64_t n = wType.getDimSize(0), k = wType.getDimSize(1);
+  Buf x = act(input);
+  bool amx = wType.getElementType().isBF16() && amxCovers(n, k);
+  FailureOr<Buf> w = weight(weightValue, amx ? Transform::AmxVnniBf16 : Transform::None);
+  if (failed(w))
+    return failure();
+  if (amx) {
+    Buf xb = alloc({k}, b.getBF16Type());
+    launch(castToBf16(k), {x, xb}, {"const:0", "part", "parts"}, options.maxParts, what);
+    Buf y = alloc({n}, b.getF32Type());
+    launch(linearAmx(n, k), {xb, *w, y}, {"part", "parts"}, n / 16, what);
+    values[result] = y;
+  } else {
+    Buf y = alloc({n}, b.getF32Type());
+    launch(linearVector(n, k), {x, *w, y}, {"tokens:0", "part", "parts"}, n, what);
+    values[result] = y;
+  }
+  return success();
+}
+
+LogicalResult Lowering::lowerOp(Operation *op) {
+  loc = op->getLoc();
+  std::string what;
+  if (auto name = llvm::dyn_cast<NameLoc>(loc))
+    what = name.getName().str();
+  else
+    what = op->getName().getStringRef().str();
+  auto width = [](Value v) { return llvm::cast<RankedTensorType>(v.getType()).getShape().back(); };
+  auto dims3 = [&](Value v) {
+    auto t = llvm::cast<RankedTensorType>(v.getType());
+    return SmallVector<plan::DimAttr>{rows(), fixed(t.getDimSize(1)), fixed(t.getDimSize(2))};
+  };
+  Type f32 = b.getF32Type();
+  return llvm::TypeSwitch<Operation *, LogicalResult>(op)
+      .Case([&](WeightOp) { return success(); }) // bound where used
+      .Case([&](Nvfp4DequantOp o) -> LogicalResult {
+        for (Operation *user : o->getUsers())
+          if (!llvm::isa<MegaMoEOp>(user))
+            return o.emitOpError() << "feeds " << user->getName()
+                                   << ": on x86, NVFP4 weights are decoded inside kiln.megamoe "
+                                      "only (run kiln-form-megamoe)";
+        return success();
+      })
+      .Case([&](EmbedOp o) -> LogicalResult {
+        auto table = llvm::cast<RankedTensorType>(o.getTable().getType());
+        FailureOr<Buf> t = weight(o.getTable(), Transform::None);
+        if (failed(t))
+          return failure();
+        Buf y = alloc({table.getDimSize(1)}, f32);
+        launch(embed(table.getDimSize(0), table.getDimSize(1)), {*t, ids, y},
+               {"tokens:0", "part", "parts"}, options.maxParts, what);
+        values[o.getResult()] = y;
+        return success();
+      })
+      .Case([&](RmsNormOp o) -> LogicalResult {
+        FailureOr<Buf> w = weight(o.getWeight(), Transform::None);
+        if (failed(w))
+          return failure();
+        Buf y = alloc({width(o.getInput())}, f32);
+        launch(rmsNorm(width(o.getInput()), o.getEps().convertToDouble()), {act(o.getInput()), *w, y},
+               {"tokens:0", "part", "parts"}, options.maxParts, what);
+        values[o.getResult()] = y;
+        return success();
+      })
+      .Case([&](HeadNormOp o) -> LogicalResult {
+        FailureOr<Buf> w = weight(o.getWeight(), Transform::None);
+        if (failed(w))
+          return failure();
+        auto t = llvm::cast<RankedTensorType>(o.getInput().getType());
+        Buf y = allocShape(dims3(o.getInput()), f32);
+        launch(headNorm(t.getDimSize(1), t.getDimSize(2), o.getEps().convertToDouble()),
+               {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, options.maxParts, what);
+        values[o.getResult()] = y;
+        return success();
+      })
+      .Case<MulOp, AddOp>([&](auto o) -> LogicalResult {
+        auto rhsType = llvm::cast<RankedTensorType>(o.getRhs().getType());
+        bool vectorRhs = rhsType.getRank() == 1;
+        bool weightRhs = bool(o.getRhs().template getDefiningOp<WeightOp>());
+        Buf rhs;
+        if (weightRhs) {
+          FailureOr<Buf> w = weight(o.getRhs(), Transform::None);
+          if (failed(w))
+            return failure();
+          rhs = *w;
+        } else {
+          rhs = act(o.getRhs());
+        }
+        if (!weightRhs && vectorRhs)
+          return o.emitOpError() << "broadcasts an activation vector; the x86 target broadcasts "
+                                    "only weights";
+        std::string kind = llvm::isa<MulOp>(o.getOperation()) ? "mul" : "add";
+        Buf y = alloc({width(o.getLhs())}, f32);
+        launch(binary(kind, width(o.getLhs()), weightRhs, vectorRhs), {act(o.getLhs()), rhs, y},
+               {"tokens:0", "part", "parts"}, options.maxParts, what);
+        values[o.getResult()] = y;
+        return success();
+      })
+      .Case([&](LinearOp o) { return lowerLinear(o.getInput(), o.getWeight(), o.getResult(), what); })
+      .Case([&](SplitHeadsOp o) -> LogicalResult {
+        values[o.getResult()] = view(act(o.getInput()), dims3(o.getResult()));
+        return success();
+      })
+      .Case([&](MergeHeadsOp o) -> LogicalResult {
+        values[o.getResult()] = view(act(o.getInput()), {rows(), fixed(width(o.getResult()))});
+        return success();
+      })
+      .Case([&](RopeOp o) -> LogicalResult {
+        auto t = llvm::cast<RankedTensorType>(o.getInput().getType());
+        Buf y = allocShape(dims3(o.getInput()), f32);
+        launch(rope(t.getDimSize(1), t.getDimSize(2), o.getTheta().convertToDouble()),
+               {act(o.getInput()), positions, y}, {"tokens:0", "part", "parts"}, options.maxParts,
+               what);
+        values[o.getResult()] = y;
+        return success();
+      })
+      .Case([&](AttentionOp o) -> LogicalResult {
+        auto q = llvm::cast<RankedTensorType>(o.getQ().getType());
+        auto k = llvm::cast<RankedTensorType>(o.getK().getType());
+        int64_t window = o.getWindow().value_or(0);
+        int64_t cache = attentionLayer++;
+        if (static_cast<int64_t>(model.kvCaches.size()) <= cache)
+          model.kvCaches.push_back({cache, window, k.getDimSize(1), k.getDimSize(2)});
+        SmallVector<plan::DimAttr> cacheDims = {fixed(1), fixed(k.getDimSize(1)), fixed(k.getDimSize(2))};
+        Buf kc = binding("kv", 2 * cache, cacheDims, f32);
+        Buf vc = binding("kv", 2 * cache + 1, cacheDims, f32);
+        Buf y = allocShape(dims3(o.getResult()), f32);
+        launch(attention(q.getDimSize(1), k.getDimSize(1), q.getDimSize(2), window,
+                         o.getScale().convertToDouble()),
+               {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc, y},
+               {"tokens:0", "past:0", "part", "parts"}, k.getDimSize(1), what);
+        values[o.getResult()] = y;
+        return success();
+      })
+      .Case([&](NormResidualOp o) -> LogicalResult {
+        FailureOr<Buf> post = weight(o.getPostWeight(), Transform::None);
+        FailureOr<Buf> gate = weight(o.getGate(), Transform::None);
+        FailureOr<Buf> next = weight(o.getNextWeight(), Transform::None);
+        if (failed(post) || failed(gate) || failed(next))
+          return failure();
+        int64_t w = width(o.getResidual());
+        Buf h = alloc({w}, f32), y = alloc({w}, f32);
+        launch(normResidual(w, o.getPostEps().convertToDouble(), o.getNextEps().convertToDouble()),
+               {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
+               {"tokens:0", "part", "parts"}, options.maxParts, what);
+        values[o.getNewResidual()] = h;
+        values[o.getNormed()] = y;
+        return success();
+      })
+      .Case([&](RouterTopKOp o) -> LogicalResult {
+        auto logits = llvm::cast<RankedTensorType>(o.getLogits().getType());
+        int64_t k = o.getK();
+        Buf w = alloc({k}, f32), idx = alloc({k}, b.getI32Type());
+        launch(routerTopK(logits.getDimSize(1), k), {act(o.getLogits()), w, idx},
+               {"tokens:0", "part", "parts"}, options.maxParts, what);
+        values[o.getWeights()] = w;
+        values[o.getIndices()] = idx;
+        return success();
+      })
+      .Case([&](MegaMoEOp o) -> LogicalResult {
+        if (o.getGridAttr())
+          return o.emitOpError() << "spans ranks: multi-rank plans need the NCCL runtime, not x86";
+        auto gate = llvm::cast<RankedTensorType>(o.getGate().getType());
+        int64_t experts = gate.getDimSize(0), inter = gate.getDimSize(1), latent = gate.getDimSize(2);
+        int64_t k = llvm::cast<RankedTensorType>(o.getIndices().getType()).getDimSize(1);
+        SmallVector<Buf> args = {act(o.getInput()), act(o.getIndices()), act(o.getWeights())};
+        bool nvfp4 = bool(o.getGate().getDefiningOp<Nvfp4DequantOp>());
+        for (Value stack : {o.getGate(), o.getUp(), o.getDown()}) {
+          auto dequant = stack.getDefiningOp<Nvfp4DequantOp>();
+          if (bool(dequant) != nvfp4)
+            return o.emitOpError() << "mixes NVFP4 and BF16 expert projections";
+          SmallVector<Value> parts = nvfp4 ? SmallVector<Value>{dequant.getPacked(), dequant.getScales(),
+                                                                dequant.getGlobal()}
+                                           : SmallVector<Value>{stack};
+          for (Value part : parts) {
+            FailureOr<Buf> w = weight(part, Transform::None);
+            if (failed(w))
+              return failure();
+            args.push_back(*w);
+          }
+        }
+        FailureOr<Buf> pn = weight(o.getPostNorm(), Transform::None);
+        if (failed(pn))
+          return failure();
+        args.push_back(*pn);
+        Buf y = alloc({latent}, f32);
+        args.push_back(y);
+        launch(megaMoE(experts, k, inter, latent, o.getEps().convertToDouble(), nvfp4), args,
+               {"tokens:0", "part", "parts"}, options.maxParts, what);
+        values[o.getResult()] = y;
+        return success();
+      })
+      .Case([&](LogitsOp o) -> LogicalResult {
+        auto head = llvm::cast<RankedTensorType>(o.getHead().getType());
+        int64_t vocab = head.getDimSize(0), hidden = head.getDimSize(1);
+        if (!head.getElementType().isBF16() || !amxCovers(vocab, hidden))
+          return o.emitOpError() << "needs a bf16 head whose vocabulary is a multiple of 16 and "
+                                    "width a multiple of 32 on x86";
+        FailureOr<Buf> w = weight(o.getHead(), Transform::AmxVnniBf16);
+        if (failed(w))
+          return failure();
+        bool last = o.getLastOnly();
+        plan::DimAttr rowDim = last ? fixed(kTileRows) : rows();
+        Buf xb = allocShape({rowDim, fixed(hidden)}, b.getBF16Type());
+        launch(castToBf16(hidden), {act(o.getInput()), xb},
+               {last ? "tokens:-1" : "const:0", "part", "parts"}, options.maxParts, what);
+        Buf y = allocShape({rowDim, fixed(vocab)}, f32);
+        launch(linearAmx(vocab, hidden), {xb, *w, y}, {"part", "parts"}, vocab / 16, what);
+        plan::DimAttr outRows = last ? fixed(1) : plan::DimAttr::get(ctx, 0, 1, 1);
+        Buf out = binding("output", 0, {outRows, fixed(vocab)}, f32);
+        plan::CopyOp::create(b, loc, view(y, {outRows, fixed(vocab)}).value, out.value);
+        return success();
+      })
+      .Case([&](func::ReturnOp) { return success(); })
+      .Default([&](Operation *other) {
+        return other->emitOpError() << "has no x86 kernel (the x86 target runs the graph "
+                                       "pipeline's fused, single-rank ops)";
+      });
+}
+
+LogicalResult Lowering::lowerEntry(func::FuncOp forward, const EntryInfo &entry) {
+  b.setInsertionPointToEnd(model.plan->getBody());
+  auto op = plan::EntryOp::create(b, forward.getLoc(), b.getStringAttr(entry.name),
+                                  b.getI64IntegerAttr(entry.maxTokens), IntegerAttr());
+  op.getBody().emplaceBlock();
+  b.setInsertionPointToStart(&op.getBody().front());
+  values.clear();
+  bound.clear();
+  attentionLayer = 0;
+  loc = forward.getLoc();
+  ids = binding("input", 0, {plan::DimAttr::get(ctx, 0, 1, 1)}, b.getI32Type());
+  positions = binding("input", 1, {plan::DimAttr::get(ctx, 0, 1, 1)}, b.getI32Type());
+  for (Operation &inner : forward.getBody().front())
+    if (failed(lowerOp(&inner)))
+      return failure();
+  return success();
+}
+
+FailureOr<LoweredModel> Lowering::run() {
+  auto forward = graph.lookupSymbol<func::FuncOp>("forward");
+  if (!forward || forward.getNumArguments() != 2)
+    return graph.emitError() << "the x86 target lowers a func.func @forward(ids, positions)";
+  if (!llvm::cast<RankedTensorType>(forward.getArgument(0).getType()).isDynamicDim(0))
+    return forward.emitOpError() << "must take a dynamic number of tokens to serve prefill "
+                                    "and decode (build the graph with dynamic tokens)";
+  auto logits = llvm::cast<RankedTensorType>(forward.getResultTypes()[0]);
+  bool perToken = logits.isDynamicDim(0);
+  model.plan = ModuleOp::create(graph.getLoc());
+  model.entries = {{"prefill", options.maxPrefillTokens, perToken}, {"decode", 1, perToken}};
+  for (const EntryInfo &entry : model.entries)
+    if (failed(lowerEntry(forward, entry)))
+      return failure();
+  return std::move(model);
+}
+
+} // namespace
+
+FailureOr<LoweredModel> lowerToPlan(ModuleOp graph, const LowerOptions &options) {
+  return Lowering(graph, options).run();
+}
+
+} // namespace kiln::x86

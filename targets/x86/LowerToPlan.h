@@ -1,0 +1,62 @@
+// Lowers a single-rank kiln graph (after the graph pipeline) to the plan of
+// the x86 target: one plan.entry per entry point (prefill, decode), the
+// kernels it launches and the weights and KV caches it binds.
+#pragma once
+
+#include "targets/x86/KernelSpec.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/OwningOpRef.h"
+#include "mlir/Support/LogicalResult.h"
+
+#include "runtime/core/DType.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::x86 {
+
+enum class Transform { None, AmxVnniBf16 };
+
+struct WeightInfo {
+  std::string name;           // checkpoint name, "{e}" for stacks
+  int64_t stack = 0;          // experts in a stack, 0 for one tensor
+  std::vector<int64_t> shape; // one tensor's checkpoint shape
+  DType dtype = DType::BF16;
+  Transform transform = Transform::None;
+  int64_t bytes = 0;          // after transform
+};
+
+struct KvCacheInfo {
+  int64_t layer = 0;
+  int64_t window = 0; // 0: global
+  int64_t kvHeads = 0;
+  int64_t headDim = 0;
+};
+
+struct EntryInfo {
+  std::string name;
+  int64_t maxTokens = 1;
+  bool logitsPerToken = false; // logits of every token (else the last only)
+};
+
+struct LoweredModel {
+  mlir::OwningOpRef<mlir::ModuleOp> plan; // plan.entry ops, offsets not yet assigned
+  std::vector<KernelSpec> kernels;        // each once, in first-use order
+  std::vector<WeightInfo> weights;
+  std::vector<KvCacheInfo> kvCaches;
+  std::vector<EntryInfo> entries;
+};
+
+struct LowerOptions {
+  int64_t maxPrefillTokens = 64;
+  int64_t maxParts = 64; // upper bound a launch advertises for row-parallel kernels
+};
+
+// The graph must hold one `func.func @forward(ids, positions) -> logits` with
+// a dynamic token count and no collectives. Emits an error on the op and
+// fails for an op the x86 target has no kernel for.
+mlir::FailureOr<LoweredModel> lowerToPlan(mlir::ModuleOp graph, const LowerOptions &options);
+
+} // namespace kiln::x86

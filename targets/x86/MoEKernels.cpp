@@ -1,0 +1,282 @@
+// The latent MoE: the softmax top-k router, and the MegaMoE stage for one
+// device (every expert local): for each token and selected expert, gate/up
+// products, SwiGLU, the down product, the expert's RMSNorm and the weighted
+// sum. NVFP4 experts are decoded inside the products (E2M1 codes and E4M3
+// block scales through lookup tables, times the expert's global scale), so
+// no bf16 copy of the weights ever exists.
+#include "targets/x86/Generators.h"
+
+#include "runtime/core/Float.h"
+
+#include <cstdint>
+#include <string>
+
+namespace kiln::x86 {
+namespace {
+
+// A dense f32 lookup table as a memref.global named `name`.
+std::string lookupTable(const std::string &name, int count, float (*decode)(uint8_t)) {
+  std::string values;
+  for (int code = 0; code < count; ++code) {
+    float v = decode(static_cast<uint8_t>(code));
+    values += (code ? ", " : "") + (v != v ? std::string("0x7FC00000") : floatLiteral(v));
+  }
+  return "memref.global \"private\" constant @" + name + " : memref<" + std::to_string(count) +
+         "xf32> = dense<[" + values + "]>\n";
+}
+
+} // namespace
+
+KernelSpec routerTopK(int64_t experts, int64_t k) {
+  std::string name = "router_top" + std::to_string(k) + "_of_" + std::to_string(experts);
+  std::string body = fillTemplate(R"(
+func.func @@@name@@(%logits: memref<?x@@E@@xf32>, %weights: memref<?x@@K@@xf32>, %indices: memref<?x@@K@@xi32>,
+                    %rows_i: i64, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "rows", parallel = "tokens"}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %experts = arith.constant @@E@@ : index
+  %k = arith.constant @@K@@ : index
+  %neg_inf = arith.constant 0xFF800000 : f32
+  %zero = arith.constant 0.0 : f32
+  %taken = arith.constant -1.0 : f32
+  %rows = arith.index_cast %rows_i : i64 to index
+  %p = memref.alloca() : memref<@@E@@xf32>
+  @@range@@
+  scf.for %t = %tbegin to %tend step %c1 {
+    %max = scf.for %e = %c0 to %experts step %c1 iter_args(%m = %neg_inf) -> (f32) {
+      %l = memref.load %logits[%t, %e] : memref<?x@@E@@xf32>
+      %n = arith.maximumf %m, %l : f32
+      scf.yield %n : f32
+    }
+    scf.for %e = %c0 to %experts step %c1 {
+      %l = memref.load %logits[%t, %e] : memref<?x@@E@@xf32>
+      %d = arith.subf %l, %max : f32
+      %x = math.exp %d : f32
+      memref.store %x, %p[%e] : memref<@@E@@xf32>
+    }
+    // k rounds of argmax (ties to the lower index); chosen entries become -1.
+    %total = scf.for %j = %c0 to %k step %c1 iter_args(%sum = %zero) -> (f32) {
+      %best:2 = scf.for %e = %c0 to %experts step %c1 iter_args(%bv = %taken, %bi = %c0) -> (f32, index) {
+        %v = memref.load %p[%e] : memref<@@E@@xf32>
+        %better = arith.cmpf ogt, %v, %bv : f32
+        %nv = arith.select %better, %v, %bv : f32
+        %ni = arith.select %better, %e, %bi : index
+        scf.yield %nv, %ni : f32, index
+      }
+      memref.store %taken, %p[%best#1] : memref<@@E@@xf32>
+      memref.store %best#0, %weights[%t, %j] : memref<?x@@K@@xf32>
+      %i64 = arith.index_cast %best#1 : index to i32
+      memref.store %i64, %indices[%t, %j] : memref<?x@@K@@xi32>
+      %s = arith.addf %sum, %best#0 : f32
+      scf.yield %s : f32
+    }
+    scf.for %j = %c0 to %k step %c1 {
+      %w = memref.load %weights[%t, %j] : memref<?x@@K@@xf32>
+      %n = arith.divf %w, %total : f32
+      memref.store %n, %weights[%t, %j] : memref<?x@@K@@xf32>
+    }
+  }
+  return
+}
+)",
+                                  {{"name", name},
+                                   {"E", std::to_string(experts)},
+                                   {"K", std::to_string(k)},
+                                   {"range", partRange("%rows", "t")}});
+  return KernelSpec{name, "kiln.router_topk", "{\"kind\": \"rows\", \"parallel\": \"tokens\"}",
+                    body};
+}
+
+KernelSpec megaMoE(int64_t experts, int64_t k, int64_t intermediate, int64_t latent, double eps,
+                   bool nvfp4) {
+  std::string name = "megamoe_" + std::to_string(experts) + "e_top" + std::to_string(k) + "_" +
+                     std::to_string(intermediate) + "x" + std::to_string(latent) +
+                     (nvfp4 ? "_nvfp4" : "_bf16");
+  std::string E = std::to_string(experts), I = std::to_string(intermediate),
+              L = std::to_string(latent);
+  // Weight arguments and the product of row %o of one projection with a
+  // vector, for both formats. @@W@@ names the projection (gate, up, down),
+  // @@IN@@ its input width, @@OUT@@ its output width, @@X@@ the input memref.
+  std::string weightArgs, dot;
+  if (!nvfp4) {
+    weightArgs = "%gate: memref<@@E@@x@@I@@x@@L@@xbf16>, %up: memref<@@E@@x@@I@@x@@L@@xbf16>, "
+                 "%down: memref<@@E@@x@@L@@x@@I@@xbf16>";
+    dot = R"(
+          %zv_@@W@@ = arith.constant dense<0.0> : vector<16xf32>
+          %accv_@@W@@ = scf.for %c = %c0 to %in_@@W@@ step %c16 iter_args(%s = %zv_@@W@@) -> (vector<16xf32>) {
+            %xv = vector.load @@X@@[@@XI@@] : @@XT@@, vector<16xf32>
+            %wb = vector.load %@@W@@[%e, %o, %c] : memref<@@E@@x@@OUT@@x@@IN@@xbf16>, vector<16xbf16>
+            %wv = arith.extf %wb : vector<16xbf16> to vector<16xf32>
+            %pr = arith.mulf %xv, %wv : vector<16xf32>
+            %ns = arith.addf %s, %pr : vector<16xf32>
+            scf.yield %ns : vector<16xf32>
+          }
+          %dot_@@W@@ = vector.reduction <add>, %accv_@@W@@ : vector<16xf32> into f32
+)";
+  } else {
+    weightArgs =
+        "%gate: memref<@@E@@x@@I@@x@@LH@@xi8>, %gate_s: memref<@@E@@x@@I@@x@@LS@@xi8>, %gate_g: memref<@@E@@xf32>, "
+        "%up: memref<@@E@@x@@I@@x@@LH@@xi8>, %up_s: memref<@@E@@x@@I@@x@@LS@@xi8>, %up_g: memref<@@E@@xf32>, "
+        "%down: memref<@@E@@x@@L@@x@@IH@@xi8>, %down_s: memref<@@E@@x@@L@@x@@IS@@xi8>, %down_g: memref<@@E@@xf32>";
+    dot = R"(
+          %glob_@@W@@ = memref.load %@@W@@_g[%e] : memref<@@E@@xf32>
+          %blocks_@@W@@ = arith.divui %in_@@W@@, %c16 : index
+          %dot_@@W@@ = scf.for %b = %c0 to %blocks_@@W@@ step %c1 iter_args(%s = %zero_f) -> (f32) {
+            %sb = memref.load %@@W@@_s[%e, %o, %b] : memref<@@E@@x@@OUT@@x@@INS@@xi8>
+            %sbi = arith.index_cast %sb : i8 to index
+            %sbu = arith.andi %sbi, %c255 : index
+            %scale = memref.load %e4m3[%sbu] : memref<256xf32>
+            %blk = scf.for %i = %c0 to %c8 step %c1 iter_args(%ps = %zero_f) -> (f32) {
+              %byte_col = arith.muli %b, %c8 : index
+              %col = arith.addi %byte_col, %i : index
+              %byte = memref.load %@@W@@[%e, %o, %col] : memref<@@E@@x@@OUT@@x@@INH@@xi8>
+              %bi = arith.index_cast %byte : i8 to index
+              %bu = arith.andi %bi, %c255 : index
+              %lo_i = arith.andi %bu, %c15 : index
+              %hi_i = arith.shrui %bu, %c4 : index
+              %lo = memref.load %e2m1[%lo_i] : memref<16xf32>
+              %hi = memref.load %e2m1[%hi_i] : memref<16xf32>
+              %x0i = arith.muli %col, %c2 : index
+              %x1i = arith.addi %x0i, %c1 : index
+              %x0 = memref.load @@X@@[@@XI0@@] : @@XT@@
+              %x1 = memref.load @@X@@[@@XI1@@] : @@XT@@
+              %a0 = arith.mulf %lo, %x0 : f32
+              %a1 = arith.mulf %hi, %x1 : f32
+              %a = arith.addf %a0, %a1 : f32
+              %n = arith.addf %ps, %a : f32
+              scf.yield %n : f32
+            }
+            %scaled = arith.mulf %blk, %scale : f32
+            %ns = arith.addf %s, %scaled : f32
+            scf.yield %ns : f32
+          }
+          %dotg_@@W@@ = arith.mulf %dot_@@W@@, %glob_@@W@@ : f32
+)";
+  }
+  auto product = [&](const std::string &w, const std::string &in, const std::string &out,
+                     const std::string &x, const std::string &xt, const std::string &xi,
+                     const std::string &xi0, const std::string &xi1) {
+    return fillTemplate(dot, {{"W", w}, {"IN", in}, {"OUT", out}, {"INS", std::to_string(std::stoll(in) / 16)},
+                              {"INH", std::to_string(std::stoll(in) / 2)}, {"X", x}, {"XT", xt},
+                              {"XI", xi}, {"XI0", xi0}, {"XI1", xi1}, {"E", E}});
+  };
+  std::string zrow = "memref<?x" + L + "xf32>";
+  std::string gateDot = product("gate", L, I, "%z", zrow, "%t, %c", "%t, %x0i", "%t, %x1i");
+  std::string upDot = product("up", L, I, "%z", zrow, "%t, %c", "%t, %x0i", "%t, %x1i");
+  std::string downDot = product("down", I, L, "%h", "memref<" + I + "xf32>", "%c", "%x0i", "%x1i");
+  std::string result = nvfp4 ? "%dotg_" : "%dot_";
+
+  std::string luts = nvfp4 ? lookupTable(name + "_e2m1", 16, e2m1ToFloat) +
+                                 lookupTable(name + "_e4m3", 256, e4m3ToFloat)
+                           : "";
+  std::string lutLoads = nvfp4 ? "%e2m1 = memref.get_global @" + name + "_e2m1 : memref<16xf32>\n"
+                                 "  %e4m3 = memref.get_global @" + name + "_e4m3 : memref<256xf32>\n"
+                               : "";
+  std::string body = luts + fillTemplate(R"(
+func.func @@@name@@(%z: memref<?x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %w: memref<?x@@K@@xf32>,
+                    @@wargs@@, %pn: memref<@@E@@x@@L@@xbf16>, %out: memref<?x@@L@@xf32>,
+                    %rows_i: i64, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface,
+                kiln.tiling = {kind = "@@kind@@", parallel = "tokens", experts_per_token = @@K@@ : i64}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c4 = arith.constant 4 : index
+  %c8 = arith.constant 8 : index
+  %c15 = arith.constant 15 : index
+  %c16 = arith.constant 16 : index
+  %c255 = arith.constant 255 : index
+  %k = arith.constant @@K@@ : index
+  %in_gate = arith.constant @@L@@ : index
+  %in_up = arith.constant @@L@@ : index
+  %in_down = arith.constant @@I@@ : index
+  %inter = arith.constant @@I@@ : index
+  %latent = arith.constant @@L@@ : index
+  %latentf = arith.constant @@Lf@@ : f32
+  %eps = arith.constant @@eps@@ : f32
+  %zero_f = arith.constant 0.0 : f32
+  %one_f = arith.constant 1.0 : f32
+  %rows = arith.index_cast %rows_i : i64 to index
+  %h = memref.alloca() : memref<@@I@@xf32>
+  %y = memref.alloca() : memref<@@L@@xf32>
+  @@luts@@
+  @@range@@
+  scf.for %t = %tbegin to %tend step %c1 {
+    scf.for %c = %c0 to %latent step %c1 {
+      memref.store %zero_f, %out[%t, %c] : memref<?x@@L@@xf32>
+    }
+    scf.for %j = %c0 to %k step %c1 {
+      %e32 = memref.load %idx[%t, %j] : memref<?x@@K@@xi32>
+      %e = arith.index_cast %e32 : i32 to index
+      %weight = memref.load %w[%t, %j] : memref<?x@@K@@xf32>
+      // h = silu(gate_e z) * up_e z
+      scf.for %o = %c0 to %inter step %c1 {
+@@gate@@
+@@up@@
+        %g = arith.addf @@res@@gate, %zero_f : f32
+        %u = arith.addf @@res@@up, %zero_f : f32
+        %ng = arith.negf %g : f32
+        %ex = math.exp %ng : f32
+        %den = arith.addf %one_f, %ex : f32
+        %sig = arith.divf %g, %den : f32
+        %hv = arith.mulf %sig, %u : f32
+        memref.store %hv, %h[%o] : memref<@@I@@xf32>
+      }
+      // y = down_e h, then RMSNorm with the expert's own weight, then the
+      // weighted sum into the token's output.
+      %sumsq = scf.for %o = %c0 to %latent step %c1 iter_args(%ss = %zero_f) -> (f32) {
+@@down@@
+        %yv = arith.addf @@res@@down, %zero_f : f32
+        memref.store %yv, %y[%o] : memref<@@L@@xf32>
+        %sq = arith.mulf %yv, %yv : f32
+        %nss = arith.addf %ss, %sq : f32
+        scf.yield %nss : f32
+      }
+      %mean = arith.divf %sumsq, %latentf : f32
+      %me = arith.addf %mean, %eps : f32
+      %rms = math.sqrt %me : f32
+      %inv = arith.divf %one_f, %rms : f32
+      %scale = arith.mulf %inv, %weight : f32
+      scf.for %c = %c0 to %latent step %c1 {
+        %yv = memref.load %y[%c] : memref<@@L@@xf32>
+        %pb = memref.load %pn[%e, %c] : memref<@@E@@x@@L@@xbf16>
+        %pf = arith.extf %pb : bf16 to f32
+        %yn = arith.mulf %yv, %pf : f32
+        %ys = arith.mulf %yn, %scale : f32
+        %o0 = memref.load %out[%t, %c] : memref<?x@@L@@xf32>
+        %o1 = arith.addf %o0, %ys : f32
+        memref.store %o1, %out[%t, %c] : memref<?x@@L@@xf32>
+      }
+    }
+  }
+  return
+}
+)",
+                                         {{"name", name},
+                                          {"wargs", fillTemplate(weightArgs,
+                                                                 {{"E", E}, {"I", I}, {"L", L},
+                                                                  {"LH", std::to_string(latent / 2)},
+                                                                  {"LS", std::to_string(latent / 16)},
+                                                                  {"IH", std::to_string(intermediate / 2)},
+                                                                  {"IS", std::to_string(intermediate / 16)}})},
+                                          {"E", E},
+                                          {"I", I},
+                                          {"L", L},
+                                          {"K", std::to_string(k)},
+                                          {"Lf", floatLiteral(double(latent))},
+                                          {"eps", floatLiteral(eps)},
+                                          {"kind", nvfp4 ? "w4a16-nvfp4" : "vector-bf16"},
+                                          {"luts", lutLoads},
+                                          {"range", partRange("%rows", "t")},
+                                          {"gate", gateDot},
+                                          {"up", upDot},
+                                          {"down", downDot},
+                                          {"res", result}});
+  return KernelSpec{name, "kiln.megamoe",
+                    std::string("{\"kind\": \"") + (nvfp4 ? "w4a16-nvfp4" : "vector-bf16") +
+                        "\", \"parallel\": \"tokens\"}",
+                    body};
+}
+
+} // namespace kiln::x86

@@ -1,0 +1,35 @@
+// The plan dialect's verifiers.
+// RUN: kiln-opt %s -split-input-file -verify-diagnostics
+
+plan.entry @zero attributes {max_tokens = 1 : i64} {
+  // expected-error @+1 {{a dimension's alignment must be at least 1, got 0}}
+  %a = plan.alloc [#plan.dim<1, 0, 0>] f32
+}
+
+// -----
+
+plan.entry @kind attributes {max_tokens = 1 : i64} {
+  // expected-error @+1 {{kind must be weight, kv, input or output, got 'scratch'}}
+  %a = plan.binding "scratch" 0 [#plan.dim<1, 0, 1>] f32
+}
+
+// -----
+
+plan.entry @scalar attributes {max_tokens = 1 : i64} {
+  %a = plan.alloc [#plan.dim<1, 0, 1>] f32
+  // expected-error @+1 {{scalar 'tokens' must be const:N, tokens:N, past:N, part or parts}}
+  plan.launch @k(%a) scalars ["tokens"] {max_parts = 1 : i64, op = "x"}
+}
+
+// -----
+
+// expected-error @+1 {{max_tokens must be at least 1, got 0}}
+plan.entry @empty attributes {max_tokens = 0 : i64} {
+}
+
+// -----
+
+plan.entry @misaligned attributes {max_tokens = 1 : i64} {
+  // expected-error @+1 {{offset 8 is not 64-byte aligned}}
+  %a = plan.alloc [#plan.dim<1, 0, 1>] f32 {offset = 8 : i64}
+}

@@ -1,0 +1,360 @@
+// The engine end to end on a hand-built artifact whose kernel library is
+// compiled from C at test time (TestKernels.h): descriptors, scalars, parts,
+// KV caches (global and sliding), copies, VNNI weights and the logits, checked
+// against a plain C++ recomputation; then every refusal at load time.
+#include "runtime/engine/Engine.h"
+
+#include "models/muse_spark/CheckpointSynth.h"
+#include "models/muse_spark/SyntheticWeights.h"
+#include "runtime/core/Float.h"
+#include "runtime/cpu/CpuFeatures.h"
+#include "runtime/cpu/RuntimeError.h"
+
+#include "test/unit/runtime_cpu/EngineTestArtifact.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+
+namespace kiln {
+namespace {
+
+using namespace kiln::runtime_test;
+using muse_spark::Config;
+
+// The same computation in plain C++ from the synthetic weights.
+class Reference {
+public:
+  explicit Reference(uint64_t seed) {
+    const Config config = muse_spark::loadConfig("muse-spark-tiny");
+    embed_ = weight(config, "model.embed_tokens.weight", seed);
+    lm_ = weight(config, "lm_head.weight", seed);
+    expert_ =
+        weight(config, "model.layers.0.mlp.experts.2.up_proj.weight", seed);
+  }
+
+  // Logits after appending `tokens`, the last token's, with `parts` for the
+  // stamp launch.
+  std::vector<double> append(const std::vector<int32_t> &tokens, int parts) {
+    history_.insert(history_.end(), tokens.begin(), tokens.end());
+    const int64_t p = static_cast<int64_t>(history_.size()) - 1;
+    std::vector<double> g(kWidth, 0), s(kWidth, 0), mv(kLatent, 0);
+    for (int64_t j = 0; j <= p; ++j) {
+      const float *row = &embed_[history_[j] * kHidden];
+      for (int64_t i = 0; i < kWidth; ++i) {
+        const double value = row[i] + 0.5 * row[kWidth + i];
+        g[i] += value;
+        if (j > p - kWindow)
+          s[i] += value;
+      }
+    }
+    const float *last = &embed_[history_[p] * kHidden];
+    for (int64_t n = 0; n < kLatent; ++n)
+      for (int64_t k = 0; k < kLatent; ++k)
+        mv[n] += double{last[k]} * expert_[n * kLatent + k];
+    std::vector<double> logits(kVocab);
+    for (int64_t v = 0; v < kVocab; ++v) {
+      double sum = 0;
+      for (int64_t i = 0; i < kWidth; ++i)
+        sum += (g[i] + 0.5 * s[i]) * lm_[v * kHidden + i];
+      logits[v] = sum + mv[v % kLatent] / 100 + 3;
+    }
+    logits[kVocab - 1] = parts;
+    return logits;
+  }
+
+private:
+  static std::vector<float> weight(const Config &config,
+                                   const std::string &name, uint64_t seed) {
+    for (const auto &spec :
+         muse_spark::checkpointManifest(config, muse_spark::WeightFormat::BF16))
+      if (spec.name == name) {
+        std::vector<uint16_t> bits(spec.shape[0] * spec.shape[1]);
+        muse_spark::synthesizeTensor(config, spec, seed,
+                                     reinterpret_cast<uint8_t *>(bits.data()));
+        std::vector<float> values;
+        for (uint16_t b : bits)
+          values.push_back(bf16ToFloat(b));
+        return values;
+      }
+    ADD_FAILURE() << name;
+    return {};
+  }
+
+  std::vector<float> embed_, lm_, expert_;
+  std::vector<int32_t> history_;
+};
+
+void expectLogitsNear(const std::vector<float> &actual,
+                      const std::vector<double> &expected,
+                      const std::string &what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t v = 0; v < actual.size(); ++v)
+    ASSERT_NEAR(actual[v], expected[v], 1e-3 + 1e-4 * std::abs(expected[v]))
+        << what << ", logit " << v;
+}
+
+std::vector<int32_t> prompt(int count, int salt = 0) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < count; ++i)
+    ids.push_back((37 * i + 11 + salt) % kVocab);
+  return ids;
+}
+
+template <typename Fn> std::string errorOf(Fn &&fn) {
+  try {
+    fn();
+  } catch (const std::exception &error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "nothing thrown";
+  return "";
+}
+
+#define EXPECT_HAS(text, part)                                                 \
+  EXPECT_NE(std::string(text).find(part), std::string::npos)                   \
+      << "missing \"" << part << "\" in: " << text
+
+class EngineTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    if (!runtime_test::haveTestCompiler())
+      GTEST_SKIP() << "no C compiler to build test kernels";
+    ASSERT_FALSE(testKernelBlob().empty());
+  }
+
+  static std::unique_ptr<Engine> make(const TestArtifact &a,
+                                      EngineOptions options = {}) {
+    if (options.weights.empty())
+      options.weights = "synthetic:5";
+    if (options.threads == 0)
+      options.threads = 3;
+    return Engine::create(Artifact::fromBytes(serialize(a), "test.kiln"),
+                          options);
+  }
+};
+
+TEST_F(EngineTest, PrefillAndDecodeMatchReference) {
+  auto engine = make(testArtifact());
+  EXPECT_EQ(engine->vocabSize(), kVocab);
+  EXPECT_EQ(engine->contextLength(), 4096);
+  EXPECT_EQ(engine->numThreads(), 3);
+  EXPECT_EQ(engine->weightBytes(),
+            2u * kVocab * kHidden * 2 + 2u * kLatent * kLatent * 2);
+  EXPECT_EQ(engine->arenaBytes(), 2 * kArenaBytes);
+  Reference reference(5);
+  // 20 tokens: chunks of 8, 8 and 4; the sliding cache wraps twice.
+  const std::vector<int32_t> ids = prompt(20);
+  expectLogitsNear(engine->prefill(ids), reference.append(ids, 3), "prefill");
+  EXPECT_EQ(engine->pastTokens(), 20);
+  for (int step = 0; step < 5; ++step) {
+    const int32_t token = (7 * step + 3) % kVocab;
+    expectLogitsNear(engine->decode(token), reference.append({token}, 3),
+                     "decode step " + std::to_string(step));
+  }
+  EXPECT_EQ(engine->pastTokens(), 25);
+}
+
+TEST_F(EngineTest, ChunkingAndEntryPointDoNotChangeLogits) {
+  const std::vector<int32_t> ids = prompt(13, 5);
+  auto whole = make(testArtifact());
+  const std::vector<float> expected = whole->prefill(ids);
+  auto split = make(testArtifact());
+  split->prefill({ids.begin(), ids.begin() + 6});
+  EXPECT_EQ(split->prefill({ids.begin() + 6, ids.end()}), expected);
+  auto oneByOne = make(testArtifact());
+  std::vector<float> last;
+  for (int32_t id : ids)
+    last = oneByOne->decode(id);
+  EXPECT_EQ(last, expected);
+}
+
+TEST_F(EngineTest, PartsFollowThreadsAndMaxParts) {
+  const std::vector<int32_t> ids = prompt(9);
+  EngineOptions one;
+  one.threads = 1;
+  EngineOptions many;
+  many.threads = 12;
+  const std::vector<float> a = make(testArtifact(), one)->prefill(ids);
+  const std::vector<float> b = make(testArtifact(), many)->prefill(ids);
+  // The last logit counts the parts of the stamp launch: min(8, threads).
+  EXPECT_EQ(a.back(), 1.0f);
+  EXPECT_EQ(b.back(), 8.0f);
+  EXPECT_EQ(std::vector<float>(a.begin(), a.end() - 1),
+            std::vector<float>(b.begin(), b.end() - 1));
+}
+
+TEST_F(EngineTest, ResetForgetsTheConversation) {
+  auto engine = make(testArtifact());
+  const std::vector<float> first = engine->prefill(prompt(10));
+  engine->prefill(prompt(3, 1));
+  engine->reset();
+  EXPECT_EQ(engine->pastTokens(), 0);
+  EXPECT_EQ(engine->prefill(prompt(10)), first);
+}
+
+TEST_F(EngineTest, OnlyOneEntryPoint) {
+  const std::vector<int32_t> ids = prompt(11);
+  const std::vector<float> expected = make(testArtifact())->prefill(ids);
+  TestArtifact prefillOnly = testArtifact();
+  prefillOnly.entryPoints.pop_back();
+  auto engine = make(prefillOnly);
+  EXPECT_EQ(engine->prefill(ids), expected);
+  TestArtifact decodeOnly = testArtifact();
+  decodeOnly.entryPoints.erase(decodeOnly.entryPoints.begin());
+  EXPECT_EQ(make(decodeOnly)->prefill(ids), expected);
+}
+
+TEST_F(EngineTest, CheckpointWeightsMatchSynthetic) {
+  std::string dir = ::testing::TempDir() + "/kiln-engine-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  muse_spark::writeSyntheticCheckpoint(
+      muse_spark::loadConfig("muse-spark-tiny"), muse_spark::WeightFormat::BF16,
+      5, dir, uint64_t{2} << 20);
+  EngineOptions options;
+  options.weights = dir;
+  uint64_t lastDone = 0, lastTotal = 0;
+  options.progress = [&](uint64_t done, uint64_t total) {
+    EXPECT_GE(done, lastDone);
+    lastDone = done;
+    lastTotal = total;
+  };
+  auto engine = make(testArtifact(), options);
+  EXPECT_EQ(lastDone, lastTotal);
+  EXPECT_EQ(lastTotal, engine->weightBytes());
+  const std::vector<int32_t> ids = prompt(12);
+  EXPECT_EQ(engine->prefill(ids), make(testArtifact())->prefill(ids));
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(EngineTest, LoadsFromFile) {
+  std::string dir = ::testing::TempDir() + "/kiln-engine-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::vector<uint8_t> bytes = serialize(testArtifact());
+  std::ofstream(dir + "/test.kiln", std::ios::binary)
+      .write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+  EngineOptions options;
+  options.weights = "synthetic:5";
+  options.threads = 3; // as make(): the last logit counts parts
+  auto engine = Engine::load(dir + "/test.kiln", options);
+  EXPECT_EQ(engine->artifact().source(), dir + "/test.kiln");
+  EXPECT_EQ(engine->prefill(prompt(4)),
+            make(testArtifact())->prefill(prompt(4)));
+  EXPECT_HAS(errorOf([&] { Engine::load(dir + "/missing.kiln", options); }),
+             "missing.kiln: cannot open");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(EngineTest, CallErrors) {
+  EngineOptions options;
+  options.contextLength = 24;
+  auto engine = make(testArtifact(), options);
+  EXPECT_HAS(errorOf([&] { engine->prefill({}); }), "at least one token");
+  EXPECT_HAS(errorOf([&] {
+               engine->prefill({1, 1024});
+             }),
+             "token id 1024 is outside the vocabulary 0..1023");
+  EXPECT_HAS(errorOf([&] { engine->decode(-1); }), "token id -1");
+  EXPECT_EQ(engine->pastTokens(), 0);
+  EXPECT_HAS(errorOf([&] { engine->prefill(prompt(25)); }),
+             "do not fit the context");
+  engine->prefill(prompt(20));
+  for (int i = 0; i < 4; ++i)
+    engine->decode(1);
+  EXPECT_HAS(errorOf([&] { engine->decode(1); }), "the context is full");
+  EXPECT_EQ(engine->pastTokens(), 24);
+}
+
+TEST_F(EngineTest, RefusesOtherTargetsAndMissingFeatures) {
+  TestArtifact gpu = testArtifact();
+  gpu.targetKind = fb::TargetKind::NVPTX;
+  gpu.libraryFormat = "ptx";
+  gpu.chip = "sm_90";
+  EXPECT_HAS(errorOf([&] { make(gpu); }), "artifact is for nvptx sm_90");
+
+  TestArtifact unknown = testArtifact();
+  unknown.features = {"sse2", "warp-drive"};
+  EXPECT_HAS(errorOf([&] { make(unknown); }), "warp-drive");
+
+  for (const std::string &feature : knownCpuFeatures())
+    if (!*cpuHasFeature(feature)) {
+      TestArtifact lacking = testArtifact();
+      lacking.features = {feature};
+      EXPECT_HAS(errorOf([&] { make(lacking); }), "the CPU lacks " + feature);
+      break;
+    }
+
+  if (cpuHasAmx()) {
+    TestArtifact amx = testArtifact();
+    amx.features = {"amx-tile", "amx-bf16"};
+    EXPECT_NO_THROW(make(amx));
+  }
+}
+
+TEST_F(EngineTest, RefusesMultiRankArtifacts) {
+  TestArtifact tp = testArtifact();
+  tp.tp = 2;
+  tp.world = 2;
+  EXPECT_HAS(errorOf([&] { make(tp); }),
+             "multi-rank artifacts need the NCCL runtime");
+}
+
+TEST_F(EngineTest, MissingKernelSymbol) {
+  TestArtifact a = testArtifact();
+  a.kernels[3].name = "kiln_expert_matmul";
+  EXPECT_HAS(errorOf([&] { make(a); }), "no symbol 'kiln_expert_matmul'");
+}
+
+TEST_F(EngineTest, WeightMismatchNamesTheTensor) {
+  TestArtifact a = testArtifact();
+  a.weights[1].shape = {kHidden, kVocab};
+  const std::string message = errorOf([&] { make(a); });
+  EXPECT_HAS(message, "'lm_head.weight'");
+  EXPECT_HAS(message, "expects BF16 [256, 1024]");
+  EXPECT_HAS(message, "has BF16 [1024, 256]");
+  EXPECT_HAS(errorOf([&] {
+               EngineOptions options;
+               options.weights = "synthetic:abc";
+               make(testArtifact(), options);
+             }),
+             "seed 'abc'");
+}
+
+TEST_F(EngineTest, BufferOutsideItsBuffer) {
+  // Positions read 16 ints where 8 were allocated (rounded to 64 bytes: 16
+  // fit, 17 do not).
+  TestArtifact input = testArtifact();
+  std::get<TestLaunch>(input.entryPoints[0].steps[1]).buffers[1].shape = {
+      tokens(17)};
+  const std::string message = errorOf([&] { make(input); });
+  EXPECT_HAS(message, "entry point 'prefill', steps[1] (launch of 'kiln_kv_append'");
+  EXPECT_HAS(message, "buffers[1]: Input buffer 1 is used up to byte 68");
+
+  TestArtifact kv = testArtifact();
+  std::get<TestLaunch>(kv.entryPoints[1].steps[3]).buffers[0].offset = 256;
+  EXPECT_HAS(errorOf([&] { make(kv); }), "KvCache buffer 0 is used up to");
+
+  TestArtifact logits = testArtifact();
+  std::get<TestLaunch>(logits.entryPoints[0].steps.back()).buffers[5].shape = {
+      fixed(1), fixed(kVocab / 2)};
+  EXPECT_HAS(errorOf([&] { make(logits); }),
+             "logits of width 512, but the vocabulary has 1024");
+}
+
+TEST_F(EngineTest, ContextLengthLimits) {
+  EngineOptions options;
+  options.contextLength = 2000000;
+  EXPECT_HAS(errorOf([&] { make(testArtifact(), options); }),
+             "context length 2000000 is outside 1..1048576");
+  options.contextLength = 8;
+  auto engine = make(testArtifact(), options);
+  EXPECT_EQ(engine->contextLength(), 8);
+  EXPECT_EQ(engine->kvCacheBytes(),
+            2u * (8 * 64 * 4) + 2u * (kWindow * 64 * 4));
+}
+
+} // namespace
+} // namespace kiln
