@@ -10,7 +10,7 @@ KILN_JOBS=${KILN_JOBS:-$(nproc)}
 KILN_PACKAGES=(
   cmake ninja-build ccache g++ python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
-  nlohmann-json3-dev libgtest-dev libflatbuffers-dev flatbuffers-compiler
+  nlohmann-json3-dev libgtest-dev libdnnl-dev libflatbuffers-dev flatbuffers-compiler
 )
 
 kiln_log() { printf '\033[1m[kiln]\033[0m %s\n' "$*" >&2; }

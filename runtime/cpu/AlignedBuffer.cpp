@@ -29,6 +29,9 @@ AlignedBuffer::AlignedBuffer(size_t size, const std::string &what) {
     if (memory == MAP_FAILED)
       throw RuntimeError("cannot allocate " + what + " (" + describe(size) +
                          "): " + std::strerror(errno));
+    // Huge pages where the kernel allows them: far fewer page faults while
+    // weights are written and TLB misses while kernels stream them.
+    ::madvise(memory, size, MADV_HUGEPAGE);
     data_ = static_cast<uint8_t *>(memory);
     mapped_ = true;
   } else {

@@ -438,11 +438,11 @@ void Engine::Impl::runLaunch(LaunchPlan &launch, int64_t tokens) {
       case fb::ScalarKind::Constant:
         value = launch.scalarConstants[s];
         break;
-      case fb::ScalarKind::Tokens:
-        value = tokens;
+      case fb::ScalarKind::Tokens: // T + value: "tokens:-1" is the last row
+        value = tokens + launch.scalarConstants[s];
         break;
       case fb::ScalarKind::PastTokens:
-        value = past;
+        value = past + launch.scalarConstants[s];
         break;
       case fb::ScalarKind::Part:
         value = part;

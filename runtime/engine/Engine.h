@@ -6,6 +6,8 @@
 // target and CPU features, every kernel symbol, every weight's dtype and
 // shape, and every buffer a step touches lies inside its buffer at both ends
 // of the token range. A kernel itself is C code; its faults cannot be caught.
+//
+// An Engine holds one conversation (its KV caches); calls must not overlap.
 #pragma once
 
 #include "runtime/artifact/Artifact.h"

@@ -330,7 +330,8 @@ TEST_F(EngineTest, BufferOutsideItsBuffer) {
   std::get<TestLaunch>(input.entryPoints[0].steps[1]).buffers[1].shape = {
       tokens(17)};
   const std::string message = errorOf([&] { make(input); });
-  EXPECT_HAS(message, "entry point 'prefill', steps[1] (launch of 'kiln_kv_append'");
+  EXPECT_HAS(message,
+             "entry point 'prefill', steps[1] (launch of 'kiln_kv_append'");
   EXPECT_HAS(message, "buffers[1]: Input buffer 1 is used up to byte 68");
 
   TestArtifact kv = testArtifact();

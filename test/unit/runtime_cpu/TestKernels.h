@@ -1,14 +1,14 @@
 // C kernels for engine tests, compiled at test time into the kernel library
 // of a hand-built artifact. Each checks the descriptors and scalars it gets
 // (abort() on a violation, so a broken ABI fails the test loudly) and
-// computes something simple that a test can recompute:
+// computes something simple that a test can recompute (symbols kiln_*):
 //   embed_f32     x[t] = bf16 embed row of ids[t]            (parallel rows)
 //   kv_append     K/V[(past + t) % slots] = x[t][0:w], x[t][w:2w]
 //   attend        out[t] = sum over visible positions j of K[j] + V[j] / 2
 //   expert_matvec mv[t][n] = x[t][0:K] . W[n] with W the second matrix of a
 //                 VNNI-blocked expert stack
 //   stamp_parts   stamp[p] = 1 for each part p, 0 beyond
-//   logits        logits[v] = (g + s/2) . lm_head[v][0:w] + mv[n % N] / 100
+//   logits        logits[v] = (g + s/2) . lm_head[v][0:w] + mv[v % N] / 100
 //                 + c for the last token, and logits[V-1] = sum(stamp)
 #pragma once
 
