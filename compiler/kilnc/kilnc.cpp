@@ -99,7 +99,8 @@ cl::opt<Quant> quant(
     cl::cat(kilncCategory));
 
 cl::opt<bool> lastTokenLogits("last-token-logits",
-                              cl::desc("Compute the logits of the last token only"),
+                              cl::desc("Compute the logits of the last token only (always so "
+                                       "with --target)"),
                               cl::cat(kilncCategory));
 
 cl::opt<int64_t> tp("tp", cl::desc("Tensor-parallel ranks for attention (default 1)"),
@@ -111,6 +112,11 @@ cl::opt<bool> sp("sp",
                           "o_proj, all-gather before QKV (needs --tp > 1 and --tokens divisible "
                           "by it)"),
                  cl::cat(kilncCategory));
+
+cl::opt<bool> noFuse("no-fuse",
+                     cl::desc("Skip the fusion passes (norm/residual, MegaMoE): every op reaches "
+                              "the target as the model builder wrote it"),
+                     cl::cat(kilncCategory));
 
 cl::opt<bool> listConfigs("list-configs", cl::desc("List the built-in configs and exit"),
                           cl::cat(kilncCategory));
@@ -191,7 +197,7 @@ int main(int argc, char **argv) {
     return fail("--tp and --ep must be at least 1");
   if (sp && tp < 2)
     return fail("--sp splits tokens over the TP group: it needs --tp of at least 2");
-  kiln::Layout layout{tp, ep, sp};
+  kiln::Layout layout{tp, ep, sp, !noFuse};
   Emit what = emit;
   if (target != Target::None && emit.getNumOccurrences() == 0)
     what = Emit::Artifact;
@@ -225,7 +231,8 @@ int main(int argc, char **argv) {
   // A target serves prefills of any length and decode: dynamic tokens.
   options.tokens = backend ? mlir::ShapedType::kDynamic : int64_t(tokens);
   options.format = format;
-  options.lastTokenLogits = lastTokenLogits;
+  // Generation reads the last token's logits only: a target computes just those.
+  options.lastTokenLogits = lastTokenLogits || backend;
   bool showProgress = isatty(STDERR_FILENO);
   options.progress = [&](int64_t done, int64_t total) {
     if (showProgress)

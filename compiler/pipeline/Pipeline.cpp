@@ -10,10 +10,12 @@ void buildGraphPipeline(mlir::OpPassManager &pm, const Layout &layout) {
   pm.addPass(createVerifyWeights());
   if (layout.devices() > 1)
     pm.addPass(createShard(ShardOptions{layout.tp, layout.ep}));
-  pm.addPass(createFuseNormResidual());
+  if (layout.fuse)
+    pm.addPass(createFuseNormResidual());
   if (layout.tp > 1 && !layout.sp)
     pm.addPass(createShardPooler());
-  pm.addPass(createFormMegaMoE());
+  if (layout.fuse)
+    pm.addPass(createFormMegaMoE());
   if (layout.sp)
     pm.addPass(createInsertSPCollectives());
 }

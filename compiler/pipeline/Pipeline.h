@@ -14,6 +14,7 @@ struct Layout {
   int64_t tp = 1;  // tensor-parallel ranks (attention)
   int64_t ep = 1;  // expert-parallel ranks (MoE)
   bool sp = false; // sequence parallelism over the TP group
+  bool fuse = true; // norm/residual and MegaMoE fusion (off: every op stays as built)
   int64_t devices() const { return tp > ep ? tp : ep; }
 };
 

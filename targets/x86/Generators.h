@@ -17,6 +17,8 @@ namespace kiln::x86 {
 std::string partRange(const std::string &n, const std::string &prefix);
 // An f64/f32 literal MLIR parses back to the same value.
 std::string floatLiteral(double value);
+// A dense f32 lookup table of decode(0 .. count-1) as a memref.global.
+std::string lookupTable(const std::string &name, int count, float (*decode)(uint8_t));
 
 // Elementwise and norms (ElementwiseKernels.cpp).
 KernelSpec castToBf16(int64_t width);
@@ -42,5 +44,13 @@ KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t w
 KernelSpec routerTopK(int64_t experts, int64_t k);
 KernelSpec megaMoE(int64_t experts, int64_t k, int64_t intermediate, int64_t latent, double eps,
                    bool nvfp4);
+
+// The expert stage op by op (UnfusedMoEKernels.cpp), for unfused graphs.
+KernelSpec expertSwiGLU(int64_t experts, int64_t k, int64_t intermediate, int64_t latent);
+KernelSpec expertNorm(int64_t experts, int64_t k, int64_t latent, double eps);
+KernelSpec combine(int64_t k, int64_t latent);
+// Decodes a stack of NVFP4 matrices into bf16 (the dequantised weight that
+// an unfused expert stage reads).
+KernelSpec nvfp4Dequant(int64_t matrices, int64_t rows, int64_t cols);
 
 } // namespace kiln::x86

@@ -84,6 +84,13 @@ private:
 
   // The activation a graph value lives in.
   Buf &act(Value v) { return values[v]; }
+  // An expert stack: a bf16 weight as the checkpoint has it, or the bf16
+  // output of an NVFP4 decode.
+  FailureOr<Buf> stackOf(Value v) {
+    if (v.getDefiningOp<WeightOp>())
+      return weight(v, Transform::None);
+    return act(v);
+  }
   // The weight buffer of a kiln.weight, bound (and its binding recorded) on
   // first use in this entry.
   FailureOr<Buf> weight(Value v, Transform transform);
@@ -201,11 +208,61 @@ LogicalResult Lowering::lowerOp(Operation *op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](WeightOp) { return success(); }) // bound where used
       .Case([&](Nvfp4DequantOp o) -> LogicalResult {
-        for (Operation *user : o->getUsers())
-          if (!llvm::isa<MegaMoEOp>(user))
-            return o.emitOpError() << "feeds " << user->getName()
-                                   << ": on x86, NVFP4 weights are decoded inside kiln.megamoe "
-                                      "only (run kiln-form-megamoe)";
+        // Inside kiln.megamoe the kernel decodes the codes itself.
+        if (llvm::all_of(o->getUsers(), [](Operation *u) { return llvm::isa<MegaMoEOp>(u); }))
+          return success();
+        auto out = llvm::cast<RankedTensorType>(o.getResult().getType());
+        if (out.getRank() != 3 || !out.getElementType().isBF16())
+          return o.emitOpError() << "decodes into " << out
+                                 << ": the x86 kernel decodes stacks of matrices into bf16";
+        FailureOr<Buf> packed = weight(o.getPacked(), Transform::None);
+        FailureOr<Buf> scales = weight(o.getScales(), Transform::None);
+        FailureOr<Buf> global = weight(o.getGlobal(), Transform::None);
+        if (failed(packed) || failed(scales) || failed(global))
+          return failure();
+        Buf y = allocShape({fixed(out.getDimSize(0)), fixed(out.getDimSize(1)), fixed(out.getDimSize(2))},
+                           b.getBF16Type());
+        launch(nvfp4Dequant(out.getDimSize(0), out.getDimSize(1), out.getDimSize(2)),
+               {*packed, *scales, *global, y}, {"part", "parts"}, options.maxParts, what);
+        values[o.getResult()] = y;
+        return success();
+      })
+      .Case([&](ExpertSwiGLUOp o) -> LogicalResult {
+        auto gate = llvm::cast<RankedTensorType>(o.getGate().getType());
+        int64_t k = llvm::cast<RankedTensorType>(o.getIndices().getType()).getDimSize(1);
+        SmallVector<Buf> args = {act(o.getInput()), act(o.getIndices())};
+        for (Value stack : {o.getGate(), o.getUp(), o.getDown()}) {
+          FailureOr<Buf> w = stackOf(stack);
+          if (failed(w))
+            return failure();
+          args.push_back(*w);
+        }
+        Buf y = alloc({k, gate.getDimSize(2)}, f32);
+        args.push_back(y);
+        launch(expertSwiGLU(gate.getDimSize(0), k, gate.getDimSize(1), gate.getDimSize(2)), args,
+               {"tokens:0", "part", "parts"}, options.maxParts, what);
+        values[o.getResult()] = y;
+        return success();
+      })
+      .Case([&](ExpertNormOp o) -> LogicalResult {
+        auto w = llvm::cast<RankedTensorType>(o.getWeight().getType());
+        int64_t k = llvm::cast<RankedTensorType>(o.getIndices().getType()).getDimSize(1);
+        FailureOr<Buf> weights = stackOf(o.getWeight());
+        if (failed(weights))
+          return failure();
+        Buf y = alloc({k, w.getDimSize(1)}, f32);
+        launch(expertNorm(w.getDimSize(0), k, w.getDimSize(1), o.getEps().convertToDouble()),
+               {act(o.getInput()), act(o.getIndices()), *weights, y}, {"tokens:0", "part", "parts"},
+               options.maxParts, what);
+        values[o.getResult()] = y;
+        return success();
+      })
+      .Case([&](CombineOp o) -> LogicalResult {
+        auto in = llvm::cast<RankedTensorType>(o.getInput().getType());
+        Buf y = alloc({in.getDimSize(2)}, f32);
+        launch(combine(in.getDimSize(1), in.getDimSize(2)), {act(o.getInput()), act(o.getWeights()), y},
+               {"tokens:0", "part", "parts"}, options.maxParts, what);
+        values[o.getResult()] = y;
         return success();
       })
       .Case([&](EmbedOp o) -> LogicalResult {

@@ -12,20 +12,6 @@
 #include <string>
 
 namespace kiln::x86 {
-namespace {
-
-// A dense f32 lookup table as a memref.global named `name`.
-std::string lookupTable(const std::string &name, int count, float (*decode)(uint8_t)) {
-  std::string values;
-  for (int code = 0; code < count; ++code) {
-    float v = decode(static_cast<uint8_t>(code));
-    values += (code ? ", " : "") + (v != v ? std::string("0x7FC00000") : floatLiteral(v));
-  }
-  return "memref.global \"private\" constant @" + name + " : memref<" + std::to_string(count) +
-         "xf32> = dense<[" + values + "]>\n";
-}
-
-} // namespace
 
 KernelSpec routerTopK(int64_t experts, int64_t k) {
   std::string name = "router_top" + std::to_string(k) + "_of_" + std::to_string(experts);

@@ -37,11 +37,12 @@ constexpr uint64_t kSeed = 7;
 struct Case {
   WeightFormat format;
   int64_t maxPrefillTokens; // 8: the 24-token prompt runs as three chunks
+  bool fuse = true;         // false: every op gets its own kernel (kilnc --no-fuse)
 };
 
 std::string caseName(const ::testing::TestParamInfo<Case> &info) {
   return std::string(info.param.format == WeightFormat::NVFP4 ? "nvfp4" : "bf16") + "_chunk" +
-         std::to_string(info.param.maxPrefillTokens);
+         std::to_string(info.param.maxPrefillTokens) + (info.param.fuse ? "" : "_unfused");
 }
 
 class X86EndToEnd : public ::testing::TestWithParam<Case> {
@@ -71,7 +72,7 @@ protected:
 
   // The dynamic-token graph both sides run: as built for the interpreter,
   // after the graph pipeline for the compiler.
-  mlir::OwningOpRef<mlir::ModuleOp> graph(WeightFormat format, bool pipeline) {
+  mlir::OwningOpRef<mlir::ModuleOp> graph(WeightFormat format, bool pipeline, bool fuse = true) {
     muse_spark::GraphOptions options;
     options.tokens = mlir::ShapedType::kDynamic;
     options.format = format;
@@ -79,7 +80,9 @@ protected:
     mlir::OwningOpRef<mlir::ModuleOp> module = muse_spark::buildForwardGraph(context, config, options);
     if (pipeline) {
       mlir::PassManager pm(&context);
-      buildGraphPipeline(pm, Layout{});
+      Layout layout;
+      layout.fuse = fuse;
+      buildGraphPipeline(pm, layout);
       EXPECT_TRUE(mlir::succeeded(pm.run(*module)));
     }
     return module;
@@ -98,7 +101,7 @@ int32_t argmax(const std::vector<float> &v) {
 
 TEST_P(X86EndToEnd, MatchesTheInterpreter) {
   const Case &c = GetParam();
-  mlir::OwningOpRef<mlir::ModuleOp> compiled = graph(c.format, true);
+  mlir::OwningOpRef<mlir::ModuleOp> compiled = graph(c.format, true, c.fuse);
   std::string error;
   mlir::FailureOr<X86Build> build =
       buildX86Artifact(*compiled, config, c.format, c.maxPrefillTokens, error);
@@ -170,7 +173,9 @@ TEST_P(X86EndToEnd, MatchesTheInterpreter) {
 INSTANTIATE_TEST_SUITE_P(Tiny, X86EndToEnd,
                          ::testing::Values(Case{WeightFormat::BF16, 64}, Case{WeightFormat::BF16, 8},
                                            Case{WeightFormat::NVFP4, 64},
-                                           Case{WeightFormat::NVFP4, 8}),
+                                           Case{WeightFormat::NVFP4, 8},
+                                           Case{WeightFormat::BF16, 64, false},
+                                           Case{WeightFormat::NVFP4, 8, false}),
                          caseName);
 
 } // namespace
