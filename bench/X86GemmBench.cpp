@@ -9,7 +9,7 @@
 #include "runtime/cpu/MemRef.h"
 #include "runtime/cpu/ThreadPool.h"
 #include "runtime/engine/WeightLayout.h"
-#include "targets/x86/Generators.h"
+#include "targets/x86/AmxGemm.h"
 #include "targets/x86/KernelCompiler.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -79,7 +79,7 @@ int main(int argc, char **argv) {
       {"small o_proj prefill", 256, 2048, 3072}, {"small unpooler prefill", 256, 2048, 1024},
   };
 
-  std::vector<kiln::x86::KernelSpec> specs;
+  std::vector<kiln::kernels::KernelSpec> specs;
   for (const Shape &s : shapes)
     specs.push_back(kiln::x86::linearAmx(s.n, s.k));
   mlir::MLIRContext context;

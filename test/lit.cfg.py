@@ -17,3 +17,11 @@ config.environment["PATH"] = os.pathsep.join(
 )
 config.substitutions.append(("%kiln_src", config.kiln_src_root))
 config.substitutions.append(("%configs", os.path.join(config.kiln_src_root, "models", "muse_spark", "configs")))
+
+# ptxas from CUDA (every machine of this project has CUDA 13 at /usr/local/cuda):
+# the NVPTX tests assemble what kilnc emits.
+import shutil
+_ptxas = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.path.exists("/usr/local/cuda/bin/ptxas") else None)
+if _ptxas:
+    config.available_features.add("ptxas")
+    config.substitutions.append(("ptxas", _ptxas))

@@ -42,7 +42,7 @@ art::BufferKind bindingKind(llvm::StringRef kind) {
 
 class Writer {
 public:
-  Writer(const x86::LoweredModel &model, const ArtifactInfo &info) : model(model), info(info) {}
+  Writer(const kernels::LoweredModel &model, const ArtifactInfo &info) : model(model), info(info) {}
 
   mlir::FailureOr<std::vector<uint8_t>> run(const std::vector<uint8_t> &library);
 
@@ -51,7 +51,7 @@ private:
   fb::Offset<fb::Vector<const art::Dim *>> dims(mlir::ArrayAttr shape);
   mlir::FailureOr<fb::Offset<art::EntryPoint>> entry(plan::EntryOp entry);
 
-  const x86::LoweredModel &model;
+  const kernels::LoweredModel &model;
   const ArtifactInfo &info;
   fb::FlatBufferBuilder fbb{1 << 16};
   llvm::DenseMap<llvm::StringRef, uint32_t> kernelIndex;
@@ -126,9 +126,14 @@ mlir::FailureOr<fb::Offset<art::EntryPoint>> Writer::entry(plan::EntryOp op) {
                                                : art::ScalarKind::Parts;
         scalars.push_back(art::CreateScalar(fbb, k, number));
       }
+      art::Dim grid(0, 0, 1);
+      if (plan::DimAttr g = launch.getGridAttr())
+        grid = art::Dim(g.getConstant(), g.getPerToken(), g.getAlign());
       auto l = art::CreateLaunch(fbb, kernelIndex.lookup(launch.getKernel()),
                                  fbb.CreateVector(buffers), fbb.CreateVector(scalars),
-                                 launch.getMaxParts(), fbb.CreateString(launch.getOp().str()));
+                                 launch.getMaxParts(), fbb.CreateString(launch.getOp().str()),
+                                 launch.getGridAttr() ? &grid : nullptr,
+                                 static_cast<uint32_t>(launch.getBlock().value_or(0)));
       steps.push_back(art::CreateStepEntry(fbb, art::Step::Launch, l.Union()));
     } else if (auto copy = llvm::dyn_cast<plan::CopyOp>(inner)) {
       auto src = bufferRef(copy.getSource(), copy);
@@ -149,21 +154,21 @@ mlir::FailureOr<fb::Offset<art::EntryPoint>> Writer::entry(plan::EntryOp op) {
 
 mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &library) {
   std::vector<fb::Offset<art::Kernel>> kernels;
-  for (const x86::KernelSpec &k : model.kernels) {
+  for (const kernels::KernelSpec &k : model.kernels) {
     kernelIndex[k.name] = static_cast<uint32_t>(kernels.size());
     kernels.push_back(art::CreateKernel(fbb, fbb.CreateString("kiln_" + k.name),
                                         fbb.CreateString(k.op), fbb.CreateString(k.tiling)));
   }
   std::vector<fb::Offset<art::WeightBinding>> weights;
-  for (const x86::WeightInfo &w : model.weights)
+  for (const kernels::WeightInfo &w : model.weights)
     weights.push_back(art::CreateWeightBinding(
         fbb, fbb.CreateString(w.name), static_cast<uint32_t>(w.stack), 0, fbb.CreateVector(w.shape),
         dtypeOf(w.dtype),
-        w.transform == x86::Transform::AmxVnniBf16 ? art::WeightTransform::AmxVnniBf16
+        w.transform == kernels::Transform::AmxVnniBf16 ? art::WeightTransform::AmxVnniBf16
                                                    : art::WeightTransform::None,
         -1, 1, static_cast<uint64_t>(w.bytes)));
   std::vector<fb::Offset<art::KvCache>> caches;
-  for (const x86::KvCacheInfo &c : model.kvCaches)
+  for (const kernels::KvCacheInfo &c : model.kvCaches)
     caches.push_back(art::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim,
                                         art::DType::F32));
   std::vector<fb::Offset<art::EntryPoint>> entries;
@@ -180,13 +185,16 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
 
   auto version = art::CreateVersion(fbb, art::kSchemaMajor, art::kSchemaMinor,
                                     fbb.CreateString(compilerVersion()));
-  auto target = art::CreateTarget(fbb, art::TargetKind::X86, fbb.CreateString(info.triple),
+  auto target = art::CreateTarget(fbb,
+                                  info.targetKind == ArtifactInfo::Nvptx ? art::TargetKind::NVPTX
+                                                                         : art::TargetKind::X86,
+                                  fbb.CreateString(info.triple),
                                   fbb.CreateString(info.chip), fbb.CreateVector(features));
   auto modelTable = art::CreateModel(fbb, fbb.CreateString(info.modelName),
                                      fbb.CreateString(info.configJson),
                                      fbb.CreateString(info.weightFormat));
   auto layout = art::CreateLayout(fbb, info.tp, info.ep, info.sp, info.world);
-  auto lib = art::CreateKernelLibrary(fbb, fbb.CreateString("elf-shared-object"),
+  auto lib = art::CreateKernelLibrary(fbb, fbb.CreateString(info.libraryFormat),
                                       fbb.CreateVector(library));
   auto root = art::CreateArtifact(fbb, version, target, modelTable, layout, info.rank,
                                   fbb.CreateVector(weights), fbb.CreateVector(caches),
@@ -199,7 +207,7 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
 
 std::string compilerVersion() { return std::string("kilnc 0.1.0 (LLVM ") + LLVM_VERSION_STRING + ")"; }
 
-mlir::FailureOr<std::vector<uint8_t>> serializeArtifact(const x86::LoweredModel &model,
+mlir::FailureOr<std::vector<uint8_t>> serializeArtifact(const kernels::LoweredModel &model,
                                                         const std::vector<uint8_t> &library,
                                                         const ArtifactInfo &info) {
   return Writer(model, info).run(library);

@@ -4,7 +4,7 @@
 // same bytes.
 #pragma once
 
-#include "targets/x86/LowerToPlan.h"
+#include "targets/common/LowerToPlan.h"
 
 #include "mlir/Support/LogicalResult.h"
 
@@ -15,6 +15,8 @@
 namespace kiln {
 
 struct ArtifactInfo {
+  enum Kind { X86, Nvptx } targetKind = X86;
+  std::string libraryFormat = "elf-shared-object";
   std::string modelName;
   std::string configJson;   // canonical config.json text of the model
   std::string weightFormat; // "bf16" | "nvfp4"
@@ -30,7 +32,7 @@ std::string compilerVersion();
 
 // Fails (with a diagnostic on the offending op) when a launch reads a buffer
 // the plan does not define or an alloc has no offset.
-mlir::FailureOr<std::vector<uint8_t>> serializeArtifact(const x86::LoweredModel &model,
+mlir::FailureOr<std::vector<uint8_t>> serializeArtifact(const kernels::LoweredModel &model,
                                                         const std::vector<uint8_t> &library,
                                                         const ArtifactInfo &info);
 

@@ -7,7 +7,7 @@
 #include "models/muse_spark/Config.h"
 #include "models/muse_spark/GraphBuilder.h"
 #include "models/muse_spark/Report.h"
-#include "compiler/kilnc/X86Backend.h"
+#include "compiler/kilnc/Backend.h"
 #include "compiler/pipeline/PassEffects.h"
 #include "compiler/pipeline/Pipeline.h"
 #include "passes/Passes.h"
@@ -58,18 +58,22 @@ cl::opt<Emit> emit(
                clEnumValN(Emit::Kernels, "kernels",
                           "the target's generated kernels as MLIR, before lowering to LLVM"),
                clEnumValN(Emit::Library, "library",
-                          "the target's compiled kernel library alone (an ELF shared object for "
-                          "x86; needs -o FILE)"),
+                          "the target's compiled kernel library alone (x86: an ELF shared "
+                          "object, needs -o FILE; nvptx: PTX text)"),
                clEnumValN(Emit::Artifact, "artifact",
                           "the artifact the runtime loads (needs -o FILE)")),
     cl::cat(kilncCategory));
 
-enum class Target { None, X86 };
+enum class Target { None, X86, Sm90, Sm100 };
 cl::opt<Target> target("target", cl::desc("Compile for a target (default: stop at graph IR)"),
                        cl::init(Target::None),
                        cl::values(clEnumValN(Target::X86, "x86",
                                              "this machine's CPU: AVX-512 + AMX, an ELF kernel "
-                                             "library in the artifact")),
+                                             "library in the artifact"),
+                                  clEnumValN(Target::Sm90, "sm_90",
+                                             "NVIDIA Hopper (H100, H200): PTX in the artifact"),
+                                  clEnumValN(Target::Sm100, "sm_100",
+                                             "NVIDIA Blackwell (B200, B300): PTX in the artifact")),
                        cl::cat(kilncCategory));
 
 cl::opt<int64_t> maxPrefillTokens("max-prefill-tokens",
@@ -206,7 +210,7 @@ int main(int argc, char **argv) {
   if (backend && target == Target::None)
     return fail("--emit=plan, kernels, library and artifact need a --target");
   if (backend && layout.devices() > 1)
-    return fail("the x86 target runs one rank: --tp, --ep and --sp need a multi-device target");
+    return fail("targets run one rank for now: --tp, --ep and --sp shape --emit=graph only");
   if (maxPrefillTokens < 1)
     return fail("--max-prefill-tokens must be at least 1");
   if (what == Emit::Model && layout.devices() > 1)
@@ -285,7 +289,9 @@ int main(int argc, char **argv) {
     request.report = report;
     request.config = &config;
     request.format = format;
-    return kiln::runX86Backend(*module, request);
+    if (target == Target::Sm90 || target == Target::Sm100)
+      request.target = {kiln::TargetChoice::Nvptx, target == Target::Sm90 ? "sm_90" : "sm_100"};
+    return kiln::runBackend(*module, request);
   }
 
   std::string text;

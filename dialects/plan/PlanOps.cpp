@@ -95,6 +95,10 @@ LogicalResult LaunchOp::verify() {
   }
   if (getMaxParts() < 1)
     return emitOpError() << "max_parts must be at least 1";
+  if (bool(getGridAttr()) != bool(getBlockAttr()))
+    return emitOpError() << "grid and block come together (GPU launches)";
+  if (std::optional<int64_t> block = getBlock(); block && (*block < 1 || *block > 1024))
+    return emitOpError() << "block must be 1 to 1024 threads, got " << *block;
   return success();
 }
 

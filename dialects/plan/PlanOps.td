@@ -91,15 +91,18 @@ def Plan_LaunchOp : Plan_Op<"launch"> {
   let description = [{
     Calls `kernel` (a `func.func` of the kernel module) with the buffers in
     order, then the scalars. A scalar is "const:N", "tokens:N" (T + N),
-    "past:N" (cached tokens + N), "part" or "parts". The runtime may split
-    the launch into up to `max_parts` concurrent parts.
+    "past:N" (cached tokens + N), "part" or "parts". On a CPU the runtime may
+    split the launch into up to `max_parts` concurrent parts; on a GPU it
+    launches `grid` blocks (which may grow with T) of `block` threads, and
+    kernels have no part/parts scalars.
 
     ```mlir
     plan.launch @rms_norm_256(%x, %w, %y) scalars ["tokens:0", "part", "parts"] {max_parts = 2 : i64, op = "model.layers.0.input_layernorm"}
     ```
   }];
   let arguments = (ins FlatSymbolRefAttr:$kernel, Variadic<Plan_BufferType>:$buffers,
-                       StrArrayAttr:$scalars, I64Attr:$max_parts, StrAttr:$op);
+                       StrArrayAttr:$scalars, I64Attr:$max_parts, StrAttr:$op,
+                       OptionalAttr<Plan_DimAttr>:$grid, OptionalAttr<I64Attr>:$block);
   let assemblyFormat = "$kernel `(` $buffers `)` `scalars` $scalars attr-dict";
   let hasVerifier = 1;
 }

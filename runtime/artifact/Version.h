@@ -11,6 +11,6 @@ namespace kiln::artifact {
 // Bumped when a change breaks readers: a field's meaning or a rule changes.
 constexpr uint32_t kSchemaMajor = 1;
 // Bumped when optional fields are added at the end of a table.
-constexpr uint32_t kSchemaMinor = 0;
+constexpr uint32_t kSchemaMinor = 1; // 1: Launch.grid and Launch.block (GPU targets)
 
 } // namespace kiln::artifact

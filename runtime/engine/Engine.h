@@ -1,11 +1,19 @@
-// Runs an x86 Kiln artifact: loads and checks it, loads its kernel library,
-// binds the weights, allocates arenas, KV caches, inputs and the logits
-// output, and executes the steps of its entry points (docs/runtime-abi.md).
+// Runs a Kiln artifact: loads and checks it, picks the backend its target
+// needs (x86 kernels on this CPU, nvptx kernels on an NVIDIA GPU), loads its
+// kernel library, binds the weights, allocates arenas, KV caches, inputs and
+// the logits output on the device, and executes the steps of its entry points
+// (docs/runtime-abi.md).
 //
 // Everything that can be checked is checked before the first launch: the
-// target and CPU features, every kernel symbol, every weight's dtype and
-// shape, and every buffer a step touches lies inside its buffer at both ends
-// of the token range. A kernel itself is C code; its faults cannot be caught.
+// target (CPU features, or the GPU's compute capability), every kernel, every
+// weight's dtype and shape, every launch against the device's limits, and
+// every buffer a step touches lies inside its buffer at both ends of the token
+// range. A kernel itself is machine code; its faults cannot be caught on the
+// CPU, and on a GPU they stop the engine (CUDA errors are sticky).
+//
+// On a GPU the decode entry point runs directly on its first call and is then
+// recorded as a CUDA graph, which later calls replay with the arguments that
+// depend on the past token count updated.
 //
 // An Engine holds one conversation (its KV caches); calls must not overlap.
 #pragma once
@@ -36,6 +44,8 @@ struct EngineOptions {
   int64_t contextLength = 0;
   // Threads for parallel launches and weight loading; 0: all hardware threads.
   int threads = 0;
+  // The GPU (CUDA device ordinal) an nvptx artifact runs on.
+  int device = 0;
   // Weight loading progress (bytes done, total).
   BindProgress progress;
 };
@@ -68,6 +78,9 @@ public:
   int64_t vocabSize() const;
   int64_t contextLength() const;
   int numThreads() const;
+  // What runs the kernels: "CPU (16 threads)", "NVIDIA H200 (compute
+  // capability 9.0, 139.8 GiB, device 0)".
+  std::string device() const;
   uint64_t weightBytes() const;
   uint64_t kvCacheBytes() const;
   uint64_t arenaBytes() const;

@@ -24,6 +24,14 @@ struct KvCacheSpec {
   bool isGlobal() const { return window == 0; }
 };
 
+// Slots of a cache: `window` for a sliding layer, `contextLength` for a
+// global one.
+int64_t kvCacheSlots(const KvCacheSpec &spec, int64_t contextLength);
+// Bytes of its K (or V) buffer, [slots, kv_heads, head_dim]. Throws
+// RuntimeError naming the layer for an empty shape or a size that overflows,
+// and for a context length below 1.
+uint64_t kvCacheBufferBytes(const KvCacheSpec &spec, int64_t contextLength);
+
 class KvCaches {
 public:
   KvCaches() = default;

@@ -1,5 +1,7 @@
 #include "targets/x86/KernelCompiler.h"
 
+#include "targets/common/KernelModule.h"
+
 #include "mlir/Conversion/ConvertToLLVM/ToLLVMPass.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
@@ -85,38 +87,10 @@ std::vector<std::string> requiredCpuFeatures() {
   return {"amx-tile", "amx-bf16", "avx512f", "avx512bf16"};
 }
 
-std::string kernelModuleText(const std::vector<KernelSpec> &kernels) {
-  std::string text = "module attributes {kiln.target = \"x86\"} {\n";
-  std::set<std::string> seen;
-  for (const KernelSpec &kernel : kernels)
-    if (seen.insert(kernel.name).second)
-      text += kernel.mlir;
-  return text + "}\n";
-}
-
-mlir::OwningOpRef<mlir::ModuleOp> parseKernelModule(mlir::MLIRContext &context,
-                                                    const std::vector<KernelSpec> &kernels) {
-  mlir::DialectRegistry registry;
-  registry.insert<mlir::amx::AMXDialect, mlir::arith::ArithDialect, mlir::cf::ControlFlowDialect,
-                  mlir::func::FuncDialect, mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
-                  mlir::memref::MemRefDialect, mlir::scf::SCFDialect,
-                  mlir::vector::VectorDialect>();
-  mlir::registerAllExtensions(registry); // the dialects' ConvertToLLVM interfaces
-  mlir::registerBuiltinDialectTranslation(registry);
-  mlir::registerLLVMDialectTranslation(registry);
-  context.appendDialectRegistry(registry);
-  context.loadAllAvailableDialects();
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      mlir::parseSourceString<mlir::ModuleOp>(kernelModuleText(kernels), &context);
-  if (!module || mlir::failed(mlir::verify(*module)))
-    return nullptr;
-  return module;
-}
-
 bool compileKernelLibrary(mlir::MLIRContext &context, const std::vector<KernelSpec> &kernels,
                           const CompileOptions &options, std::vector<uint8_t> &library,
                           std::string &error) {
-  mlir::OwningOpRef<mlir::ModuleOp> module = parseKernelModule(context, kernels);
+  mlir::OwningOpRef<mlir::ModuleOp> module = kernels::parseKernelModule(context, kernels);
   if (!module)
     return fail(error, "the generated kernels do not parse or verify (see above)");
 

@@ -3,7 +3,7 @@
 // kernel ▸ x86-64 object (AMX, AVX-512) ▸ ld.lld -shared ▸ ELF bytes.
 #pragma once
 
-#include "targets/x86/KernelSpec.h"
+#include "targets/common/KernelSpec.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -18,6 +18,8 @@ class MLIRContext;
 
 namespace kiln::x86 {
 
+using kernels::KernelSpec;
+
 struct CompileOptions {
   std::string cpu = "sapphirerapids";
   std::string features = "+amx-bf16,+amx-tile,+avx512f,+avx512bw,+avx512vl,+avx512bf16,+fma";
@@ -26,15 +28,6 @@ struct CompileOptions {
 
 // The features an artifact's target record lists, for the runtime's check.
 std::vector<std::string> requiredCpuFeatures();
-
-// The kernels' MLIR as one module text (duplicates by name dropped), in the
-// order given: what `kilnc --emit=kernels` prints.
-std::string kernelModuleText(const std::vector<KernelSpec> &kernels);
-
-// Parses and verifies the kernels' module in `context` (registering the
-// dialects kernels use); null after printing diagnostics when it fails.
-mlir::OwningOpRef<mlir::ModuleOp> parseKernelModule(mlir::MLIRContext &context,
-                                                    const std::vector<KernelSpec> &kernels);
 
 // Compiles the kernels into an ELF shared object. Fails with a message (and
 // returns false) when MLIR does not verify, a lowering fails, or the linker

@@ -3,7 +3,7 @@
 // checkpoint: prefill logits within bf16 tolerance (the AMX GEMMs read bf16
 // activations), and 32 greedy decode steps with the KV cache on a prompt
 // that wraps the sliding window, in BF16 and NVFP4.
-#include "compiler/artifact/CompileX86.h"
+#include "compiler/artifact/CompileTarget.h"
 #include "compiler/interpreter/Interpreter.h"
 #include "compiler/pipeline/Pipeline.h"
 #include "dialects/kiln/KilnDialect.h"
@@ -103,8 +103,8 @@ TEST_P(X86EndToEnd, MatchesTheInterpreter) {
   const Case &c = GetParam();
   mlir::OwningOpRef<mlir::ModuleOp> compiled = graph(c.format, true, c.fuse);
   std::string error;
-  mlir::FailureOr<X86Build> build =
-      buildX86Artifact(*compiled, config, c.format, c.maxPrefillTokens, error);
+  mlir::FailureOr<TargetBuild> build =
+      buildArtifact(*compiled, config, c.format, c.maxPrefillTokens, TargetChoice{}, error);
   ASSERT_TRUE(mlir::succeeded(build)) << error;
 
   EngineOptions options;

@@ -1,8 +1,8 @@
-#include "targets/x86/LowerToPlan.h"
+#include "targets/common/LowerToPlan.h"
 
 #include "dialects/kiln/KilnOps.h"
 #include "dialects/plan/PlanOps.h"
-#include "targets/x86/Generators.h"
+#include "targets/common/Generators.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -12,7 +12,7 @@
 
 using namespace mlir;
 
-namespace kiln::x86 {
+namespace kiln::kernels {
 namespace {
 
 constexpr int64_t kTileRows = 16; // activation rows are padded to AMX tile height
@@ -42,8 +42,8 @@ std::optional<DType> dtypeOf(Type t) {
 
 class Lowering {
 public:
-  Lowering(ModuleOp graph, const LowerOptions &options)
-      : ctx(graph.getContext()), graph(graph), options(options), b(ctx) {}
+  Lowering(ModuleOp graph, const LowerOptions &options, const TargetHooks &hooks)
+      : ctx(graph.getContext()), graph(graph), options(options), hooks(hooks), b(ctx) {}
 
   FailureOr<LoweredModel> run();
 
@@ -79,8 +79,9 @@ private:
                                      TypeAttr::get(elem));
     return {op.getBuffer(), SmallVector<plan::DimAttr>(dims), elem};
   }
+  // Launches `kernel` over `work` independent pieces (rows, columns, heads).
   void launch(const KernelSpec &kernel, ArrayRef<Buf> buffers, ArrayRef<StringRef> scalars,
-              int64_t maxParts, StringRef what);
+              Work work, StringRef what);
 
   // The activation a graph value lives in.
   Buf &act(Value v) { return values[v]; }
@@ -102,7 +103,9 @@ private:
   MLIRContext *ctx;
   ModuleOp graph;
   const LowerOptions &options;
+  const TargetHooks &hooks;
   OpBuilder b;
+  int64_t entryMaxTokens = 1;
   Location loc = UnknownLoc::get(ctx);
   LoweredModel model;
   llvm::StringMap<size_t> kernelIndex;
@@ -114,24 +117,32 @@ private:
 };
 
 void Lowering::launch(const KernelSpec &kernel, ArrayRef<Buf> buffers, ArrayRef<StringRef> scalars,
-                      int64_t maxParts, StringRef what) {
+                      Work work, StringRef what) {
   if (kernelIndex.try_emplace(kernel.name, model.kernels.size()).second)
     model.kernels.push_back(kernel);
   SmallVector<Value> operands;
   for (const Buf &buffer : buffers)
     operands.push_back(buffer.value);
+  LaunchShape shape = hooks.shape(work, entryMaxTokens);
   SmallVector<Attribute> scalarAttrs;
   for (StringRef s : scalars)
-    scalarAttrs.push_back(b.getStringAttr(s));
+    if (!(shape.gridBlocks && (s == "part" || s == "parts"))) // GPU threads know their part
+      scalarAttrs.push_back(b.getStringAttr(s));
+  plan::DimAttr grid;
+  IntegerAttr block;
+  if (shape.gridBlocks) {
+    grid = plan::DimAttr::get(ctx, shape.gridBlocks->constant, shape.gridBlocks->perToken, 1);
+    block = b.getI64IntegerAttr(shape.blockThreads);
+  }
   plan::LaunchOp::create(b, loc, FlatSymbolRefAttr::get(ctx, kernel.name), operands,
-                         b.getArrayAttr(scalarAttrs), b.getI64IntegerAttr(std::max<int64_t>(1, maxParts)),
-                         b.getStringAttr(what));
+                         b.getArrayAttr(scalarAttrs), b.getI64IntegerAttr(shape.maxParts),
+                         b.getStringAttr(what), grid, block);
 }
 
 FailureOr<Buf> Lowering::weight(Value v, Transform transform) {
   auto w = v.getDefiningOp<WeightOp>();
   if (!w)
-    return emitError(v.getLoc()) << "the x86 target reads weights straight from kiln.weight";
+    return emitError(v.getLoc()) << "targets read weights straight from kiln.weight";
   if (auto it = bound.find(v); it != bound.end())
     return it->second;
   RankedTensorType type = w.getResult().getType();
@@ -142,7 +153,7 @@ FailureOr<Buf> Lowering::weight(Value v, Transform transform) {
   info.shape.assign(one.begin(), one.end());
   std::optional<DType> dtype = dtypeOf(type.getElementType());
   if (!dtype)
-    return w.emitOpError() << "has an element type the x86 runtime cannot bind";
+    return w.emitOpError() << "has an element type the runtime cannot bind";
   info.dtype = *dtype;
   info.transform = transform;
   int64_t elements = type.getNumElements();
@@ -174,21 +185,26 @@ LogicalResult Lowering::lowerLinear(Value input, Value weightValue, Value result
   auto wType = llvm::cast<RankedTensorType>(weightValue.getType());
   int64_t n = wType.getDimSize(0), k = wType.getDimSize(1);
   Buf x = act(input);
-  bool amx = wType.getElementType().isBF16() && amxCovers(n, k);
-  FailureOr<Buf> w = weight(weightValue, amx ? Transform::AmxVnniBf16 : Transform::None);
+  Buf y = alloc({n}, b.getF32Type());
+  values[result] = y;
+  std::optional<KernelSpec> tiled =
+      wType.getElementType().isBF16() ? hooks.tiledGemm(n, k) : std::nullopt;
+  if (tiled) {
+    // The tiled GEMM reads a bf16 copy of the input and weights in the
+    // target's tile layout (x86: AMX VNNI blocks).
+    FailureOr<Buf> w = weight(weightValue, Transform::AmxVnniBf16);
+    if (failed(w))
+      return failure();
+    Buf xb = alloc({k}, b.getBF16Type());
+    launch(castToBf16(k), {x, xb}, {"const:0", "part", "parts"}, Work{0, 1}, what);
+    launch(*tiled, {xb, *w, y}, {"part", "parts"}, Work{n / 16, 0}, what);
+    return success();
+  }
+  FailureOr<Buf> w = weight(weightValue, Transform::None);
   if (failed(w))
     return failure();
-  if (amx) {
-    Buf xb = alloc({k}, b.getBF16Type());
-    launch(castToBf16(k), {x, xb}, {"const:0", "part", "parts"}, options.maxParts, what);
-    Buf y = alloc({n}, b.getF32Type());
-    launch(linearAmx(n, k), {xb, *w, y}, {"part", "parts"}, n / 16, what);
-    values[result] = y;
-  } else {
-    Buf y = alloc({n}, b.getF32Type());
-    launch(linearVector(n, k), {x, *w, y}, {"tokens:0", "part", "parts"}, n, what);
-    values[result] = y;
-  }
+  launch(linearVector(n, k), {x, *w, y}, {"const:0", "tokens:0", "part", "parts"}, Work{n, 0},
+         what);
   return success();
 }
 
@@ -214,7 +230,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         auto out = llvm::cast<RankedTensorType>(o.getResult().getType());
         if (out.getRank() != 3 || !out.getElementType().isBF16())
           return o.emitOpError() << "decodes into " << out
-                                 << ": the x86 kernel decodes stacks of matrices into bf16";
+                                 << ": the decode kernel writes stacks of matrices in bf16";
         FailureOr<Buf> packed = weight(o.getPacked(), Transform::None);
         FailureOr<Buf> scales = weight(o.getScales(), Transform::None);
         FailureOr<Buf> global = weight(o.getGlobal(), Transform::None);
@@ -223,7 +239,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         Buf y = allocShape({fixed(out.getDimSize(0)), fixed(out.getDimSize(1)), fixed(out.getDimSize(2))},
                            b.getBF16Type());
         launch(nvfp4Dequant(out.getDimSize(0), out.getDimSize(1), out.getDimSize(2)),
-               {*packed, *scales, *global, y}, {"part", "parts"}, options.maxParts, what);
+               {*packed, *scales, *global, y}, {"part", "parts"},
+               Work{out.getDimSize(0) * out.getDimSize(1), 0}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -240,7 +257,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         Buf y = alloc({k, gate.getDimSize(2)}, f32);
         args.push_back(y);
         launch(expertSwiGLU(gate.getDimSize(0), k, gate.getDimSize(1), gate.getDimSize(2)), args,
-               {"tokens:0", "part", "parts"}, options.maxParts, what);
+               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -253,7 +270,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         Buf y = alloc({k, w.getDimSize(1)}, f32);
         launch(expertNorm(w.getDimSize(0), k, w.getDimSize(1), o.getEps().convertToDouble()),
                {act(o.getInput()), act(o.getIndices()), *weights, y}, {"tokens:0", "part", "parts"},
-               options.maxParts, what);
+               Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -261,7 +278,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         auto in = llvm::cast<RankedTensorType>(o.getInput().getType());
         Buf y = alloc({in.getDimSize(2)}, f32);
         launch(combine(in.getDimSize(1), in.getDimSize(2)), {act(o.getInput()), act(o.getWeights()), y},
-               {"tokens:0", "part", "parts"}, options.maxParts, what);
+               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -272,7 +289,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           return failure();
         Buf y = alloc({table.getDimSize(1)}, f32);
         launch(embed(table.getDimSize(0), table.getDimSize(1)), {*t, ids, y},
-               {"tokens:0", "part", "parts"}, options.maxParts, what);
+               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -282,7 +299,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           return failure();
         Buf y = alloc({width(o.getInput())}, f32);
         launch(rmsNorm(width(o.getInput()), o.getEps().convertToDouble()), {act(o.getInput()), *w, y},
-               {"tokens:0", "part", "parts"}, options.maxParts, what);
+               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -293,7 +310,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         auto t = llvm::cast<RankedTensorType>(o.getInput().getType());
         Buf y = allocShape(dims3(o.getInput()), f32);
         launch(headNorm(t.getDimSize(1), t.getDimSize(2), o.getEps().convertToDouble()),
-               {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, options.maxParts, what);
+               {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -311,12 +328,12 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           rhs = act(o.getRhs());
         }
         if (!weightRhs && vectorRhs)
-          return o.emitOpError() << "broadcasts an activation vector; the x86 target broadcasts "
-                                    "only weights";
+          return o.emitOpError() << "broadcasts an activation vector; kernels broadcast only "
+                                    "weights";
         std::string kind = llvm::isa<MulOp>(o.getOperation()) ? "mul" : "add";
         Buf y = alloc({width(o.getLhs())}, f32);
         launch(binary(kind, width(o.getLhs()), weightRhs, vectorRhs), {act(o.getLhs()), rhs, y},
-               {"tokens:0", "part", "parts"}, options.maxParts, what);
+               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -333,7 +350,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         auto t = llvm::cast<RankedTensorType>(o.getInput().getType());
         Buf y = allocShape(dims3(o.getInput()), f32);
         launch(rope(t.getDimSize(1), t.getDimSize(2), o.getTheta().convertToDouble()),
-               {act(o.getInput()), positions, y}, {"tokens:0", "part", "parts"}, options.maxParts,
+               {act(o.getInput()), positions, y}, {"tokens:0", "part", "parts"}, Work{0, 1},
                what);
         values[o.getResult()] = y;
         return success();
@@ -352,7 +369,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         launch(attention(q.getDimSize(1), k.getDimSize(1), q.getDimSize(2), window,
                          o.getScale().convertToDouble()),
                {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc, y},
-               {"tokens:0", "past:0", "part", "parts"}, k.getDimSize(1), what);
+               {"tokens:0", "past:0", "part", "parts"}, Work{k.getDimSize(1), 0}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -366,7 +383,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         Buf h = alloc({w}, f32), y = alloc({w}, f32);
         launch(normResidual(w, o.getPostEps().convertToDouble(), o.getNextEps().convertToDouble()),
                {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
-               {"tokens:0", "part", "parts"}, options.maxParts, what);
+               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getNewResidual()] = h;
         values[o.getNormed()] = y;
         return success();
@@ -376,14 +393,14 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         int64_t k = o.getK();
         Buf w = alloc({k}, f32), idx = alloc({k}, b.getI32Type());
         launch(routerTopK(logits.getDimSize(1), k), {act(o.getLogits()), w, idx},
-               {"tokens:0", "part", "parts"}, options.maxParts, what);
+               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getWeights()] = w;
         values[o.getIndices()] = idx;
         return success();
       })
       .Case([&](MegaMoEOp o) -> LogicalResult {
         if (o.getGridAttr())
-          return o.emitOpError() << "spans ranks: multi-rank plans need the NCCL runtime, not x86";
+          return o.emitOpError() << "spans ranks: multi-rank plans need the NCCL runtime";
         auto gate = llvm::cast<RankedTensorType>(o.getGate().getType());
         int64_t experts = gate.getDimSize(0), inter = gate.getDimSize(1), latent = gate.getDimSize(2);
         int64_t k = llvm::cast<RankedTensorType>(o.getIndices().getType()).getDimSize(1);
@@ -410,26 +427,31 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         Buf y = alloc({latent}, f32);
         args.push_back(y);
         launch(megaMoE(experts, k, inter, latent, o.getEps().convertToDouble(), nvfp4), args,
-               {"tokens:0", "part", "parts"}, options.maxParts, what);
+               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
       .Case([&](LogitsOp o) -> LogicalResult {
         auto head = llvm::cast<RankedTensorType>(o.getHead().getType());
         int64_t vocab = head.getDimSize(0), hidden = head.getDimSize(1);
-        if (!head.getElementType().isBF16() || !amxCovers(vocab, hidden))
-          return o.emitOpError() << "needs a bf16 head whose vocabulary is a multiple of 16 and "
-                                    "width a multiple of 32 on x86";
-        FailureOr<Buf> w = weight(o.getHead(), Transform::AmxVnniBf16);
+        bool last = o.getLastOnly();
+        std::optional<KernelSpec> tiled =
+            head.getElementType().isBF16() ? hooks.tiledGemm(vocab, hidden) : std::nullopt;
+        FailureOr<Buf> w = weight(o.getHead(), tiled ? Transform::AmxVnniBf16 : Transform::None);
         if (failed(w))
           return failure();
-        bool last = o.getLastOnly();
         plan::DimAttr rowDim = last ? fixed(kTileRows) : rows();
-        Buf xb = allocShape({rowDim, fixed(hidden)}, b.getBF16Type());
-        launch(castToBf16(hidden), {act(o.getInput()), xb},
-               {last ? "tokens:-1" : "const:0", "part", "parts"}, options.maxParts, what);
         Buf y = allocShape({rowDim, fixed(vocab)}, f32);
-        launch(linearAmx(vocab, hidden), {xb, *w, y}, {"part", "parts"}, vocab / 16, what);
+        if (tiled) {
+          Buf xb = allocShape({rowDim, fixed(hidden)}, b.getBF16Type());
+          launch(castToBf16(hidden), {act(o.getInput()), xb},
+                 {last ? "tokens:-1" : "const:0", "part", "parts"}, Work{0, 1}, what);
+          launch(*tiled, {xb, *w, y}, {"part", "parts"}, Work{vocab / 16, 0}, what);
+        } else {
+          launch(linearVector(vocab, hidden), {act(o.getInput()), *w, y},
+                 {last ? "tokens:-1" : "const:0", last ? "const:1" : "tokens:0", "part", "parts"},
+                 Work{vocab, 0}, what);
+        }
         plan::DimAttr outRows = last ? fixed(1) : plan::DimAttr::get(ctx, 0, 1, 1);
         Buf out = binding("output", 0, {outRows, fixed(vocab)}, f32);
         plan::CopyOp::create(b, loc, view(y, {outRows, fixed(vocab)}).value, out.value);
@@ -437,8 +459,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       })
       .Case([&](func::ReturnOp) { return success(); })
       .Default([&](Operation *other) {
-        return other->emitOpError() << "has no x86 kernel (the x86 target runs the graph "
-                                       "pipeline's fused, single-rank ops)";
+        return other->emitOpError() << "has no " << hooks.name()
+                                    << " kernel (targets run single-rank graphs)";
       });
 }
 
@@ -448,6 +470,7 @@ LogicalResult Lowering::lowerEntry(func::FuncOp forward, const EntryInfo &entry)
                                   b.getI64IntegerAttr(entry.maxTokens), IntegerAttr());
   op.getBody().emplaceBlock();
   b.setInsertionPointToStart(&op.getBody().front());
+  entryMaxTokens = entry.maxTokens;
   values.clear();
   bound.clear();
   attentionLayer = 0;
@@ -463,7 +486,7 @@ LogicalResult Lowering::lowerEntry(func::FuncOp forward, const EntryInfo &entry)
 FailureOr<LoweredModel> Lowering::run() {
   auto forward = graph.lookupSymbol<func::FuncOp>("forward");
   if (!forward || forward.getNumArguments() != 2)
-    return graph.emitError() << "the x86 target lowers a func.func @forward(ids, positions)";
+    return graph.emitError() << "targets lower a func.func @forward(ids, positions)";
   if (!llvm::cast<RankedTensorType>(forward.getArgument(0).getType()).isDynamicDim(0))
     return forward.emitOpError() << "must take a dynamic number of tokens to serve prefill "
                                     "and decode (build the graph with dynamic tokens)";
@@ -479,8 +502,9 @@ FailureOr<LoweredModel> Lowering::run() {
 
 } // namespace
 
-FailureOr<LoweredModel> lowerToPlan(ModuleOp graph, const LowerOptions &options) {
-  return Lowering(graph, options).run();
+FailureOr<LoweredModel> lowerToPlan(ModuleOp graph, const LowerOptions &options,
+                                    const TargetHooks &hooks) {
+  return Lowering(graph, options, hooks).run();
 }
 
-} // namespace kiln::x86
+} // namespace kiln::kernels

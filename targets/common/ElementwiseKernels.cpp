@@ -2,9 +2,9 @@
 // (also per head), the fused norm/residual boundary and elementwise ops.
 // Rows are split over launch parts; each row is processed in vector<16xf32>
 // steps when the width allows, element by element otherwise.
-#include "targets/x86/Generators.h"
+#include "targets/common/Generators.h"
 
-namespace kiln::x86 {
+namespace kiln::kernels {
 namespace {
 
 constexpr int64_t kLanes = 16;
@@ -323,4 +323,4 @@ func.func @@@name@@(%lhs: @@row@@, %rhs: @@rt@@, %out: @@row@@, %rows_i: i64, %p
   return make(name, "kiln." + kind, tilingJson(width), body);
 }
 
-} // namespace kiln::x86
+} // namespace kiln::kernels

@@ -3,11 +3,11 @@
 // per-expert RMSNorm, the weighted combine, and NVFP4 decoding of a stacked
 // weight into bf16. An expert index of -1 (an expert on another rank) gives a
 // zero row, as the ops define.
-#include "targets/x86/Generators.h"
+#include "targets/common/Generators.h"
 
 #include "runtime/core/Float.h"
 
-namespace kiln::x86 {
+namespace kiln::kernels {
 
 KernelSpec expertSwiGLU(int64_t experts, int64_t k, int64_t intermediate, int64_t latent) {
   std::string E = std::to_string(experts), K = std::to_string(k), I = std::to_string(intermediate),
@@ -238,4 +238,4 @@ func.func @@@name@@(%packed: memref<@@E@@x@@O@@x@@IH@@xi8>, %scales: memref<@@E@
                     body};
 }
 
-} // namespace kiln::x86
+} // namespace kiln::kernels

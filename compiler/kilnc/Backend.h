@@ -1,7 +1,8 @@
-// kilnc's x86 back end: graph (after the graph pipeline) ▸ plan (memory
-// planned) ▸ kernels ▸ kernel library ▸ artifact.
+// kilnc's back end: graph (after the graph pipeline) ▸ plan (memory
+// planned) ▸ kernels ▸ kernel library ▸ artifact, for the chosen target.
 #pragma once
 
+#include "compiler/artifact/CompileTarget.h"
 #include "models/muse_spark/Config.h"
 
 #include "mlir/IR/BuiltinOps.h"
@@ -15,6 +16,7 @@ enum class BackendOutput { Plan, Kernels, Library, Artifact };
 
 struct BackendRequest {
   BackendOutput output = BackendOutput::Artifact;
+  TargetChoice target;
   std::string outputPath = "-";
   int64_t maxPrefillTokens = 64;
   bool report = false;
@@ -23,6 +25,6 @@ struct BackendRequest {
 };
 
 // Returns the process exit code; errors are printed.
-int runX86Backend(mlir::ModuleOp graph, const BackendRequest &request);
+int runBackend(mlir::ModuleOp graph, const BackendRequest &request);
 
 } // namespace kiln

@@ -4,14 +4,14 @@
 // sum. NVFP4 experts are decoded inside the products (E2M1 codes and E4M3
 // block scales through lookup tables, times the expert's global scale), so
 // no bf16 copy of the weights ever exists.
-#include "targets/x86/Generators.h"
+#include "targets/common/Generators.h"
 
 #include "runtime/core/Float.h"
 
 #include <cstdint>
 #include <string>
 
-namespace kiln::x86 {
+namespace kiln::kernels {
 
 KernelSpec routerTopK(int64_t experts, int64_t k) {
   std::string name = "router_top" + std::to_string(k) + "_of_" + std::to_string(experts);
@@ -265,4 +265,4 @@ func.func @@@name@@(%z: memref<?x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %w: memr
                     body};
 }
 
-} // namespace kiln::x86
+} // namespace kiln::kernels

@@ -3,9 +3,15 @@
 // · B[32x16 bf16] per tdpbf16ps, A rows read from a bf16 copy of the input
 // padded to 16 rows. Launch parts split the 16-column tiles of N, so each
 // weight block is streamed by one part only.
-#include "targets/x86/Generators.h"
+#include "targets/x86/AmxGemm.h"
+
+#include "targets/common/Generators.h"
 
 namespace kiln::x86 {
+
+using kernels::fillTemplate;
+using kernels::KernelSpec;
+using kernels::partRange;
 
 bool amxCovers(int64_t n, int64_t k) { return n % 16 == 0 && k % 32 == 0; }
 
@@ -55,50 +61,6 @@ func.func @@@name@@(%a: memref<?x@@k@@xbf16>, %b: memref<?x32xbf16>, %c: memref<
                     "{\"kind\": \"amx\", \"tile_m\": 16, \"tile_n\": 16, \"tile_k\": 32, "
                     "\"order\": \"n-m-k\", \"parallel\": \"n\"}",
                     body};
-}
-
-KernelSpec linearVector(int64_t n, int64_t k) {
-  std::string lanes = k % 16 == 0 ? "16" : "1";
-  std::string name = "linear_vec_" + std::to_string(n) + "x" + std::to_string(k);
-  std::string vf = "vector<" + lanes + "xf32>", vbf = "vector<" + lanes + "xbf16>";
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%x: memref<?x@@k@@xf32>, %w: memref<@@n@@x@@k@@xbf16>, %y: memref<?x@@n@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface,
-                kiln.tiling = {kind = "vector", lanes = @@lanes@@ : i64, parallel = "n"}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %step = arith.constant @@lanes@@ : index
-  %kdim = arith.constant @@k@@ : index
-  %ndim = arith.constant @@n@@ : index
-  %rows = arith.index_cast %rows_i : i64 to index
-  @@range@@
-  scf.for %o = %obegin to %oend step %c1 {
-    scf.for %r = %c0 to %rows step %c1 {
-      %zero = arith.constant dense<0.0> : @@vf@@
-      %acc = scf.for %kk = %c0 to %kdim step %step iter_args(%s = %zero) -> (@@vf@@) {
-        %xv = vector.load %x[%r, %kk] : memref<?x@@k@@xf32>, @@vf@@
-        %wb = vector.load %w[%o, %kk] : memref<@@n@@x@@k@@xbf16>, @@vbf@@
-        %wv = arith.extf %wb : @@vbf@@ to @@vf@@
-        %p = arith.mulf %xv, %wv : @@vf@@
-        %t = arith.addf %s, %p : @@vf@@
-        scf.yield %t : @@vf@@
-      }
-      %sum = vector.reduction <add>, %acc : @@vf@@ into f32
-      memref.store %sum, %y[%r, %o] : memref<?x@@n@@xf32>
-    }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"n", std::to_string(n)},
-                                   {"k", std::to_string(k)},
-                                   {"lanes", lanes},
-                                   {"vf", vf},
-                                   {"vbf", vbf},
-                                   {"range", partRange("%ndim", "o")}});
-  return KernelSpec{name, "kiln.linear",
-                    "{\"kind\": \"vector\", \"lanes\": " + lanes + ", \"parallel\": \"n\"}", body};
 }
 
 } // namespace kiln::x86

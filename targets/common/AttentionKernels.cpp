@@ -4,9 +4,9 @@
 // tokens up to themselves (online softmax), then the new K/V are written to
 // the cache (a ring of `window` slots for sliding layers). Launch parts split
 // the KV heads, so a part only reads and writes its own heads' cache.
-#include "targets/x86/Generators.h"
+#include "targets/common/Generators.h"
 
-namespace kiln::x86 {
+namespace kiln::kernels {
 
 KernelSpec rope(int64_t heads, int64_t headDim, double theta) {
   std::string name = "rope_" + std::to_string(heads) + "x" + std::to_string(headDim) + "_theta" +
@@ -201,4 +201,4 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
                     body};
 }
 
-} // namespace kiln::x86
+} // namespace kiln::kernels

@@ -6,7 +6,7 @@
 #include <map>
 #include <string>
 
-namespace kiln::x86 {
+namespace kiln::kernels {
 
 struct KernelSpec {
   std::string name;   // func symbol; the library exports kiln_<name>(void **args)
@@ -19,4 +19,4 @@ struct KernelSpec {
 // a value; a missing one is a generator bug and aborts.
 std::string fillTemplate(const std::string &text, const std::map<std::string, std::string> &values);
 
-} // namespace kiln::x86
+} // namespace kiln::kernels

@@ -1,16 +1,18 @@
 // The x86 kernel generators, one per graph op (and per fused op). Each
 // returns MLIR specialised to the op's static sizes; the token count T, the
 // cached tokens and the launch part arrive as i64 arguments (docs/runtime-abi.md).
-// Activations are f32; weights bf16 (AMX VNNI blocks for AMX GEMMs) or
-// NVFP4; the KV cache f32.
+// Activations are f32; weights bf16 (a target's tile layout for its tiled
+// GEMMs) or NVFP4; the KV cache f32. Kernels are func.func ops whose last two
+// arguments are the i64 %part and %parts: on a GPU target they become the
+// thread's global index and the thread count (targets/nvptx).
 #pragma once
 
-#include "targets/x86/KernelSpec.h"
+#include "targets/common/KernelSpec.h"
 
 #include <cstdint>
 #include <string>
 
-namespace kiln::x86 {
+namespace kiln::kernels {
 
 // The rows [begin, end) of `n` that this launch part owns, as MLIR text
 // defining %<prefix>begin and %<prefix>end from the %part/%parts arguments.
@@ -29,10 +31,9 @@ KernelSpec headNorm(int64_t heads, int64_t headDim, double eps);
 KernelSpec normResidual(int64_t width, double postEps, double nextEps);
 KernelSpec binary(const std::string &kind, int64_t width, bool rhsIsWeight, bool rhsIsVector);
 
-// GEMMs (GemmKernels.cpp): AMX for bf16 weights in VNNI blocks, and a vector
-// fallback for shapes AMX tiles do not cover.
-bool amxCovers(int64_t n, int64_t k);
-KernelSpec linearAmx(int64_t n, int64_t k);
+// The vector GEMM (VectorGemm.cpp) every target has: y[r] = x[first + r] ·
+// Wᵀ for r < count, weights [n, k] bf16 as the checkpoint has them. Targets
+// with matrix tiles add their own (targets/x86/AmxGemm.h).
 KernelSpec linearVector(int64_t n, int64_t k);
 
 // Attention (AttentionKernels.cpp).
@@ -53,4 +54,4 @@ KernelSpec combine(int64_t k, int64_t latent);
 // an unfused expert stage reads).
 KernelSpec nvfp4Dequant(int64_t matrices, int64_t rows, int64_t cols);
 
-} // namespace kiln::x86
+} // namespace kiln::kernels

@@ -1,10 +1,10 @@
-#include "compiler/kilnc/X86Backend.h"
+#include "compiler/kilnc/Backend.h"
 
-#include "compiler/artifact/CompileX86.h"
 #include "dialects/plan/PlanOps.h"
 #include "runtime/artifact/ArtifactFile.h"
 #include "runtime/artifact/Artifact.h"
-#include "targets/x86/KernelCompiler.h"
+#include "targets/common/KernelModule.h"
+#include "targets/nvptx/KernelCompiler.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/WithColor.h"
@@ -36,10 +36,10 @@ int writeText(const std::string &path, const std::string &text) {
   return write(path, reinterpret_cast<const uint8_t *>(text.data()), text.size());
 }
 
-void report(const X86Build &build, const std::string &path) {
-  llvm::outs() << "\nx86 artifact " << path << ": " << build.artifact.size() << " bytes, "
+void report(const TargetBuild &build, const TargetChoice &target, const std::string &path) {
+  llvm::outs() << "\n" << (target.kind == TargetChoice::Nvptx ? "nvptx " + target.chip : std::string("x86")) << " artifact " << path << ": " << build.artifact.size() << " bytes, "
                << build.model.kernels.size() << " kernels (" << build.library.size()
-               << " bytes of code), " << build.model.weights.size() << " weight bindings, "
+               << " bytes of kernel code), " << build.model.weights.size() << " weight bindings, "
                << build.model.kvCaches.size() << " KV caches\n";
   mlir::ModuleOp plan = build.model.plan.get();
   for (auto entry : plan.getOps<plan::EntryOp>()) {
@@ -54,19 +54,24 @@ void report(const X86Build &build, const std::string &path) {
 
 } // namespace
 
-int runX86Backend(mlir::ModuleOp graph, const BackendRequest &request) {
+int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
   if (request.output == BackendOutput::Plan || request.output == BackendOutput::Kernels) {
-    mlir::FailureOr<x86::LoweredModel> lowered = lowerAndPlanX86(graph, request.maxPrefillTokens);
+    mlir::FailureOr<kernels::LoweredModel> lowered =
+        lowerAndPlan(graph, request.maxPrefillTokens, request.target);
     if (mlir::failed(lowered))
-      return fail("lowering to the x86 plan failed (see above)");
+      return fail("lowering to the plan failed (see above)");
     std::string text;
     llvm::raw_string_ostream os(text);
     if (request.output == BackendOutput::Plan) {
       lowered->plan->print(os);
     } else {
       mlir::MLIRContext kernelContext;
+      nvptx::CompileOptions gpu;
+      gpu.chip = request.target.chip;
       mlir::OwningOpRef<mlir::ModuleOp> kernels =
-          x86::parseKernelModule(kernelContext, lowered->kernels);
+          request.target.kind == TargetChoice::Nvptx
+              ? nvptx::buildGpuModule(kernelContext, lowered->kernels, gpu)
+              : kernels::parseKernelModule(kernelContext, lowered->kernels);
       if (!kernels)
         return fail("the generated kernels do not parse or verify (see above)");
       kernels->print(os);
@@ -75,19 +80,24 @@ int runX86Backend(mlir::ModuleOp graph, const BackendRequest &request) {
     return writeText(request.outputPath, text);
   }
 
-  if (request.outputPath == "-")
+  if (request.outputPath == "-" &&
+      !(request.output == BackendOutput::Library && request.target.kind == TargetChoice::Nvptx))
     return fail("an artifact or kernel library is binary: name the file with -o");
   std::string error;
-  mlir::FailureOr<X86Build> build = buildX86Artifact(graph, *request.config, request.format,
-                                                     request.maxPrefillTokens, error);
+  mlir::FailureOr<TargetBuild> build = buildArtifact(graph, *request.config, request.format,
+                                                     request.maxPrefillTokens, request.target, error);
   if (mlir::failed(build))
     return fail(error);
-  if (request.output == BackendOutput::Library)
-    return write(request.outputPath, build->library.data(), build->library.size());
+  if (request.output == BackendOutput::Library) {
+    size_t size = build->library.size();
+    if (request.target.kind == TargetChoice::Nvptx && size && build->library.back() == 0)
+      --size; // PTX text, without the terminating NUL the driver needs
+    return write(request.outputPath, build->library.data(), size);
+  }
   if (int rc = write(request.outputPath, build->artifact.data(), build->artifact.size()))
     return rc;
   if (request.report)
-    report(*build, request.outputPath);
+    report(*build, request.target, request.outputPath);
   return 0;
 }
 

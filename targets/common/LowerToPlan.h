@@ -1,9 +1,11 @@
-// Lowers a single-rank kiln graph (after the graph pipeline) to the plan of
-// the x86 target: one plan.entry per entry point (prefill, decode), the
-// kernels it launches and the weights and KV caches it binds.
+// Lowers a single-rank kiln graph (after the graph pipeline) to a target's
+// plan: one plan.entry per entry point (prefill, decode), the kernels it
+// launches and the weights and KV caches it binds. The target answers the few
+// questions that differ (TargetHooks): its tiled GEMM and launch shapes.
 #pragma once
 
-#include "targets/x86/KernelSpec.h"
+#include "targets/common/KernelSpec.h"
+#include "targets/common/TargetHooks.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -15,7 +17,7 @@
 #include <string>
 #include <vector>
 
-namespace kiln::x86 {
+namespace kiln::kernels {
 
 enum class Transform { None, AmxVnniBf16 };
 
@@ -51,12 +53,12 @@ struct LoweredModel {
 
 struct LowerOptions {
   int64_t maxPrefillTokens = 64;
-  int64_t maxParts = 64; // upper bound a launch advertises for row-parallel kernels
 };
 
 // The graph must hold one `func.func @forward(ids, positions) -> logits` with
 // a dynamic token count and no collectives. Emits an error on the op and
-// fails for an op the x86 target has no kernel for.
-mlir::FailureOr<LoweredModel> lowerToPlan(mlir::ModuleOp graph, const LowerOptions &options);
+// fails for an op no kernel implements.
+mlir::FailureOr<LoweredModel> lowerToPlan(mlir::ModuleOp graph, const LowerOptions &options,
+                                          const TargetHooks &hooks);
 
-} // namespace kiln::x86
+} // namespace kiln::kernels

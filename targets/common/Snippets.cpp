@@ -1,8 +1,8 @@
-#include "targets/x86/Generators.h"
+#include "targets/common/Generators.h"
 
 #include <cstdio>
 
-namespace kiln::x86 {
+namespace kiln::kernels {
 
 std::string partRange(const std::string &n, const std::string &p) {
   return fillTemplate(R"(
@@ -36,4 +36,4 @@ std::string lookupTable(const std::string &name, int count, float (*decode)(uint
          "xf32> = dense<[" + values + "]>\n";
 }
 
-} // namespace kiln::x86
+} // namespace kiln::kernels

@@ -1,9 +1,9 @@
-#include "targets/x86/KernelSpec.h"
+#include "targets/common/KernelSpec.h"
 
 #include <cstdio>
 #include <cstdlib>
 
-namespace kiln::x86 {
+namespace kiln::kernels {
 
 std::string fillTemplate(const std::string &text, const std::map<std::string, std::string> &values) {
   std::string out;
@@ -33,4 +33,4 @@ std::string fillTemplate(const std::string &text, const std::map<std::string, st
   return out;
 }
 
-} // namespace kiln::x86
+} // namespace kiln::kernels

@@ -1,0 +1,88 @@
+#include "compiler/artifact/CompileTarget.h"
+
+#include "compiler/artifact/ArtifactWriter.h"
+#include "models/muse_spark/CheckpointSynth.h"
+#include "passes/Passes.h"
+#include "runtime/artifact/Artifact.h"
+#include "targets/nvptx/KernelCompiler.h"
+#include "targets/nvptx/NvptxHooks.h"
+#include "targets/x86/KernelCompiler.h"
+#include "targets/x86/X86Hooks.h"
+
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+
+namespace kiln {
+
+std::unique_ptr<kernels::TargetHooks> hooksFor(const TargetChoice &target) {
+  if (target.kind == TargetChoice::Nvptx)
+    return std::make_unique<nvptx::NvptxHooks>();
+  return std::make_unique<x86::X86Hooks>();
+}
+
+mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph, int64_t maxPrefillTokens,
+                                                    const TargetChoice &target) {
+  kernels::LowerOptions options;
+  options.maxPrefillTokens = maxPrefillTokens;
+  std::unique_ptr<kernels::TargetHooks> hooks = hooksFor(target);
+  mlir::FailureOr<kernels::LoweredModel> lowered = kernels::lowerToPlan(graph, options, *hooks);
+  if (mlir::failed(lowered))
+    return mlir::failure();
+  mlir::PassManager pm(graph.getContext());
+  pm.addPass(createPlanAssignOffsets());
+  if (mlir::failed(pm.run(*lowered->plan)))
+    return mlir::failure();
+  return lowered;
+}
+
+mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spark::Config &config,
+                                           muse_spark::WeightFormat format,
+                                           int64_t maxPrefillTokens, const TargetChoice &target,
+                                           std::string &error) {
+  mlir::FailureOr<kernels::LoweredModel> lowered = lowerAndPlan(graph, maxPrefillTokens, target);
+  if (mlir::failed(lowered)) {
+    error = "lowering to the " + std::string(target.kind == TargetChoice::Nvptx ? "nvptx" : "x86") +
+            " plan failed (see above)";
+    return mlir::failure();
+  }
+  TargetBuild build{std::move(*lowered), {}, {}};
+  ArtifactInfo info;
+  mlir::MLIRContext kernelContext;
+  if (target.kind == TargetChoice::Nvptx) {
+    nvptx::CompileOptions options;
+    options.chip = target.chip;
+    std::string ptx;
+    if (!nvptx::compilePtx(kernelContext, build.model.kernels, options, ptx, error))
+      return mlir::failure();
+    build.library.assign(ptx.begin(), ptx.end());
+    build.library.push_back(0); // the driver reads a NUL-terminated image
+    info.targetKind = ArtifactInfo::Nvptx;
+    info.triple = "nvptx64-nvidia-cuda";
+    info.chip = target.chip;
+    info.libraryFormat = "ptx";
+  } else {
+    if (!x86::compileKernelLibrary(kernelContext, build.model.kernels, x86::CompileOptions(),
+                                   build.library, error))
+      return mlir::failure();
+    info.features = x86::requiredCpuFeatures();
+  }
+  info.modelName = config.name;
+  info.configJson = muse_spark::checkpointConfigJson(config, format);
+  info.weightFormat = format == muse_spark::WeightFormat::NVFP4 ? "nvfp4" : "bf16";
+  mlir::FailureOr<std::vector<uint8_t>> bytes = serializeArtifact(build.model, build.library, info);
+  if (mlir::failed(bytes)) {
+    error = "serialising the artifact failed (see above)";
+    return mlir::failure();
+  }
+  try {
+    // The runtime's checks: kilnc never writes an artifact the runtime refuses.
+    Artifact::fromBytes(*bytes, "<kilnc output>");
+  } catch (const ArtifactError &e) {
+    error = std::string("the artifact fails the runtime's checks: ") + e.what();
+    return mlir::failure();
+  }
+  build.artifact = std::move(*bytes);
+  return build;
+}
+
+} // namespace kiln

@@ -1,0 +1,44 @@
+// Graph (after the graph pipeline) to a target's artifact, the steps kilnc
+// runs: lower to the plan (asking the target's hooks), plan memory, generate
+// and compile the kernels (x86: ELF library; nvptx: PTX), write the
+// flatbuffer and check it with the runtime's own verifier.
+#pragma once
+
+#include "models/muse_spark/Config.h"
+#include "targets/common/LowerToPlan.h"
+
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/Support/LogicalResult.h"
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+struct TargetChoice {
+  enum Kind { X86, Nvptx } kind = X86;
+  std::string chip = "sapphirerapids"; // x86 CPU, or "sm_90" / "sm_100"
+};
+
+// The hooks the shared lowering asks for this target.
+std::unique_ptr<kernels::TargetHooks> hooksFor(const TargetChoice &target);
+
+// Lowers `graph` to the target's plan and assigns arena offsets.
+mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph, int64_t maxPrefillTokens,
+                                                    const TargetChoice &target);
+
+struct TargetBuild {
+  kernels::LoweredModel model;
+  std::vector<uint8_t> library;  // ELF shared object (x86) or PTX text (nvptx)
+  std::vector<uint8_t> artifact; // the whole artifact, verified
+};
+
+// Everything; `error` says what failed (diagnostics are emitted as well).
+mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spark::Config &config,
+                                           muse_spark::WeightFormat format,
+                                           int64_t maxPrefillTokens, const TargetChoice &target,
+                                           std::string &error);
+
+} // namespace kiln

@@ -1,0 +1,173 @@
+// What the engine asks of the device that runs an artifact's kernels: memory
+// in the device's address space, the kernel library, launches and copies, and
+// where the device can, recording the steps of a call once to replay them.
+// CpuBackend runs x86 kernels in this process's memory; CudaBackend
+// (runtime/cuda/) runs PTX kernels on an NVIDIA GPU.
+//
+// Work is ordered: every upload, fill, launch and copy takes effect after the
+// ones issued before it. download() and synchronize() wait for all of it; a
+// backend may run work asynchronously until then. Errors are RuntimeErrors;
+// after one a GPU backend may refuse everything (CUDA errors are sticky).
+#pragma once
+
+#include "runtime/artifact/Artifact.h"
+#include "runtime/cpu/AlignedBuffer.h"
+#include "runtime/cpu/MemRef.h"
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kiln {
+
+// An address in a backend's memory: a host pointer for the CPU, a device
+// address (CUdeviceptr) for CUDA. Only its backend dereferences it; 0 is no
+// memory (an allocation of 0 bytes).
+using DeviceAddress = uint64_t;
+
+// One buffer argument of one call of a launch: the buffer's address plus
+// BufferRef.offset, and its evaluated sizes (row-major, contiguous).
+struct BufferArgument {
+  DeviceAddress address = 0;
+  int rank = 0;
+  int64_t sizes[memref::kMaxRank] = {};
+};
+
+// A launch as planned, prepared once by the backend before any call.
+struct LaunchSpec {
+  uint32_t kernel = 0; // index into the artifact's kernels
+  // "entry point 'decode', steps[3] (launch of 'kiln_x', op 'model.y')": how
+  // errors name the launch.
+  std::string where;
+  std::vector<int> ranks; // of the buffer arguments, in order
+  std::vector<artifact::ScalarKind> scalarKinds;
+  uint32_t maxParts = 1; // CPU: how many parts the launch may be split into
+  uint32_t block = 0;    // GPU: threads per block
+  int64_t maxGrid = 0;   // GPU: the most blocks any call launches
+};
+
+// The arguments of one call of a launch.
+struct LaunchCall {
+  const BufferArgument *buffers = nullptr; // one per LaunchSpec::ranks
+  // One per LaunchSpec::scalarKinds; Part and Parts are the backend's to set.
+  const int64_t *scalars = nullptr;
+  int64_t grid = 1; // GPU: blocks along x, at least 1
+};
+
+// A launch a backend has prepared: its kernel and argument storage.
+class PreparedLaunch {
+public:
+  virtual ~PreparedLaunch() = default;
+};
+
+// The steps of one call, recorded by Backend::record and replayed as a whole
+// (a CUDA graph). Buffer contents are read at replay; launch arguments are
+// fixed at recording, except where update() changes them.
+class Recording {
+public:
+  virtual ~Recording() = default;
+  // Sets the arguments the recorded launch of `launch` takes at the next
+  // replays; nothing is touched when they are what it already takes.
+  virtual void update(PreparedLaunch &launch, const LaunchCall &call) = 0;
+  // Runs the recorded steps, ordered like any other work.
+  virtual void replay() = 0;
+};
+
+class Backend {
+public:
+  virtual ~Backend() = default;
+
+  // The device, for messages: "CPU (16 threads)", "NVIDIA H200 (compute
+  // capability 9.0, 139.8 GiB, device 0)".
+  virtual std::string description() const = 0;
+
+  // `bytes` of zeroed memory; `what` names it in errors.
+  virtual DeviceAddress allocate(uint64_t bytes, const std::string &what) = 0;
+  // Frees memory allocate() or adopt() returned (0: nothing).
+  virtual void release(DeviceAddress address) noexcept = 0;
+  // Memory holding the bytes of `host`, which the backend may keep (the
+  // CPU's does, without a copy) or upload and free.
+  virtual DeviceAddress adopt(AlignedBuffer host, const std::string &what) {
+    const DeviceAddress address = allocate(host.size(), what);
+    if (!host.empty())
+      upload(address, host.data(), host.size());
+    return address;
+  }
+  virtual void upload(DeviceAddress to, const void *from, uint64_t bytes) = 0;
+  // Waits for the work issued so far, then copies.
+  virtual void download(void *to, DeviceAddress from, uint64_t bytes) = 0;
+  virtual void fill(DeviceAddress to, uint8_t value, uint64_t bytes) = 0;
+  // Device to device; the ranges do not overlap.
+  virtual void copy(DeviceAddress to, DeviceAddress from, uint64_t bytes) = 0;
+
+  // Loads the artifact's kernel library and resolves every kernel; a missing
+  // one is an error here, before any launch.
+  virtual void loadKernels(const Artifact &artifact) = 0;
+  // Checks the launch against the device (its block and grid against the
+  // limits) and prepares its argument storage.
+  virtual std::unique_ptr<PreparedLaunch> prepare(const LaunchSpec &spec) = 0;
+  virtual void launch(PreparedLaunch &launch, const LaunchCall &call) = 0;
+  // Waits for the work issued so far; reports errors it raised.
+  virtual void synchronize() = 0;
+
+  // Whether record() works.
+  virtual bool canRecord() const { return false; }
+  // Records the launches and copies `steps` issues, without running them.
+  virtual std::unique_ptr<Recording> record(const std::function<void()> &steps);
+};
+
+inline std::unique_ptr<Recording>
+Backend::record(const std::function<void()> & /*steps*/) {
+  throw std::logic_error("this backend cannot record steps");
+}
+
+// Memory of a backend, released when this goes. The backend must outlive it.
+class DeviceMemory {
+public:
+  DeviceMemory() = default;
+  DeviceMemory(Backend &backend, DeviceAddress address, uint64_t size)
+      : backend_(&backend), address_(address), size_(size) {}
+  // allocate()d memory.
+  static DeviceMemory allocate(Backend &backend, uint64_t bytes,
+                               const std::string &what) {
+    return DeviceMemory(backend, backend.allocate(bytes, what), bytes);
+  }
+  DeviceMemory(DeviceMemory &&other) noexcept
+      : backend_(std::exchange(other.backend_, nullptr)),
+        address_(std::exchange(other.address_, 0)),
+        size_(std::exchange(other.size_, 0)) {}
+  DeviceMemory &operator=(DeviceMemory &&other) noexcept {
+    if (this != &other) {
+      reset();
+      backend_ = std::exchange(other.backend_, nullptr);
+      address_ = std::exchange(other.address_, 0);
+      size_ = std::exchange(other.size_, 0);
+    }
+    return *this;
+  }
+  DeviceMemory(const DeviceMemory &) = delete;
+  DeviceMemory &operator=(const DeviceMemory &) = delete;
+  ~DeviceMemory() { reset(); }
+
+  DeviceAddress address() const { return address_; }
+  uint64_t size() const { return size_; }
+
+private:
+  void reset() noexcept {
+    if (backend_ && address_)
+      backend_->release(address_);
+    backend_ = nullptr;
+    address_ = 0;
+    size_ = 0;
+  }
+
+  Backend *backend_ = nullptr;
+  DeviceAddress address_ = 0;
+  uint64_t size_ = 0;
+};
+
+} // namespace kiln
