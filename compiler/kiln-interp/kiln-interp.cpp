@@ -4,6 +4,7 @@
 #include "compiler/interpreter/ReferenceOps.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "models/muse_spark/GraphBuilder.h"
+#include "runtime/engine/Reference.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -38,6 +39,11 @@ cl::opt<std::string> promptIds("prompt-ids", cl::Required, cl::value_desc("1,2,3
 cl::opt<int64_t> maxNewTokens("max-new-tokens", cl::init(0),
                               cl::desc("Tokens to generate greedily after the prompt"),
                               cl::cat(category));
+cl::opt<std::string> saveReference(
+    "save-reference", cl::value_desc("file"),
+    cl::desc("Write the prompt's last logits and --max-new-tokens greedy steps (token and margin) "
+             "as a reference for kiln-check"),
+    cl::cat(category));
 cl::opt<int64_t> topLogits("print-top-logits", cl::init(0),
                            cl::desc("Print the N largest logits of the prompt's last token"),
                            cl::cat(category));
@@ -100,6 +106,30 @@ int main(int argc, char **argv) {
       for (int64_t j = 0; j < k; ++j)
         llvm::outs() << " " << order[j] << "=" << llvm::format("%.4f", last[order[j]]);
       llvm::outs() << "\n";
+    }
+    if (!saveReference.empty()) {
+      Reference reference;
+      reference.source = "kiln-interp (fp32 reference interpreter)";
+      reference.prompt = prompt;
+      reference.logits.assign(last, last + vocab);
+      std::vector<int32_t> ids = prompt;
+      std::vector<float> logitsNow = reference.logits;
+      for (int64_t step = 0; step < maxNewTokens; ++step) {
+        ReferenceStep s = greedyStep(logitsNow);
+        reference.steps.push_back(s);
+        ids.push_back(s.token);
+        int64_t m = static_cast<int64_t>(ids.size());
+        std::vector<int32_t> pos(m);
+        std::iota(pos.begin(), pos.end(), 0);
+        const interp::HostTensor next =
+            interpreter.run(forward, {interp::HostTensor::ints({m}, ids), interp::HostTensor::ints({m}, pos)})
+                .at(0);
+        logitsNow.assign(next.f.end() - vocab, next.f.end());
+      }
+      writeReference(saveReference, reference);
+      llvm::outs() << "reference: " << saveReference << " (" << reference.steps.size()
+                   << " greedy steps)\n";
+      return 0;
     }
     if (maxNewTokens > 0) {
       std::vector<int32_t> generated =

@@ -1,0 +1,96 @@
+#include "runtime/engine/Reference.h"
+
+#include "runtime/artifact/ArtifactFile.h"
+#include "runtime/cpu/RuntimeError.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+namespace kiln {
+namespace {
+
+template <typename T> std::string join(const std::vector<T> &values) {
+  std::ostringstream os;
+  os.precision(9);
+  for (size_t i = 0; i < values.size(); ++i)
+    os << (i ? " " : "") << values[i];
+  return os.str();
+}
+
+} // namespace
+
+ReferenceStep greedyStep(const std::vector<float> &logits) {
+  ReferenceStep step;
+  if (logits.empty())
+    return step;
+  size_t best = 0;
+  for (size_t i = 1; i < logits.size(); ++i)
+    if (logits[i] > logits[best])
+      best = i;
+  float second = -INFINITY;
+  for (size_t i = 0; i < logits.size(); ++i)
+    if (i != best)
+      second = std::max(second, logits[i]);
+  step.token = static_cast<int32_t>(best);
+  step.margin = logits.size() > 1 ? logits[best] - second : 0.0f;
+  return step;
+}
+
+void writeReference(const std::string &path, const Reference &reference) {
+  std::ostringstream os;
+  os.precision(9);
+  os << "kiln-reference 1\n";
+  os << "source " << reference.source << "\n";
+  os << "prompt " << join(reference.prompt) << "\n";
+  os << "logits " << join(reference.logits) << "\n";
+  for (const ReferenceStep &step : reference.steps)
+    os << "step " << step.token << " " << step.margin << "\n";
+  std::string text = os.str();
+  writeFileAtomically(path, reinterpret_cast<const uint8_t *>(text.data()), text.size());
+}
+
+Reference readReference(const std::string &path) {
+  std::ifstream in(path);
+  if (!in)
+    throw RuntimeError(path + ": cannot open the reference");
+  Reference reference;
+  std::string line;
+  int number = 0;
+  auto bad = [&](const std::string &why) {
+    return RuntimeError(path + ":" + std::to_string(number) + ": " + why);
+  };
+  while (std::getline(in, line)) {
+    ++number;
+    std::istringstream fields(line);
+    std::string key;
+    fields >> key;
+    if (number == 1) {
+      int version = 0;
+      if (key != "kiln-reference" || !(fields >> version) || version != 1)
+        throw bad("not a kiln reference (expected 'kiln-reference 1')");
+    } else if (key == "source") {
+      std::getline(fields >> std::ws, reference.source);
+    } else if (key == "prompt") {
+      for (int32_t t; fields >> t;)
+        reference.prompt.push_back(t);
+    } else if (key == "logits") {
+      for (float v; fields >> v;)
+        reference.logits.push_back(v);
+    } else if (key == "step") {
+      ReferenceStep step;
+      if (!(fields >> step.token >> step.margin))
+        throw bad("a step is a token and a margin");
+      reference.steps.push_back(step);
+    } else if (!key.empty()) {
+      throw bad("unknown field '" + key + "'");
+    }
+  }
+  if (reference.prompt.empty() || reference.logits.empty())
+    throw RuntimeError(path + ": a reference needs a prompt and its logits");
+  return reference;
+}
+
+} // namespace kiln

@@ -1,0 +1,164 @@
+// kiln-check: runs an artifact against a reference run (kiln-interp's, or a
+// trusted runtime's) and says whether they agree: the prompt's last logits
+// within a tolerance, then greedy steps that follow the reference's tokens
+// (teacher forcing) and must choose the same token, except where the
+// reference itself had a near tie. Or writes such a reference from this run.
+//
+//   kiln-check ARTIFACT --weights W --reference FILE
+//   kiln-check ARTIFACT --weights W --prompt-ids 1,2,3 --steps 64 --write FILE
+#include "runtime/cpu/RuntimeError.h"
+#include "runtime/engine/Engine.h"
+#include "runtime/engine/Reference.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+using namespace kiln;
+
+namespace {
+
+void usage() {
+  std::fprintf(stderr,
+               "usage: kiln-check ARTIFACT --weights DIR|synthetic:SEED --reference FILE\n"
+               "                  [--tolerance T] [--max-near-ties N] [--device N]\n"
+               "       kiln-check ARTIFACT --weights DIR|synthetic:SEED --prompt-ids 1,2,3\n"
+               "                  --steps N --write FILE [--device N]\n\n"
+               "Checks an artifact's logits and greedy tokens against a reference run, or\n"
+               "writes a reference from this run. Exit 0: agreed (or written); 1: not.\n");
+}
+
+std::vector<int32_t> parseIds(const std::string &text) {
+  std::vector<int32_t> ids;
+  size_t at = 0;
+  while (at <= text.size()) {
+    size_t comma = text.find(',', at);
+    std::string piece = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    char *end = nullptr;
+    long v = std::strtol(piece.c_str(), &end, 10);
+    if (piece.empty() || *end || v < 0)
+      throw RuntimeError("--prompt-ids: '" + piece + "' is not a token id");
+    ids.push_back(static_cast<int32_t>(v));
+    if (comma == std::string::npos)
+      break;
+    at = comma + 1;
+  }
+  return ids;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  std::string artifact, weights, referencePath, writePath, prompt;
+  double tolerance = 0.02;
+  int maxNearTies = 2, steps = 0, device = 0;
+  for (int i = 1; i < argc; ++i) {
+    std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "kiln-check: %s needs a value\n", arg.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (arg == "--help" || arg == "-h") {
+      usage();
+      return 0;
+    } else if (arg == "--weights") {
+      weights = value();
+    } else if (arg == "--reference") {
+      referencePath = value();
+    } else if (arg == "--write") {
+      writePath = value();
+    } else if (arg == "--prompt-ids") {
+      prompt = value();
+    } else if (arg == "--steps") {
+      steps = std::atoi(value().c_str());
+    } else if (arg == "--tolerance") {
+      tolerance = std::atof(value().c_str());
+    } else if (arg == "--max-near-ties") {
+      maxNearTies = std::atoi(value().c_str());
+    } else if (arg == "--device") {
+      device = std::atoi(value().c_str());
+    } else if (!arg.empty() && arg[0] != '-' && artifact.empty()) {
+      artifact = arg;
+    } else {
+      std::fprintf(stderr, "kiln-check: unknown argument '%s'\n", arg.c_str());
+      usage();
+      return 2;
+    }
+  }
+  if (artifact.empty() || weights.empty() || referencePath.empty() == writePath.empty()) {
+    usage();
+    return 2;
+  }
+  try {
+    EngineOptions options;
+    options.weights = weights;
+    options.device = device;
+    std::unique_ptr<Engine> engine = Engine::load(artifact, options);
+
+    if (!writePath.empty()) {
+      Reference reference;
+      reference.source = "kiln-check " + artifact;
+      reference.prompt = parseIds(prompt);
+      std::vector<float> logits = engine->prefill(reference.prompt);
+      reference.logits = logits;
+      for (int s = 0; s < steps; ++s) {
+        ReferenceStep step = greedyStep(logits);
+        reference.steps.push_back(step);
+        logits = engine->decode(step.token);
+      }
+      writeReference(writePath, reference);
+      std::printf("kiln-check: wrote %s: %zu prompt tokens, %d greedy steps\n", writePath.c_str(),
+                  reference.prompt.size(), steps);
+      return 0;
+    }
+
+    Reference reference = readReference(referencePath);
+    std::vector<float> got = engine->prefill(reference.prompt);
+    const std::vector<float> &want = reference.logits;
+    if (got.size() != want.size())
+      throw RuntimeError("the artifact's vocabulary (" + std::to_string(got.size()) +
+                         ") differs from the reference's (" + std::to_string(want.size()) + ")");
+    double scale = 0, worst = 0, diff2 = 0, ref2 = 0;
+    for (size_t i = 0; i < want.size(); ++i) {
+      scale = std::max(scale, double(std::abs(want[i])));
+      worst = std::max(worst, double(std::abs(got[i] - want[i])));
+      diff2 += double(got[i] - want[i]) * (got[i] - want[i]);
+      ref2 += double(want[i]) * want[i];
+    }
+    double rel = std::sqrt(diff2 / std::max(ref2, 1e-30));
+    bool ok = rel < tolerance / 2 && worst < tolerance * scale;
+    std::printf("prefill of %zu tokens: logits relative RMS %.2e, max |diff| %.2e of %.2f (%s)\n",
+                reference.prompt.size(), rel, worst, scale, ok ? "ok" : "TOO FAR");
+    int same = 0, nearTies = 0, wrong = 0;
+    for (size_t s = 0; s < reference.steps.size(); ++s) {
+      const ReferenceStep &expected = reference.steps[s];
+      int32_t chosen = greedyStep(got).token;
+      if (chosen == expected.token) {
+        ++same;
+      } else if (expected.margin < 0.01 * scale) {
+        ++nearTies;
+        std::printf("step %zu: chose %d, reference %d by a margin of %.4f (near tie)\n", s, chosen,
+                    expected.token, expected.margin);
+      } else {
+        ++wrong;
+        std::printf("step %zu: chose %d, reference %d by a margin of %.4f (WRONG)\n", s, chosen,
+                    expected.token, expected.margin);
+      }
+      got = engine->decode(expected.token);
+    }
+    bool stepsOk = wrong == 0 && nearTies <= maxNearTies;
+    std::printf("%zu greedy steps: %d identical, %d near ties, %d wrong (%s)\n",
+                reference.steps.size(), same, nearTies, wrong, stepsOk ? "ok" : "FAILED");
+    std::printf("%s\n", ok && stepsOk ? "kiln-check: PASS" : "kiln-check: FAIL");
+    return ok && stepsOk ? 0 : 1;
+  } catch (const std::exception &error) {
+    std::fprintf(stderr, "kiln-check: %s\n", error.what());
+    return 1;
+  }
+}
