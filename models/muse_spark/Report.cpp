@@ -1,6 +1,7 @@
 // The numbers `kilnc --report` prints, all read off the built graph.
 #include "models/muse_spark/Report.h"
 
+#include "dialects/kiln/CheckpointDType.h"
 #include "dialects/kiln/KilnOps.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -32,23 +33,6 @@ int64_t ParameterBudget::activeMatrices(const Config &config) const {
 }
 
 namespace {
-
-// The safetensors dtype a graph element type is stored as.
-std::optional<DType> storedAs(Type elem) {
-  if (elem.isBF16())
-    return DType::BF16;
-  if (elem.isF16())
-    return DType::F16;
-  if (elem.isF32())
-    return DType::F32;
-  if (llvm::isa<Float8E4M3FNType>(elem))
-    return DType::F8_E4M3;
-  if (elem.isUnsignedInteger(8))
-    return DType::U8;
-  if (elem.isSignlessInteger(32))
-    return DType::I32;
-  return std::nullopt;
-}
 
 std::string shapeStr(ArrayRef<int64_t> shape) {
   std::string s = "[";
@@ -109,7 +93,7 @@ FailureOr<ParameterBudget> countParameters(ModuleOp module, const Config &config
     bool stack = weight.isExpertStack();
     ArrayRef<int64_t> shape = stack ? type.getShape().drop_front() : type.getShape();
     int64_t copies = stack ? type.getDimSize(0) : 1;
-    std::optional<DType> dtype = storedAs(type.getElementType());
+    std::optional<DType> dtype = checkpointDType(type.getElementType());
     for (int64_t e = 0; e < copies; ++e) {
       std::string name = weight.expandedName(e);
       const TensorSpec *spec = byName.lookup(name);

@@ -346,19 +346,7 @@ std::vector<std::string> writeShardedCheckpoint(
     const std::string &dir, const std::vector<TensorData> &tensors,
     uint64_t maxShardBytes, const SafetensorsMetadata &metadata,
     const WriteProgress &progress) {
-  std::vector<TensorDecl> decls;
-  decls.reserve(tensors.size());
-  for (const TensorData &tensor : tensors) {
-    const std::string what = dir + ": tensor " + quoteName(tensor.name);
-    const uint64_t size = tensorByteSize(tensor.dtype, tensor.shape, what);
-    if (tensor.bytes.size != size)
-      throw SafetensorsError(
-          what + ": got " + std::to_string(tensor.bytes.size) +
-          " bytes but dtype and shape need " + std::to_string(size));
-    if (size > 0 && !tensor.bytes.data)
-      throw SafetensorsError(what + ": null data");
-    decls.push_back({tensor.name, tensor.dtype, tensor.shape});
-  }
+  std::vector<TensorDecl> decls = declarationsOf(dir, tensors);
   auto feed = [&](size_t index, SafetensorsWriter &writer) {
     const ByteView bytes = tensors[index].bytes;
     for (size_t done = 0; done < bytes.size; done += kProgressChunk)

@@ -242,14 +242,12 @@ void SafetensorsWriter::finish() {
   syncParentDirectory(path_);
 }
 
-void writeSafetensors(const std::string &path,
-                      const std::vector<TensorData> &tensors,
-                      const SafetensorsMetadata &metadata,
-                      const WriteProgress &progress) {
+std::vector<TensorDecl> declarationsOf(const std::string &where,
+                                       const std::vector<TensorData> &tensors) {
   std::vector<TensorDecl> decls;
   decls.reserve(tensors.size());
   for (const TensorData &tensor : tensors) {
-    const std::string what = path + ": tensor " + quoteName(tensor.name);
+    const std::string what = where + ": tensor " + quoteName(tensor.name);
     const uint64_t size = tensorByteSize(tensor.dtype, tensor.shape, what);
     if (tensor.bytes.size != size)
       throw SafetensorsError(
@@ -259,7 +257,14 @@ void writeSafetensors(const std::string &path,
       throw SafetensorsError(what + ": null data");
     decls.push_back({tensor.name, tensor.dtype, tensor.shape});
   }
-  SafetensorsWriter writer(path, std::move(decls), metadata, progress);
+  return decls;
+}
+
+void writeSafetensors(const std::string &path,
+                      const std::vector<TensorData> &tensors,
+                      const SafetensorsMetadata &metadata,
+                      const WriteProgress &progress) {
+  SafetensorsWriter writer(path, declarationsOf(path, tensors), metadata, progress);
   for (const TensorData &tensor : tensors)
     for (size_t done = 0; done < tensor.bytes.size; done += kProgressChunk)
       writer.append(tensor.bytes.data + done,

@@ -93,6 +93,11 @@ private:
   std::vector<uint8_t> buffer_;
 };
 
+// The declarations of tensors given with their bytes, after checking that
+// each byte count matches its dtype and shape; `where` names them in errors.
+std::vector<TensorDecl> declarationsOf(const std::string &where,
+                                       const std::vector<TensorData> &tensors);
+
 // Writes tensors with their bytes, whose sizes must match dtype and shape.
 void writeSafetensors(const std::string &path,
                       const std::vector<TensorData> &tensors,

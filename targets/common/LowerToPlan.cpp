@@ -1,5 +1,6 @@
 #include "targets/common/LowerToPlan.h"
 
+#include "dialects/kiln/CheckpointDType.h"
 #include "dialects/kiln/KilnOps.h"
 #include "dialects/plan/PlanOps.h"
 #include "targets/common/Generators.h"
@@ -23,22 +24,6 @@ struct Buf {
   SmallVector<plan::DimAttr> shape;
   Type elem;
 };
-
-std::optional<DType> dtypeOf(Type t) {
-  if (t.isBF16())
-    return DType::BF16;
-  if (t.isF16())
-    return DType::F16;
-  if (t.isF32())
-    return DType::F32;
-  if (llvm::isa<Float8E4M3FNType>(t))
-    return DType::F8_E4M3;
-  if (t.isUnsignedInteger(8))
-    return DType::U8;
-  if (t.isSignlessInteger(32))
-    return DType::I32;
-  return std::nullopt;
-}
 
 class Lowering {
 public:
@@ -151,7 +136,7 @@ FailureOr<Buf> Lowering::weight(Value v, Transform transform) {
   info.stack = w.isExpertStack() ? type.getDimSize(0) : 0;
   ArrayRef<int64_t> one = info.stack ? type.getShape().drop_front() : type.getShape();
   info.shape.assign(one.begin(), one.end());
-  std::optional<DType> dtype = dtypeOf(type.getElementType());
+  std::optional<DType> dtype = checkpointDType(type.getElementType());
   if (!dtype)
     return w.emitOpError() << "has an element type the runtime cannot bind";
   info.dtype = *dtype;
