@@ -29,6 +29,10 @@ namespace {
 constexpr size_t kMinSize = 2 * sizeof(flatbuffers::uoffset_t);
 // Flatbuffers address at most 2 GiB - 1 bytes.
 constexpr uint64_t kMaxSize = FLATBUFFERS_MAX_BUFFER_SIZE;
+// GPU launches: threads per block, and blocks along x (CUDA's limits; the
+// runtime checks its device's).
+constexpr uint32_t kMaxBlock = 1024;
+constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;
 
 [[noreturn]] void fail(const std::string &source, const std::string &reason) {
   throw ArtifactError(source + ": " + reason);
@@ -203,6 +207,55 @@ private:
     if (sizeOf(root_.kernels()) != 0 && sizeOf(library.blob()) == 0)
       fail("library.blob: empty, but the artifact has " +
            std::to_string(sizeOf(root_.kernels())) + " kernels");
+    if (target.kind() == fb::TargetKind::NVPTX && sizeOf(library.blob()) != 0)
+      checkPtxText(*library.blob());
+  }
+
+  // PTX is text the driver reads up to its NUL: the blob must end with one
+  // (padding NULs may follow it) and hold no text after it.
+  void checkPtxText(const flatbuffers::Vector<uint8_t> &blob) const {
+    const std::string but =
+        "artifact is for " + describeTarget(*root_.target()) + ", but ";
+    const size_t size = blob.size();
+    const size_t end = static_cast<size_t>(
+        std::find(blob.begin(), blob.end(), uint8_t{0}) - blob.begin());
+    if (end == size)
+      fail(but + "library.blob is not NUL-terminated PTX text (" +
+           std::to_string(size) + " bytes, the last not NUL)");
+    if (end == 0)
+      fail(but + "library.blob is empty PTX text (it starts with NUL)");
+    for (size_t i = end; i < size; ++i)
+      if (blob.Get(static_cast<flatbuffers::uoffset_t>(i)) != 0)
+        fail(but + "library.blob has bytes after the NUL that ends its PTX "
+                   "text (at byte " +
+             std::to_string(end) + " of " + std::to_string(size) + ")");
+  }
+
+  // Launch.grid and Launch.block (schema 1.1): the launch shape of GPU
+  // targets. Where they are given they must make sense; x86 launches leave
+  // them unset. (That an nvptx launch has them is the GPU runtime's check.)
+  void checkLaunchShape(const fb::EntryPoint &entry, const fb::Launch &launch,
+                        const std::string &where) const {
+    if (root_.target()->kind() == fb::TargetKind::X86) {
+      if (launch.grid() || launch.block() != 0)
+        fail(where + ": grid and block are for GPU targets; x86 launches "
+                     "leave them unset");
+      return;
+    }
+    if (launch.block() > kMaxBlock)
+      fail(where + ".block: " + std::to_string(launch.block()) +
+           " threads per block (at most " + std::to_string(kMaxBlock) + ")");
+    if (const fb::Dim *grid = launch.grid()) {
+      int64_t blocks;
+      if (grid->constant() < 0 || grid->per_token() < 0 || grid->align() < 1)
+        fail(where + ".grid " + dimText(*grid) +
+             ": parts must be >= 0 and align >= 1");
+      if (!tryEvaluate(*grid, entry.max_tokens(), blocks) ||
+          blocks > kMaxGrid)
+        fail(where + ".grid " + dimText(*grid) + ": more than " +
+             std::to_string(kMaxGrid) + " blocks at T=" +
+             std::to_string(entry.max_tokens()));
+    }
   }
 
   void checkLayout() const {
@@ -401,6 +454,7 @@ private:
              quoted(launch.op()) + ")";
     if (launch.max_parts() < 1)
       fail(where + ".max_parts: must be >= 1");
+    checkLaunchShape(entry, launch, where);
     const auto *buffers = launch.buffers();
     for (flatbuffers::uoffset_t b = 0; b < sizeOf(buffers); ++b)
       checkBuffer(entry, *buffers->Get(b),

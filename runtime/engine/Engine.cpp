@@ -1,17 +1,15 @@
 #include "runtime/engine/Engine.h"
 
 #include "models/muse_spark/Config.h"
-#include "runtime/cpu/AlignedBuffer.h"
-#include "runtime/cpu/CpuFeatures.h"
-#include "runtime/cpu/KernelLibrary.h"
-#include "runtime/cpu/MemRef.h"
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/cpu/ThreadPool.h"
+#include "runtime/cuda/CudaBackend.h"
+#include "runtime/engine/Backend.h"
+#include "runtime/engine/CpuBackend.h"
 #include "runtime/engine/KvCache.h"
 #include "runtime/engine/WeightSource.h"
 
 #include <algorithm>
-#include <cstring>
 #include <optional>
 #include <variant>
 
@@ -21,6 +19,10 @@ namespace fb = kiln::artifact;
 namespace {
 
 constexpr int64_t kDefaultContextLength = 4096;
+// Weights are bound in batches of about this many bytes, each handed to the
+// backend before the next is bound: a GPU's weights never all sit in host
+// memory at once.
+constexpr uint64_t kBindBatchBytes = uint64_t{1} << 30;
 
 // One buffer argument of a step, resolved to memory once everything is
 // allocated.
@@ -31,7 +33,7 @@ struct BufferArg {
   std::vector<fb::Dim> dims;
   int64_t slots = -1; // KvCache: replaces dims[0]
   int64_t elementSize = 1;
-  uint8_t *address = nullptr; // the buffer's base + offset
+  DeviceAddress address = 0; // the buffer's base + offset
 };
 
 // The evaluated shape at `tokens` into `sizes`; returns the byte count.
@@ -47,16 +49,15 @@ int64_t evaluateArg(const BufferArg &arg, int64_t tokens, int64_t *sizes) {
 }
 
 struct LaunchPlan {
-  KernelFn fn = nullptr;
+  std::unique_ptr<PreparedLaunch> prepared;
   std::vector<BufferArg> buffers;
   std::vector<fb::ScalarKind> scalarKinds;
   std::vector<int64_t> scalarConstants;
-  int parts = 1; // min(max_parts, threads)
-  // Argument storage, filled before each call: one descriptor per buffer,
-  // and per part its scalars and its argument array.
-  std::vector<memref::DescriptorStorage> descriptors;
-  std::vector<int64_t> scalarValues; // parts x scalars
-  std::vector<void *> args;          // parts x (buffers + scalars)
+  std::optional<fb::Dim> grid; // GPU launches
+  bool readsPast = false;      // has a PastTokens scalar
+  // The arguments of the current call.
+  std::vector<BufferArgument> arguments;
+  std::vector<int64_t> scalarValues;
 };
 
 struct CopyPlan {
@@ -68,37 +69,17 @@ using StepPlan = std::variant<LaunchPlan, CopyPlan>;
 struct EntryPlan {
   std::string name;
   int64_t maxTokens = 1;
-  AlignedBuffer arena;
+  DeviceMemory arena;
   fb::Dim logitsRows{1, 0, 1};
   std::vector<StepPlan> steps;
+  // Decode calls on a backend that records: the first runs the steps, the
+  // second records and replays them, later ones replay.
+  int64_t decodeCalls = 0;
+  std::unique_ptr<Recording> recording;
 };
 
 std::string quoted(const flatbuffers::String *text) {
   return text ? "'" + text->str() + "'" : std::string("(none)");
-}
-
-// Why this CPU cannot run the target's kernels, or "".
-std::string cpuSupport(const fb::Target &target) {
-  std::vector<std::string> unknown, missing;
-  if (const auto *features = target.features())
-    for (const flatbuffers::String *feature : *features) {
-      const std::optional<bool> has = cpuHasFeature(feature->string_view());
-      if (!has)
-        unknown.push_back(feature->str());
-      else if (!*has)
-        missing.push_back(feature->str());
-    }
-  auto list = [](const std::vector<std::string> &names) {
-    std::string text;
-    for (const std::string &name : names)
-      text += (text.empty() ? "" : ", ") + name;
-    return text;
-  };
-  if (!missing.empty())
-    return "the CPU lacks " + list(missing);
-  if (!unknown.empty())
-    return "this runtime does not know the CPU feature(s) " + list(unknown);
-  return "";
 }
 
 } // namespace
@@ -108,18 +89,20 @@ struct Engine::Impl {
   muse_spark::Config config;
   int64_t vocab = 0;
   int64_t contextLength = 0;
+  // Declared before the memory and plans, so that it outlives them.
   std::unique_ptr<ThreadPool> pool;
-  std::optional<KernelLibrary> library;
-  std::vector<KernelFn> kernels;
-  std::vector<AlignedBuffer> weights;
+  std::unique_ptr<Backend> backend;
+  std::vector<DeviceMemory> weights;
   std::vector<uint64_t> weightCapacity; // binding bytes, known before binding
-  KvCaches kv;
-  AlignedBuffer inputs[2]; // token ids, positions
-  AlignedBuffer logits;
+  std::vector<int64_t> kvSlots;         // per cache
+  std::vector<DeviceMemory> kv;         // per KvCache buffer index
+  DeviceMemory inputs[2];               // token ids, positions
+  DeviceMemory logits;
   std::vector<EntryPlan> entries;
   EntryPlan *prefillEntry = nullptr;
   EntryPlan *decodeEntry = nullptr;
   int64_t past = 0;
+  std::vector<int32_t> hostInputs; // a call's ids, then its positions
 
   explicit Impl(Artifact loaded) : artifact(std::move(loaded)) {}
 
@@ -127,40 +110,42 @@ struct Engine::Impl {
     throw RuntimeError(artifact.source() + ": " + reason);
   }
 
-  void checkTargetAndLayout();
+  void createBackend(const EngineOptions &options);
+  void checkLayout() const;
   void parseModel(const EngineOptions &options);
-  void loadKernels();
   void allocateBuffers();
   void planEntries();
+  LaunchPlan planLaunch(const fb::Launch &launch, const EntryPlan &entry,
+                        const std::string &where) const;
   BufferArg planBuffer(const fb::BufferRef &ref, const EntryPlan &entry,
                        const std::string &where) const;
   uint64_t capacity(const BufferArg &arg, const EntryPlan &entry) const;
   void bindAllWeights(const EngineOptions &options);
   void resolveAddresses();
 
-  void run(EntryPlan &entry, const int32_t *tokens, int64_t count);
-  void runLaunch(LaunchPlan &launch, int64_t tokens);
-  std::vector<float> lastLogits(const EntryPlan &entry, int64_t tokens) const;
+  void run(EntryPlan &entry, const int32_t *tokens, int64_t count,
+           bool decodeCall);
+  void runSteps(EntryPlan &entry, int64_t tokens);
+  LaunchCall evaluateLaunch(LaunchPlan &launch, int64_t tokens) const;
+  void updateRecording(EntryPlan &entry);
+  std::vector<float> lastLogits(const EntryPlan &entry, int64_t tokens);
   void checkTokens(const int32_t *tokens, int64_t count) const;
 };
 
-void Engine::Impl::checkTargetAndLayout() {
-  checkTarget(artifact, fb::TargetKind::X86, cpuSupport);
+void Engine::Impl::createBackend(const EngineOptions &options) {
+  if (artifact->target()->kind() == fb::TargetKind::NVPTX)
+    backend = createCudaBackend(artifact, options.device);
+  else
+    backend = CpuBackend::create(artifact, *pool);
+}
+
+void Engine::Impl::checkLayout() const {
   const fb::Layout &layout = *artifact->layout();
   if (layout.world() > 1)
     fail("artifact is rank " + std::to_string(artifact->rank()) + " of " +
          std::to_string(layout.world()) + " (tp " +
          std::to_string(layout.tp()) + ", ep " + std::to_string(layout.ep()) +
          "): multi-rank artifacts need the NCCL runtime");
-  std::vector<std::string> features;
-  if (const auto *list = artifact->target()->features())
-    for (const flatbuffers::String *feature : *list)
-      features.push_back(feature->str());
-  if (needsAmx(features)) {
-    if (!cpuHasAmx())
-      fail("the kernels need AMX, which this CPU lacks");
-    requestAmx();
-  }
 }
 
 void Engine::Impl::parseModel(const EngineOptions &options) {
@@ -183,23 +168,19 @@ void Engine::Impl::parseModel(const EngineOptions &options) {
                        " (the model's max_position_embeddings)");
 }
 
-void Engine::Impl::loadKernels() {
-  const auto *blob = artifact->library()->blob();
-  if (artifact.numKernels() == 0)
-    return;
-  library.emplace(
-      KernelLibrary::load(blob->data(), blob->size(), artifact.source()));
-  for (const fb::Kernel *kernel : *artifact->kernels())
-    kernels.push_back(library->resolve(kernel->name()->str())); // the symbol
-}
-
 void Engine::Impl::allocateBuffers() {
-  std::vector<KvCacheSpec> specs;
   if (const auto *caches = artifact->kv_caches())
-    for (const fb::KvCache *cache : *caches)
-      specs.push_back({cache->layer(), cache->window(), cache->kv_heads(),
-                       cache->head_dim(), toDType(cache->dtype())});
-  kv = KvCaches(std::move(specs), contextLength);
+    for (const fb::KvCache *cache : *caches) {
+      const KvCacheSpec spec{cache->layer(), cache->window(),
+                             cache->kv_heads(), cache->head_dim(),
+                             toDType(cache->dtype())};
+      const uint64_t bytes = kvCacheBufferBytes(spec, contextLength);
+      const std::string name =
+          "KV cache of layer " + std::to_string(spec.layer);
+      kvSlots.push_back(kvCacheSlots(spec, contextLength));
+      kv.push_back(DeviceMemory::allocate(*backend, bytes, name + " (K)"));
+      kv.push_back(DeviceMemory::allocate(*backend, bytes, name + " (V)"));
+    }
 
   // Inputs hold max_tokens i32 (rounded to a cache line); the logits output
   // the most rows any entry point writes.
@@ -210,10 +191,12 @@ void Engine::Impl::allocateBuffers() {
       maxRows = std::max(maxRows,
                          evaluate(*entry->logits_rows(), entry->max_tokens()));
   }
-  const size_t inputBytes = static_cast<size_t>((maxTokens * 4 + 63) / 64 * 64);
-  inputs[0] = AlignedBuffer(inputBytes, "token ids");
-  inputs[1] = AlignedBuffer(inputBytes, "positions");
-  logits = AlignedBuffer(static_cast<size_t>(maxRows * vocab * 4), "logits");
+  const uint64_t inputBytes = static_cast<uint64_t>((maxTokens * 4 + 63) / 64 * 64);
+  inputs[0] = DeviceMemory::allocate(*backend, inputBytes, "token ids");
+  inputs[1] = DeviceMemory::allocate(*backend, inputBytes, "positions");
+  logits = DeviceMemory::allocate(
+      *backend, static_cast<uint64_t>(maxRows * vocab * 4), "logits");
+  hostInputs.assign(static_cast<size_t>(2 * maxTokens), 0);
 
   if (const auto *bindings = artifact->weights())
     for (const fb::WeightBinding *binding : *bindings)
@@ -237,7 +220,7 @@ BufferArg Engine::Impl::planBuffer(const fb::BufferRef &ref,
          std::to_string(memref::kMinRank) + ".." +
          std::to_string(memref::kMaxRank) + ")");
   if (arg.kind == fb::BufferKind::KvCache)
-    arg.slots = kv.slots(arg.index / 2);
+    arg.slots = kvSlots.at(arg.index / 2);
   if (arg.kind == fb::BufferKind::Output && rank == 2) {
     const int64_t width = evaluate(arg.dims[1], entry.maxTokens);
     if (width != vocab)
@@ -267,7 +250,7 @@ uint64_t Engine::Impl::capacity(const BufferArg &arg,
   case fb::BufferKind::Weight:
     return weightCapacity.at(arg.index);
   case fb::BufferKind::KvCache:
-    return kv.bufferBytes(arg.index);
+    return kv.at(arg.index).size();
   case fb::BufferKind::Input:
     return inputs[arg.index].size();
   case fb::BufferKind::Output:
@@ -276,8 +259,40 @@ uint64_t Engine::Impl::capacity(const BufferArg &arg,
   return 0;
 }
 
+LaunchPlan Engine::Impl::planLaunch(const fb::Launch &launch,
+                                    const EntryPlan &entry,
+                                    const std::string &where) const {
+  LaunchPlan plan;
+  LaunchSpec spec;
+  spec.kernel = launch.kernel();
+  spec.where = where;
+  const auto *buffers = launch.buffers();
+  for (flatbuffers::uoffset_t b = 0; buffers && b < buffers->size(); ++b) {
+    plan.buffers.push_back(planBuffer(
+        *buffers->Get(b), entry, where + ": buffers[" + std::to_string(b) + "]"));
+    spec.ranks.push_back(static_cast<int>(plan.buffers.back().dims.size()));
+  }
+  if (const auto *scalars = launch.scalars())
+    for (const fb::Scalar *scalar : *scalars) {
+      plan.scalarKinds.push_back(scalar->kind());
+      plan.scalarConstants.push_back(scalar->value());
+      plan.readsPast |= scalar->kind() == fb::ScalarKind::PastTokens;
+    }
+  spec.scalarKinds = plan.scalarKinds;
+  spec.maxParts = launch.max_parts();
+  spec.block = launch.block();
+  if (launch.grid()) {
+    plan.grid = *launch.grid();
+    // Dims only grow with T.
+    spec.maxGrid = evaluate(*plan.grid, entry.maxTokens);
+  }
+  plan.arguments.resize(plan.buffers.size());
+  plan.scalarValues.resize(plan.scalarKinds.size());
+  plan.prepared = backend->prepare(spec);
+  return plan;
+}
+
 void Engine::Impl::planEntries() {
-  const int threads = pool->numThreads();
   const auto &entryPoints = *artifact->entry_points();
   entries.resize(entryPoints.size());
   for (flatbuffers::uoffset_t e = 0; e < entryPoints.size(); ++e) {
@@ -285,8 +300,9 @@ void Engine::Impl::planEntries() {
     EntryPlan &entry = entries[e];
     entry.name = source.name()->str();
     entry.maxTokens = source.max_tokens();
-    entry.arena = AlignedBuffer(source.arena_bytes(),
-                                "arena of entry point '" + entry.name + "'");
+    entry.arena = DeviceMemory::allocate(
+        *backend, source.arena_bytes(),
+        "arena of entry point '" + entry.name + "'");
     if (source.logits_rows())
       entry.logitsRows = *source.logits_rows();
     const int64_t rowsAtMax = evaluate(entry.logitsRows, entry.maxTokens);
@@ -304,22 +320,7 @@ void Engine::Impl::planEntries() {
         where += " (launch of '" +
                  artifact->kernels()->Get(launch->kernel())->name()->str() +
                  "', op " + quoted(launch->op()) + ")";
-        LaunchPlan plan;
-        plan.fn = kernels.at(launch->kernel());
-        plan.parts = static_cast<int>(std::min<uint32_t>(
-            launch->max_parts(), static_cast<uint32_t>(threads)));
-        plan.parts = std::max(plan.parts, 1);
-        const auto *buffers = launch->buffers();
-        for (flatbuffers::uoffset_t b = 0; buffers && b < buffers->size(); ++b)
-          plan.buffers.push_back(
-              planBuffer(*buffers->Get(b), entry,
-                         where + ": buffers[" + std::to_string(b) + "]"));
-        if (const auto *scalars = launch->scalars())
-          for (const fb::Scalar *scalar : *scalars) {
-            plan.scalarKinds.push_back(scalar->kind());
-            plan.scalarConstants.push_back(scalar->value());
-          }
-        entry.steps.emplace_back(std::move(plan));
+        entry.steps.emplace_back(planLaunch(*launch, entry, where));
       } else if (const fb::Copy *copy = step.step_as_Copy()) {
         where += " (copy)";
         CopyPlan plan{
@@ -370,135 +371,183 @@ void Engine::Impl::bindAllWeights(const EngineOptions &options) {
       options.weights,
       model.config_json() ? model.config_json()->str() : std::string(),
       model.weight_format() ? model.weight_format()->str() : std::string());
-  weights = bindWeights(specs, *source, pool.get(), options.progress);
+  // Every tensor is checked before any is bound.
+  checkWeights(specs, *source);
+
+  uint64_t total = 0, done = 0;
+  for (const WeightSpec &spec : specs)
+    total += spec.bytes;
+  BindProgress progress;
+  if (options.progress)
+    progress = [&](uint64_t batchDone, uint64_t) {
+      options.progress(done + batchDone, total);
+    };
+  weights.reserve(specs.size());
+  for (size_t first = 0; first < specs.size();) {
+    size_t end = first + 1;
+    uint64_t batchBytes = specs[first].bytes;
+    while (end < specs.size() && batchBytes + specs[end].bytes <= kBindBatchBytes)
+      batchBytes += specs[end++].bytes;
+    const std::vector<WeightSpec> batch(specs.begin() + first,
+                                        specs.begin() + end);
+    std::vector<AlignedBuffer> bound =
+        bindWeights(batch, *source, pool.get(), progress);
+    for (size_t i = 0; i < bound.size(); ++i) {
+      const uint64_t size = bound[i].size();
+      weights.emplace_back(
+          *backend,
+          backend->adopt(std::move(bound[i]), "weight '" + batch[i].name + "'"),
+          size);
+    }
+    done += batchBytes;
+    first = end;
+  }
 }
 
 void Engine::Impl::resolveAddresses() {
   for (EntryPlan &entry : entries) {
     auto resolve = [&](BufferArg &arg) {
-      uint8_t *base = nullptr;
+      DeviceAddress base = 0;
       switch (arg.kind) {
       case fb::BufferKind::Arena:
-        base = entry.arena.data();
+        base = entry.arena.address();
         break;
       case fb::BufferKind::Weight:
-        base = weights.at(arg.index).data();
+        base = weights.at(arg.index).address();
         break;
       case fb::BufferKind::KvCache:
-        base = kv.buffer(arg.index);
+        base = kv.at(arg.index).address();
         break;
       case fb::BufferKind::Input:
-        base = inputs[arg.index].data();
+        base = inputs[arg.index].address();
         break;
       case fb::BufferKind::Output:
-        base = logits.data();
+        base = logits.address();
         break;
       }
-      arg.address = base ? base + arg.offset : nullptr;
+      arg.address = base ? base + arg.offset : 0;
     };
     for (StepPlan &step : entry.steps) {
       if (auto *copy = std::get_if<CopyPlan>(&step)) {
         resolve(copy->source);
         resolve(copy->destination);
-        continue;
-      }
-      LaunchPlan &launch = std::get<LaunchPlan>(step);
-      for (BufferArg &arg : launch.buffers)
-        resolve(arg);
-      // The argument arrays point into storage that no longer moves.
-      const size_t numBuffers = launch.buffers.size();
-      const size_t numScalars = launch.scalarKinds.size();
-      launch.descriptors.resize(numBuffers);
-      launch.scalarValues.assign(launch.parts * numScalars, 0);
-      launch.args.assign(launch.parts * (numBuffers + numScalars), nullptr);
-      for (int part = 0; part < launch.parts; ++part) {
-        void **args = &launch.args[part * (numBuffers + numScalars)];
-        for (size_t b = 0; b < numBuffers; ++b)
-          args[b] = launch.descriptors[b].bytes;
-        for (size_t s = 0; s < numScalars; ++s)
-          args[numBuffers + s] = &launch.scalarValues[part * numScalars + s];
+      } else {
+        for (BufferArg &arg : std::get<LaunchPlan>(step).buffers)
+          resolve(arg);
       }
     }
   }
 }
 
-void Engine::Impl::runLaunch(LaunchPlan &launch, int64_t tokens) {
+LaunchCall Engine::Impl::evaluateLaunch(LaunchPlan &launch,
+                                        int64_t tokens) const {
   for (size_t b = 0; b < launch.buffers.size(); ++b) {
     const BufferArg &arg = launch.buffers[b];
-    int64_t sizes[memref::kMaxRank];
-    evaluateArg(arg, tokens, sizes);
-    memref::buildDescriptor(launch.descriptors[b], arg.address, sizes,
-                            static_cast<int>(arg.dims.size()));
+    BufferArgument &argument = launch.arguments[b];
+    argument.address = arg.address;
+    argument.rank = static_cast<int>(arg.dims.size());
+    evaluateArg(arg, tokens, argument.sizes);
   }
-  const size_t numScalars = launch.scalarKinds.size();
-  for (int part = 0; part < launch.parts; ++part)
-    for (size_t s = 0; s < numScalars; ++s) {
-      int64_t value = 0;
-      switch (launch.scalarKinds[s]) {
-      case fb::ScalarKind::Constant:
-        value = launch.scalarConstants[s];
-        break;
-      case fb::ScalarKind::Tokens: // T + value: "tokens:-1" is the last row
-        value = tokens + launch.scalarConstants[s];
-        break;
-      case fb::ScalarKind::PastTokens:
-        value = past + launch.scalarConstants[s];
-        break;
-      case fb::ScalarKind::Part:
-        value = part;
-        break;
-      case fb::ScalarKind::Parts:
-        value = launch.parts;
-        break;
-      }
-      launch.scalarValues[part * numScalars + s] = value;
+  for (size_t s = 0; s < launch.scalarKinds.size(); ++s) {
+    int64_t value = 0; // Part and Parts: the backend's
+    switch (launch.scalarKinds[s]) {
+    case fb::ScalarKind::Constant:
+      value = launch.scalarConstants[s];
+      break;
+    case fb::ScalarKind::Tokens: // T + value: "tokens:-1" is the last row
+      value = tokens + launch.scalarConstants[s];
+      break;
+    case fb::ScalarKind::PastTokens:
+      value = past + launch.scalarConstants[s];
+      break;
+    case fb::ScalarKind::Part:
+    case fb::ScalarKind::Parts:
+      break;
     }
-  const size_t stride = launch.buffers.size() + numScalars;
-  if (launch.parts == 1) {
-    launch.fn(launch.args.data());
-    return;
+    launch.scalarValues[s] = value;
   }
-  pool->run(launch.parts,
-            [&](int part) { launch.fn(launch.args.data() + part * stride); });
+  LaunchCall call;
+  call.buffers = launch.arguments.data();
+  call.scalars = launch.scalarValues.data();
+  call.grid = launch.grid ? evaluate(*launch.grid, tokens) : 1;
+  return call;
 }
 
-void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count) {
+void Engine::Impl::runSteps(EntryPlan &entry, int64_t tokens) {
+  for (StepPlan &step : entry.steps) {
+    if (auto *launch = std::get_if<LaunchPlan>(&step)) {
+      const LaunchCall call = evaluateLaunch(*launch, tokens);
+      if (call.grid > 0) // a GPU launch of no blocks is skipped
+        backend->launch(*launch->prepared, call);
+      continue;
+    }
+    CopyPlan &copy = std::get<CopyPlan>(step);
+    int64_t sizes[memref::kMaxRank];
+    const int64_t bytes = evaluateArg(copy.source, tokens, sizes);
+    if (bytes != evaluateArg(copy.destination, tokens, sizes))
+      fail("entry point '" + entry.name +
+           "': a copy's source and destination differ in size at T=" +
+           std::to_string(tokens));
+    if (bytes > 0)
+      backend->copy(copy.destination.address, copy.source.address,
+                    static_cast<uint64_t>(bytes));
+  }
+}
+
+void Engine::Impl::updateRecording(EntryPlan &entry) {
+  // At T = 1 only the PastTokens scalars change from call to call.
+  for (StepPlan &step : entry.steps)
+    if (auto *launch = std::get_if<LaunchPlan>(&step);
+        launch && launch->readsPast) {
+      const LaunchCall call = evaluateLaunch(*launch, 1);
+      if (call.grid > 0) // skipped launches were not recorded
+        entry.recording->update(*launch->prepared, call);
+    }
+}
+
+void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count,
+                       bool decodeCall) {
   if (past + count > contextLength)
     throw RuntimeError("the context is full: " + std::to_string(past) +
                        " tokens + " + std::to_string(count) + " new exceed " +
                        std::to_string(contextLength) +
                        " (raise the context length)");
-  auto *ids = reinterpret_cast<int32_t *>(inputs[0].data());
-  auto *positions = reinterpret_cast<int32_t *>(inputs[1].data());
+  int32_t *ids = hostInputs.data();
+  int32_t *positions = ids + count;
   for (int64_t t = 0; t < count; ++t) {
     ids[t] = tokens[t];
     positions[t] = static_cast<int32_t>(past + t);
   }
-  for (StepPlan &step : entry.steps) {
-    if (auto *launch = std::get_if<LaunchPlan>(&step)) {
-      runLaunch(*launch, count);
-      continue;
+  const uint64_t inputBytes = static_cast<uint64_t>(count) * 4;
+  backend->upload(inputs[0].address(), ids, inputBytes);
+  backend->upload(inputs[1].address(), positions, inputBytes);
+  if (decodeCall && count == 1 && backend->canRecord()) {
+    if (entry.recording) {
+      updateRecording(entry);
+      entry.recording->replay();
+    } else if (entry.decodeCalls > 0) {
+      entry.recording = backend->record([&] { runSteps(entry, 1); });
+      entry.recording->replay();
+    } else {
+      runSteps(entry, 1);
     }
-    CopyPlan &copy = std::get<CopyPlan>(step);
-    int64_t sizes[memref::kMaxRank];
-    const int64_t bytes = evaluateArg(copy.source, count, sizes);
-    if (bytes != evaluateArg(copy.destination, count, sizes))
-      fail("entry point '" + entry.name +
-           "': a copy's source and destination differ in size at T=" +
-           std::to_string(count));
-    if (bytes > 0)
-      std::memmove(copy.destination.address, copy.source.address,
-                   static_cast<size_t>(bytes));
+    ++entry.decodeCalls;
+  } else {
+    runSteps(entry, count);
   }
+  backend->synchronize();
   past += count;
 }
 
 std::vector<float> Engine::Impl::lastLogits(const EntryPlan &entry,
-                                            int64_t tokens) const {
+                                            int64_t tokens) {
   const int64_t rows = evaluate(entry.logitsRows, tokens);
   const int64_t row = rows == 1 ? 0 : tokens - 1;
-  const auto *data = reinterpret_cast<const float *>(logits.data());
-  return std::vector<float>(data + row * vocab, data + (row + 1) * vocab);
+  std::vector<float> result(static_cast<size_t>(vocab));
+  backend->download(result.data(),
+                    logits.address() + static_cast<uint64_t>(row * vocab * 4),
+                    static_cast<uint64_t>(vocab * 4));
+  return result;
 }
 
 void Engine::Impl::checkTokens(const int32_t *tokens, int64_t count) const {
@@ -525,14 +574,16 @@ std::unique_ptr<Engine> Engine::create(Artifact artifact,
                                        const EngineOptions &options) {
   auto impl = std::make_unique<Impl>(std::move(artifact));
   // Cheap checks first, weights (the slow part) last.
-  impl->checkTargetAndLayout();
-  impl->parseModel(options);
-  impl->loadKernels();
   impl->pool = std::make_unique<ThreadPool>(options.threads);
+  impl->createBackend(options);
+  impl->checkLayout();
+  impl->parseModel(options);
+  impl->backend->loadKernels(impl->artifact);
   impl->allocateBuffers();
   impl->planEntries();
   impl->bindAllWeights(options);
   impl->resolveAddresses();
+  impl->backend->synchronize();
   return std::unique_ptr<Engine>(new Engine(std::move(impl)));
 }
 
@@ -551,7 +602,7 @@ std::vector<float> Engine::prefill(const std::vector<int32_t> &tokens) {
   int64_t done = 0, chunk = 0;
   while (done < total) {
     chunk = std::min(entry.maxTokens, total - done);
-    impl.run(entry, tokens.data() + done, chunk);
+    impl.run(entry, tokens.data() + done, chunk, false);
     done += chunk;
   }
   return impl.lastLogits(entry, chunk);
@@ -561,30 +612,39 @@ std::vector<float> Engine::decode(int32_t token) {
   Impl &impl = *impl_;
   impl.checkTokens(&token, 1);
   EntryPlan &entry = impl.decodeEntry ? *impl.decodeEntry : *impl.prefillEntry;
-  impl.run(entry, &token, 1);
+  impl.run(entry, &token, 1, true);
   return impl.lastLogits(entry, 1);
 }
 
 int64_t Engine::pastTokens() const { return impl_->past; }
 
 void Engine::reset() {
-  impl_->past = 0;
-  impl_->kv.clear();
+  Impl &impl = *impl_;
+  impl.past = 0;
+  for (const DeviceMemory &buffer : impl.kv)
+    impl.backend->fill(buffer.address(), 0, buffer.size());
+  impl.backend->synchronize();
 }
 
 const Artifact &Engine::artifact() const { return impl_->artifact; }
 int64_t Engine::vocabSize() const { return impl_->vocab; }
 int64_t Engine::contextLength() const { return impl_->contextLength; }
 int Engine::numThreads() const { return impl_->pool->numThreads(); }
+std::string Engine::device() const { return impl_->backend->description(); }
 
 uint64_t Engine::weightBytes() const {
   uint64_t bytes = 0;
-  for (const AlignedBuffer &weight : impl_->weights)
+  for (const DeviceMemory &weight : impl_->weights)
     bytes += weight.size();
   return bytes;
 }
 
-uint64_t Engine::kvCacheBytes() const { return impl_->kv.totalBytes(); }
+uint64_t Engine::kvCacheBytes() const {
+  uint64_t bytes = 0;
+  for (const DeviceMemory &buffer : impl_->kv)
+    bytes += buffer.size();
+  return bytes;
+}
 
 uint64_t Engine::arenaBytes() const {
   uint64_t bytes = 0;

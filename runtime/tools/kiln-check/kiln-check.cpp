@@ -24,11 +24,16 @@ namespace {
 void usage() {
   std::fprintf(stderr,
                "usage: kiln-check ARTIFACT --weights DIR|synthetic:SEED --reference FILE\n"
-               "                  [--tolerance T] [--max-near-ties N] [--device N]\n"
+               "                  [--tolerance T] [--near-tie F] [--max-near-ties N] [--device N]\n"
                "       kiln-check ARTIFACT --weights DIR|synthetic:SEED --prompt-ids 1,2,3\n"
                "                  --steps N --write FILE [--device N]\n\n"
                "Checks an artifact's logits and greedy tokens against a reference run, or\n"
-               "writes a reference from this run. Exit 0: agreed (or written); 1: not.\n");
+               "writes a reference from this run. Exit 0: agreed (or written); 1: not.\n\n"
+               "  --tolerance T      prefill logits: max |diff| < T * max|logit|, relative RMS < T/2\n"
+               "                     (default 0.02)\n"
+               "  --near-tie F       a step may choose another token where the reference's own\n"
+               "                     margin is below F * max|logit| (default 0.01)\n"
+               "  --max-near-ties N  how many such steps may differ (default 2)\n");
 }
 
 std::vector<int32_t> parseIds(const std::string &text) {
@@ -53,7 +58,7 @@ std::vector<int32_t> parseIds(const std::string &text) {
 
 int main(int argc, char **argv) {
   std::string artifact, weights, referencePath, writePath, prompt;
-  double tolerance = 0.02;
+  double tolerance = 0.02, nearTie = 0.01;
   int maxNearTies = 2, steps = 0, device = 0;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -79,6 +84,8 @@ int main(int argc, char **argv) {
       steps = std::atoi(value().c_str());
     } else if (arg == "--tolerance") {
       tolerance = std::atof(value().c_str());
+    } else if (arg == "--near-tie") {
+      nearTie = std::atof(value().c_str());
     } else if (arg == "--max-near-ties") {
       maxNearTies = std::atoi(value().c_str());
     } else if (arg == "--device") {
@@ -141,7 +148,7 @@ int main(int argc, char **argv) {
       int32_t chosen = greedyStep(got).token;
       if (chosen == expected.token) {
         ++same;
-      } else if (expected.margin < 0.01 * scale) {
+      } else if (expected.margin < nearTie * scale) {
         ++nearTies;
         std::printf("step %zu: chose %d, reference %d by a margin of %.4f (near tie)\n", s, chosen,
                     expected.token, expected.margin);

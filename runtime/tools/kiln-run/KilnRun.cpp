@@ -24,8 +24,9 @@ constexpr const char *kUsage =
     R"(usage: kiln-run ARTIFACT --weights DIR|synthetic:SEED --prompt-ids IDS
                 --max-new-tokens N [options]
 
-Generates tokens with an x86 Kiln artifact (kilnc --target x86) and reports
-the time to first token, the time per output token and tokens/s.
+Generates tokens with a Kiln artifact, x86 (kilnc --target=x86) on this CPU
+or nvptx (kilnc --target=sm_90|sm_100) on an NVIDIA GPU, and reports the time
+to first token, the time per output token and tokens/s.
 
   ARTIFACT                  the .kiln file
   --weights DIR             a safetensors checkpoint directory
@@ -39,6 +40,7 @@ the time to first token, the time per output token and tokens/s.
   --context N               positions the KV caches hold
                             (default: min(4096, max_position_embeddings))
   --threads N               threads (default: all hardware threads)
+  --device N                the GPU an nvptx artifact runs on (default 0)
   --help                    this text
 )";
 
@@ -56,6 +58,7 @@ struct Options {
   SamplingOptions sampling;
   int64_t context = 0;
   int threads = 0;
+  int device = 0;
   bool help = false;
 };
 
@@ -104,7 +107,8 @@ Options parseArgs(const std::vector<std::string> &args) {
   std::map<std::string, std::string> values;
   static const char *const kFlags[] = {
       "--weights", "--prompt-ids", "--max-new-tokens", "--temperature",
-      "--top-p",   "--seed",       "--context",        "--threads"};
+      "--top-p",   "--seed",       "--context",        "--threads",
+      "--device"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -170,6 +174,8 @@ Options parseArgs(const std::vector<std::string> &args) {
   if (values.count("--threads"))
     options.threads =
         parseInteger<int>("--threads", values["--threads"], 1, 4096);
+  if (values.count("--device"))
+    options.device = parseInteger<int>("--device", values["--device"], 0, 1023);
   return options;
 }
 
@@ -266,6 +272,7 @@ int run(const Options &options, std::ostream &out, std::ostream &err,
   engineOptions.weights = options.weights;
   engineOptions.contextLength = options.context;
   engineOptions.threads = options.threads;
+  engineOptions.device = options.device;
   engineOptions.progress = [&](uint64_t done, uint64_t total) {
     bar.update(done, total);
   };
@@ -283,10 +290,15 @@ int run(const Options &options, std::ostream &out, std::ostream &err,
   std::snprintf(seconds, sizeof seconds, "%.2f",
                 msSince(loadStart, Clock::now()) / 1000);
   const flatbuffers::String *modelName = loaded->model()->name();
+  // The CPU runs x86 artifacts on its threads; a GPU is named.
+  const std::string runsOn =
+      loaded->target()->kind() == artifact::TargetKind::X86
+          ? std::to_string(engine->numThreads()) + " threads"
+          : "on " + engine->device();
   err << "kiln-run: " << (modelName ? modelName->str() : "model") << " for "
       << describeTarget(*loaded->target()) << ": "
       << humanBytes(engine->weightBytes()) << " of weights loaded in "
-      << seconds << " s; " << engine->numThreads() << " threads, context "
+      << seconds << " s; " << runsOn << ", context "
       << engine->contextLength() << ", KV cache "
       << humanBytes(engine->kvCacheBytes()) << "\n";
 

@@ -1,0 +1,392 @@
+#include "runtime/cuda/CudaBackend.h"
+
+#include "runtime/cuda/CudaGraph.h"
+#include "runtime/cuda/KernelParams.h"
+#include "runtime/cuda/NvptxArtifact.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+namespace kiln {
+namespace fb = kiln::artifact;
+
+namespace cuda {
+namespace {
+
+// Room for the JIT compiler's error log.
+constexpr size_t kJitLogBytes = 16 * 1024;
+
+// A launch: its kernel and the storage of its parameters.
+class CudaLaunch final : public PreparedLaunch {
+public:
+  CudaLaunch(CUfunction kernel, unsigned threads, std::string step,
+             KernelParams storage)
+      : function(kernel), block(threads), where(std::move(step)),
+        params(std::move(storage)) {}
+
+  CUfunction function;
+  unsigned block;
+  std::string where;
+  KernelParams params;
+};
+
+// The driver's log on one line: lines joined with "; ".
+std::string oneLine(const char *log) {
+  std::string text;
+  for (const char *c = log; *c; ++c) {
+    if (*c == '\n' || *c == '\r') {
+      if (!text.empty() && text.back() != ' ')
+        text += "; ";
+    } else {
+      text += *c;
+    }
+  }
+  while (!text.empty() && (text.back() == ' ' || text.back() == ';'))
+    text.pop_back();
+  return text;
+}
+
+std::string gibibytes(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB",
+                static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+  return text;
+}
+
+bool launchBlocking() {
+  const char *value = std::getenv("CUDA_LAUNCH_BLOCKING");
+  return value && std::strcmp(value, "1") == 0;
+}
+
+} // namespace
+
+std::unique_ptr<CudaBackend>
+CudaBackend::create(const Artifact &artifact, int ordinal,
+                    const std::string &driverLibrary) {
+  checkNvptxArtifact(artifact);
+  const fb::Target &target = *artifact->target();
+  const std::string forTarget =
+      ": this artifact is for " + describeTarget(target);
+  std::shared_ptr<const CudaDriver> driver;
+  try {
+    driver = driverLibrary == CudaDriver::kLibrary
+                 ? CudaDriver::system()
+                 : CudaDriver::load(driverLibrary);
+  } catch (const CudaUnavailable &error) {
+    throw RuntimeError(artifact.source() + ": " + error.what() + forTarget);
+  }
+  int count = 0;
+  driver->check(driver->api().cuDeviceGetCount(&count), "cuDeviceGetCount",
+                artifact.source());
+  if (count < 1)
+    throw RuntimeError(artifact.source() + ": no CUDA device" + forTarget);
+  if (ordinal < 0 || ordinal >= count)
+    throw RuntimeError(artifact.source() + ": no CUDA device " +
+                       std::to_string(ordinal) + " (this machine has " +
+                       std::to_string(count) + ", 0.." +
+                       std::to_string(count - 1) + ")" + forTarget);
+
+  std::unique_ptr<CudaBackend> backend(
+      new CudaBackend(std::move(driver), artifact.source()));
+  backend->openDevice(ordinal);
+  const DeviceInfo &device = backend->device_;
+  checkTarget(artifact, fb::TargetKind::NVPTX, [&](const fb::Target &t) {
+    const std::string chip = t.chip()->str();
+    // checkNvptxArtifact has parsed it.
+    const std::string reason = nvptxChipSupport(
+        *parseNvptxChip(chip), chip, device.major, device.minor);
+    if (reason.empty())
+      return reason;
+    return "device " + std::to_string(device.ordinal) + " (" + device.name +
+           ") has compute capability " + std::to_string(device.major) + "." +
+           std::to_string(device.minor) + "; " + reason;
+  });
+  backend->openContext();
+  return backend;
+}
+
+void CudaBackend::openDevice(int ordinal) {
+  const CudaApi &api = driver_->api();
+  const std::string context = "CUDA device " + std::to_string(ordinal);
+  device_.ordinal = ordinal;
+  check(api.cuDeviceGet(&handle_, ordinal), "cuDeviceGet", context);
+  char name[256] = {};
+  check(api.cuDeviceGetName(name, sizeof name - 1, handle_), "cuDeviceGetName",
+        context);
+  device_.name = name;
+  auto attribute = [&](int which, const char *what) {
+    int value = 0;
+    check(api.cuDeviceGetAttribute(&value, which, handle_),
+          "cuDeviceGetAttribute", context + ": " + what);
+    return value;
+  };
+  device_.major = attribute(kAttrComputeCapabilityMajor, "compute capability");
+  device_.minor = attribute(kAttrComputeCapabilityMinor, "compute capability");
+  device_.maxThreadsPerBlock =
+      attribute(kAttrMaxThreadsPerBlock, "max threads per block");
+  device_.maxGridX = attribute(kAttrMaxGridDimX, "max grid size");
+  size_t bytes = 0;
+  check(api.cuDeviceTotalMem(&bytes, handle_), "cuDeviceTotalMem_v2", context);
+  device_.memoryBytes = bytes;
+}
+
+void CudaBackend::openContext() {
+  const CudaApi &api = driver_->api();
+  const std::string context = "device " + std::to_string(device_.ordinal);
+  check(api.cuDevicePrimaryCtxRetain(&context_, handle_),
+        "cuDevicePrimaryCtxRetain", context);
+  check(api.cuCtxSetCurrent(context_), "cuCtxSetCurrent", context);
+  check(api.cuStreamCreate(&stream_, kStreamNonBlocking), "cuStreamCreate",
+        context);
+}
+
+CudaBackend::~CudaBackend() {
+  // Errors are ignored: after a sticky error nothing can be freed anyway.
+  const CudaApi &api = driver_->api();
+  if (!context_)
+    return;
+  api.cuCtxSetCurrent(context_);
+  if (stream_) {
+    api.cuStreamSynchronize(stream_);
+    api.cuStreamDestroy(stream_);
+  }
+  if (module_)
+    api.cuModuleUnload(module_);
+  api.cuDevicePrimaryCtxRelease(handle_);
+}
+
+std::string CudaBackend::description() const {
+  return device_.name + " (compute capability " +
+         std::to_string(device_.major) + "." + std::to_string(device_.minor) +
+         ", " + gibibytes(device_.memoryBytes) + ", device " +
+         std::to_string(device_.ordinal) + ")";
+}
+
+void CudaBackend::enter() {
+  if (!stopped_.empty())
+    throw RuntimeError("an earlier CUDA error stopped this engine: " +
+                       stopped_);
+  check(driver_->api().cuCtxSetCurrent(context_), "cuCtxSetCurrent");
+}
+
+void CudaBackend::check(CUresult result, std::string_view call,
+                        const std::string &context) {
+  if (result == kSuccess)
+    return;
+  try {
+    driver_->check(result, call, context);
+  } catch (const RuntimeError &error) {
+    if (stopped_.empty())
+      stopped_ = error.what();
+    throw;
+  }
+}
+
+DeviceAddress CudaBackend::allocate(uint64_t bytes, const std::string &what) {
+  if (bytes == 0)
+    return 0;
+  enter();
+  CUdeviceptr address = 0;
+  check(driver_->api().cuMemAlloc(&address, static_cast<size_t>(bytes)),
+        "cuMemAlloc_v2",
+        source_ + ": " + what + " (" + std::to_string(bytes) + " bytes on " +
+            device_.name + ", device " + std::to_string(device_.ordinal) +
+            ")");
+  fill(address, 0, bytes);
+  return address;
+}
+
+void CudaBackend::release(DeviceAddress address) noexcept {
+  if (!address)
+    return;
+  const CudaApi &api = driver_->api();
+  api.cuCtxSetCurrent(context_);
+  api.cuMemFree(address);
+}
+
+void CudaBackend::upload(DeviceAddress to, const void *from, uint64_t bytes) {
+  if (bytes == 0)
+    return;
+  enter();
+  check(driver_->api().cuMemcpyHtoDAsync(to, from, static_cast<size_t>(bytes),
+                                         stream_),
+        "cuMemcpyHtoDAsync_v2", source_);
+}
+
+void CudaBackend::download(void *to, DeviceAddress from, uint64_t bytes) {
+  synchronize();
+  if (bytes == 0)
+    return;
+  check(driver_->api().cuMemcpyDtoH(to, from, static_cast<size_t>(bytes)),
+        "cuMemcpyDtoH_v2", source_);
+}
+
+void CudaBackend::fill(DeviceAddress to, uint8_t value, uint64_t bytes) {
+  if (bytes == 0)
+    return;
+  enter();
+  check(driver_->api().cuMemsetD8Async(to, value, static_cast<size_t>(bytes),
+                                       stream_),
+        "cuMemsetD8Async", source_);
+}
+
+void CudaBackend::copy(DeviceAddress to, DeviceAddress from, uint64_t bytes) {
+  if (bytes == 0)
+    return;
+  enter();
+  check(driver_->api().cuMemcpyDtoDAsync(to, from, static_cast<size_t>(bytes),
+                                         stream_),
+        "cuMemcpyDtoDAsync_v2", source_);
+}
+
+void CudaBackend::loadKernels(const Artifact &artifact) {
+  if (artifact.numKernels() == 0)
+    return;
+  enter();
+  const CudaApi &api = driver_->api();
+  // The PTX text, NUL-terminated (the artifact checks).
+  const auto *blob = artifact->library()->blob();
+  std::vector<char> log(kJitLogBytes, '\0');
+  int options[] = {kJitErrorLogBuffer, kJitErrorLogBufferSizeBytes};
+  void *values[] = {log.data(), reinterpret_cast<void *>(log.size() - 1)};
+  const CUresult loaded =
+      api.cuModuleLoadDataEx(&module_, blob->data(), 2, options, values);
+  if (loaded != kSuccess) {
+    module_ = nullptr;
+    const std::string text = oneLine(log.data());
+    check(loaded, "cuModuleLoadDataEx",
+          source_ + ": loading the PTX module for " +
+              describeTarget(*artifact->target()) + " on " + device_.name +
+              (text.empty() ? std::string() : " (" + text + ")"));
+  }
+  for (const fb::Kernel *kernel : *artifact->kernels()) {
+    CUfunction function = nullptr;
+    const std::string name = kernel->name()->str();
+    check(api.cuModuleGetFunction(&function, module_, name.c_str()),
+          "cuModuleGetFunction",
+          source_ + ": kernel '" + name + "' (not in the PTX module?)");
+    functions_.push_back(function);
+    kernelNames_.push_back(name);
+  }
+}
+
+std::unique_ptr<PreparedLaunch> CudaBackend::prepare(const LaunchSpec &spec) {
+  enter();
+  const std::string where = source_ + ": " + spec.where;
+  for (fb::ScalarKind kind : spec.scalarKinds)
+    if (kind == fb::ScalarKind::Part || kind == fb::ScalarKind::Parts)
+      throw RuntimeError(where + ": GPU launches take no Part or Parts scalar");
+  const CUfunction function = functions_.at(spec.kernel);
+  const std::string onDevice = device_.name + ", device " +
+                               std::to_string(device_.ordinal);
+  if (spec.block < 1 ||
+      spec.block > static_cast<uint32_t>(device_.maxThreadsPerBlock))
+    throw RuntimeError(where + ": a block of " + std::to_string(spec.block) +
+                       " threads; " + onDevice + " allows 1.." +
+                       std::to_string(device_.maxThreadsPerBlock));
+  int kernelMax = 0;
+  check(driver_->api().cuFuncGetAttribute(&kernelMax,
+                                          kFuncAttrMaxThreadsPerBlock,
+                                          function),
+        "cuFuncGetAttribute", where);
+  if (spec.block > static_cast<uint32_t>(kernelMax))
+    throw RuntimeError(where + ": a block of " + std::to_string(spec.block) +
+                       " threads, but the compiled kernel takes at most " +
+                       std::to_string(kernelMax) + " on " + onDevice +
+                       " (registers or shared memory)");
+  if (spec.maxGrid > device_.maxGridX)
+    throw RuntimeError(where + ": a grid of " + std::to_string(spec.maxGrid) +
+                       " blocks at max_tokens; " + onDevice +
+                       " allows at most " + std::to_string(device_.maxGridX));
+  return std::make_unique<CudaLaunch>(
+      function, spec.block, spec.where,
+      KernelParams(spec.ranks, spec.scalarKinds.size()));
+}
+
+void CudaBackend::launch(PreparedLaunch &prepared, const LaunchCall &call) {
+  auto &launch = static_cast<CudaLaunch &>(prepared);
+  enter();
+  launch.params.pack(call.buffers, call.scalars);
+  const auto grid = static_cast<unsigned>(call.grid);
+  check(driver_->api().cuLaunchKernel(launch.function, grid, 1, 1,
+                                      launch.block, 1, 1, 0, stream_,
+                                      launch.params.pointers(), nullptr),
+        "cuLaunchKernel", source_ + ": " + launch.where);
+  if (capture_)
+    capture_->push_back(CapturedLaunch{&prepared, capturedNode(),
+                                       launch.function, grid, launch.block,
+                                       launch.where, launch.params});
+}
+
+CUgraphNode CudaBackend::capturedNode() {
+  const CudaApi &api = driver_->api();
+  int status = 0;
+  const CUgraphNode *dependencies = nullptr;
+  size_t count = 0;
+  if (api.cuStreamGetCaptureInfo_v3)
+    check(api.cuStreamGetCaptureInfo_v3(stream_, &status, nullptr, nullptr,
+                                        &dependencies, nullptr, &count),
+          "cuStreamGetCaptureInfo_v3", source_);
+  else
+    check(api.cuStreamGetCaptureInfo_v2(stream_, &status, nullptr, nullptr,
+                                        &dependencies, &count),
+          "cuStreamGetCaptureInfo_v2", source_);
+  // In a stream's capture the last operation is the one node that the next
+  // depends on.
+  if (status != kCaptureStatusActive || count != 1 || !dependencies)
+    throw RuntimeError(source_ + ": recording the decode step: the stream "
+                                 "capture lost track of a launch");
+  return dependencies[0];
+}
+
+void CudaBackend::synchronize() {
+  enter();
+  check(driver_->api().cuStreamSynchronize(stream_), "cuStreamSynchronize",
+        source_ + ": waiting for the kernels (a kernel failed; with "
+                  "CUDA_LAUNCH_BLOCKING=1 its launch is named)");
+}
+
+bool CudaBackend::canRecord() const { return !launchBlocking(); }
+
+std::unique_ptr<Recording>
+CudaBackend::record(const std::function<void()> &steps) {
+  enter();
+  const CudaApi &api = driver_->api();
+  const std::string context = source_ + ": recording the decode step";
+  check(api.cuStreamBeginCapture(stream_, kCaptureModeThreadLocal),
+        "cuStreamBeginCapture_v2", context);
+  std::vector<CapturedLaunch> launches;
+  capture_ = &launches;
+  try {
+    steps();
+  } catch (...) {
+    capture_ = nullptr;
+    CUgraph partial = nullptr;
+    api.cuStreamEndCapture(stream_, &partial);
+    if (partial)
+      api.cuGraphDestroy(partial);
+    throw;
+  }
+  capture_ = nullptr;
+  CUgraph graph = nullptr;
+  check(api.cuStreamEndCapture(stream_, &graph), "cuStreamEndCapture",
+        context);
+  CUgraphExec exec = nullptr;
+  const CUresult instantiated = api.cuGraphInstantiateWithFlags(&exec, graph, 0);
+  if (instantiated != kSuccess) {
+    api.cuGraphDestroy(graph);
+    check(instantiated, "cuGraphInstantiateWithFlags", context);
+  }
+  return std::make_unique<CudaGraph>(*this, graph, exec, std::move(launches));
+}
+
+} // namespace cuda
+
+std::unique_ptr<Backend> createCudaBackend(const Artifact &artifact,
+                                           int device,
+                                           const std::string &driverLibrary) {
+  return cuda::CudaBackend::create(artifact, device, driverLibrary);
+}
+
+} // namespace kiln

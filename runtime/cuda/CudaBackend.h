@@ -1,0 +1,115 @@
+// The backend of nvptx artifacts: PTX kernels on an NVIDIA GPU through the
+// CUDA driver API (docs/runtime-abi.md, "Kernels (nvptx target)").
+//
+// The artifact's PTX module is loaded with cuModuleLoadDataEx (the driver
+// compiles it; its error log is part of any failure) and every kernel
+// resolved. Memory is device memory from cuMemAlloc; all work goes, in order,
+// to one non-blocking stream of the device's primary context: uploads, fills,
+// launches (MLIR's expanded-descriptor parameters, KernelParams.h) and
+// device-to-device copies. Recording captures that stream into a CUDA graph
+// (CudaGraph.h).
+//
+// Every CUDA error is a RuntimeError naming the call, the error, and for a
+// launch its step, kernel and op; after one the backend refuses all further
+// work, because the context may be unusable (CUDA errors are sticky). With
+// CUDA_LAUNCH_BLOCKING=1 in the environment nothing is recorded, so that a
+// kernel's fault is reported by its own launch.
+#pragma once
+
+#include "runtime/cuda/CudaDriver.h"
+#include "runtime/engine/Backend.h"
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace kiln {
+
+// The backend for `artifact` on CUDA device `device`, with its kernels not
+// yet loaded. Checks, in order: the nvptx rules (checkNvptxArtifact), the
+// driver (`driverLibrary`; the default is loaded once per process), the
+// device, and the target chip against the device's compute capability.
+// Throws RuntimeError with a one-line reason: "<source>: no CUDA driver
+// (libcuda.so.1): this artifact is for nvptx sm_90", "<source>: artifact is
+// for nvptx sm_100a, which this machine cannot run: device 0 (NVIDIA H200) has
+// compute capability 9.0; sm_100a needs compute capability 10.0 exactly
+// (arch-specific PTX)".
+std::unique_ptr<Backend>
+createCudaBackend(const Artifact &artifact, int device,
+                  const std::string &driverLibrary = cuda::CudaDriver::kLibrary);
+
+namespace cuda {
+
+struct CapturedLaunch;
+
+// What the backend knows of its device.
+struct DeviceInfo {
+  int ordinal = 0;
+  std::string name;
+  int major = 0, minor = 0; // compute capability
+  int maxThreadsPerBlock = 0;
+  int maxGridX = 0;
+  uint64_t memoryBytes = 0;
+};
+
+class CudaBackend final : public Backend {
+public:
+  static std::unique_ptr<CudaBackend>
+  create(const Artifact &artifact, int device,
+         const std::string &driverLibrary = CudaDriver::kLibrary);
+  ~CudaBackend() override;
+
+  std::string description() const override;
+
+  DeviceAddress allocate(uint64_t bytes, const std::string &what) override;
+  void release(DeviceAddress address) noexcept override;
+  void upload(DeviceAddress to, const void *from, uint64_t bytes) override;
+  void download(void *to, DeviceAddress from, uint64_t bytes) override;
+  void fill(DeviceAddress to, uint8_t value, uint64_t bytes) override;
+  void copy(DeviceAddress to, DeviceAddress from, uint64_t bytes) override;
+
+  void loadKernels(const Artifact &artifact) override;
+  std::unique_ptr<PreparedLaunch> prepare(const LaunchSpec &spec) override;
+  void launch(PreparedLaunch &launch, const LaunchCall &call) override;
+  void synchronize() override;
+
+  bool canRecord() const override;
+  std::unique_ptr<Recording>
+  record(const std::function<void()> &steps) override;
+
+  const DeviceInfo &device() const { return device_; }
+  const CudaDriver &driver() const { return *driver_; }
+  CUstream stream() const { return stream_; }
+
+  // Makes the backend's context current on this thread; throws when an
+  // earlier error stopped the backend.
+  void enter();
+  // Throws "<context>: <call>: <error>" unless `result` is success, and
+  // stops the backend: every later call refuses.
+  void check(CUresult result, std::string_view call,
+             const std::string &context = std::string());
+
+private:
+  CudaBackend(std::shared_ptr<const CudaDriver> driver, std::string source)
+      : driver_(std::move(driver)), source_(std::move(source)) {}
+  void openDevice(int ordinal);
+  void openContext();
+  CUgraphNode capturedNode();
+
+  std::shared_ptr<const CudaDriver> driver_;
+  std::string source_; // the artifact, for messages
+  DeviceInfo device_;
+  CUdevice handle_ = 0;
+  CUcontext context_ = nullptr;
+  CUstream stream_ = nullptr;
+  CUmodule module_ = nullptr;
+  std::vector<CUfunction> functions_;
+  std::vector<std::string> kernelNames_;
+  // Set by the first error; every later call refuses with it.
+  std::string stopped_;
+  // While recording: the launches captured so far.
+  std::vector<CapturedLaunch> *capture_ = nullptr;
+};
+
+} // namespace cuda
+} // namespace kiln

@@ -1,0 +1,188 @@
+// The CUDA driver API, loaded at run time: libcuda.so.1 is dlopen'ed (once
+// per process) and the few entry points the runtime uses are resolved by
+// name, so the runtime builds and runs its CPU paths without CUDA anywhere.
+// The types below are the driver's (cuda.h), declared here by layout.
+//
+// Every failing call becomes a RuntimeError naming what it was doing, the
+// call and the CUDA error's name and text ("weight 'lm_head.weight':
+// cuMemAlloc_v2: CUDA_ERROR_OUT_OF_MEMORY: out of memory"). A machine without a usable driver or
+// device gets a CudaUnavailable with a one-line reason.
+#pragma once
+
+#include "runtime/cpu/RuntimeError.h"
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+namespace kiln::cuda {
+
+using CUresult = int;
+using CUdevice = int;
+using CUdeviceptr = unsigned long long;
+struct CUctx_st;
+using CUcontext = CUctx_st *;
+struct CUmod_st;
+using CUmodule = CUmod_st *;
+struct CUfunc_st;
+using CUfunction = CUfunc_st *;
+struct CUstream_st;
+using CUstream = CUstream_st *;
+struct CUgraph_st;
+using CUgraph = CUgraph_st *;
+struct CUgraphExec_st;
+using CUgraphExec = CUgraphExec_st *;
+struct CUgraphNode_st;
+using CUgraphNode = CUgraphNode_st *;
+
+// CUresult values the runtime tells apart.
+constexpr CUresult kSuccess = 0;            // CUDA_SUCCESS
+constexpr CUresult kErrorStubLibrary = 34;  // CUDA_ERROR_STUB_LIBRARY
+constexpr CUresult kErrorNoDevice = 100;    // CUDA_ERROR_NO_DEVICE
+
+// CUdevice_attribute.
+constexpr int kAttrMaxThreadsPerBlock = 1;
+constexpr int kAttrMaxGridDimX = 5;
+constexpr int kAttrComputeCapabilityMajor = 75;
+constexpr int kAttrComputeCapabilityMinor = 76;
+// CUfunction_attribute.
+constexpr int kFuncAttrMaxThreadsPerBlock = 0;
+// CUjit_option.
+constexpr int kJitErrorLogBuffer = 5;
+constexpr int kJitErrorLogBufferSizeBytes = 6;
+// cuStreamCreate flags.
+constexpr unsigned kStreamNonBlocking = 1;
+// CUstreamCaptureMode and CUstreamCaptureStatus.
+constexpr int kCaptureModeThreadLocal = 1;
+constexpr int kCaptureStatusActive = 1;
+
+// CUDA_KERNEL_NODE_PARAMS (v2; v1 is its first ten fields).
+struct KernelNodeParams {
+  CUfunction func = nullptr;
+  unsigned gridDimX = 1, gridDimY = 1, gridDimZ = 1;
+  unsigned blockDimX = 1, blockDimY = 1, blockDimZ = 1;
+  unsigned sharedMemBytes = 0;
+  void **kernelParams = nullptr;
+  void **extra = nullptr;
+  void *kern = nullptr;      // CUkernel, unused when func is set
+  CUcontext ctx = nullptr;   // unused when func is set
+};
+
+// The entry points, under their cuda.h names; the comment gives the symbol
+// when it differs.
+struct CudaApi {
+  CUresult (*cuInit)(unsigned flags);
+  CUresult (*cuDriverGetVersion)(int *version);
+  CUresult (*cuGetErrorName)(CUresult error, const char **name);
+  CUresult (*cuGetErrorString)(CUresult error, const char **text);
+  CUresult (*cuDeviceGetCount)(int *count);
+  CUresult (*cuDeviceGet)(CUdevice *device, int ordinal);
+  CUresult (*cuDeviceGetAttribute)(int *value, int attribute, CUdevice device);
+  CUresult (*cuDeviceGetName)(char *name, int length, CUdevice device);
+  CUresult (*cuDeviceTotalMem)(size_t *bytes, CUdevice device); // _v2
+  CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *context, CUdevice device);
+  CUresult (*cuDevicePrimaryCtxRelease)(CUdevice device); // _v2
+  CUresult (*cuCtxSetCurrent)(CUcontext context);
+  CUresult (*cuCtxSynchronize)();
+  CUresult (*cuModuleLoadDataEx)(CUmodule *module, const void *image,
+                                 unsigned numOptions, int *options,
+                                 void **optionValues);
+  CUresult (*cuModuleGetFunction)(CUfunction *function, CUmodule module,
+                                  const char *name);
+  CUresult (*cuModuleUnload)(CUmodule module);
+  CUresult (*cuFuncGetAttribute)(int *value, int attribute,
+                                 CUfunction function);
+  CUresult (*cuMemAlloc)(CUdeviceptr *address, size_t bytes); // _v2
+  CUresult (*cuMemFree)(CUdeviceptr address);                 // _v2
+  CUresult (*cuMemcpyHtoD)(CUdeviceptr to, const void *from,
+                           size_t bytes); // _v2
+  CUresult (*cuMemcpyDtoH)(void *to, CUdeviceptr from, size_t bytes); // _v2
+  CUresult (*cuMemcpyDtoD)(CUdeviceptr to, CUdeviceptr from,
+                           size_t bytes); // _v2
+  CUresult (*cuMemsetD8)(CUdeviceptr to, unsigned char value,
+                         size_t count); // _v2
+  CUresult (*cuMemcpyHtoDAsync)(CUdeviceptr to, const void *from, size_t bytes,
+                                CUstream stream); // _v2
+  CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr to, CUdeviceptr from, size_t bytes,
+                                CUstream stream); // _v2
+  CUresult (*cuMemsetD8Async)(CUdeviceptr to, unsigned char value,
+                              size_t count, CUstream stream);
+  CUresult (*cuLaunchKernel)(CUfunction function, unsigned gridX,
+                             unsigned gridY, unsigned gridZ, unsigned blockX,
+                             unsigned blockY, unsigned blockZ,
+                             unsigned sharedMemBytes, CUstream stream,
+                             void **kernelParams, void **extra);
+  CUresult (*cuStreamCreate)(CUstream *stream, unsigned flags);
+  CUresult (*cuStreamDestroy)(CUstream stream); // _v2
+  CUresult (*cuStreamSynchronize)(CUstream stream);
+  CUresult (*cuStreamBeginCapture)(CUstream stream, int mode); // _v2
+  CUresult (*cuStreamEndCapture)(CUstream stream, CUgraph *graph);
+  // _v3 (CUDA 12.3 on) or _v2: one of them is set.
+  CUresult (*cuStreamGetCaptureInfo_v3)(CUstream stream, int *status,
+                                        unsigned long long *id, CUgraph *graph,
+                                        const CUgraphNode **dependencies,
+                                        const void **edgeData,
+                                        size_t *numDependencies);
+  CUresult (*cuStreamGetCaptureInfo_v2)(CUstream stream, int *status,
+                                        unsigned long long *id, CUgraph *graph,
+                                        const CUgraphNode **dependencies,
+                                        size_t *numDependencies);
+  CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *exec, CUgraph graph,
+                                          unsigned long long flags);
+  CUresult (*cuGraphLaunch)(CUgraphExec exec, CUstream stream);
+  // _v2 (CUDA 12 on), else the original, which reads the v1 fields.
+  CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec exec,
+                                             CUgraphNode node,
+                                             const KernelNodeParams *params);
+  CUresult (*cuGraphExecDestroy)(CUgraphExec exec);
+  CUresult (*cuGraphDestroy)(CUgraph graph);
+};
+
+// No usable driver or device: a one-line reason ("no CUDA driver
+// (libcuda.so.1)").
+class CudaUnavailable : public RuntimeError {
+public:
+  using RuntimeError::RuntimeError;
+};
+
+// The name of a CUresult ("CUDA_ERROR_NO_DEVICE") as this runtime knows it
+// without a driver, or "CUDA error N".
+std::string knownCudaErrorName(CUresult result);
+
+class CudaDriver {
+public:
+  // The name the process's driver is loaded by.
+  static constexpr const char *kLibrary = "libcuda.so.1";
+
+  // The driver of this process: kLibrary, loaded and initialised on the
+  // first call; later calls return it, or throw the same CudaUnavailable.
+  static std::shared_ptr<const CudaDriver> system();
+  // The driver at `library` (a name for dlopen or a path): loaded, every
+  // entry point resolved and cuInit called. Throws CudaUnavailable saying
+  // why not: no such library, a stub (the toolkit's link-time stand-in),
+  // no device, a driver too old. The library is never unloaded.
+  static std::shared_ptr<const CudaDriver> load(const std::string &library);
+
+  const CudaApi &api() const { return api_; }
+  // cuDriverGetVersion: 12040 for CUDA 12.4.
+  int version() const { return version_; }
+  const std::string &library() const { return library_; }
+
+  // "CUDA_ERROR_OUT_OF_MEMORY: out of memory".
+  std::string describe(CUresult result) const;
+  // Throws RuntimeError "<context>: <call>: <describe(result)>" (without
+  // "<context>: " when it is empty) unless `result` is success.
+  void check(CUresult result, std::string_view call,
+             const std::string &context = std::string()) const;
+
+private:
+  CudaDriver() = default;
+
+  CudaApi api_{};
+  int version_ = 0;
+  std::string library_;
+};
+
+} // namespace kiln::cuda

@@ -1,0 +1,256 @@
+// The engine on an NVIDIA GPU (ctest label "cuda"; every test skips where
+// there is no usable CUDA device): a hand-built nvptx artifact whose kernels
+// are hand-written PTX (NvptxTestArtifact.h) runs prefill in chunks and decode
+// steps (the first direct, the second recorded as a CUDA graph, later ones
+// replayed with their PastTokens arguments updated), checked against the same
+// arithmetic on the host; then what the device refuses.
+#include "runtime/engine/Engine.h"
+
+#include "models/muse_spark/SyntheticWeights.h"
+#include "runtime/core/Float.h"
+#include "runtime/cuda/CudaDriver.h"
+#include "runtime/tools/kiln-run/KilnRun.h"
+
+#include "test/unit/runtime_cuda/NvptxTestArtifact.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+namespace kiln {
+namespace {
+
+using namespace kiln::cuda_test;
+
+template <typename Fn> std::string errorOf(Fn &&fn) {
+  try {
+    fn();
+  } catch (const std::exception &error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "nothing thrown";
+  return "";
+}
+
+#define EXPECT_HAS(text, part)                                                 \
+  EXPECT_NE(std::string(text).find(part), std::string::npos)                   \
+      << "missing \"" << part << "\" in: " << text
+
+// The kernels' arithmetic on the host: the KV cache holds the embedding of
+// every token so far; logit v is one fma chain over its rows and columns.
+class Reference {
+public:
+  explicit Reference(uint64_t seed) {
+    const muse_spark::Config config = muse_spark::loadConfig("muse-spark-tiny");
+    embed_ = weight(config, "model.embed_tokens.weight", seed);
+    lm_ = weight(config, "lm_head.weight", seed);
+  }
+
+  std::vector<float> append(const std::vector<int32_t> &tokens) {
+    history_.insert(history_.end(), tokens.begin(), tokens.end());
+    std::vector<float> logits(kVocab);
+    for (int64_t v = 0; v < kVocab; ++v) {
+      float sum = 0;
+      for (int32_t token : history_)
+        for (int64_t h = 0; h < kHidden; ++h)
+          sum = std::fma(embed_[token * kHidden + h], lm_[v * kHidden + h],
+                         sum);
+      logits[v] = sum;
+    }
+    return logits;
+  }
+
+  void reset() { history_.clear(); }
+
+private:
+  static std::vector<float> weight(const muse_spark::Config &config,
+                                   const std::string &name, uint64_t seed) {
+    for (const auto &spec :
+         muse_spark::checkpointManifest(config, muse_spark::WeightFormat::BF16))
+      if (spec.name == name) {
+        std::vector<uint16_t> bits(spec.shape[0] * spec.shape[1]);
+        muse_spark::synthesizeTensor(config, spec, seed,
+                                     reinterpret_cast<uint8_t *>(bits.data()));
+        std::vector<float> values;
+        for (uint16_t b : bits)
+          values.push_back(bf16ToFloat(b));
+        return values;
+      }
+    ADD_FAILURE() << name;
+    return {};
+  }
+
+  std::vector<float> embed_, lm_;
+  std::vector<int32_t> history_;
+};
+
+void expectLogits(const std::vector<float> &actual,
+                  const std::vector<float> &expected, const std::string &what) {
+  ASSERT_EQ(actual.size(), expected.size()) << what;
+  for (size_t v = 0; v < actual.size(); ++v)
+    ASSERT_NEAR(actual[v], expected[v], 1e-5 * (1 + std::abs(expected[v])))
+        << what << ", logit " << v;
+}
+
+std::vector<int32_t> prompt(int count, int salt = 0) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < count; ++i)
+    ids.push_back((37 * i + 11 + salt) % kVocab);
+  return ids;
+}
+
+class CudaEngineTest : public ::testing::Test {
+protected:
+  void SetUp() override {
+    std::shared_ptr<const cuda::CudaDriver> driver;
+    try {
+      driver = cuda::CudaDriver::system();
+    } catch (const cuda::CudaUnavailable &error) {
+      GTEST_SKIP() << "no CUDA device: " << error.what();
+    }
+    const cuda::CudaApi &api = driver->api();
+    int count = 0;
+    cuda::CUdevice device = 0;
+    if (api.cuDeviceGetCount(&count) != cuda::kSuccess || count < 1 ||
+        api.cuDeviceGet(&device, 0) != cuda::kSuccess ||
+        api.cuDeviceGetAttribute(&major_, cuda::kAttrComputeCapabilityMajor,
+                                 device) != cuda::kSuccess)
+      GTEST_SKIP() << "no CUDA device";
+    if (major_ < 9)
+      GTEST_SKIP() << "the test kernels are sm_90 PTX; device 0 has compute "
+                      "capability "
+                   << major_ << ".x";
+  }
+
+  static std::unique_ptr<Engine> make(const TestArtifact &a,
+                                      const LaunchShapes &shapes,
+                                      EngineOptions options = {}) {
+    if (options.weights.empty())
+      options.weights = "synthetic:5";
+    if (options.contextLength == 0)
+      options.contextLength = 64;
+    return Engine::create(
+        Artifact::fromBytes(serializeGpu(a, shapes), "gpu.kiln"), options);
+  }
+  static std::unique_ptr<Engine> make() {
+    return make(nvptxTestArtifact(), nvptxTestShapes());
+  }
+
+  int major_ = 0;
+};
+
+TEST_F(CudaEngineTest, PrefillAndDecodeMatchReference) {
+  auto engine = make();
+  EXPECT_HAS(engine->device(), "compute capability");
+  EXPECT_HAS(engine->device(), "device 0");
+  EXPECT_EQ(engine->weightBytes(), 2u * kVocab * kHidden * 2);
+  EXPECT_EQ(engine->kvCacheBytes(), 2u * 64 * kHidden * 4);
+  EXPECT_EQ(engine->arenaBytes(), 2 * kArenaBytes);
+  Reference reference(5);
+  // 11 tokens: chunks of 8 and 3.
+  const std::vector<int32_t> ids = prompt(11);
+  expectLogits(engine->prefill(ids), reference.append(ids), "prefill");
+  // Decode: direct, recorded, then replayed with PastTokens updated.
+  for (int step = 0; step < 5; ++step) {
+    const int32_t token = (7 * step + 3) % kVocab;
+    expectLogits(engine->decode(token), reference.append({token}),
+                 "decode step " + std::to_string(step));
+  }
+  EXPECT_EQ(engine->pastTokens(), 16);
+}
+
+TEST_F(CudaEngineTest, ResetZeroesTheCaches) {
+  auto engine = make();
+  Reference reference(5);
+  const std::vector<float> first = engine->prefill(prompt(6));
+  engine->decode(1);
+  engine->decode(2);
+  engine->decode(3); // replayed
+  engine->reset();
+  EXPECT_EQ(engine->pastTokens(), 0);
+  EXPECT_EQ(engine->prefill(prompt(6)), first);
+  reference.append(prompt(6));
+  // The recording lives on; past starts again from 6.
+  expectLogits(engine->decode(9), reference.append({9}), "after reset");
+}
+
+TEST_F(CudaEngineTest, PrefillAndDecodeShareOneEntryPoint) {
+  TestArtifact a = nvptxTestArtifact();
+  a.entryPoints.pop_back(); // decode runs prefill at T = 1, recorded
+  auto engine = make(a, nvptxTestShapes());
+  Reference reference(5);
+  expectLogits(engine->prefill(prompt(5)), reference.append(prompt(5)), "a");
+  for (int32_t token : {4, 5, 6})
+    expectLogits(engine->decode(token), reference.append({token}), "b");
+  // A prefill between replays runs directly, with its own T.
+  expectLogits(engine->prefill(prompt(4, 2)), reference.append(prompt(4, 2)),
+               "c");
+  for (int32_t token : {7, 8})
+    expectLogits(engine->decode(token), reference.append({token}), "d");
+}
+
+TEST_F(CudaEngineTest, KilnRunNamesTheDevice) {
+  std::string dir = ::testing::TempDir() + "/kiln-cuda-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir.data()), nullptr);
+  const std::vector<uint8_t> bytes =
+      serializeGpu(nvptxTestArtifact(), nvptxTestShapes());
+  std::ofstream(dir + "/gpu.kiln", std::ios::binary)
+      .write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
+  std::ostringstream out, err;
+  const int status = kilnRunMain(
+      {dir + "/gpu.kiln", "--weights", "synthetic:5", "--prompt-ids",
+       "1,2,3,4,5", "--max-new-tokens", "4", "--context", "64", "--device",
+       "0"},
+      out, err, false);
+  EXPECT_EQ(status, 0) << err.str();
+  EXPECT_HAS(err.str(), "kiln-run: muse-spark-tiny for nvptx sm_90 (+ptx78): ");
+  EXPECT_HAS(err.str(), " s; on ");
+  EXPECT_HAS(err.str(), "(compute capability ");
+  EXPECT_HAS(out.str(), "time per output token: ");
+  std::filesystem::remove_all(dir);
+}
+
+TEST_F(CudaEngineTest, RefusesAChipTheDeviceCannotRun) {
+  TestArtifact a = nvptxTestArtifact();
+  a.chip = major_ >= 10 ? "sm_90a" : "sm_100a";
+  const std::string message =
+      errorOf([&] { make(a, nvptxTestShapes()); });
+  EXPECT_HAS(message, "gpu.kiln: artifact is for nvptx " + a.chip +
+                          " (+ptx78), which this machine cannot run: device 0 (");
+  EXPECT_HAS(message, ") has compute capability ");
+  EXPECT_HAS(message, a.chip + " needs compute capability ");
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+}
+
+TEST_F(CudaEngineTest, BrokenPtxReportsTheDriversLog) {
+  TestArtifact a = nvptxTestArtifact();
+  std::string ptx = kNvptxTestKernels;
+  const std::string line = "ld.param.u64 %rd7, [tokens];";
+  ptx.replace(ptx.find(line), line.size(), "ld.param.u64 %rd7, [nowhere];");
+  a.blob = ptxBlob(ptx);
+  const std::string message = errorOf([&] { make(a, nvptxTestShapes()); });
+  EXPECT_HAS(message, "gpu.kiln: loading the PTX module for nvptx sm_90");
+  EXPECT_HAS(message, "cuModuleLoadDataEx: CUDA_ERROR_INVALID_PTX");
+  EXPECT_HAS(message, "nowhere"); // from the JIT compiler's log
+  EXPECT_EQ(message.find('\n'), std::string::npos);
+}
+
+TEST_F(CudaEngineTest, MissingKernelAndDevice) {
+  TestArtifact a = nvptxTestArtifact();
+  a.kernels[2].name = "kiln_absent";
+  EXPECT_HAS(errorOf([&] { make(a, nvptxTestShapes()); }),
+             "gpu.kiln: kernel 'kiln_absent' (not in the PTX module?): "
+             "cuModuleGetFunction: CUDA_ERROR_NOT_FOUND");
+  EngineOptions options;
+  options.device = 99;
+  EXPECT_HAS(errorOf([&] {
+               make(nvptxTestArtifact(), nvptxTestShapes(), options);
+             }),
+             "gpu.kiln: no CUDA device 99 (this machine has ");
+}
+
+} // namespace
+} // namespace kiln
