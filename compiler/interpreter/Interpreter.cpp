@@ -297,8 +297,10 @@ Interpreter::runRanks(mlir::func::FuncOp func,
   std::vector<std::vector<HostTensor>> results(world);
   for (mlir::Operation &op : func.getBody().front()) {
     if (auto weight = llvm::dyn_cast<WeightOp>(op)) {
-      // Loaded once, shared by every rank.
-      auto value = std::make_shared<const HostTensor>(loadWeight(weights, weight));
+      // Loaded once, shared by every rank and kept for the next run.
+      std::shared_ptr<const HostTensor> &value = weightCache[weight.getName().str()];
+      if (!value)
+        value = std::make_shared<const HostTensor>(loadWeight(weights, weight));
       checkShape(weight, *value);
       for (ValueMap &values : ranks)
         values[weight.getResult()] = value;

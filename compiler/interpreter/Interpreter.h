@@ -12,6 +12,9 @@
 #include "compiler/interpreter/WeightSource.h"
 
 #include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
 #include <vector>
 
 namespace mlir::func {
@@ -37,6 +40,9 @@ public:
 
 private:
   WeightSource &weights;
+  // Weights decoded once and kept for later runs (greedy generation reruns
+  // the whole prefix each step), by kiln.weight name.
+  std::map<std::string, std::shared_ptr<const HostTensor>> weightCache;
 };
 
 // Greedy generation on a `@forward(ids, positions) -> logits` graph with a
