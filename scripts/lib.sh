@@ -9,7 +9,7 @@ KILN_JOBS=${KILN_JOBS:-$(nproc)}
 # What the compiler, runtime and tests build against.
 KILN_PACKAGES=(
   cmake ninja-build ccache g++ python3
-  llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools
+  llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools lld-22
   nlohmann-json3-dev libgtest-dev libdnnl-dev libflatbuffers-dev flatbuffers-compiler
 )
 
