@@ -15,13 +15,14 @@ using kernels::partRange;
 
 bool amxCovers(int64_t n, int64_t k) { return n % 16 == 0 && k % 32 == 0; }
 
-KernelSpec linearAmx(int64_t n, int64_t k) {
+// One 16-column tile of N at a time (odd tile counts).
+static KernelSpec linearAmxSingle(int64_t n, int64_t k) {
   std::string name = "linear_amx_" + std::to_string(n) + "x" + std::to_string(k);
   std::string body = fillTemplate(R"(
 func.func @@@name@@(%a: memref<?x@@k@@xbf16>, %b: memref<?x32xbf16>, %c: memref<?x@@n@@xf32>, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface,
                 kiln.tiling = {kind = "amx", tile_m = 16 : i64, tile_n = 16 : i64, tile_k = 32 : i64,
-                               order = "n-m-k", parallel = "n"}} {
+                               block_m = 1 : i64, block_n = 1 : i64, order = "n-m-k", parallel = "n"}} {
   %c0 = arith.constant 0 : index
   %c16 = arith.constant 16 : index
   %c32 = arith.constant 32 : index
@@ -59,7 +60,99 @@ func.func @@@name@@(%a: memref<?x@@k@@xbf16>, %b: memref<?x32xbf16>, %c: memref<
                                    {"range", partRange("%ntiles", "n")}});
   return KernelSpec{name, "kiln.linear",
                     "{\"kind\": \"amx\", \"tile_m\": 16, \"tile_n\": 16, \"tile_k\": 32, "
-                    "\"order\": \"n-m-k\", \"parallel\": \"n\"}",
+                    "\"block_m\": 1, \"block_n\": 1, \"order\": \"n-m-k\", \"parallel\": \"n\"}",
+                    body};
+}
+
+// Pairs of 16-column tiles, and pairs of 16-row tiles while the rows allow:
+// four accumulators share each A and B tile load (2 A + 2 B + 4 C = the 8
+// AMX tile registers); the last 16 rows, if the row count is an odd number of
+// tiles, use two accumulators.
+KernelSpec linearAmx(int64_t n, int64_t k) {
+  if ((n / 16) % 2 != 0)
+    return linearAmxSingle(n, k);
+  std::string name = "linear_amx_" + std::to_string(n) + "x" + std::to_string(k);
+  std::string body = fillTemplate(R"(
+func.func @@@name@@(%a: memref<?x@@k@@xbf16>, %b: memref<?x32xbf16>, %c: memref<?x@@n@@xf32>, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface,
+                kiln.tiling = {kind = "amx", tile_m = 16 : i64, tile_n = 16 : i64, tile_k = 32 : i64,
+                               block_m = 2 : i64, block_n = 2 : i64, order = "n-m-k", parallel = "n"}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c16 = arith.constant 16 : index
+  %c32 = arith.constant 32 : index
+  %rows = memref.dim %a, %c0 : memref<?x@@k@@xbf16>
+  %tail = arith.remui %rows, %c32 : index
+  %rows2 = arith.subi %rows, %tail : index
+  %kdim = arith.constant @@k@@ : index
+  %kblocks = arith.constant @@kb@@ : index
+  %npairs = arith.constant @@np@@ : index
+  @@range@@
+  scf.for %np = %nbegin to %nend step %c1 {
+    %nt = arith.muli %np, %c2 : index
+    %n0 = arith.muli %nt, %c16 : index
+    %n1 = arith.addi %n0, %c16 : index
+    %first0 = arith.muli %nt, %kblocks : index
+    %first1 = arith.addi %first0, %kblocks : index
+    scf.for %m = %c0 to %rows2 step %c32 {
+      %m1 = arith.addi %m, %c16 : index
+      %z = amx.tile_zero : !amx.tile<16x16xf32>
+      %acc:4 = scf.for %kk = %c0 to %kdim step %c32
+          iter_args(%s00 = %z, %s01 = %z, %s10 = %z, %s11 = %z)
+          -> (!amx.tile<16x16xf32>, !amx.tile<16x16xf32>, !amx.tile<16x16xf32>, !amx.tile<16x16xf32>) {
+        %kb = arith.divui %kk, %c32 : index
+        %blk0 = arith.addi %first0, %kb : index
+        %blk1 = arith.addi %first1, %kb : index
+        %brow0 = arith.muli %blk0, %c16 : index
+        %brow1 = arith.muli %blk1, %c16 : index
+        %a0 = amx.tile_load %a[%m, %kk] : memref<?x@@k@@xbf16> into !amx.tile<16x32xbf16>
+        %a1 = amx.tile_load %a[%m1, %kk] : memref<?x@@k@@xbf16> into !amx.tile<16x32xbf16>
+        %b0 = amx.tile_load %b[%brow0, %c0] : memref<?x32xbf16> into !amx.tile<16x32xbf16>
+        %b1 = amx.tile_load %b[%brow1, %c0] : memref<?x32xbf16> into !amx.tile<16x32xbf16>
+        %t00 = amx.tile_mulf %a0, %b0, %s00 : !amx.tile<16x32xbf16>, !amx.tile<16x32xbf16>, !amx.tile<16x16xf32>
+        %t01 = amx.tile_mulf %a0, %b1, %s01 : !amx.tile<16x32xbf16>, !amx.tile<16x32xbf16>, !amx.tile<16x16xf32>
+        %t10 = amx.tile_mulf %a1, %b0, %s10 : !amx.tile<16x32xbf16>, !amx.tile<16x32xbf16>, !amx.tile<16x16xf32>
+        %t11 = amx.tile_mulf %a1, %b1, %s11 : !amx.tile<16x32xbf16>, !amx.tile<16x32xbf16>, !amx.tile<16x16xf32>
+        scf.yield %t00, %t01, %t10, %t11 : !amx.tile<16x16xf32>, !amx.tile<16x16xf32>, !amx.tile<16x16xf32>, !amx.tile<16x16xf32>
+      }
+      amx.tile_store %c[%m, %n0], %acc#0 : memref<?x@@n@@xf32>, !amx.tile<16x16xf32>
+      amx.tile_store %c[%m, %n1], %acc#1 : memref<?x@@n@@xf32>, !amx.tile<16x16xf32>
+      amx.tile_store %c[%m1, %n0], %acc#2 : memref<?x@@n@@xf32>, !amx.tile<16x16xf32>
+      amx.tile_store %c[%m1, %n1], %acc#3 : memref<?x@@n@@xf32>, !amx.tile<16x16xf32>
+    }
+    scf.for %m = %rows2 to %rows step %c16 {
+      %z = amx.tile_zero : !amx.tile<16x16xf32>
+      %acc:2 = scf.for %kk = %c0 to %kdim step %c32 iter_args(%s0 = %z, %s1 = %z)
+          -> (!amx.tile<16x16xf32>, !amx.tile<16x16xf32>) {
+        %kb = arith.divui %kk, %c32 : index
+        %blk0 = arith.addi %first0, %kb : index
+        %blk1 = arith.addi %first1, %kb : index
+        %brow0 = arith.muli %blk0, %c16 : index
+        %brow1 = arith.muli %blk1, %c16 : index
+        %a0 = amx.tile_load %a[%m, %kk] : memref<?x@@k@@xbf16> into !amx.tile<16x32xbf16>
+        %b0 = amx.tile_load %b[%brow0, %c0] : memref<?x32xbf16> into !amx.tile<16x32xbf16>
+        %b1 = amx.tile_load %b[%brow1, %c0] : memref<?x32xbf16> into !amx.tile<16x32xbf16>
+        %t0 = amx.tile_mulf %a0, %b0, %s0 : !amx.tile<16x32xbf16>, !amx.tile<16x32xbf16>, !amx.tile<16x16xf32>
+        %t1 = amx.tile_mulf %a0, %b1, %s1 : !amx.tile<16x32xbf16>, !amx.tile<16x32xbf16>, !amx.tile<16x16xf32>
+        scf.yield %t0, %t1 : !amx.tile<16x16xf32>, !amx.tile<16x16xf32>
+      }
+      amx.tile_store %c[%m, %n0], %acc#0 : memref<?x@@n@@xf32>, !amx.tile<16x16xf32>
+      amx.tile_store %c[%m, %n1], %acc#1 : memref<?x@@n@@xf32>, !amx.tile<16x16xf32>
+    }
+  }
+  return
+}
+)",
+                                  {{"name", name},
+                                   {"n", std::to_string(n)},
+                                   {"k", std::to_string(k)},
+                                   {"kb", std::to_string(k / 32)},
+                                   {"np", std::to_string(n / 32)},
+                                   {"range", partRange("%npairs", "n")}});
+  return KernelSpec{name, "kiln.linear",
+                    "{\"kind\": \"amx\", \"tile_m\": 16, \"tile_n\": 16, \"tile_k\": 32, "
+                    "\"block_m\": 2, \"block_n\": 2, \"order\": \"n-m-k\", \"parallel\": \"n\"}",
                     body};
 }
 
