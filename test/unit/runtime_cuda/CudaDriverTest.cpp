@@ -20,20 +20,6 @@ namespace {
 
 using namespace kiln::cuda_test;
 
-template <typename Fn> std::string errorOf(Fn &&fn) {
-  try {
-    fn();
-  } catch (const std::exception &error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "nothing thrown";
-  return "";
-}
-
-#define EXPECT_HAS(text, part)                                                 \
-  EXPECT_NE(std::string(text).find(part), std::string::npos)                   \
-      << "missing \"" << part << "\" in: " << text
-
 Artifact gpuArtifact(const TestArtifact &a = nvptxTestArtifact()) {
   return Artifact::fromBytes(serializeGpu(a, nvptxTestShapes()), "gpu.kiln");
 }

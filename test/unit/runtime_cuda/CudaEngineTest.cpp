@@ -25,20 +25,6 @@ namespace {
 
 using namespace kiln::cuda_test;
 
-template <typename Fn> std::string errorOf(Fn &&fn) {
-  try {
-    fn();
-  } catch (const std::exception &error) {
-    return error.what();
-  }
-  ADD_FAILURE() << "nothing thrown";
-  return "";
-}
-
-#define EXPECT_HAS(text, part)                                                 \
-  EXPECT_NE(std::string(text).find(part), std::string::npos)                   \
-      << "missing \"" << part << "\" in: " << text
-
 // The kernels' arithmetic on the host: the KV cache holds the embedding of
 // every token so far; logit v is one fma chain over its rows and columns.
 class Reference {

@@ -13,6 +13,8 @@
 // launch, a KV cache that persists, a device-to-device copy), not the model.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include "models/muse_spark/Config.h"
 
 #include "test/unit/artifact/ArtifactTestUtil.h"
@@ -415,5 +417,20 @@ inline std::vector<uint8_t> serializeGpu(const TestArtifact &a,
   return std::vector<uint8_t>(fbb.GetBufferPointer(),
                               fbb.GetBufferPointer() + fbb.GetSize());
 }
+
+// The message of what `fn` throws; a test failure if it throws nothing.
+template <typename Fn> std::string errorOf(Fn &&fn) {
+  try {
+    fn();
+  } catch (const std::exception &error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "nothing thrown";
+  return "";
+}
+
+#define EXPECT_HAS(text, part)                                                 \
+  EXPECT_NE(std::string(text).find(part), std::string::npos)                   \
+      << "missing \"" << part << "\" in: " << text
 
 } // namespace kiln::cuda_test
