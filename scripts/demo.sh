@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The main job: build Kiln; compile Muse Spark Open 816B-A42B for 8 GPUs
-# (TP8/EP8/SP) to graph IR and print its report; then compile muse-spark-tiny
+# The main job: build Kiln; compile Muse Spark Open 816B-A42B for 8 H200s
+# (TP8/EP8/SP, NVFP4 experts) to graph IR and print its report and memory plan; then compile muse-spark-tiny
 # for this CPU (AVX-512 + AMX) and run it on seeded synthetic weights.
 source "$(dirname "$0")/lib.sh"
 
@@ -10,8 +10,8 @@ kiln_install_packages
 kiln_configure "$KILN_BUILD"
 kiln_build "$KILN_BUILD" kilnc kiln-run kiln-dump
 
-kiln_log "compiling $CONFIG (TP8/EP8/SP, 8192-token prefill) to graph IR: $KILN_BUILD/$CONFIG.graph.mlir"
-"$KILN_BUILD/bin/kilnc" "$CONFIG" --tp 8 --ep 8 --sp --tokens 8192 --report \
+kiln_log "compiling $CONFIG (TP8/EP8/SP, NVFP4 experts, 8192-token prefill) to graph IR: $KILN_BUILD/$CONFIG.graph.mlir"
+"$KILN_BUILD/bin/kilnc" "$CONFIG" --tp 8 --ep 8 --sp --quant=nvfp4 --tokens 8192 --report \
   -o "$KILN_BUILD/$CONFIG.graph.mlir"
 
 ARTIFACT="$KILN_BUILD/$RUN_CONFIG.x86.kiln"

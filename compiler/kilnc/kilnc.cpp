@@ -10,6 +10,7 @@
 #include "compiler/kilnc/Backend.h"
 #include "compiler/pipeline/PassEffects.h"
 #include "compiler/pipeline/Pipeline.h"
+#include "compiler/pipeline/RankMemory.h"
 #include "passes/Passes.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -22,6 +23,7 @@
 
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FileSystem.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Process.h"
 #include "llvm/Support/WithColor.h"
@@ -121,6 +123,15 @@ cl::opt<bool> noFuse("no-fuse",
                      cl::desc("Skip the fusion passes (norm/residual, MegaMoE): every op reaches "
                               "the target as the model builder wrote it"),
                      cl::cat(kilncCategory));
+
+cl::opt<double> deviceMemory("device-memory",
+                             cl::desc("GiB of memory per device for the --report's memory plan "
+                                      "(default 141: an H200)"),
+                             cl::init(141.0), cl::cat(kilncCategory));
+cl::opt<double> reserveMemory("reserve-memory",
+                              cl::desc("GiB per device kept for activations and the runtime "
+                                       "(default 8)"),
+                              cl::init(8.0), cl::cat(kilncCategory));
 
 cl::opt<bool> listConfigs("list-configs", cl::desc("List the built-in configs and exit"),
                           cl::cat(kilncCategory));
@@ -274,6 +285,16 @@ int main(int argc, char **argv) {
                  << layout.ep << (layout.sp ? ", SP" : "") << "):\n";
     for (const kiln::PassEffect &effect : effects)
       llvm::outs() << "  " << kiln::describe(effect) << "\n";
+    if (what == Emit::Graph) {
+      kiln::RankMemory memory = kiln::rankMemory(*module, /*kvBytesPerElement=*/2);
+      if (!kiln::printRankMemory(llvm::outs(), memory, int64_t(deviceMemory * (1ll << 30)),
+                                 int64_t(reserveMemory * (1ll << 30)),
+                                 layout.devices() == 1 ? "one device" : "each of " +
+                                     std::to_string(layout.devices()) + " devices"))
+        return fail("the layout does not fit in " +
+                    llvm::formatv("{0:F0}", double(deviceMemory)).str() +
+                    " GiB per device (see the memory plan above)");
+    }
     if (outputPath == "-" && !backend)
       return 0;
   }
