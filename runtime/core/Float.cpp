@@ -157,4 +157,31 @@ uint8_t floatToE2m1(float value) {
   return sign | code;
 }
 
+float e8m0ToFloat(uint8_t bits) {
+  if (bits == 0xff)
+    return std::numeric_limits<float>::quiet_NaN();
+  return std::ldexp(1.0f, static_cast<int>(bits) - 127);
+}
+
+uint8_t floatToE8m0(float value) {
+  if (std::isnan(value))
+    return 0xff;
+  const float magnitude = std::fabs(value);
+  if (magnitude == 0.0f)
+    return 0;
+  if (std::isinf(magnitude))
+    return 0xfe;
+  // magnitude = f * 2^exp2 with f in [0.5, 1): ceil(log2) is exp2 - 1 when
+  // magnitude is exactly 2^(exp2 - 1) and exp2 otherwise. frexp is exact, f32
+  // subnormals included.
+  int exp2;
+  const float fraction = std::frexp(magnitude, &exp2);
+  const int exponent = fraction == 0.5f ? exp2 - 1 : exp2;
+  if (exponent < -127)
+    return 0;
+  if (exponent > 127)
+    return 0xfe;
+  return static_cast<uint8_t>(exponent + 127);
+}
+
 } // namespace kiln
