@@ -11,6 +11,7 @@ KILN_PACKAGES=(
   cmake ninja-build ccache g++ python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools lld-22
   nlohmann-json3-dev libgtest-dev libdnnl-dev libflatbuffers-dev flatbuffers-compiler
+  rocm-device-libs libamdhip64-dev
 )
 
 kiln_log() { printf '\033[1m[kiln]\033[0m %s\n' "$*" >&2; }

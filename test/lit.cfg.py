@@ -25,3 +25,8 @@ _ptxas = shutil.which("ptxas") or ("/usr/local/cuda/bin/ptxas" if os.path.exists
 if _ptxas:
     config.available_features.add("ptxas")
     config.substitutions.append(("ptxas", _ptxas))
+
+# The ROCm device libraries (Debian: rocm-device-libs), which the AMDGCN
+# code objects link: the AMDGCN tests compile and inspect what kilnc emits.
+if os.path.isdir("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode"):
+    config.available_features.add("rocm-device-libs")

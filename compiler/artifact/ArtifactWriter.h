@@ -15,7 +15,7 @@
 namespace kiln {
 
 struct ArtifactInfo {
-  enum Kind { X86, Nvptx } targetKind = X86;
+  enum Kind { X86, Nvptx, Amdgcn } targetKind = X86;
   std::string libraryFormat = "elf-shared-object";
   std::string modelName;
   std::string configJson;   // canonical config.json text of the model

@@ -4,6 +4,8 @@
 #include "models/muse_spark/CheckpointSynth.h"
 #include "passes/Passes.h"
 #include "runtime/artifact/Artifact.h"
+#include "targets/amdgcn/AmdgcnHooks.h"
+#include "targets/amdgcn/KernelCompiler.h"
 #include "targets/nvptx/KernelCompiler.h"
 #include "targets/nvptx/NvptxHooks.h"
 #include "targets/x86/KernelCompiler.h"
@@ -17,6 +19,8 @@ namespace kiln {
 std::unique_ptr<kernels::TargetHooks> hooksFor(const TargetChoice &target) {
   if (target.kind == TargetChoice::Nvptx)
     return std::make_unique<nvptx::NvptxHooks>();
+  if (target.kind == TargetChoice::Amdgcn)
+    return std::make_unique<amdgcn::AmdgcnHooks>();
   return std::make_unique<x86::X86Hooks>();
 }
 
@@ -41,7 +45,7 @@ mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spar
                                            std::string &error) {
   mlir::FailureOr<kernels::LoweredModel> lowered = lowerAndPlan(graph, maxPrefillTokens, target);
   if (mlir::failed(lowered)) {
-    error = "lowering to the " + std::string(target.kind == TargetChoice::Nvptx ? "nvptx" : "x86") +
+    error = "lowering to the " + target.name() +
             " plan failed (see above)";
     return mlir::failure();
   }
@@ -60,6 +64,15 @@ mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spar
     info.triple = "nvptx64-nvidia-cuda";
     info.chip = target.chip;
     info.libraryFormat = "ptx";
+  } else if (target.kind == TargetChoice::Amdgcn) {
+    amdgcn::CompileOptions options;
+    options.chip = target.chip;
+    if (!amdgcn::compileHsaco(kernelContext, build.model.kernels, options, build.library, error))
+      return mlir::failure();
+    info.targetKind = ArtifactInfo::Amdgcn;
+    info.triple = "amdgcn-amd-amdhsa";
+    info.chip = target.chip;
+    info.libraryFormat = "hsaco";
   } else {
     if (!x86::compileKernelLibrary(kernelContext, build.model.kernels, x86::CompileOptions(),
                                    build.library, error))

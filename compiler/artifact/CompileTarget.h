@@ -18,8 +18,9 @@
 namespace kiln {
 
 struct TargetChoice {
-  enum Kind { X86, Nvptx } kind = X86;
-  std::string chip = "sapphirerapids"; // x86 CPU, or "sm_90" / "sm_100"
+  enum Kind { X86, Nvptx, Amdgcn } kind = X86;
+  std::string chip = "sapphirerapids"; // x86 CPU, "sm_90" / "sm_100", "gfx942" / "gfx950"
+  std::string name() const { return kind == Nvptx ? "nvptx" : kind == Amdgcn ? "amdgcn" : "x86"; }
 };
 
 // The hooks the shared lowering asks for this target.
@@ -31,7 +32,7 @@ mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph, int64_
 
 struct TargetBuild {
   kernels::LoweredModel model;
-  std::vector<uint8_t> library;  // ELF shared object (x86) or PTX text (nvptx)
+  std::vector<uint8_t> library;  // ELF shared object (x86), PTX text (nvptx), hsaco (amdgcn)
   std::vector<uint8_t> artifact; // the whole artifact, verified
 };
 

@@ -4,6 +4,7 @@
 #include "runtime/artifact/ArtifactFile.h"
 #include "runtime/artifact/Artifact.h"
 #include "targets/common/KernelModule.h"
+#include "targets/amdgcn/KernelCompiler.h"
 #include "targets/nvptx/KernelCompiler.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -37,7 +38,7 @@ int writeText(const std::string &path, const std::string &text) {
 }
 
 void report(const TargetBuild &build, const TargetChoice &target, const std::string &path) {
-  llvm::outs() << "\n" << (target.kind == TargetChoice::Nvptx ? "nvptx " + target.chip : std::string("x86")) << " artifact " << path << ": " << build.artifact.size() << " bytes, "
+  llvm::outs() << "\n" << (target.kind == TargetChoice::X86 ? target.name() : target.name() + " " + target.chip) << " artifact " << path << ": " << build.artifact.size() << " bytes, "
                << build.model.kernels.size() << " kernels (" << build.library.size()
                << " bytes of kernel code), " << build.model.weights.size() << " weight bindings, "
                << build.model.kvCaches.size() << " KV caches\n";
@@ -66,12 +67,18 @@ int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
       lowered->plan->print(os);
     } else {
       mlir::MLIRContext kernelContext;
-      nvptx::CompileOptions gpu;
-      gpu.chip = request.target.chip;
-      mlir::OwningOpRef<mlir::ModuleOp> kernels =
-          request.target.kind == TargetChoice::Nvptx
-              ? nvptx::buildGpuModule(kernelContext, lowered->kernels, gpu)
-              : kernels::parseKernelModule(kernelContext, lowered->kernels);
+      mlir::OwningOpRef<mlir::ModuleOp> kernels;
+      if (request.target.kind == TargetChoice::Nvptx) {
+        nvptx::CompileOptions gpu;
+        gpu.chip = request.target.chip;
+        kernels = nvptx::buildGpuModule(kernelContext, lowered->kernels, gpu);
+      } else if (request.target.kind == TargetChoice::Amdgcn) {
+        amdgcn::CompileOptions gpu;
+        gpu.chip = request.target.chip;
+        kernels = amdgcn::buildGpuModule(kernelContext, lowered->kernels, gpu);
+      } else {
+        kernels = kernels::parseKernelModule(kernelContext, lowered->kernels);
+      }
       if (!kernels)
         return fail("the generated kernels do not parse or verify (see above)");
       kernels->print(os);

@@ -61,12 +61,13 @@ cl::opt<Emit> emit(
                           "the target's generated kernels as MLIR, before lowering to LLVM"),
                clEnumValN(Emit::Library, "library",
                           "the target's compiled kernel library alone (x86: an ELF shared "
-                          "object, needs -o FILE; nvptx: PTX text)"),
+                          "object, needs -o FILE; nvptx: PTX text; amdgcn: an AMDGPU code "
+                          "object, needs -o FILE)"),
                clEnumValN(Emit::Artifact, "artifact",
                           "the artifact the runtime loads (needs -o FILE)")),
     cl::cat(kilncCategory));
 
-enum class Target { None, X86, Sm90, Sm100 };
+enum class Target { None, X86, Sm90, Sm100, Gfx942, Gfx950 };
 cl::opt<Target> target("target", cl::desc("Compile for a target (default: stop at graph IR)"),
                        cl::init(Target::None),
                        cl::values(clEnumValN(Target::X86, "x86",
@@ -75,7 +76,12 @@ cl::opt<Target> target("target", cl::desc("Compile for a target (default: stop a
                                   clEnumValN(Target::Sm90, "sm_90",
                                              "NVIDIA Hopper (H100, H200): PTX in the artifact"),
                                   clEnumValN(Target::Sm100, "sm_100",
-                                             "NVIDIA Blackwell (B200, B300): PTX in the artifact")),
+                                             "NVIDIA Blackwell (B200, B300): PTX in the artifact"),
+                                  clEnumValN(Target::Gfx942, "gfx942",
+                                             "AMD CDNA3 (MI300X, MI325X): a code object in the "
+                                             "artifact"),
+                                  clEnumValN(Target::Gfx950, "gfx950",
+                                             "AMD CDNA4 (MI355X): a code object in the artifact")),
                        cl::cat(kilncCategory));
 
 cl::opt<int64_t> maxPrefillTokens("max-prefill-tokens",
@@ -312,6 +318,8 @@ int main(int argc, char **argv) {
     request.format = format;
     if (target == Target::Sm90 || target == Target::Sm100)
       request.target = {kiln::TargetChoice::Nvptx, target == Target::Sm90 ? "sm_90" : "sm_100"};
+    if (target == Target::Gfx942 || target == Target::Gfx950)
+      request.target = {kiln::TargetChoice::Amdgcn, target == Target::Gfx942 ? "gfx942" : "gfx950"};
     return kiln::runBackend(*module, request);
   }
 

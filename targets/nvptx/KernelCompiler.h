@@ -1,8 +1,5 @@
-// NVPTX kernel library: the shared kernel descriptions (func.func with the
-// trailing %part/%parts arguments) become gpu.func kernels in one gpu.module,
-// where a thread's part is its global index (block_id * block_dim +
-// thread_id) and the part count the grid's thread count; then gpu/NVVM ▸
-// LLVM NVPTX ▸ PTX text for the chip.
+// NVPTX kernel library: the shared GPU kernel module (GpuKernelModule.h)
+// with an #nvvm.target, then gpu/NVVM ▸ LLVM NVPTX ▸ PTX text for the chip.
 #pragma once
 
 #include "targets/common/KernelSpec.h"

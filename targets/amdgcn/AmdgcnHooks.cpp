@@ -1,0 +1,23 @@
+#include "targets/amdgcn/AmdgcnHooks.h"
+
+#include <algorithm>
+
+namespace kiln::amdgcn {
+
+// A fixed amount of work: blocks of up to 256 threads (four wavefronts)
+// covering it. Work that grows with T: one wavefront per piece per token.
+kernels::LaunchShape AmdgcnHooks::shape(kernels::Work work, int64_t) const {
+  constexpr int64_t wave = 64;
+  kernels::LaunchShape shape;
+  if (work.perToken == 0) {
+    int64_t items = std::max<int64_t>(1, work.constant);
+    shape.blockThreads = std::min<int64_t>(4 * wave, (items + wave - 1) / wave * wave);
+    shape.gridBlocks = kernels::Work{(items + shape.blockThreads - 1) / shape.blockThreads, 0};
+  } else {
+    shape.blockThreads = wave;
+    shape.gridBlocks = kernels::Work{work.constant, work.perToken};
+  }
+  return shape;
+}
+
+} // namespace kiln::amdgcn
