@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite: build everything, run ctest (lit + GoogleTest; GPU
-# tests carry the label `cuda` and are skipped where no GPU is present), then
+# tests carry the label `cuda` or `hip` and run on GPU machines, not here), then
 # build the runtime alone (-DKILN_BUILD_COMPILER=OFF) and run its tests.
 source "$(dirname "$0")/lib.sh"
 
@@ -14,7 +14,7 @@ kiln_build "$RUNTIME_BUILD"
 
 status=0
 kiln_log "runtime-only build: unit tests"
-(cd "$RUNTIME_BUILD" && ctest --output-on-failure -j "$KILN_JOBS" -LE cuda) || status=1
+(cd "$RUNTIME_BUILD" && ctest --output-on-failure -j "$KILN_JOBS" -LE 'cuda|hip') || status=1
 kiln_log "full build: all tests"
-(cd "$KILN_BUILD" && ctest --output-on-failure -j "$KILN_JOBS" -LE cuda) || status=1
+(cd "$KILN_BUILD" && ctest --output-on-failure -j "$KILN_JOBS" -LE 'cuda|hip') || status=1
 exit $status

@@ -34,6 +34,67 @@ constexpr uint64_t kMaxSize = FLATBUFFERS_MAX_BUFFER_SIZE;
 constexpr uint32_t kMaxBlock = 1024;
 constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;
 
+// AMDGPU code objects (hsaco): the ELF64 header fields the loader reads
+// (llvm/BinaryFormat/ELF.h) and the processors of the amdgcn chips this
+// runtime runs.
+constexpr size_t kElf64HeaderBytes = 64;
+constexpr uint8_t kElfMagic[4] = {0x7f, 'E', 'L', 'F'};
+constexpr uint8_t kElfClass64 = 2;          // ELFCLASS64
+constexpr uint8_t kElfDataLittle = 1;       // ELFDATA2LSB
+constexpr uint8_t kElfOsAbiAmdgpuHsa = 64;  // ELFOSABI_AMDGPU_HSA
+constexpr uint64_t kElfTypeShared = 3;      // ET_DYN
+constexpr uint64_t kElfMachineAmdgpu = 224; // EM_AMDGPU
+constexpr uint32_t kEfAmdgpuMach = 0xff;    // EF_AMDGPU_MACH
+
+struct AmdgpuMach {
+  const char *chip;
+  uint32_t mach; // EF_AMDGPU_MACH_AMDGCN_<CHIP>
+  bool runs;     // a chip this runtime runs; the others name wrong objects
+};
+constexpr AmdgpuMach kAmdgpuMachs[] = {
+    {"gfx942", 0x4c, true},          {"gfx950", 0x4f, true},
+    {"gfx908", 0x30, false},         {"gfx90a", 0x3f, false},
+    {"gfx1030", 0x36, false},        {"gfx1100", 0x41, false},
+    {"gfx9-4-generic", 0x5f, false},
+};
+
+// The entry of a chip this runtime runs, or null.
+const AmdgpuMach *findMach(std::string_view chip) {
+  for (const AmdgpuMach &known : kAmdgpuMachs)
+    if (known.runs && chip == known.chip)
+      return &known;
+  return nullptr;
+}
+
+std::string hex(uint32_t value) {
+  static const char kDigits[] = "0123456789abcdef";
+  std::string text;
+  do {
+    text.insert(text.begin(), kDigits[value & 15]);
+    value >>= 4;
+  } while (value);
+  if (text.size() < 2)
+    text.insert(text.begin(), '0');
+  return "0x" + text;
+}
+
+// "gfx942 (EF_AMDGPU_MACH 0x4c)", or "EF_AMDGPU_MACH 0x2a" when not known.
+std::string machText(uint32_t mach) {
+  for (const AmdgpuMach &known : kAmdgpuMachs)
+    if (known.mach == mach)
+      return std::string(known.chip) + " (EF_AMDGPU_MACH " + hex(mach) + ")";
+  return "EF_AMDGPU_MACH " + hex(mach);
+}
+
+// "gfx942, gfx950".
+std::string knownMachs() {
+  std::string text;
+  for (const AmdgpuMach &known : kAmdgpuMachs)
+    if (known.runs)
+      text += (text.empty() ? "" : ", ") + std::string(known.chip);
+  return text;
+}
+
 [[noreturn]] void fail(const std::string &source, const std::string &reason) {
   throw ArtifactError(source + ": " + reason);
 }
@@ -209,6 +270,67 @@ private:
            std::to_string(sizeOf(root_.kernels())) + " kernels");
     if (target.kind() == fb::TargetKind::NVPTX && sizeOf(library.blob()) != 0)
       checkPtxText(*library.blob());
+    if (target.kind() == fb::TargetKind::AMDGCN && sizeOf(library.blob()) != 0)
+      checkHsaco(*library.blob());
+  }
+
+  // An hsaco is an AMDGPU code object as hipModuleLoadData takes it: an
+  // ELF64 little-endian shared object for the HSA ABI (what ld.lld -shared
+  // makes of llc's amdgcn-amd-amdhsa output), e_machine EM_AMDGPU, and the
+  // processor in e_flags (EF_AMDGPU_MACH) that of target.chip. Only the
+  // 64-byte header is read here; HIP checks the rest when it loads it.
+  void checkHsaco(const flatbuffers::Vector<uint8_t> &blob) const {
+    const std::string chip = str(root_.target()->chip());
+    const std::string but = "artifact is for " +
+                            describeTarget(*root_.target()) +
+                            ", but library.blob ";
+    const uint8_t *bytes = blob.data();
+    const size_t size = blob.size();
+    auto number = [](uint64_t value) { return std::to_string(value); };
+    if (size < 4 || std::memcmp(bytes, kElfMagic, 4) != 0) {
+      std::string start;
+      for (size_t i = 0; i < std::min<size_t>(size, 4); ++i)
+        start += (i ? " " : "") + hex(bytes[i]);
+      fail(but + "is not an ELF file (it starts with " + start +
+           ", not the magic 0x7f 'E' 'L' 'F'): an amdgcn library is an "
+           "hsaco code object");
+    }
+    if (size < kElf64HeaderBytes)
+      fail(but + "is " + number(size) +
+           " bytes, shorter than an ELF64 header (" +
+           number(kElf64HeaderBytes) + ")");
+    if (bytes[4] != kElfClass64)
+      fail(but + "is not ELF64 (EI_CLASS " + number(bytes[4]) +
+           ", expected 2)");
+    if (bytes[5] != kElfDataLittle)
+      fail(but + "is not little-endian ELF (EI_DATA " + number(bytes[5]) +
+           ", expected 1)");
+    auto read = [&](size_t offset, size_t width) {
+      uint64_t value = 0;
+      for (size_t i = width; i-- > 0;)
+        value = value << 8 | bytes[offset + i];
+      return value;
+    };
+    const uint64_t machine = read(18, 2);
+    if (machine != kElfMachineAmdgpu)
+      fail(but + "is not AMDGPU code (e_machine " + number(machine) +
+           ", expected EM_AMDGPU 224)");
+    if (bytes[7] != kElfOsAbiAmdgpuHsa)
+      fail(but + "is not an HSA code object (EI_OSABI " + number(bytes[7]) +
+           ", expected ELFOSABI_AMDGPU_HSA 64)");
+    const uint64_t type = read(16, 2);
+    if (type != kElfTypeShared)
+      fail(but + "is not a linked code object (e_type " + number(type) +
+           ", expected ET_DYN 3: link llc's object with ld.lld -shared)");
+    const uint32_t mach = static_cast<uint32_t>(read(48, 4)) & kEfAmdgpuMach;
+    const AmdgpuMach *expected = findMach(chip);
+    if (!expected)
+      fail("artifact is for " + describeTarget(*root_.target()) +
+           ", but this runtime does not know the amdgcn chip " +
+           quoted(root_.target()->chip()) + " (it runs " + knownMachs() + ")");
+    if (mach != expected->mach)
+      fail(but + "is code for " + machText(mach) + ", not for " +
+           escaped(chip) + " (EF_AMDGPU_MACH " + hex(expected->mach) + ")");
   }
 
   // PTX is text the driver reads up to its NUL: the blob must end with one

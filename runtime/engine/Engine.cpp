@@ -8,6 +8,7 @@
 #include "runtime/engine/CpuBackend.h"
 #include "runtime/engine/KvCache.h"
 #include "runtime/engine/WeightSource.h"
+#include "runtime/hip/HipBackend.h"
 
 #include <algorithm>
 #include <optional>
@@ -135,6 +136,8 @@ struct Engine::Impl {
 void Engine::Impl::createBackend(const EngineOptions &options) {
   if (artifact->target()->kind() == fb::TargetKind::NVPTX)
     backend = createCudaBackend(artifact, options.device);
+  else if (artifact->target()->kind() == fb::TargetKind::AMDGCN)
+    backend = createHipBackend(artifact, options.device);
   else
     backend = CpuBackend::create(artifact, *pool);
 }

@@ -1,5 +1,6 @@
 // Runs a Kiln artifact: loads and checks it, picks the backend its target
-// needs (x86 kernels on this CPU, nvptx kernels on an NVIDIA GPU), loads its
+// needs (x86 kernels on this CPU, nvptx on an NVIDIA GPU, amdgcn on an AMD
+// GPU through HIP), loads its
 // kernel library, binds the weights, allocates arenas, KV caches, inputs and
 // the logits output on the device, and executes the steps of its entry points
 // (docs/runtime-abi.md).
@@ -44,7 +45,7 @@ struct EngineOptions {
   int64_t contextLength = 0;
   // Threads for parallel launches and weight loading; 0: all hardware threads.
   int threads = 0;
-  // The GPU (CUDA device ordinal) an nvptx artifact runs on.
+  // The GPU (CUDA or HIP device ordinal) an nvptx or amdgcn artifact runs on.
   int device = 0;
   // Weight loading progress (bytes done, total).
   BindProgress progress;

@@ -24,8 +24,9 @@ constexpr const char *kUsage =
     R"(usage: kiln-run ARTIFACT --weights DIR|synthetic:SEED --prompt-ids IDS
                 --max-new-tokens N [options]
 
-Generates tokens with a Kiln artifact, x86 (kilnc --target=x86) on this CPU
-or nvptx (kilnc --target=sm_90|sm_100) on an NVIDIA GPU, and reports the time
+Generates tokens with a Kiln artifact, x86 (kilnc --target=x86) on this CPU,
+nvptx (kilnc --target=sm_90|sm_100) on an NVIDIA GPU or amdgcn (kilnc
+--target=gfx942|gfx950) on an AMD GPU, and reports the time
 to first token, the time per output token and tokens/s.
 
   ARTIFACT                  the .kiln file
@@ -40,7 +41,7 @@ to first token, the time per output token and tokens/s.
   --context N               positions the KV caches hold
                             (default: min(4096, max_position_embeddings))
   --threads N               threads (default: all hardware threads)
-  --device N                the GPU an nvptx artifact runs on (default 0)
+  --device N                the GPU an nvptx/amdgcn artifact runs on (default 0)
   --help                    this text
 )";
 
