@@ -30,3 +30,7 @@ if _ptxas:
 # code objects link: the AMDGCN tests compile and inspect what kilnc emits.
 if os.path.isdir("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode"):
     config.available_features.add("rocm-device-libs")
+
+# Helper scripts in Inputs/ run with lit's own Python.
+import sys
+config.substitutions.append(("%python", sys.executable))

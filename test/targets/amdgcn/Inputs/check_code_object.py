@@ -1,0 +1,82 @@
+"""Checks an AMDGPU code object from kilnc against what the chip allows.
+
+usage: check_code_object.py READELF HSACO KERNELS_MLIR CHIP
+
+Reads the kernel metadata note (llvm-readelf --notes) and requires that the
+object holds exactly the kernels the generated MLIR declares (gpu.func
+@kiln_...), each wave64, without register spills or a dynamic stack, and
+within the chip's register and LDS limits. SGPR spills are allowed (they go
+to VGPR lanes, not memory) and listed; VGPR spills (scratch memory) fail.
+Prints one line per problem and exits 1.
+"""
+import re
+import subprocess
+import sys
+
+# Per-chip limits (AMD CDNA3 / CDNA4 ISA guides): one unified file of 512
+# VGPRs per wave64 lane, at most 256 of them architectural and the rest
+# accumulation registers (AGPRs; LLVM's vgpr_count is the unified total and
+# agpr_count the AGPR part); 102 addressable SGPRs plus VCC, FLAT_SCRATCH and
+# XNACK_MASK (which LLVM's sgpr_count includes); LDS per workgroup.
+LIMITS = {
+    "gfx942": {"vgpr": 256, "vgpr_agpr": 512, "sgpr": 108, "lds": 64 * 1024},
+    "gfx950": {"vgpr": 256, "vgpr_agpr": 512, "sgpr": 108, "lds": 160 * 1024},
+}
+
+
+def kernel_metadata(readelf, hsaco):
+    notes = subprocess.run([readelf, "--notes", hsaco], check=True, capture_output=True,
+                           text=True).stdout
+    kernels, current = {}, None
+    for line in notes.splitlines():
+        if line.startswith("  - .agpr_count:"):  # the first key of each kernel's map
+            current = {"agpr_count": int(line.split(":")[1])}
+            continue
+        m = re.match(r"^    \.([a-z_]+):\s+(\S+)$", line)
+        if current is not None and m:
+            current[m.group(1)] = m.group(2)
+            if m.group(1) == "name":
+                kernels[m.group(2)] = current
+    return kernels
+
+
+def main():
+    readelf, hsaco, mlir, chip = sys.argv[1:5]
+    limits = LIMITS[chip]
+    declared = set(re.findall(r"gpu\.func @(kiln_\w+)", open(mlir).read()))
+    found = kernel_metadata(readelf, hsaco)
+    errors = []
+    if not declared:
+        errors.append(f"{mlir}: no gpu.func kernels declared")
+    for name in sorted(declared - found.keys()):
+        errors.append(f"{name}: declared in the kernel module but missing from the code object")
+    for name in sorted(found.keys() - declared):
+        errors.append(f"{name}: in the code object but not declared")
+    for name, md in sorted(found.items()):
+        vgpr, agpr = int(md["vgpr_count"]), md["agpr_count"]
+        checks = [
+            (md["wavefront_size"] == "64", f"wavefront_size {md['wavefront_size']}, expected 64"),
+            (vgpr - agpr <= limits["vgpr"],
+             f"{vgpr - agpr} architectural VGPRs > {limits['vgpr']}"),
+            (vgpr <= limits["vgpr_agpr"], f"{vgpr} VGPRs with AGPRs > {limits['vgpr_agpr']}"),
+            (int(md["sgpr_count"]) <= limits["sgpr"], f"{md['sgpr_count']} SGPRs > {limits['sgpr']}"),
+            (int(md["group_segment_fixed_size"]) <= limits["lds"],
+             f"{md['group_segment_fixed_size']} bytes of LDS > {limits['lds']}"),
+            (md["vgpr_spill_count"] == "0", f"spills {md['vgpr_spill_count']} VGPRs to scratch"),
+            (md["uses_dynamic_stack"] == "false", "uses a dynamic stack"),
+        ]
+        errors += [f"{name}: {message}" for ok, message in checks if not ok]
+    spilling = [f"{n} ({md['sgpr_spill_count']})" for n, md in sorted(found.items())
+                if md["sgpr_spill_count"] != "0"]
+    if spilling:
+        print("SGPR spills to VGPR lanes: " + ", ".join(spilling))
+    for error in errors:
+        print(error)
+    if errors:
+        return 1
+    print(f"{len(found)} kernels within {chip} limits")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
