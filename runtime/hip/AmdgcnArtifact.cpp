@@ -1,13 +1,12 @@
 #include "runtime/hip/AmdgcnArtifact.h"
 
-#include "runtime/cpu/RuntimeError.h"
+#include "runtime/cuda/GpuArtifactRules.h"
 
 namespace kiln {
 namespace fb = kiln::artifact;
 
 namespace {
 
-constexpr uint32_t kMaxBlock = 1024;
 constexpr std::string_view kChips[] = {"gfx942", "gfx950"};
 
 // LLVM's AMDGPU feature names a gfx942 / gfx950 artifact may carry, with an
@@ -82,52 +81,7 @@ std::string amdgcnChipSupport(const fb::Target &target,
 }
 
 void checkAmdgcnArtifact(const Artifact &artifact) {
-  const fb::Target &target = *artifact->target();
-  const std::string prefix = artifact.source() + ": artifact is for " +
-                             describeTarget(target) + ", but ";
-  auto fail = [&](const std::string &reason) {
-    throw RuntimeError(prefix + reason);
-  };
-  const std::string chip = target.chip() ? target.chip()->str() : "";
-  if (!isKnownAmdgcnChip(chip))
-    fail("this runtime does not know the chip '" + chip +
-         "' (amdgcn chips are gfx942 and gfx950)");
-  std::string unknown;
-  if (const auto *features = target.features())
-    for (const flatbuffers::String *feature : *features)
-      if (!knownFeature(feature->string_view()))
-        unknown += (unknown.empty() ? "" : ", ") + feature->str();
-  if (!unknown.empty())
-    fail("this runtime does not know the amdgcn feature(s) " + unknown);
-
-  for (const fb::EntryPoint *entry : *artifact->entry_points()) {
-    const auto *steps = entry->steps();
-    for (flatbuffers::uoffset_t s = 0; steps && s < steps->size(); ++s) {
-      const fb::Launch *launch = steps->Get(s)->step_as_Launch();
-      if (!launch)
-        continue;
-      const std::string where =
-          "entry point '" + entry->name()->str() + "', steps[" +
-          std::to_string(s) + "] (launch of '" +
-          artifact->kernels()->Get(launch->kernel())->name()->str() +
-          "', op '" + (launch->op() ? launch->op()->str() : "") + "')";
-      if (!launch->grid() || launch->block() == 0)
-        fail(where + " has no " + (launch->grid() ? "block" : "grid") +
-             " (GPU launches need Launch.grid and Launch.block)");
-      if (launch->block() > kMaxBlock)
-        fail(where + " has a block of " + std::to_string(launch->block()) +
-             " threads (at most " + std::to_string(kMaxBlock) + ")");
-      const auto *scalars = launch->scalars();
-      for (flatbuffers::uoffset_t i = 0; scalars && i < scalars->size(); ++i) {
-        const fb::ScalarKind kind = scalars->Get(i)->kind();
-        if (kind == fb::ScalarKind::Part || kind == fb::ScalarKind::Parts)
-          fail(where + " takes a " + fb::EnumNameScalarKind(kind) +
-               " scalar (scalars[" + std::to_string(i) +
-               "]): GPU kernels derive their part from their block and "
-               "thread indices");
-      }
-    }
-  }
+  checkGpuArtifact(artifact, {"amdgcn", "gfx942 and gfx950", isKnownAmdgcnChip, knownFeature});
 }
 
 } // namespace kiln
