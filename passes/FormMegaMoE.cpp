@@ -62,8 +62,13 @@ struct FormMegaMoE final : impl::FormMegaMoEBase<FormMegaMoE> {
                                   b.getI64IntegerAttr(numExperts), grid, axes);
     last->getResult(0).replaceAllUsesWith(mega.getResult());
     Operation *local = swiglu.getIndices().getDefiningOp<LocalExpertsOp>();
-    for (Operation *dead : {last, static_cast<Operation *>(combine), static_cast<Operation *>(norm),
-                            static_cast<Operation *>(swiglu)})
+    // Users first. Without expert parallelism `last` is the combine itself:
+    // listing it twice would erase it twice.
+    SmallVector<Operation *, 4> chain;
+    if (last != combine.getOperation())
+      chain.push_back(last);
+    chain.append({combine.getOperation(), norm.getOperation(), swiglu.getOperation()});
+    for (Operation *dead : chain)
       if (dead->use_empty())
         dead->erase();
     if (local && local->use_empty())
