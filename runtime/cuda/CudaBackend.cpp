@@ -347,6 +347,55 @@ void CudaBackend::synchronize() {
                   "CUDA_LAUNCH_BLOCKING=1 its launch is named)");
 }
 
+namespace {
+
+class EventClock final : public StepClock {
+public:
+  explicit EventClock(CudaBackend &backend) : backend_(backend) {}
+  ~EventClock() override {
+    for (CUevent event : events_)
+      backend_.driver().api().cuEventDestroy(event);
+  }
+  void mark() override {
+    backend_.enter();
+    const CudaApi &api = backend_.driver().api();
+    CUevent event = nullptr;
+    backend_.check(api.cuEventCreate(&event, 0), "cuEventCreate");
+    events_.push_back(event);
+    backend_.check(api.cuEventRecord(event, backend_.stream()), "cuEventRecord");
+  }
+  std::vector<double> intervals() override {
+    backend_.enter();
+    const CudaApi &api = backend_.driver().api();
+    std::vector<double> result;
+    if (events_.empty())
+      return result;
+    backend_.check(api.cuEventSynchronize(events_.back()), "cuEventSynchronize",
+                   "timing the kernels (a kernel failed)");
+    for (size_t i = 1; i < events_.size(); ++i) {
+      float ms = 0;
+      backend_.check(api.cuEventElapsedTime(&ms, events_[i - 1], events_[i]),
+                     "cuEventElapsedTime");
+      result.push_back(ms);
+    }
+    return result;
+  }
+
+private:
+  CudaBackend &backend_;
+  std::vector<CUevent> events_;
+};
+
+} // namespace
+
+std::unique_ptr<StepClock> CudaBackend::clock() {
+  const CudaApi &api = driver_->api();
+  if (!api.cuEventCreate || !api.cuEventRecord || !api.cuEventSynchronize ||
+      !api.cuEventElapsedTime || !api.cuEventDestroy)
+    return Backend::clock();
+  return std::make_unique<EventClock>(*this);
+}
+
 bool CudaBackend::canRecord() const { return !launchBlocking(); }
 
 std::unique_ptr<Recording>

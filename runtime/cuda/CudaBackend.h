@@ -73,6 +73,10 @@ public:
   void launch(PreparedLaunch &launch, const LaunchCall &call) override;
   void synchronize() override;
 
+  // CUDA events on the backend's stream (the host's clock if the driver
+  // lacks them).
+  std::unique_ptr<StepClock> clock() override;
+
   bool canRecord() const override;
   std::unique_ptr<Recording>
   record(const std::function<void()> &steps) override;

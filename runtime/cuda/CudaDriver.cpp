@@ -131,6 +131,11 @@ std::shared_ptr<const CudaDriver> CudaDriver::load(const std::string &library) {
        "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams");
   need(api.cuGraphExecDestroy, "cuGraphExecDestroy");
   need(api.cuGraphDestroy, "cuGraphDestroy");
+  resolve(handle, api.cuEventCreate, "cuEventCreate");
+  resolve(handle, api.cuEventRecord, "cuEventRecord");
+  resolve(handle, api.cuEventSynchronize, "cuEventSynchronize");
+  resolve(handle, api.cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
+  resolve(handle, api.cuEventDestroy, "cuEventDestroy_v2", "cuEventDestroy");
 
   // cuDriverGetVersion works before cuInit.
   if (api.cuDriverGetVersion)

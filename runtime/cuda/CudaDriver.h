@@ -36,6 +36,8 @@ struct CUgraphExec_st;
 using CUgraphExec = CUgraphExec_st *;
 struct CUgraphNode_st;
 using CUgraphNode = CUgraphNode_st *;
+struct CUevent_st;
+using CUevent = CUevent_st *;
 
 // CUresult values the runtime tells apart.
 constexpr CUresult kSuccess = 0;            // CUDA_SUCCESS
@@ -138,6 +140,12 @@ struct CudaApi {
                                              const KernelNodeParams *params);
   CUresult (*cuGraphExecDestroy)(CUgraphExec exec);
   CUresult (*cuGraphDestroy)(CUgraph graph);
+  // Events, for profiles only: null where the driver lacks them.
+  CUresult (*cuEventCreate)(CUevent *event, unsigned flags);
+  CUresult (*cuEventRecord)(CUevent event, CUstream stream);
+  CUresult (*cuEventSynchronize)(CUevent event);
+  CUresult (*cuEventElapsedTime)(float *milliseconds, CUevent start, CUevent end); // _v2 from 12.8
+  CUresult (*cuEventDestroy)(CUevent event); // _v2
 };
 
 // No usable driver or device: a one-line reason ("no CUDA driver

@@ -14,6 +14,7 @@
 #include "runtime/cpu/AlignedBuffer.h"
 #include "runtime/cpu/MemRef.h"
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -77,6 +78,16 @@ public:
   virtual void replay() = 0;
 };
 
+// Timestamps between the steps of a call, for profiles.
+class StepClock {
+public:
+  virtual ~StepClock() = default;
+  // A timestamp once the work issued so far is done.
+  virtual void mark() = 0;
+  // Waits for the work, then the milliseconds between consecutive marks.
+  virtual std::vector<double> intervals() = 0;
+};
+
 class Backend {
 public:
   virtual ~Backend() = default;
@@ -114,11 +125,41 @@ public:
   // Waits for the work issued so far; reports errors it raised.
   virtual void synchronize() = 0;
 
+  // A clock for profiles: by default the host's, waiting for the device at
+  // every mark; GPU backends time on the device instead (CUDA events).
+  virtual std::unique_ptr<StepClock> clock();
+
   // Whether record() works.
   virtual bool canRecord() const { return false; }
   // Records the launches and copies `steps` issues, without running them.
   virtual std::unique_ptr<Recording> record(const std::function<void()> &steps);
 };
+
+namespace detail {
+class HostStepClock final : public StepClock {
+public:
+  explicit HostStepClock(Backend &backend) : backend_(backend) {}
+  void mark() override {
+    backend_.synchronize();
+    marks_.push_back(std::chrono::steady_clock::now());
+  }
+  std::vector<double> intervals() override {
+    std::vector<double> result;
+    for (size_t i = 1; i < marks_.size(); ++i)
+      result.push_back(
+          std::chrono::duration<double, std::milli>(marks_[i] - marks_[i - 1]).count());
+    return result;
+  }
+
+private:
+  Backend &backend_;
+  std::vector<std::chrono::steady_clock::time_point> marks_;
+};
+} // namespace detail
+
+inline std::unique_ptr<StepClock> Backend::clock() {
+  return std::make_unique<detail::HostStepClock>(*this);
+}
 
 inline std::unique_ptr<Recording>
 Backend::record(const std::function<void()> & /*steps*/) {

@@ -51,6 +51,7 @@ int64_t evaluateArg(const BufferArg &arg, int64_t tokens, int64_t *sizes) {
 
 struct LaunchPlan {
   std::unique_ptr<PreparedLaunch> prepared;
+  std::string kernel, op; // names, for profiles
   std::vector<BufferArg> buffers;
   std::vector<fb::ScalarKind> scalarKinds;
   std::vector<int64_t> scalarConstants;
@@ -125,8 +126,9 @@ struct Engine::Impl {
   void resolveAddresses();
 
   void run(EntryPlan &entry, const int32_t *tokens, int64_t count,
-           bool decodeCall);
-  void runSteps(EntryPlan &entry, int64_t tokens);
+           bool decodeCall, StepClock *clock = nullptr);
+  // With a clock: a mark before the first launch and after each.
+  void runSteps(EntryPlan &entry, int64_t tokens, StepClock *clock = nullptr);
   LaunchCall evaluateLaunch(LaunchPlan &launch, int64_t tokens) const;
   void updateRecording(EntryPlan &entry);
   std::vector<float> lastLogits(const EntryPlan &entry, int64_t tokens);
@@ -268,6 +270,11 @@ LaunchPlan Engine::Impl::planLaunch(const fb::Launch &launch,
   LaunchPlan plan;
   LaunchSpec spec;
   spec.kernel = launch.kernel();
+  if (const auto *kernels = artifact->kernels();
+      kernels && launch.kernel() < kernels->size() && kernels->Get(launch.kernel())->name())
+    plan.kernel = kernels->Get(launch.kernel())->name()->str();
+  if (launch.op())
+    plan.op = launch.op()->str();
   spec.where = where;
   const auto *buffers = launch.buffers();
   for (flatbuffers::uoffset_t b = 0; buffers && b < buffers->size(); ++b) {
@@ -476,12 +483,16 @@ LaunchCall Engine::Impl::evaluateLaunch(LaunchPlan &launch,
   return call;
 }
 
-void Engine::Impl::runSteps(EntryPlan &entry, int64_t tokens) {
+void Engine::Impl::runSteps(EntryPlan &entry, int64_t tokens, StepClock *clock) {
+  if (clock)
+    clock->mark();
   for (StepPlan &step : entry.steps) {
     if (auto *launch = std::get_if<LaunchPlan>(&step)) {
       const LaunchCall call = evaluateLaunch(*launch, tokens);
       if (call.grid > 0) // a GPU launch of no blocks is skipped
         backend->launch(*launch->prepared, call);
+      if (clock)
+        clock->mark();
       continue;
     }
     CopyPlan &copy = std::get<CopyPlan>(step);
@@ -509,7 +520,7 @@ void Engine::Impl::updateRecording(EntryPlan &entry) {
 }
 
 void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count,
-                       bool decodeCall) {
+                       bool decodeCall, StepClock *clock) {
   if (past + count > contextLength)
     throw RuntimeError("the context is full: " + std::to_string(past) +
                        " tokens + " + std::to_string(count) + " new exceed " +
@@ -524,7 +535,9 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count,
   const uint64_t inputBytes = static_cast<uint64_t>(count) * 4;
   backend->upload(inputs[0].address(), ids, inputBytes);
   backend->upload(inputs[1].address(), positions, inputBytes);
-  if (decodeCall && count == 1 && backend->canRecord()) {
+  if (clock) {
+    runSteps(entry, count, clock);
+  } else if (decodeCall && count == 1 && backend->canRecord()) {
     if (entry.recording) {
       updateRecording(entry);
       entry.recording->replay();
@@ -617,6 +630,24 @@ std::vector<float> Engine::decode(int32_t token) {
   EntryPlan &entry = impl.decodeEntry ? *impl.decodeEntry : *impl.prefillEntry;
   impl.run(entry, &token, 1, true);
   return impl.lastLogits(entry, 1);
+}
+
+std::vector<Engine::StepTime> Engine::profileDecode(int32_t token) {
+  Impl &impl = *impl_;
+  impl.checkTokens(&token, 1);
+  EntryPlan &entry = impl.decodeEntry ? *impl.decodeEntry : *impl.prefillEntry;
+  std::unique_ptr<StepClock> clock = impl.backend->clock();
+  impl.run(entry, &token, 1, true, clock.get());
+  const std::vector<double> intervals = clock->intervals();
+  std::vector<StepTime> times;
+  size_t next = 0;
+  for (const StepPlan &step : entry.steps)
+    if (const auto *launch = std::get_if<LaunchPlan>(&step)) {
+      if (next >= intervals.size())
+        break;
+      times.push_back({launch->kernel, launch->op, intervals[next++]});
+    }
+  return times;
 }
 
 int64_t Engine::pastTokens() const { return impl_->past; }

@@ -70,6 +70,17 @@ public:
   // One token at position past; returns its logits.
   std::vector<float> decode(int32_t token);
 
+  // One launch of a profile: its kernel, what it computes (the graph op's
+  // name) and its time on the device.
+  struct StepTime {
+    std::string kernel;
+    std::string op;
+    double milliseconds = 0;
+  };
+  // decode(token), run launch by launch (no CUDA graph) with a timestamp
+  // after each; returns every launch's time in order.
+  std::vector<StepTime> profileDecode(int32_t token);
+
   // Tokens in the KV caches so far.
   int64_t pastTokens() const;
   // Forgets the conversation: past = 0 and the caches zeroed.

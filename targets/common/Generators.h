@@ -54,4 +54,26 @@ KernelSpec combine(int64_t k, int64_t latent);
 // an unfused expert stage reads).
 KernelSpec nvfp4Dequant(int64_t matrices, int64_t rows, int64_t cols);
 
+// GPU kernels a warp at a time (WarpGemv.cpp, WarpAttention.cpp): their
+// %part/%parts are a thread's global index and the thread count, and a launch
+// gives each output element (row, token-head) a warp of 32 threads.
+bool warpGemvFits(int64_t k);
+bool warpMoEFits(int64_t intermediate, int64_t latent);
+KernelSpec linearWarp(int64_t n, int64_t k);
+// The MegaMoE stage as three launches: h = silu(gate z) * up z for every
+// (token, selected expert, row); y = down h; out = sum of the experts' RMS-
+// normalised, weighted y.
+KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
+                            bool nvfp4);
+KernelSpec expertDownWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
+                          bool nvfp4);
+KernelSpec expertNormCombineWarp(int64_t experts, int64_t k, int64_t latent, double eps);
+// Attention as split-KV partials (one warp per token, query head and split),
+// their merge, and the append of the new K/V to the cache.
+bool warpAttentionFits(int64_t headDim);
+KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
+                              double scale, int64_t splits);
+KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits);
+KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim);
+
 } // namespace kiln::kernels

@@ -4,6 +4,7 @@
 #include "dialects/kiln/KilnOps.h"
 #include "dialects/plan/PlanOps.h"
 #include "targets/common/Generators.h"
+#include "targets/common/WarpSnippets.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/Builders.h"
@@ -11,12 +12,23 @@
 #include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
+#include <algorithm>
+
 using namespace mlir;
 
 namespace kiln::kernels {
 namespace {
 
 constexpr int64_t kTileRows = 16; // activation rows are padded to AMX tile height
+
+// How many splits of the visible keys a GPU attention launch gets: decode
+// needs them to spread one query over the machine (about 128 keys a split for
+// a sliding window, 32 splits for global layers, whose length is only known
+// at run time); prefill has warps enough from its tokens.
+int64_t attentionSplits(int64_t window, int64_t maxTokens) {
+  int64_t splits = window ? std::clamp<int64_t>((window + 127) / 128, 1, 32) : 32;
+  return maxTokens > 1 ? std::min<int64_t>(splits, 4) : splits;
+}
 
 // A buffer of the plan with its shape, as the lowering tracks it.
 struct Buf {
@@ -188,8 +200,12 @@ LogicalResult Lowering::lowerLinear(Value input, Value weightValue, Value result
   FailureOr<Buf> w = weight(weightValue, Transform::None);
   if (failed(w))
     return failure();
-  launch(linearVector(n, k), {x, *w, y}, {"const:0", "tokens:0", "part", "parts"}, Work{n, 0},
-         what);
+  if (hooks.isGpu() && warpGemvFits(k))
+    launch(linearWarp(n, k), {x, *w, y}, {"const:0", "tokens:0", "part", "parts"},
+           Work{warp::kWarp * n, 0}, what);
+  else
+    launch(linearVector(n, k), {x, *w, y}, {"const:0", "tokens:0", "part", "parts"}, Work{n, 0},
+           what);
   return success();
 }
 
@@ -351,6 +367,22 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         Buf kc = binding("kv", 2 * cache, cacheDims, f32);
         Buf vc = binding("kv", 2 * cache + 1, cacheDims, f32);
         Buf y = allocShape(dims3(o.getResult()), f32);
+        int64_t qHeads = q.getDimSize(1), kvHeads = k.getDimSize(1), dim = q.getDimSize(2);
+        if (hooks.isGpu() && warpAttentionFits(dim)) {
+          int64_t splits = attentionSplits(window, entryMaxTokens);
+          Buf partial = alloc({qHeads, splits, dim + 4}, f32);
+          launch(attentionSplitWarp(qHeads, kvHeads, dim, window, o.getScale().convertToDouble(),
+                                    splits),
+                 {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc, partial},
+                 {"tokens:0", "past:0", "part", "parts"}, Work{0, warp::kWarp * qHeads * splits},
+                 what);
+          launch(attentionMergeWarp(qHeads, dim, splits), {partial, y},
+                 {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * qHeads}, what);
+          launch(kvAppendWarp(kvHeads, dim), {act(o.getK()), act(o.getV()), kc, vc},
+                 {"tokens:0", "past:0", "part", "parts"}, Work{0, warp::kWarp * kvHeads}, what);
+          values[o.getResult()] = y;
+          return success();
+        }
         launch(attention(q.getDimSize(1), k.getDimSize(1), q.getDimSize(2), window,
                          o.getScale().convertToDouble()),
                {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc, y},
@@ -391,7 +423,9 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         int64_t k = llvm::cast<RankedTensorType>(o.getIndices().getType()).getDimSize(1);
         SmallVector<Buf> args = {act(o.getInput()), act(o.getIndices()), act(o.getWeights())};
         bool nvfp4 = bool(o.getGate().getDefiningOp<Nvfp4DequantOp>());
+        SmallVector<SmallVector<Buf>> projections; // gate, up, down: 1 or 3 buffers each
         for (Value stack : {o.getGate(), o.getUp(), o.getDown()}) {
+          projections.emplace_back();
           auto dequant = stack.getDefiningOp<Nvfp4DequantOp>();
           if (bool(dequant) != nvfp4)
             return o.emitOpError() << "mixes NVFP4 and BF16 expert projections";
@@ -403,6 +437,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
             if (failed(w))
               return failure();
             args.push_back(*w);
+            projections.back().push_back(*w);
           }
         }
         FailureOr<Buf> pn = weight(o.getPostNorm(), Transform::None);
@@ -410,6 +445,26 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           return failure();
         args.push_back(*pn);
         Buf y = alloc({latent}, f32);
+        if (hooks.isGpu() && warpMoEFits(inter, latent)) {
+          // Three launches, each spreading its products over warps.
+          Buf h = alloc({k, inter}, f32), yk = alloc({k, latent}, f32);
+          SmallVector<Buf> up = {act(o.getInput()), act(o.getIndices())};
+          up.append(projections[0]);
+          up.append(projections[1]);
+          up.push_back(h);
+          launch(expertGateUpWarp(experts, k, inter, latent, nvfp4), up, {"tokens:0", "part", "parts"},
+                 Work{0, warp::kWarp * k * inter}, what);
+          SmallVector<Buf> down = {h, act(o.getIndices())};
+          down.append(projections[2]);
+          down.push_back(yk);
+          launch(expertDownWarp(experts, k, inter, latent, nvfp4), down,
+                 {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * k * latent}, what);
+          launch(expertNormCombineWarp(experts, k, latent, o.getEps().convertToDouble()),
+                 {yk, act(o.getIndices()), act(o.getWeights()), *pn, y},
+                 {"tokens:0", "part", "parts"}, Work{0, warp::kWarp}, what);
+          values[o.getResult()] = y;
+          return success();
+        }
         args.push_back(y);
         launch(megaMoE(experts, k, inter, latent, o.getEps().convertToDouble(), nvfp4), args,
                {"tokens:0", "part", "parts"}, Work{0, 1}, what);
@@ -432,6 +487,10 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           launch(castToBf16(hidden), {act(o.getInput()), xb},
                  {last ? "tokens:-1" : "const:0", "part", "parts"}, Work{0, 1}, what);
           launch(*tiled, {xb, *w, y}, {"part", "parts"}, Work{vocab / 16, 0}, what);
+        } else if (hooks.isGpu() && warpGemvFits(hidden)) {
+          launch(linearWarp(vocab, hidden), {act(o.getInput()), *w, y},
+                 {last ? "tokens:-1" : "const:0", last ? "const:1" : "tokens:0", "part", "parts"},
+                 Work{warp::kWarp * vocab, 0}, what);
         } else {
           launch(linearVector(vocab, hidden), {act(o.getInput()), *w, y},
                  {last ? "tokens:-1" : "const:0", last ? "const:1" : "tokens:0", "part", "parts"},

@@ -1,0 +1,282 @@
+// kiln-bench-decode: decode and prefill speed of a GPU artifact beside the
+// HBM roofline measured in the same run.
+//
+//   kiln-bench-decode ARTIFACT [--weights synthetic:1] [--context 4096]
+//                     [--steps 32] [--json FILE]
+//
+// It loads the artifact with its weights, prefills `context` tokens (timed),
+// decodes `steps` tokens one at a time through the CUDA graph (timed on the
+// host, logits download included), profiles one more decode step launch by
+// launch (CUDA events), and measures the device-to-device copy bandwidth
+// with a 2 GiB copy. The roofline of a decode step is the bytes it must read
+// (every weight once, except the embedding table's one row and the experts the
+// router did not pick; the KV cache of every layer up to its window) over that
+// bandwidth.
+#include "runtime/artifact/Artifact.h"
+#include "runtime/artifact/kiln_artifact_generated.h"
+#include "runtime/cuda/CudaDriver.h"
+#include "runtime/engine/Engine.h"
+
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fb = kiln::artifact;
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string artifact;
+  std::string weights = "synthetic:1";
+  int64_t context = 4096;
+  int steps = 32;
+  std::string json;
+};
+
+[[noreturn]] void usage(const char *why) {
+  std::fprintf(stderr,
+               "kiln-bench-decode: %s\n"
+               "usage: kiln-bench-decode ARTIFACT [--weights SPEC] [--context N] "
+               "[--steps N] [--json FILE]\n"
+               "  --weights SPEC  checkpoint directory or synthetic:SEED (default synthetic:1)\n"
+               "  --context N     tokens prefilled before decoding (default 4096)\n"
+               "  --steps N       decode steps timed (default 32)\n"
+               "  --json FILE     also write the figures as JSON\n",
+               why);
+  std::exit(2);
+}
+
+Options parse(int argc, char **argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc)
+        usage(("missing value after " + a).c_str());
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h")
+      usage("decode and prefill speed beside the HBM roofline");
+    else if (a == "--weights")
+      o.weights = value();
+    else if (a == "--context")
+      o.context = std::stoll(value());
+    else if (a == "--steps")
+      o.steps = std::stoi(value());
+    else if (a == "--json")
+      o.json = value();
+    else if (!a.empty() && a[0] == '-')
+      usage(("unknown option " + a).c_str());
+    else if (o.artifact.empty())
+      o.artifact = a;
+    else
+      usage("more than one artifact given");
+  }
+  if (o.artifact.empty())
+    usage("no artifact given");
+  if (o.context < 1 || o.steps < 1)
+    usage("--context and --steps must be at least 1");
+  return o;
+}
+
+double msSince(Clock::time_point start) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+}
+
+// Device-to-device copy bandwidth, counting bytes read and written, from the
+// best of several 2 GiB copies.
+double copyBandwidth(int device) {
+  auto driver = kiln::cuda::CudaDriver::system();
+  const kiln::cuda::CudaApi &api = driver->api();
+  auto ok = [](kiln::cuda::CUresult r, const char *what) {
+    if (r != 0)
+      throw std::runtime_error(std::string("copy bandwidth: ") + what + " failed");
+  };
+  kiln::cuda::CUdevice dev = 0;
+  kiln::cuda::CUcontext ctx = nullptr;
+  ok(api.cuDeviceGet(&dev, device), "cuDeviceGet");
+  ok(api.cuDevicePrimaryCtxRetain(&ctx, dev), "cuDevicePrimaryCtxRetain");
+  ok(api.cuCtxSetCurrent(ctx), "cuCtxSetCurrent");
+  const size_t bytes = size_t(2) << 30;
+  kiln::cuda::CUdeviceptr a = 0, b = 0;
+  ok(api.cuMemAlloc(&a, bytes), "cuMemAlloc");
+  ok(api.cuMemAlloc(&b, bytes), "cuMemAlloc");
+  ok(api.cuMemsetD8(a, 1, bytes), "cuMemsetD8");
+  double best = 1e30;
+  for (int rep = 0; rep < 6; ++rep) {
+    ok(api.cuCtxSynchronize(), "cuCtxSynchronize");
+    auto start = Clock::now();
+    ok(api.cuMemcpyDtoD(b, a, bytes), "cuMemcpyDtoD");
+    ok(api.cuCtxSynchronize(), "cuCtxSynchronize");
+    if (rep > 0)
+      best = std::min(best, msSince(start));
+  }
+  api.cuMemFree(a);
+  api.cuMemFree(b);
+  api.cuDevicePrimaryCtxRelease(dev);
+  return 2.0 * double(bytes) / (best * 1e-3);
+}
+
+struct StepBytes {
+  double weights = 0, experts = 0, kv = 0;
+  double total() const { return weights + experts + kv; }
+};
+
+// What one decode step at KV length `past` must read.
+StepBytes decodeBytes(const kiln::Artifact &artifact, int64_t past) {
+  nlohmann::json config = nlohmann::json::parse(artifact->model()->config_json()->str());
+  const double topK = config.value("num_experts_per_tok", 1);
+  const double vocab = config.value("vocab_size", 1);
+  StepBytes bytes;
+  for (const fb::WeightBinding *w : *artifact->weights()) {
+    const std::string name = w->name()->str();
+    const double b = double(w->bytes());
+    if (w->stack() > 0)
+      bytes.experts += b * std::min(1.0, topK / double(w->stack()));
+    else if (name == "model.embed_tokens.weight")
+      bytes.weights += b / vocab; // one row
+    else
+      bytes.weights += b;
+  }
+  for (const fb::KvCache *kv : *artifact->kv_caches()) {
+    const int64_t positions = kv->window() ? std::min<int64_t>(kv->window(), past + 1) : past + 1;
+    bytes.kv += 2.0 * double(positions) * kv->kv_heads() * kv->head_dim() * 4.0; // K and V, f32
+  }
+  return bytes;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  Options options = parse(argc, argv);
+  try {
+    kiln::EngineOptions engineOptions;
+    engineOptions.weights = options.weights;
+    engineOptions.contextLength = options.context + options.steps + 8;
+    int lastTenth = -1;
+    auto loadStart = Clock::now();
+    engineOptions.progress = [&](uint64_t done, uint64_t total) {
+      const int tenth = total ? int(done * 10 / total) : 10;
+      if (tenth != lastTenth) {
+        lastTenth = tenth;
+        std::fprintf(stderr, "loading weights: %3d%% of %.1f GiB (%.0f s)\n", tenth * 10,
+                     double(total) / double(1ull << 30), msSince(loadStart) / 1e3);
+      }
+    };
+    auto engine = kiln::Engine::load(options.artifact, engineOptions);
+    const kiln::Artifact &artifact = engine->artifact();
+    std::printf("device    %s\n", engine->device().c_str());
+    std::printf("artifact  %s (%s), weights %.1f GiB, loaded in %.1f s\n",
+                options.artifact.c_str(), artifact->model()->name()->c_str(),
+                double(engine->weightBytes()) / double(1ull << 30), msSince(loadStart) / 1e3);
+
+    const bool nvidia = artifact->target()->kind() == fb::TargetKind::NVPTX;
+    const double bandwidth = nvidia ? copyBandwidth(0) : 0.0;
+    if (nvidia)
+      std::printf("yardstick device-to-device copy: %.0f GB/s (bytes read + written)\n",
+                  bandwidth / 1e9);
+    else
+      std::printf("yardstick none: the copy bandwidth is measured on NVIDIA GPUs only\n");
+
+    // Prefill a deterministic prompt of `context` tokens.
+    std::vector<int32_t> prompt(size_t(options.context));
+    const int64_t vocab = engine->vocabSize();
+    for (size_t i = 0; i < prompt.size(); ++i)
+      prompt[i] = int32_t((i * 7919 + 13) % uint64_t(vocab));
+    auto prefillStart = Clock::now();
+    std::vector<float> logits = engine->prefill(prompt);
+    const double prefillMs = msSince(prefillStart);
+    std::printf("prefill   %lld tokens in %.1f ms: %.0f tokens/s\n", (long long)options.context,
+                prefillMs, double(options.context) * 1e3 / prefillMs);
+
+    auto argmax = [](const std::vector<float> &v) {
+      return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
+    };
+    int32_t token = argmax(logits);
+    // Two untimed steps: the first runs directly, the second records the graph.
+    for (int i = 0; i < 2; ++i)
+      token = argmax(engine->decode(token));
+    const int64_t pastAtStart = engine->pastTokens();
+    std::vector<double> stepMs;
+    for (int i = 0; i < options.steps; ++i) {
+      auto start = Clock::now();
+      logits = engine->decode(token);
+      stepMs.push_back(msSince(start));
+      token = argmax(logits);
+    }
+    const double decodeMs = median(stepMs);
+    const StepBytes bytes = decodeBytes(artifact, pastAtStart);
+    const double rooflineMs = nvidia ? bytes.total() / bandwidth * 1e3 : 0.0;
+    std::printf("decode    batch 1, KV length %lld: %.3f ms/token median of %d (min %.3f), "
+                "%.1f tokens/s\n",
+                (long long)pastAtStart, decodeMs, options.steps,
+                *std::min_element(stepMs.begin(), stepMs.end()), 1e3 / decodeMs);
+    std::printf("roofline  %.3f GB a step (weights %.3f, experts %.3f, KV %.3f) / copy "
+                "bandwidth = %.3f ms: Kiln at %.1f%% of roofline\n",
+                bytes.total() / 1e9, bytes.weights / 1e9, bytes.experts / 1e9, bytes.kv / 1e9,
+                rooflineMs, 100.0 * rooflineMs / decodeMs);
+
+    // One step launch by launch.
+    std::vector<kiln::Engine::StepTime> profile = engine->profileDecode(token);
+    double profileTotal = 0;
+    struct Row {
+      int launches = 0;
+      double ms = 0;
+      std::string op;
+    };
+    std::map<std::string, Row> byKernel;
+    for (const auto &t : profile) {
+      Row &row = byKernel[t.kernel];
+      ++row.launches;
+      row.ms += t.milliseconds;
+      if (row.op.empty())
+        row.op = t.op;
+      profileTotal += t.milliseconds;
+    }
+    std::vector<std::pair<std::string, Row>> rows(byKernel.begin(), byKernel.end());
+    std::sort(rows.begin(), rows.end(),
+              [](const auto &a, const auto &b) { return a.second.ms > b.second.ms; });
+    std::printf("profile   one decode step launch by launch (no graph): %.3f ms in %zu launches\n",
+                profileTotal, profile.size());
+    std::printf("  %-52s %8s %10s %7s\n", "kernel", "launches", "us", "share");
+    for (const auto &[name, row] : rows)
+      std::printf("  %-52s %8d %10.1f %6.1f%%\n", name.c_str(), row.launches, row.ms * 1e3,
+                  100.0 * row.ms / profileTotal);
+
+    if (!options.json.empty()) {
+      nlohmann::json out;
+      out["device"] = engine->device();
+      out["copy_bandwidth_GBps"] = bandwidth / 1e9;
+      out["prefill_tokens"] = options.context;
+      out["prefill_ms"] = prefillMs;
+      out["decode_kv_length"] = pastAtStart;
+      out["decode_ms_per_token"] = decodeMs;
+      out["decode_bytes"] = bytes.total();
+      out["roofline_ms"] = rooflineMs;
+      out["roofline_fraction"] = rooflineMs / decodeMs;
+      for (const auto &[name, row] : rows)
+        out["profile_us"][name] = row.ms * 1e3;
+      std::string tmp = options.json + ".tmp";
+      std::ofstream(tmp) << out.dump(2) << "\n";
+      std::rename(tmp.c_str(), options.json.c_str());
+    }
+  } catch (const std::exception &e) {
+    std::fprintf(stderr, "kiln-bench-decode: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
