@@ -13,6 +13,9 @@ kernels::LaunchShape AmdgcnHooks::shape(kernels::Work work, int64_t) const {
     int64_t items = std::max<int64_t>(1, work.constant);
     shape.blockThreads = std::min<int64_t>(4 * wave, (items + wave - 1) / wave * wave);
     shape.gridBlocks = kernels::Work{(items + shape.blockThreads - 1) / shape.blockThreads, 0};
+  } else if (work.constant == 0 && work.perToken % 32 == 0 && work.perToken <= 4 * wave) {
+    shape.blockThreads = work.perToken; // warp and row kernels: one block per token
+    shape.gridBlocks = kernels::Work{0, 1};
   } else if (work.constant == 0 && work.perToken % (4 * wave) == 0) {
     shape.blockThreads = 4 * wave; // warp kernels: eight 32-lane warps a block
     shape.gridBlocks = kernels::Work{0, work.perToken / (4 * wave)};

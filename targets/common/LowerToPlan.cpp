@@ -25,6 +25,9 @@ constexpr int64_t kTileRows = 16; // activation rows are padded to AMX tile heig
 // needs them to spread one query over the machine (about 128 keys a split for
 // a sliding window, 32 splits for global layers, whose length is only known
 // at run time); prefill has warps enough from its tokens.
+// GPU row kernels: a block of this many threads per token row.
+constexpr int64_t kRowBlock = 128;
+
 int64_t attentionSplits(int64_t window, int64_t maxTokens) {
   int64_t splits = window ? std::clamp<int64_t>((window + 127) / 128, 1, 32) : 32;
   return maxTokens > 1 ? std::min<int64_t>(splits, 4) : splits;
@@ -92,6 +95,9 @@ private:
   // The weight buffer of a kiln.weight, bound (and its binding recorded) on
   // first use in this entry.
   FailureOr<Buf> weight(Value v, Transform transform);
+
+  // Whether a row-wise op of this width gets the GPU row kernels.
+  bool gpuRows(int64_t width) const { return hooks.isGpu() && gpuRowsFit(width); }
 
   LogicalResult lowerEntry(func::FuncOp forward, const EntryInfo &entry);
   LogicalResult lowerOp(Operation *op);
@@ -289,8 +295,12 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         if (failed(t))
           return failure();
         Buf y = alloc({table.getDimSize(1)}, f32);
-        launch(embed(table.getDimSize(0), table.getDimSize(1)), {*t, ids, y},
-               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
+        if (gpuRows(table.getDimSize(1)))
+          launch(embedThreads(table.getDimSize(0), table.getDimSize(1)), {*t, ids, y},
+                 {"tokens:0", "part", "parts"}, Work{0, table.getDimSize(1) / 4}, what);
+        else
+          launch(embed(table.getDimSize(0), table.getDimSize(1)), {*t, ids, y},
+                 {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -299,8 +309,13 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         if (failed(w))
           return failure();
         Buf y = alloc({width(o.getInput())}, f32);
-        launch(rmsNorm(width(o.getInput()), o.getEps().convertToDouble()), {act(o.getInput()), *w, y},
-               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
+        if (gpuRows(width(o.getInput())))
+          launch(rmsNormBlock(width(o.getInput()), o.getEps().convertToDouble()),
+                 {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, Work{0, kRowBlock},
+                 what);
+        else
+          launch(rmsNorm(width(o.getInput()), o.getEps().convertToDouble()),
+                 {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -310,8 +325,13 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           return failure();
         auto t = llvm::cast<RankedTensorType>(o.getInput().getType());
         Buf y = allocShape(dims3(o.getInput()), f32);
-        launch(headNorm(t.getDimSize(1), t.getDimSize(2), o.getEps().convertToDouble()),
-               {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, Work{0, 1}, what);
+        if (gpuRows(t.getDimSize(2)))
+          launch(headNormWarp(t.getDimSize(1), t.getDimSize(2), o.getEps().convertToDouble()),
+                 {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"},
+                 Work{0, warp::kWarp * t.getDimSize(1)}, what);
+        else
+          launch(headNorm(t.getDimSize(1), t.getDimSize(2), o.getEps().convertToDouble()),
+                 {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -350,9 +370,14 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       .Case([&](RopeOp o) -> LogicalResult {
         auto t = llvm::cast<RankedTensorType>(o.getInput().getType());
         Buf y = allocShape(dims3(o.getInput()), f32);
-        launch(rope(t.getDimSize(1), t.getDimSize(2), o.getTheta().convertToDouble()),
-               {act(o.getInput()), positions, y}, {"tokens:0", "part", "parts"}, Work{0, 1},
-               what);
+        if (gpuRows(t.getDimSize(2)))
+          launch(ropeWarp(t.getDimSize(1), t.getDimSize(2), o.getTheta().convertToDouble()),
+                 {act(o.getInput()), positions, y}, {"tokens:0", "part", "parts"},
+                 Work{0, warp::kWarp * t.getDimSize(1)}, what);
+        else
+          launch(rope(t.getDimSize(1), t.getDimSize(2), o.getTheta().convertToDouble()),
+                 {act(o.getInput()), positions, y}, {"tokens:0", "part", "parts"}, Work{0, 1},
+                 what);
         values[o.getResult()] = y;
         return success();
       })
@@ -398,9 +423,15 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           return failure();
         int64_t w = width(o.getResidual());
         Buf h = alloc({w}, f32), y = alloc({w}, f32);
-        launch(normResidual(w, o.getPostEps().convertToDouble(), o.getNextEps().convertToDouble()),
-               {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
-               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
+        if (gpuRows(w))
+          launch(normResidualBlock(w, o.getPostEps().convertToDouble(),
+                                   o.getNextEps().convertToDouble()),
+                 {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
+                 {"tokens:0", "part", "parts"}, Work{0, kRowBlock}, what);
+        else
+          launch(normResidual(w, o.getPostEps().convertToDouble(), o.getNextEps().convertToDouble()),
+                 {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
+                 {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getNewResidual()] = h;
         values[o.getNormed()] = y;
         return success();
@@ -453,15 +484,18 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           up.append(projections[1]);
           up.push_back(h);
           launch(expertGateUpWarp(experts, k, inter, latent, nvfp4), up, {"tokens:0", "part", "parts"},
-                 Work{0, warp::kWarp * k * inter}, what);
+                 Work{0, warp::kWarp * k * inter / 2}, what);
           SmallVector<Buf> down = {h, act(o.getIndices())};
           down.append(projections[2]);
           down.push_back(yk);
           launch(expertDownWarp(experts, k, inter, latent, nvfp4), down,
-                 {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * k * latent}, what);
-          launch(expertNormCombineWarp(experts, k, latent, o.getEps().convertToDouble()),
-                 {yk, act(o.getIndices()), act(o.getWeights()), *pn, y},
-                 {"tokens:0", "part", "parts"}, Work{0, warp::kWarp}, what);
+                 {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * k * latent / 4}, what);
+          Buf scales = alloc({k}, f32);
+          launch(expertScalesWarp(k, latent, o.getEps().convertToDouble()),
+                 {yk, act(o.getWeights()), scales}, {"tokens:0", "part", "parts"},
+                 Work{0, warp::kWarp * k}, what);
+          launch(expertCombineThreads(experts, k, latent), {yk, act(o.getIndices()), scales, *pn, y},
+                 {"tokens:0", "part", "parts"}, Work{0, latent / 4}, what);
           values[o.getResult()] = y;
           return success();
         }

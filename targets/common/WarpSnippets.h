@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace kiln::kernels::warp {
 
@@ -22,19 +23,22 @@ std::string warpIds();
 std::string warpSum(const std::string &in, const std::string &out, int64_t firstOffset = 1,
                     int64_t width = kWarp);
 
-// A bf16 row (memref `type`, the row's leading indices `rowIdx`, `k` wide)
-// times an f32 vector (memref `xType` at leading indices `xIdx`): defines f32
-// `%out`, this lane's part of the dot. Needs k % 8 == 0.
-std::string bf16RowDot(const std::string &w, const std::string &type, const std::string &rowIdx,
-                       const std::string &x, const std::string &xType, const std::string &xIdx,
-                       int64_t k, const std::string &out);
+// One weight row of a multi-row dot: its memref and type, and the row's
+// leading indices ("%e, %o"). NVFP4 rows also name their E4M3 block scales
+// (memref and type, same leading indices) and the f32 SSA value of their
+// global scale.
+struct WeightRow {
+  std::string w, type, rowIdx;
+  std::string scales, scalesType, global;
+};
 
-// The same for an NVFP4 row: `w` holds k/2 bytes of E2M1 pairs, `scales` one
-// E4M3 byte per 16 elements, `global` the f32 scale applied to the sum.
-// Needs k % 32 == 0.
-std::string nvfp4RowDot(const std::string &w, const std::string &type, const std::string &scales,
-                        const std::string &scalesType, const std::string &rowIdx,
-                        const std::string &global, const std::string &x, const std::string &xType,
-                        const std::string &xIdx, int64_t k, const std::string &out);
+// This lane's part of the dot of each row with one f32 vector (memref `xType`
+// at leading indices `xIdx`, `k` wide), defining f32 `%outs[r]`. The rows
+// share the vector's loads, so a warp reads it once for all of them. BF16:
+// needs k % 8 == 0 (lane l covers elements 256 c + 8 l .. +8); NVFP4: needs
+// k % 32 == 0 (lane l covers bytes 512 c + 16 l .. +16 of the codes).
+std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::string &x,
+                    const std::string &xType, const std::string &xIdx, int64_t k,
+                    const std::vector<std::string> &outs);
 
 } // namespace kiln::kernels::warp

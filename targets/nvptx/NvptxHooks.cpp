@@ -14,6 +14,10 @@ kernels::LaunchShape NvptxHooks::shape(kernels::Work work, int64_t) const {
     int64_t items = std::max<int64_t>(1, work.constant);
     shape.blockThreads = std::min<int64_t>(128, (items + 31) / 32 * 32);
     shape.gridBlocks = kernels::Work{(items + shape.blockThreads - 1) / shape.blockThreads, 0};
+  } else if (work.constant == 0 && work.perToken % 32 == 0 && work.perToken <= 128) {
+    // Warp and row kernels: one block of whole warps per token.
+    shape.blockThreads = work.perToken;
+    shape.gridBlocks = kernels::Work{0, 1};
   } else if (work.constant == 0 && work.perToken % 128 == 0) {
     // Warp kernels: four warps a block.
     shape.blockThreads = 128;
