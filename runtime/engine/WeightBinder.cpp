@@ -9,6 +9,7 @@
 #include <atomic>
 #include <cstring>
 #include <limits>
+#include <map>
 #include <mutex>
 
 namespace kiln {
@@ -98,6 +99,17 @@ struct Item {
   std::string name;
   uint64_t offset; // into the spec's buffer
 };
+
+// "model.layers.3.mlp.experts.7.gate_proj" for any of that module's
+// tensors (.weight, .weight_scale, .weight_scale_2, .input_scale).
+std::string moduleOf(const std::string &name) {
+  for (const char *suffix : {".weight_scale_2", ".weight_scale", ".input_scale", ".weight"}) {
+    const size_t length = std::strlen(suffix);
+    if (name.size() > length && name.compare(name.size() - length, length, suffix) == 0)
+      return name.substr(0, name.size() - length);
+  }
+  return name;
+}
 
 void bindItem(const WeightSpec &spec, const std::string &name,
               const WeightSource &source, uint8_t *out,
@@ -192,6 +204,17 @@ std::vector<AlignedBuffer> bindWeights(const std::vector<WeightSpec> &specs,
     total += spec.bytes;
   }
 
+  // The tensors of one quantised module (its codes and scales, which sit in
+  // different bindings) go to the same thread one after another: a source
+  // that derives them together (synthetic weights quantise a module once per
+  // thread) then does that work once, not once per tensor.
+  std::map<std::string, std::vector<size_t>> byModule;
+  for (size_t i = 0; i < items.size(); ++i)
+    byModule[moduleOf(items[i].name)].push_back(i);
+  std::vector<std::vector<size_t>> groups;
+  for (auto &[module, members] : byModule)
+    groups.push_back(std::move(members));
+
   std::mutex progressMutex;
   uint64_t done = 0;
   if (progress)
@@ -200,10 +223,14 @@ std::vector<AlignedBuffer> bindWeights(const std::vector<WeightSpec> &specs,
   std::atomic<bool> failed{false};
   auto work = [&](int) {
     std::vector<uint8_t> scratch, sliced;
+    size_t member = 0, group = 0;
     while (!failed.load(std::memory_order_relaxed)) {
-      const size_t index = next.fetch_add(1);
-      if (index >= items.size())
+      if (member == 0)
+        group = next.fetch_add(1);
+      if (group >= groups.size())
         return;
+      const size_t index = groups[group][member];
+      member = member + 1 == groups[group].size() ? 0 : member + 1;
       const Item &item = items[index];
       const WeightSpec &spec = specs[item.spec];
       try {

@@ -9,7 +9,10 @@ namespace kiln::amdgcn {
 kernels::LaunchShape AmdgcnHooks::shape(kernels::Work work, int64_t) const {
   constexpr int64_t wave = 64;
   kernels::LaunchShape shape;
-  if (work.perToken == 0) {
+  if (work.block > 0) { // the kernel's own block
+    shape.blockThreads = work.block;
+    shape.gridBlocks = kernels::Work{work.constant / work.block, work.perToken / work.block};
+  } else if (work.perToken == 0) {
     int64_t items = std::max<int64_t>(1, work.constant);
     shape.blockThreads = std::min<int64_t>(4 * wave, (items + wave - 1) / wave * wave);
     shape.gridBlocks = kernels::Work{(items + shape.blockThreads - 1) / shape.blockThreads, 0};

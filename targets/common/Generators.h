@@ -60,17 +60,23 @@ KernelSpec nvfp4Dequant(int64_t matrices, int64_t rows, int64_t cols);
 bool warpGemvFits(int64_t k);
 bool warpMoEFits(int64_t intermediate, int64_t latent);
 KernelSpec linearWarp(int64_t n, int64_t k);
+// Few rows (n < 4096): a block of four warps per row, each a quarter of k.
+bool splitGemvFits(int64_t n, int64_t k);
+KernelSpec linearSplitBlock(int64_t n, int64_t k);
 // The MegaMoE stage's products: h = silu(gate z) * up z for every (token,
 // selected expert, row), then y = down h.
 KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
                             bool nvfp4);
 KernelSpec expertDownWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
                           bool nvfp4);
-// Row-wise ops on a GPU (GpuRowKernels.cpp): a 128-thread block per token
-// row for the RMSNorms of a hidden state (launch Work{0, 128}), a warp per
+// Row-wise ops on a GPU (GpuRowKernels.cpp): a block per token row for the
+// RMSNorms of a hidden state, a warp per
 // (token, head) for head norms and rotary embedding, a thread per 4 elements
 // for the embedding gather and the experts' weighted sum.
 bool gpuRowsFit(int64_t width);
+// The threads of a row block for a row of `width` (up to 1024, 4 elements
+// each per step); launch it as Work{0, threads, threads}.
+int64_t rowBlockThreads(int64_t width);
 KernelSpec rmsNormBlock(int64_t width, double eps);
 KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps);
 KernelSpec headNormWarp(int64_t heads, int64_t headDim, double eps);
@@ -78,7 +84,10 @@ KernelSpec ropeWarp(int64_t heads, int64_t headDim, double theta);
 KernelSpec embedThreads(int64_t vocab, int64_t hidden);
 // scale[t, j] = weight[t, j] / rms(y[t, j]), then out[t] = sum_j scale[t, j]
 // * post_norm[e_j] * y[t, j].
-KernelSpec expertScalesWarp(int64_t k, int64_t latent, double eps);
+KernelSpec expertScalesBlock(int64_t k, int64_t latent, double eps);
+// The softmax top-k router a warp per token (experts % 32 == 0).
+bool routerWarpFits(int64_t experts);
+KernelSpec routerTopKWarp(int64_t experts, int64_t k);
 KernelSpec expertCombineThreads(int64_t experts, int64_t k, int64_t latent);
 // Attention as split-KV partials (one warp per token, query head and split),
 // their merge, and the append of the new K/V to the cache.

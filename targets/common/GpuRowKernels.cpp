@@ -1,5 +1,5 @@
-// GPU kernels for the row-wise ops of a token: a block of 128 threads per
-// token row for the RMSNorms of the hidden state (each thread a strided
+// GPU kernels for the row-wise ops of a token: a block of up to 1024 threads
+// per token row for the RMSNorms of the hidden state (each thread a strided
 // quarter-vector of the row, the warps' sums of squares combined in shared
 // memory in a fixed order), a warp per (token, head) for head norms and
 // rotary embedding, a thread per 4 elements for the embedding gather and the
@@ -8,6 +8,8 @@
 // GEMVs around them.
 #include "targets/common/Generators.h"
 #include "targets/common/WarpSnippets.h"
+
+#include <algorithm>
 
 namespace kiln::kernels {
 namespace {
@@ -18,44 +20,55 @@ std::string epsName(double eps) {
   return "_eps" + str(static_cast<int64_t>(eps * 1e9 + 0.5));
 }
 
-// Block-wide sum of f32 `%in` over the 128 threads: warp sums, then the four
-// warps' results through shared memory slots [slot, slot + 4) of %smem, read
-// in a fixed order so every thread gets the same, deterministic total %out.
-std::string blockSum(const std::string &in, const std::string &out, int slot) {
-  std::string s0 = str(slot), s1 = str(slot + 1), s2 = str(slot + 2), s3 = str(slot + 3);
-  return warp::warpSum(in, out + "_w") + fillTemplate(R"(
+// Block-wide sum of f32 `%in` over the block's `warps` warps: warp sums,
+// then the warps' results through shared memory slots [slot, slot + warps)
+// of %smem, added in a fixed order so every thread gets the same,
+// deterministic total %out.
+std::string blockSum(const std::string &in, const std::string &out, int64_t slot, int64_t warps,
+                     const std::string &smemType) {
+  std::string text = warp::warpSum(in, out + "_w") + fillTemplate(R"(
     %@@o@@_lead = arith.cmpi eq, %lane, %c0 : index
+    %@@o@@_slot = arith.constant @@slot@@ : index
     %@@o@@_at = arith.addi %wid, %@@o@@_slot : index
     scf.if %@@o@@_lead {
-      memref.store %@@o@@_w, %smem[%@@o@@_at] : memref<8xf32, #gpu.address_space<workgroup>>
+      memref.store %@@o@@_w, %smem[%@@o@@_at] : @@st@@
     }
     gpu.barrier
-    %@@o@@_0 = memref.load %smem[%@@o@@_i0] : memref<8xf32, #gpu.address_space<workgroup>>
-    %@@o@@_1 = memref.load %smem[%@@o@@_i1] : memref<8xf32, #gpu.address_space<workgroup>>
-    %@@o@@_2 = memref.load %smem[%@@o@@_i2] : memref<8xf32, #gpu.address_space<workgroup>>
-    %@@o@@_3 = memref.load %smem[%@@o@@_i3] : memref<8xf32, #gpu.address_space<workgroup>>
-    %@@o@@_01 = arith.addf %@@o@@_0, %@@o@@_1 : f32
-    %@@o@@_23 = arith.addf %@@o@@_2, %@@o@@_3 : f32
-    %@@o@@ = arith.addf %@@o@@_01, %@@o@@_23 : f32
 )",
-                                                     {{"o", out}}) ;
-}
-
-std::string blockSumConstants(const std::string &out, int slot) {
-  std::string text = "  %" + out + "_slot = arith.constant " + str(slot) + " : index\n";
-  for (int i = 0; i < 4; ++i)
-    text += "  %" + out + "_i" + str(i) + " = arith.constant " + str(slot + i) + " : index\n";
+                                                                  {{"o", out}, {"slot", str(slot)}, {"st", smemType}});
+  std::string sum;
+  for (int64_t w = 0; w < warps; ++w) {
+    std::string v = "%" + out + "_p" + str(w);
+    text += "    %" + out + "_i" + str(w) + " = arith.constant " + str(slot + w) + " : index\n" +
+            "    " + v + " = memref.load %smem[%" + out + "_i" + str(w) + "] : " + smemType + "\n";
+    if (w == 0) {
+      sum = v;
+      continue;
+    }
+    std::string next = w + 1 == warps ? "%" + out : "%" + out + "_s" + str(w);
+    text += "    " + next + " = arith.addf " + sum + ", " + v + " : f32\n";
+    sum = next;
+  }
+  if (warps == 1)
+    text += "    %" + out + "_zero = arith.constant 0.0 : f32\n    %" + out + " = arith.addf " +
+            sum + ", %" + out + "_zero : f32\n";
   return text;
 }
 
-// The shared header of a block-per-row kernel.
-std::string blockIds(const std::string &smemName) {
+// Shared memory of a block kernel: two slots a warp (two block sums in a row
+// need not wait for each other's readers).
+std::string smemType(int64_t threads) {
+  return "memref<" + str(2 * (threads / 32)) + "xf32, #gpu.address_space<workgroup>>";
+}
+
+// The shared header of a block-per-row kernel: %row is the block.
+std::string blockIds(const std::string &smemName, int64_t threads) {
   return fillTemplate(R"(
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %c4 = arith.constant 4 : index
   %c32 = arith.constant 32 : index
-  %c512 = arith.constant 512 : index
+  %stride = arith.constant @@stride@@ : index
   %tid = gpu.thread_id x
   %row = gpu.block_id x
   %lane = arith.remui %tid, %c32 : index
@@ -63,20 +76,19 @@ std::string blockIds(const std::string &smemName) {
   %t4 = arith.muli %tid, %c4 : index
   %zero_v = arith.constant dense<0.0> : vector<4xf32>
   %one_f = arith.constant 1.0 : f32
-  %smem = memref.get_global @@@s@@ : memref<8xf32, #gpu.address_space<workgroup>>
+  %smem = memref.get_global @@@s@@ : @@st@@
 )",
-                      {{"s", smemName}});
+                      {{"s", smemName}, {"stride", str(4 * threads)}, {"st", smemType(threads)}});
 }
 
-std::string sharedSlots(const std::string &smemName) {
-  return "memref.global \"private\" @" + smemName +
-         " : memref<8xf32, #gpu.address_space<workgroup>>\n";
+std::string sharedSlots(const std::string &smemName, int64_t threads) {
+  return "memref.global \"private\" @" + smemName + " : " + smemType(threads) + "\n";
 }
 
 // Sum of squares of row %row of `src` (lanes 4 apart, threads 512 apart).
 std::string sumSquares(const std::string &src, const std::string &type, const std::string &out) {
   return fillTemplate(R"(
-    %@@o@@_v = scf.for %c = %t4 to %width step %c512 iter_args(%a = %zero_v) -> (vector<4xf32>) {
+    %@@o@@_v = scf.for %c = %t4 to %width step %stride iter_args(%a = %zero_v) -> (vector<4xf32>) {
       %v = vector.load @@src@@[%row, %c] {alignment = 16} : @@t@@, vector<4xf32>
       %n = vector.fma %v, %v, %a : vector<4xf32>
       scf.yield %n : vector<4xf32>
@@ -103,20 +115,24 @@ std::string inverseRms(const std::string &sum, const std::string &eps, const std
 
 bool gpuRowsFit(int64_t width) { return width % 4 == 0; }
 
+int64_t rowBlockThreads(int64_t width) {
+  return std::clamp<int64_t>(width / 4 / 32 * 32, 32, 1024);
+}
+
 KernelSpec rmsNormBlock(int64_t width, double eps) {
+  int64_t threads = rowBlockThreads(width);
   std::string name = "rms_norm_block_" + str(width) + epsName(eps);
   std::string row = "memref<?x" + str(width) + "xf32>", wt = "memref<" + str(width) + "xbf16>";
-  std::string body = sharedSlots(name + "_smem") + fillTemplate(R"(
+  std::string body = sharedSlots(name + "_smem", threads) + fillTemplate(R"(
 func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "block-row", threads = 128 : i64}} {
+    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "block-row", threads = @@threads@@ : i64}} {
 @@ids@@
   %width = arith.constant @@W@@ : index
   %widthf = arith.constant @@Wf@@ : f32
-@@consts@@
 @@ss@@
 @@sum@@
 @@inv@@
-    scf.for %c = %t4 to %width step %c512 {
+    scf.for %c = %t4 to %width step %stride {
       %v = vector.load %x[%row, %c] {alignment = 16} : @@row@@, vector<4xf32>
       %wb = vector.load %w[%c] : @@wt@@, vector<4xbf16>
       %wf = arith.extf %wb : vector<4xbf16> to vector<4xf32>
@@ -129,34 +145,33 @@ func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i
 )",
                                                                  {{"name", name},
                                                                   {"row", row},
+                                                                  {"threads", str(threads)},
                                                                   {"wt", wt},
-                                                                  {"ids", blockIds(name + "_smem")},
+                                                                  {"ids", blockIds(name + "_smem", threads)},
                                                                   {"W", str(width)},
                                                                   {"Wf", floatLiteral(double(width))},
-                                                                  {"consts", blockSumConstants("total", 0)},
                                                                   {"ss", sumSquares("%x", row, "part_ss")},
-                                                                  {"sum", blockSum("part_ss", "total", 0)},
+                                                                  {"sum", blockSum("part_ss", "total", 0, threads / 32, smemType(threads))},
                                                                   {"inv", inverseRms("total", floatLiteral(eps), "inv")}});
-  return KernelSpec{name, "kiln.rms_norm", "{\"kind\": \"block-row\", \"threads\": 128}", body};
+  return KernelSpec{name, "kiln.rms_norm", "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
 }
 
 KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps) {
+  int64_t threads = rowBlockThreads(width);
   std::string name = "norm_residual_block_" + str(width) + epsName(postEps) + epsName(nextEps);
   std::string row = "memref<?x" + str(width) + "xf32>", wt = "memref<" + str(width) + "xbf16>";
   // new_res = res + gate * RMSNorm(upd; post); normed = RMSNorm(new_res; next).
-  std::string body = sharedSlots(name + "_smem") + fillTemplate(R"(
+  std::string body = sharedSlots(name + "_smem", threads) + fillTemplate(R"(
 func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, %next: @@wt@@,
                     %new_res: @@row@@, %normed: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "block-row", threads = 128 : i64}} {
+    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "block-row", threads = @@threads@@ : i64}} {
 @@ids@@
   %width = arith.constant @@W@@ : index
   %widthf = arith.constant @@Wf@@ : f32
-@@c1@@
-@@c2@@
 @@ss1@@
 @@sum1@@
 @@inv1@@
-    %hs_v = scf.for %c = %t4 to %width step %c512 iter_args(%a = %zero_v) -> (vector<4xf32>) {
+    %hs_v = scf.for %c = %t4 to %width step %stride iter_args(%a = %zero_v) -> (vector<4xf32>) {
       %u = vector.load %upd[%row, %c] {alignment = 16} : @@row@@, vector<4xf32>
       %pb = vector.load %post[%c] : @@wt@@, vector<4xbf16>
       %pf = arith.extf %pb : vector<4xbf16> to vector<4xf32>
@@ -174,7 +189,7 @@ func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, 
     %hs = vector.reduction <add>, %hs_v : vector<4xf32> into f32
 @@sum2@@
 @@inv2@@
-    scf.for %c = %t4 to %width step %c512 {
+    scf.for %c = %t4 to %width step %stride {
       %h = vector.load %new_res[%row, %c] {alignment = 16} : @@row@@, vector<4xf32>
       %nb = vector.load %next[%c] : @@wt@@, vector<4xbf16>
       %nf = arith.extf %nb : vector<4xbf16> to vector<4xf32>
@@ -187,18 +202,17 @@ func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, 
 )",
                                                                  {{"name", name},
                                                                   {"row", row},
+                                                                  {"threads", str(threads)},
                                                                   {"wt", wt},
-                                                                  {"ids", blockIds(name + "_smem")},
+                                                                  {"ids", blockIds(name + "_smem", threads)},
                                                                   {"W", str(width)},
                                                                   {"Wf", floatLiteral(double(width))},
-                                                                  {"c1", blockSumConstants("t1", 0)},
-                                                                  {"c2", blockSumConstants("t2", 4)},
                                                                   {"ss1", sumSquares("%upd", row, "us")},
-                                                                  {"sum1", blockSum("us", "t1", 0)},
+                                                                  {"sum1", blockSum("us", "t1", 0, threads / 32, smemType(threads))},
                                                                   {"inv1", inverseRms("t1", floatLiteral(postEps), "inv1")},
-                                                                  {"sum2", blockSum("hs", "t2", 4)},
+                                                                  {"sum2", blockSum("hs", "t2", threads / 32, threads / 32, smemType(threads))},
                                                                   {"inv2", inverseRms("t2", floatLiteral(nextEps), "inv2")}});
-  return KernelSpec{name, "kiln.norm_residual", "{\"kind\": \"block-row\", \"threads\": 128}", body};
+  return KernelSpec{name, "kiln.norm_residual", "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
 }
 
 KernelSpec headNormWarp(int64_t heads, int64_t headDim, double eps) {
@@ -341,57 +355,172 @@ func.func @@@name@@(%table: memref<@@v@@x@@h@@xbf16>, %ids: memref<?xi32>, %out:
   return KernelSpec{name, "kiln.embed", "{\"kind\": \"threads\", \"elements\": 4}", body};
 }
 
-KernelSpec expertScalesWarp(int64_t k, int64_t latent, double eps) {
-  std::string name = "expert_scales_warp_top" + str(k) + "_" + str(latent) + epsName(eps);
+KernelSpec expertScalesBlock(int64_t k, int64_t latent, double eps) {
+  int64_t threads = rowBlockThreads(latent);
+  std::string name = "expert_scales_block_top" + str(k) + "_" + str(latent) + epsName(eps);
   std::string yt = "memref<?x" + str(k) + "x" + str(latent) + "xf32>";
-  // scale[t, j] = weight[t, j] / sqrt(mean(y[t, j]^2) + eps): a warp per (t, j).
-  std::string body = fillTemplate(R"(
+  // scale[t, j] = weight[t, j] / sqrt(mean(y[t, j]^2) + eps): a block per (t, j).
+  std::string body = sharedSlots(name + "_smem", threads) + fillTemplate(R"(
 func.func @@@name@@(%y: @@yt@@, %w: memref<?x@@K@@xf32>, %scales: memref<?x@@K@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "warp-rows", parallel = "tokens*experts_per_token"}} {
+    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "block-row", threads = @@threads@@ : i64}} {
 @@ids@@
-  %c4 = arith.constant 4 : index
-  %c128 = arith.constant 128 : index
   %kk = arith.constant @@K@@ : index
-  %latent = arith.constant @@L@@ : index
-  %latentf = arith.constant @@Lf@@ : f32
-  %eps = arith.constant @@eps@@ : f32
-  %zero_v = arith.constant dense<0.0> : vector<4xf32>
-  %rows = arith.index_cast %rows_i : i64 to index
-  %items = arith.muli %rows, %kk : index
-  %l4 = arith.muli %lane, %c4 : index
-  scf.for %item = %warp to %items step %warps {
-    %t = arith.divui %item, %kk : index
-    %j = arith.remui %item, %kk : index
-    %sqv = scf.for %c = %l4 to %latent step %c128 iter_args(%s = %zero_v) -> (vector<4xf32>) {
+  %width = arith.constant @@L@@ : index
+  %widthf = arith.constant @@Lf@@ : f32
+  %t = arith.divui %row, %kk : index
+  %j = arith.remui %row, %kk : index
+    %sqv = scf.for %c = %t4 to %width step %stride iter_args(%s = %zero_v) -> (vector<4xf32>) {
       %yv = vector.load %y[%t, %j, %c] {alignment = 16} : @@yt@@, vector<4xf32>
       %n = vector.fma %yv, %yv, %s : vector<4xf32>
       scf.yield %n : vector<4xf32>
     }
     %sq = vector.reduction <add>, %sqv : vector<4xf32> into f32
 @@sum@@
-    %lead = arith.cmpi eq, %lane, %c0 : index
-    scf.if %lead {
-      %mean = arith.divf %ss, %latentf : f32
-      %me = arith.addf %mean, %eps : f32
-      %rms = math.sqrt %me : f32
+@@inv@@
+    %first = arith.cmpi eq, %tid, %c0 : index
+    scf.if %first {
       %wj = memref.load %w[%t, %j] : memref<?x@@K@@xf32>
-      %scale = arith.divf %wj, %rms : f32
+      %scale = arith.mulf %wj, %inv : f32
       memref.store %scale, %scales[%t, %j] : memref<?x@@K@@xf32>
+    }
+  return
+}
+)",
+                                                                        {{"name", name},
+                                                                         {"yt", yt},
+                                                                         {"K", str(k)},
+                                                                         {"L", str(latent)},
+                                                                         {"Lf", floatLiteral(double(latent))},
+                                                                         {"threads", str(threads)},
+                                                                         {"ids", blockIds(name + "_smem", threads)},
+                                                                         {"sum", blockSum("sq", "ss", 0, threads / 32, smemType(threads))},
+                                                                         {"inv", inverseRms("ss", floatLiteral(eps), "inv")}});
+  return KernelSpec{name, "kiln.megamoe",
+                    "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
+}
+
+bool routerWarpFits(int64_t experts) { return experts % 32 == 0 && experts <= 1024; }
+
+KernelSpec routerTopKWarp(int64_t experts, int64_t k) {
+  // A warp per token: lane l holds logits l, l + 32, ...; softmax numerators
+  // against the warp's max; k rounds of a warp argmax (ties to the lower
+  // index, as the CPU kernel), the winner's lane retiring it; the weights
+  // renormalised over the k chosen.
+  int64_t per = experts / 32;
+  std::string name = "router_warp_top" + str(k) + "_of_" + str(experts);
+  std::string lt = "memref<?x" + str(experts) + "xf32>";
+  std::string loads, pinit, maxChain = "%neg_inf";
+  for (int64_t i = 0; i < per; ++i) {
+    std::string I = str(i);
+    loads += "    %ci" + I + " = arith.constant " + str(32 * i) + " : index\n"
+             "    %e" + I + " = arith.addi %lane, %ci" + I + " : index\n"
+             "    %l" + I + " = memref.load %logits[%t, %e" + I + "] : " + lt + "\n"
+             "    %m" + I + " = arith.maximumf " + maxChain + ", %l" + I + " : f32\n";
+    maxChain = "%m" + I;
+  }
+  std::string maxReduce;
+  std::string value = maxChain;
+  for (int offset = 1; offset < 32; offset *= 2) {
+    std::string o = str(offset);
+    maxReduce += "    %mo" + o + " = arith.constant " + o + " : i32\n"
+                 "    %mx" + o + ", %mok" + o + " = gpu.shuffle xor " + value + ", %mo" + o + ", %w32 : f32\n"
+                 "    %mr" + o + " = arith.maximumf " + value + ", %mx" + o + " : f32\n";
+    value = "%mr" + o;
+  }
+  std::string iterArgs, iterTypes, yieldsInit;
+  for (int64_t i = 0; i < per; ++i) {
+    std::string I = str(i);
+    pinit += "    %d" + I + " = arith.subf %l" + I + ", " + value + " : f32\n"
+             "    %p" + I + " = math.exp %d" + I + " : f32\n";
+    iterArgs += ", %q" + I + " = %p" + I;
+    iterTypes += ", f32";
+  }
+  // One round: this lane's best (value, expert), then the warp's.
+  std::string round = "      %bv0 = arith.addf %taken, %zero_f : f32\n      %bi0 = arith.addi %c0, %c0 : index\n";
+  for (int64_t i = 0; i < per; ++i) {
+    std::string I = str(i), N = str(i + 1);
+    round += "      %better" + I + " = arith.cmpf ogt, %q" + I + ", %bv" + I + " : f32\n"
+             "      %bv" + N + " = arith.select %better" + I + ", %q" + I + ", %bv" + I + " : f32\n"
+             "      %bi" + N + " = arith.select %better" + I + ", %e" + I + ", %bi" + I + " : index\n";
+  }
+  std::string bv = "%bv" + str(per), bi = "%bi" + str(per);
+  round += "      %bi32 = arith.index_cast " + bi + " : index to i32\n";
+  std::string v = bv, ix = "%bi32";
+  for (int offset = 1; offset < 32; offset *= 2) {
+    std::string o = str(offset);
+    round += "      %ov" + o + ", %ovk" + o + " = gpu.shuffle xor " + v + ", %mo" + o + ", %w32 : f32\n"
+             "      %oi" + o + ", %oik" + o + " = gpu.shuffle xor " + ix + ", %mo" + o + ", %w32 : i32\n"
+             "      %gt" + o + " = arith.cmpf ogt, %ov" + o + ", " + v + " : f32\n"
+             "      %eq" + o + " = arith.cmpf oeq, %ov" + o + ", " + v + " : f32\n"
+             "      %lt" + o + " = arith.cmpi slt, %oi" + o + ", " + ix + " : i32\n"
+             "      %tie" + o + " = arith.andi %eq" + o + ", %lt" + o + " : i1\n"
+             "      %take" + o + " = arith.ori %gt" + o + ", %tie" + o + " : i1\n"
+             "      %wv" + o + " = arith.select %take" + o + ", %ov" + o + ", " + v + " : f32\n"
+             "      %wi" + o + " = arith.select %take" + o + ", %oi" + o + ", " + ix + " : i32\n";
+    v = "%wv" + o;
+    ix = "%wi" + o;
+  }
+  round += "      %win = arith.index_cast " + ix + " : i32 to index\n";
+  std::string retire, yields = "%nsum";
+  for (int64_t i = 0; i < per; ++i) {
+    std::string I = str(i);
+    retire += "      %hit" + I + " = arith.cmpi eq, %e" + I + ", %win : index\n"
+              "      %r" + I + " = arith.select %hit" + I + ", %taken, %q" + I + " : f32\n";
+    yields += ", %r" + I;
+  }
+  std::string body = fillTemplate(R"(
+func.func @@@name@@(%logits: @@lt@@, %weights: memref<?x@@K@@xf32>, %indices: memref<?x@@K@@xi32>,
+                    %rows_i: i64, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "warp-rows", parallel = "tokens"}} {
+@@ids@@
+  %k = arith.constant @@K@@ : index
+  %w32 = arith.constant 32 : i32
+  %neg_inf = arith.constant 0xFF800000 : f32
+  %zero_f = arith.constant 0.0 : f32
+  %taken = arith.constant -1.0 : f32
+  %rows = arith.index_cast %rows_i : i64 to index
+  %lead = arith.cmpi eq, %lane, %c0 : index
+  scf.for %t = %warp to %rows step %warps {
+@@loads@@
+@@maxr@@
+@@pinit@@
+    %res:@@R@@ = scf.for %j = %c0 to %k step %c1 iter_args(%sum = %zero_f@@iargs@@) -> (f32@@itypes@@) {
+@@round@@
+      scf.if %lead {
+        memref.store @@v@@, %weights[%t, %j] : memref<?x@@K@@xf32>
+        memref.store @@ix@@, %indices[%t, %j] : memref<?x@@K@@xi32>
+      }
+      %nsum = arith.addf %sum, @@v@@ : f32
+@@retire@@
+      scf.yield @@yields@@ : f32@@itypes@@
+    }
+    scf.if %lead {
+      scf.for %j = %c0 to %k step %c1 {
+        %wj = memref.load %weights[%t, %j] : memref<?x@@K@@xf32>
+        %n = arith.divf %wj, %res#0 : f32
+        memref.store %n, %weights[%t, %j] : memref<?x@@K@@xf32>
+      }
     }
   }
   return
 }
 )",
                                   {{"name", name},
-                                   {"yt", yt},
+                                   {"lt", lt},
                                    {"K", str(k)},
-                                   {"L", str(latent)},
-                                   {"Lf", floatLiteral(double(latent))},
-                                   {"eps", floatLiteral(eps)},
+                                   {"R", str(per + 1)},
                                    {"ids", warp::warpIds()},
-                                   {"sum", warp::warpSum("sq", "ss")}});
-  return KernelSpec{name, "kiln.megamoe",
-                    "{\"kind\": \"warp-rows\", \"parallel\": \"tokens*experts_per_token\"}", body};
+                                   {"loads", loads},
+                                   {"maxr", maxReduce},
+                                   {"pinit", pinit},
+                                   {"iargs", iterArgs},
+                                   {"itypes", iterTypes},
+                                   {"round", round},
+                                   {"v", v},
+                                   {"ix", ix},
+                                   {"retire", retire},
+                                   {"yields", yields}});
+  return KernelSpec{name, "kiln.router_topk", "{\"kind\": \"warp-rows\", \"parallel\": \"tokens\"}", body};
 }
 
 KernelSpec expertCombineThreads(int64_t experts, int64_t k, int64_t latent) {

@@ -22,14 +22,11 @@ namespace {
 constexpr int64_t kTileRows = 16; // activation rows are padded to AMX tile height
 
 // How many splits of the visible keys a GPU attention launch gets: decode
-// needs them to spread one query over the machine (about 128 keys a split for
-// a sliding window, 32 splits for global layers, whose length is only known
+// needs them to spread one query over the machine (about 64 keys a split for
+// a sliding window, 64 splits for global layers, whose length is only known
 // at run time); prefill has warps enough from its tokens.
-// GPU row kernels: a block of this many threads per token row.
-constexpr int64_t kRowBlock = 128;
-
 int64_t attentionSplits(int64_t window, int64_t maxTokens) {
-  int64_t splits = window ? std::clamp<int64_t>((window + 127) / 128, 1, 32) : 32;
+  int64_t splits = window ? std::clamp<int64_t>((window + 63) / 64, 1, 64) : 64;
   return maxTokens > 1 ? std::min<int64_t>(splits, 4) : splits;
 }
 
@@ -98,6 +95,11 @@ private:
 
   // Whether a row-wise op of this width gets the GPU row kernels.
   bool gpuRows(int64_t width) const { return hooks.isGpu() && gpuRowsFit(width); }
+  // A block of row-kernel threads per token.
+  static Work rowBlock(int64_t width) {
+    int64_t threads = rowBlockThreads(width);
+    return Work{0, threads, threads};
+  }
 
   LogicalResult lowerEntry(func::FuncOp forward, const EntryInfo &entry);
   LogicalResult lowerOp(Operation *op);
@@ -206,7 +208,10 @@ LogicalResult Lowering::lowerLinear(Value input, Value weightValue, Value result
   FailureOr<Buf> w = weight(weightValue, Transform::None);
   if (failed(w))
     return failure();
-  if (hooks.isGpu() && warpGemvFits(k))
+  if (hooks.isGpu() && splitGemvFits(n, k))
+    launch(linearSplitBlock(n, k), {x, *w, y}, {"const:0", "tokens:0", "part", "parts"},
+           Work{4 * warp::kWarp * n, 0, 4 * warp::kWarp}, what);
+  else if (hooks.isGpu() && warpGemvFits(k))
     launch(linearWarp(n, k), {x, *w, y}, {"const:0", "tokens:0", "part", "parts"},
            Work{warp::kWarp * n, 0}, what);
   else
@@ -311,8 +316,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         Buf y = alloc({width(o.getInput())}, f32);
         if (gpuRows(width(o.getInput())))
           launch(rmsNormBlock(width(o.getInput()), o.getEps().convertToDouble()),
-                 {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, Work{0, kRowBlock},
-                 what);
+                 {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"},
+                 rowBlock(width(o.getInput())), what);
         else
           launch(rmsNorm(width(o.getInput()), o.getEps().convertToDouble()),
                  {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, Work{0, 1}, what);
@@ -427,7 +432,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           launch(normResidualBlock(w, o.getPostEps().convertToDouble(),
                                    o.getNextEps().convertToDouble()),
                  {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
-                 {"tokens:0", "part", "parts"}, Work{0, kRowBlock}, what);
+                 {"tokens:0", "part", "parts"}, rowBlock(w), what);
         else
           launch(normResidual(w, o.getPostEps().convertToDouble(), o.getNextEps().convertToDouble()),
                  {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
@@ -440,8 +445,12 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         auto logits = llvm::cast<RankedTensorType>(o.getLogits().getType());
         int64_t k = o.getK();
         Buf w = alloc({k}, f32), idx = alloc({k}, b.getI32Type());
-        launch(routerTopK(logits.getDimSize(1), k), {act(o.getLogits()), w, idx},
-               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
+        if (hooks.isGpu() && routerWarpFits(logits.getDimSize(1)))
+          launch(routerTopKWarp(logits.getDimSize(1), k), {act(o.getLogits()), w, idx},
+                 {"tokens:0", "part", "parts"}, Work{0, warp::kWarp}, what);
+        else
+          launch(routerTopK(logits.getDimSize(1), k), {act(o.getLogits()), w, idx},
+                 {"tokens:0", "part", "parts"}, Work{0, 1}, what);
         values[o.getWeights()] = w;
         values[o.getIndices()] = idx;
         return success();
@@ -491,9 +500,10 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           launch(expertDownWarp(experts, k, inter, latent, nvfp4), down,
                  {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * k * latent / 4}, what);
           Buf scales = alloc({k}, f32);
-          launch(expertScalesWarp(k, latent, o.getEps().convertToDouble()),
+          int64_t threads = rowBlockThreads(latent);
+          launch(expertScalesBlock(k, latent, o.getEps().convertToDouble()),
                  {yk, act(o.getWeights()), scales}, {"tokens:0", "part", "parts"},
-                 Work{0, warp::kWarp * k}, what);
+                 Work{0, k * threads, threads}, what);
           launch(expertCombineThreads(experts, k, latent), {yk, act(o.getIndices()), scales, *pn, y},
                  {"tokens:0", "part", "parts"}, Work{0, latent / 4}, what);
           values[o.getResult()] = y;

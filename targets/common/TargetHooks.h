@@ -12,9 +12,12 @@
 namespace kiln::kernels {
 
 // How many independent pieces of work a launch has: constant + perToken * T.
+// A GPU kernel that shares data across a block (shared memory, barriers)
+// names the block it was written for: `block` threads, which divide the work.
 struct Work {
   int64_t constant = 0;
   int64_t perToken = 0;
+  int64_t block = 0;
 };
 
 // A launch's shape: CPU parts, or GPU blocks of threads.

@@ -88,6 +88,68 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %first_i: i
   return KernelSpec{name, "kiln.linear", "{\"kind\": \"warp-gemv\", \"parallel\": \"n\"}", body};
 }
 
+bool splitGemvFits(int64_t n, int64_t k) { return n < 4096 && k % 1024 == 0; }
+
+KernelSpec linearSplitBlock(int64_t n, int64_t k) {
+  // A block of four warps per output row, each warp a quarter of k; the
+  // quarters summed through shared memory in order.
+  std::string name = "linear_split_block_" + str(n) + "x" + str(k);
+  std::string xt = "memref<?x" + str(k) + "xf32>", wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
+  std::string body = "memref.global \"private\" @" + name + "_smem : memref<4xf32, #gpu.address_space<workgroup>>\n" +
+                     fillTemplate(R"(
+func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %first_i: i64, %rows_i: i64, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "split-k-gemv", splits = 4 : i64, parallel = "n"}} {
+  %c0 = arith.constant 0 : index
+  %c1 = arith.constant 1 : index
+  %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %c32 = arith.constant 32 : index
+  %quarter = arith.constant @@k4@@ : index
+  %tid = gpu.thread_id x
+  %o = gpu.block_id x
+  %lane = arith.remui %tid, %c32 : index
+  %wid = arith.divui %tid, %c32 : index
+  %col = arith.muli %wid, %quarter : index
+  %smem = memref.get_global @@@name@@_smem : memref<4xf32, #gpu.address_space<workgroup>>
+  %rows = arith.index_cast %rows_i : i64 to index
+  %first = arith.index_cast %first_i : i64 to index
+  %lead = arith.cmpi eq, %lane, %c0 : index
+  %first_thread = arith.cmpi eq, %tid, %c0 : index
+  scf.for %r = %c0 to %rows step %c1 {
+    %xr = arith.addi %first, %r : index
+@@dot@@
+@@sum@@
+    scf.if %lead {
+      memref.store %part_sum, %smem[%wid] : memref<4xf32, #gpu.address_space<workgroup>>
+    }
+    gpu.barrier
+    scf.if %first_thread {
+      %p0 = memref.load %smem[%c0] : memref<4xf32, #gpu.address_space<workgroup>>
+      %p1 = memref.load %smem[%c1] : memref<4xf32, #gpu.address_space<workgroup>>
+      %p2 = memref.load %smem[%c2] : memref<4xf32, #gpu.address_space<workgroup>>
+      %p3 = memref.load %smem[%c3] : memref<4xf32, #gpu.address_space<workgroup>>
+      %s01 = arith.addf %p0, %p1 : f32
+      %s012 = arith.addf %s01, %p2 : f32
+      %s = arith.addf %s012, %p3 : f32
+      memref.store %s, %y[%r, %o] : memref<?x@@n@@xf32>
+    }
+    gpu.barrier
+  }
+  return
+}
+)",
+                                  {{"name", name},
+                                   {"xt", xt},
+                                   {"wt", wt},
+                                   {"n", str(n)},
+                                   {"k4", str(k / 4)},
+                                   {"dot", warp::rowsDot({{"%w", wt, "%o", "", "", ""}}, false, "%x", xt,
+                                                         "%xr", k / 4, {"q_dot"}, "%col")},
+                                   {"sum", warp::warpSum("q_dot", "part_sum")}});
+  return KernelSpec{name, "kiln.linear", "{\"kind\": \"split-k-gemv\", \"splits\": 4, \"parallel\": \"n\"}",
+                    body};
+}
+
 KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
                             bool nvfp4) {
   // A warp computes rows o0, o0 + 1 of gate and of up: four weight rows

@@ -185,7 +185,7 @@ int64_t chunksPerStep(int64_t chunks, size_t rows, bool nvfp4) {
 
 std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::string &x,
                     const std::string &xType, const std::string &xIdx, int64_t k,
-                    const std::vector<std::string> &outs) {
+                    const std::vector<std::string> &outs, const std::string &offset) {
   std::string P = "%" + outs.front() + "_";
   // A chunk: 256 elements for bf16 (16 bytes a lane), 512 code bytes
   // (1024 elements) for NVFP4.
@@ -193,7 +193,13 @@ std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::s
   int64_t extent = nvfp4 ? k / 2 : k;
   std::string text = "    " + P + "z = arith.constant dense<0.0> : vector<8xf32>\n" + "    " + P +
                      "ls = arith.constant " + str(laneStep) + " : index\n" + "    " + P +
-                     "lo = arith.muli %lane, " + P + "ls : index\n";
+                     (offset.empty() ? "lo" : "l0") + " = arith.muli %lane, " + P + "ls : index\n";
+  if (!offset.empty()) // columns of the codes for NVFP4: bytes
+    text += nvfp4 ? "    " + P + "ob = arith.divui " + offset + ", " + P + "two : index\n" +
+                        "    " + P + "lo = arith.addi " + P + "l0, " + P + "ob : index\n"
+                  : "    " + P + "lo = arith.addi " + P + "l0, " + offset + " : index\n";
+  if (!offset.empty() && nvfp4)
+    text = "    " + P + "two = arith.constant 2 : index\n" + text;
   if (nvfp4)
     text += nvfp4Constants(P);
   auto chunkBody = nvfp4 ? nvfp4Chunk : bf16Chunk;
@@ -210,6 +216,8 @@ std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::s
     std::vector<std::string> next;
     for (size_t r = 0; r < rows.size(); ++r)
       next.push_back(P + "n" + str(int64_t(r)) + "_0");
+    if (!offset.empty())
+      return "the dot of a column range needs whole chunks"; // fails to parse: a generator bug
     text += "    " + P + "extent = arith.constant " + str(extent) + " : index\n" + "    " + P +
             "step = arith.constant " + str(chunk) + " : index\n" + "    " + results + ":" +
             str(int64_t(rows.size())) + " = scf.for " + P + "at = " + P + "lo to " + P +

@@ -37,8 +37,10 @@ struct WeightRow {
 // share the vector's loads, so a warp reads it once for all of them. BF16:
 // needs k % 8 == 0 (lane l covers elements 256 c + 8 l .. +8); NVFP4: needs
 // k % 32 == 0 (lane l covers bytes 512 c + 16 l .. +16 of the codes).
+// With `offset` (an index SSA value), the dot covers columns offset ..
+// offset + k of longer rows.
 std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::string &x,
                     const std::string &xType, const std::string &xIdx, int64_t k,
-                    const std::vector<std::string> &outs);
+                    const std::vector<std::string> &outs, const std::string &offset = "");
 
 } // namespace kiln::kernels::warp

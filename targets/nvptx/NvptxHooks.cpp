@@ -10,7 +10,10 @@ namespace kiln::nvptx {
 // given in whole blocks of 128 threads per token (warp kernels) gets those.
 kernels::LaunchShape NvptxHooks::shape(kernels::Work work, int64_t) const {
   kernels::LaunchShape shape;
-  if (work.perToken == 0) {
+  if (work.block > 0) { // the kernel's own block
+    shape.blockThreads = work.block;
+    shape.gridBlocks = kernels::Work{work.constant / work.block, work.perToken / work.block};
+  } else if (work.perToken == 0) {
     int64_t items = std::max<int64_t>(1, work.constant);
     shape.blockThreads = std::min<int64_t>(128, (items + 31) / 32 * 32);
     shape.gridBlocks = kernels::Work{(items + shape.blockThreads - 1) / shape.blockThreads, 0};
