@@ -2,7 +2,7 @@
 // HBM roofline measured in the same run.
 //
 //   kiln-bench-decode ARTIFACT [--weights synthetic:1] [--context 4096]
-//                     [--steps 32] [--json FILE]
+//                     [--steps 32] [--tensor-tflops R] [--json FILE]
 //
 // It loads the artifact with its weights, prefills `context` tokens (timed),
 // decodes `steps` tokens one at a time through the CUDA graph (timed on the
@@ -11,7 +11,10 @@
 // with a 2 GiB copy. The roofline of a decode step is the bytes it must read
 // (every weight once, except the embedding table's one row and the experts the
 // router did not pick; the KV cache of every layer up to its window) over that
-// bandwidth.
+// bandwidth. The roofline of the prefill is its matrix FLOPs (weights times
+// tokens, the experts the router picks, attention over the causal window) at
+// the bf16 tensor-core rate R measured beside it (bench/h200-proxy.sh passes
+// PyTorch's 8192^3 matmul rate from the same run).
 #include "runtime/artifact/Artifact.h"
 #include "runtime/artifact/kiln_artifact_generated.h"
 #include "runtime/cuda/CudaDriver.h"
@@ -39,20 +42,22 @@ struct Options {
   std::string weights = "synthetic:1";
   int64_t context = 4096;
   int steps = 32;
+  double tensorTflops = 0;
   std::string json;
 };
 
-[[noreturn]] void usage(const char *why) {
-  std::fprintf(stderr,
+[[noreturn]] void usage(const char *why, int status = 2) {
+  std::fprintf(status ? stderr : stdout,
                "kiln-bench-decode: %s\n"
                "usage: kiln-bench-decode ARTIFACT [--weights SPEC] [--context N] "
-               "[--steps N] [--json FILE]\n"
+               "[--steps N] [--tensor-tflops R] [--json FILE]\n"
                "  --weights SPEC  checkpoint directory or synthetic:SEED (default synthetic:1)\n"
                "  --context N     tokens prefilled before decoding (default 4096)\n"
                "  --steps N       decode steps timed (default 32)\n"
+               "  --tensor-tflops R  measured bf16 tensor-core TFLOP/s: prints the prefill roofline\n"
                "  --json FILE     also write the figures as JSON\n",
                why);
-  std::exit(2);
+  std::exit(status);
 }
 
 Options parse(int argc, char **argv) {
@@ -65,13 +70,15 @@ Options parse(int argc, char **argv) {
       return argv[++i];
     };
     if (a == "--help" || a == "-h")
-      usage("decode and prefill speed beside the HBM roofline");
+      usage("decode and prefill speed beside the HBM roofline", 0);
     else if (a == "--weights")
       o.weights = value();
     else if (a == "--context")
       o.context = std::stoll(value());
     else if (a == "--steps")
       o.steps = std::stoi(value());
+    else if (a == "--tensor-tflops")
+      o.tensorTflops = std::stod(value());
     else if (a == "--json")
       o.json = value();
     else if (!a.empty() && a[0] == '-')
@@ -154,6 +161,46 @@ StepBytes decodeBytes(const kiln::Artifact &artifact, int64_t past) {
   return bytes;
 }
 
+// The matrix FLOPs of a prefill of `tokens` tokens from an empty cache.
+double prefillFlops(const kiln::Artifact &artifact, int64_t tokens) {
+  nlohmann::json config = nlohmann::json::parse(artifact->model()->config_json()->str());
+  const double topK = config.value("num_experts_per_tok", 1);
+  const double T = double(tokens);
+  double flops = 0;
+  for (const fb::WeightBinding *w : *artifact->weights()) {
+    const std::string name = w->name()->str();
+    double elements = 0;
+    switch (w->dtype()) {
+    case fb::DType::BF16:
+      elements = double(w->bytes()) / 2;
+      break;
+    case fb::DType::U8: // NVFP4 codes, two a byte
+      elements = double(w->bytes()) * 2;
+      break;
+    default: // scales
+      continue;
+    }
+    if (!w->shape() || w->shape()->size() < 2 || name == "model.embed_tokens.weight")
+      continue;
+    if (name == "lm_head.weight")
+      flops += 2 * elements; // the last token only
+    else if (w->stack() > 0)
+      flops += 2 * elements / double(w->stack()) * topK * T;
+    else
+      flops += 2 * elements * T;
+  }
+  // Attention: QK and PV over each query's visible keys.
+  const double heads = config.value("num_attention_heads", 1);
+  const double headDim = config.value("head_dim", 1);
+  for (const fb::KvCache *kv : *artifact->kv_caches()) {
+    double keys = 0;
+    for (int64_t t = 0; t < tokens; ++t)
+      keys += kv->window() ? std::min<double>(double(kv->window()), double(t + 1)) : double(t + 1);
+    flops += 4 * heads * headDim * keys;
+  }
+  return flops;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -202,6 +249,15 @@ int main(int argc, char **argv) {
     const double prefillMs = msSince(prefillStart);
     std::printf("prefill   %lld tokens in %.1f ms: %.0f tokens/s\n", (long long)options.context,
                 prefillMs, double(options.context) * 1e3 / prefillMs);
+    const double flops = prefillFlops(artifact, options.context);
+    const double tensorMs = options.tensorTflops > 0 ? flops / (options.tensorTflops * 1e12) * 1e3 : 0;
+    if (tensorMs > 0)
+      std::printf("roofline  prefill %.1f TFLOP at %.0f TFLOP/s (bf16 tensor cores) = %.1f ms: "
+                  "Kiln at %.1f%% of roofline\n",
+                  flops / 1e12, options.tensorTflops, tensorMs, 100.0 * tensorMs / prefillMs);
+    else
+      std::printf("roofline  prefill %.1f TFLOP (--tensor-tflops R prints its tensor-core roofline)\n",
+                  flops / 1e12);
 
     auto argmax = [](const std::vector<float> &v) {
       return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
@@ -225,7 +281,8 @@ int main(int argc, char **argv) {
                 "%.1f tokens/s\n",
                 (long long)pastAtStart, decodeMs, options.steps,
                 *std::min_element(stepMs.begin(), stepMs.end()), 1e3 / decodeMs);
-    std::printf("roofline  %.3f GB a step (weights %.3f, experts %.3f, KV %.3f) / copy "
+    if (nvidia)
+      std::printf("roofline  %.3f GB a step (weights %.3f, experts %.3f, KV %.3f) / copy "
                 "bandwidth = %.3f ms: Kiln at %.1f%% of roofline\n",
                 bytes.total() / 1e9, bytes.weights / 1e9, bytes.experts / 1e9, bytes.kv / 1e9,
                 rooflineMs, 100.0 * rooflineMs / decodeMs);
@@ -263,6 +320,8 @@ int main(int argc, char **argv) {
       out["copy_bandwidth_GBps"] = bandwidth / 1e9;
       out["prefill_tokens"] = options.context;
       out["prefill_ms"] = prefillMs;
+      out["prefill_tflop"] = flops / 1e12;
+      out["prefill_tensor_roofline_ms"] = tensorMs;
       out["decode_kv_length"] = pastAtStart;
       out["decode_ms_per_token"] = decodeMs;
       out["decode_bytes"] = bytes.total();

@@ -1,7 +1,8 @@
 // GPU attention in three launches, shaped for decode over a long KV cache:
 //  1. split: one warp per (token, query head, split of the visible keys)
-//     runs an online softmax over its keys, several keys per step (a key's
-//     head_dim/16 lanes each hold 16 dims), and writes (acc, max, sum);
+//     runs an online softmax over its keys, several keys per group (a key's
+//     head_dim/16 lanes each hold 16 dims), two groups a step, and writes
+//     (acc, max, sum);
 //  2. merge: one warp per (token, query head) rescales and sums the splits;
 //  3. append: the new tokens' K/V go into the cache (a ring of `window`
 //     slots on sliding layers), after every query has read the old contents.
@@ -73,6 +74,51 @@ KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, 
   std::string mFinal = lanesPerKey < 32 ? "%m_n" + last : "%res#0";
   std::string lFinal = lanesPerKey < 32 ? "%l_n" + last : "%res#1";
   std::string accFinal = lanesPerKey < 32 ? "%acc_n" + last : "%res#2";
+  std::string loads, updates;
+  for (int u = 0; u < 2; ++u) {
+    std::string U = std::to_string(u);
+    loads += fillTemplate(R"(
+      %jg_@@U@@ = arith.addi %j0, %g : index
+      %j_@@U@@ = arith.addi %jg_@@U@@, %koff_@@U@@ : index
+      %valid_@@U@@ = arith.cmpi ult, %j_@@U@@, %ke : index
+      %jc_@@U@@ = arith.select %valid_@@U@@, %j_@@U@@, %kb : index
+      %cached_@@U@@ = arith.cmpi ult, %jc_@@U@@, %past : index
+      %kv_@@U@@:2 = scf.if %cached_@@U@@ -> (vector<16xf32>, vector<16xf32>) {
+        %slot = arith.remui %jc_@@U@@, %slots : index
+        %kr = vector.load %kc[%slot, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
+        %vr = vector.load %vc[%slot, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
+        scf.yield %kr, %vr : vector<16xf32>, vector<16xf32>
+      } else {
+        %t2 = arith.subi %jc_@@U@@, %past : index
+        %kr = vector.load %k[%t2, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
+        %vr = vector.load %v[%t2, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
+        scf.yield %kr, %vr : vector<16xf32>, vector<16xf32>
+      }
+)",
+                          {{"U", U}, {"kvt", kv}});
+    std::string m = u ? "%m_0" : "%m", l = u ? "%l_0" : "%l", acc = u ? "%acc_0" : "%acc";
+    updates += fillTemplate(R"(
+      %prod_@@U@@ = arith.mulf %kv_@@U@@#0, %qv : vector<16xf32>
+      %dpart_@@U@@ = vector.reduction <add>, %prod_@@U@@ : vector<16xf32> into f32
+@@keysum@@
+      %sc_@@U@@ = arith.mulf %dot_@@U@@, %scale : f32
+      %mc_@@U@@ = arith.maximumf @@m@@, %sc_@@U@@ : f32
+      %m_@@U@@ = arith.select %valid_@@U@@, %mc_@@U@@, @@m@@ : f32
+      %dm_@@U@@ = arith.subf @@m@@, %m_@@U@@ : f32
+      %corr_@@U@@ = math.exp %dm_@@U@@ : f32
+      %ds_@@U@@ = arith.subf %sc_@@U@@, %m_@@U@@ : f32
+      %ew_@@U@@ = math.exp %ds_@@U@@ : f32
+      %pw_@@U@@ = arith.select %valid_@@U@@, %ew_@@U@@, %zero_f : f32
+      %lc_@@U@@ = arith.mulf @@l@@, %corr_@@U@@ : f32
+      %l_@@U@@ = arith.addf %lc_@@U@@, %pw_@@U@@ : f32
+      %corr_v_@@U@@ = vector.broadcast %corr_@@U@@ : f32 to vector<16xf32>
+      %pw_v_@@U@@ = vector.broadcast %pw_@@U@@ : f32 to vector<16xf32>
+      %ac_@@U@@ = arith.mulf @@acc@@, %corr_v_@@U@@ : vector<16xf32>
+      %acc_@@U@@ = vector.fma %kv_@@U@@#1, %pw_v_@@U@@, %ac_@@U@@ : vector<16xf32>
+)",
+                            {{"U", U}, {"m", m}, {"l", l}, {"acc", acc},
+                             {"keysum", warp::warpSum("dpart_" + U, "dot_" + U, 1, lanesPerKey)}});
+  }
   std::string body = fillTemplate(R"(
 func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@, %out: @@pt@@,
                     %tokens: i64, %past_i: i64, %part: i64, %parts: i64)
@@ -81,7 +127,10 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
 @@ids@@
   %lpk = arith.constant @@LPK@@ : index
   %kps = arith.constant @@KPS@@ : index
+  %kps2 = arith.constant @@KPS2@@ : index
   %c16 = arith.constant 16 : index
+  %koff_0 = arith.constant 0 : index
+  %koff_1 = arith.constant @@KPS@@ : index
   %heads = arith.constant @@H@@ : index
   %group = arith.constant @@G@@ : index
   %splits = arith.constant @@S@@ : index
@@ -125,40 +174,11 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
     %ke0 = arith.addi %kb, %chunk : index
     %ke = arith.minui %ke0, %p1 : index
     %qv = vector.load %q[%t, %h, %d0] {alignment = 16} : @@qt@@, vector<16xf32>
-    %res:3 = scf.for %j0 = %kb to %ke step %kps iter_args(%m = %floor, %l = %zero_f, %acc = %zero_v) -> (f32, f32, vector<16xf32>) {
-      %j = arith.addi %j0, %g : index
-      %valid = arith.cmpi ult, %j, %ke : index
-      %jc = arith.select %valid, %j, %kb : index
-      %cached = arith.cmpi ult, %jc, %past : index
-      %kv:2 = scf.if %cached -> (vector<16xf32>, vector<16xf32>) {
-        %slot = arith.remui %jc, %slots : index
-        %kr = vector.load %kc[%slot, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
-        %vr = vector.load %vc[%slot, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
-        scf.yield %kr, %vr : vector<16xf32>, vector<16xf32>
-      } else {
-        %t2 = arith.subi %jc, %past : index
-        %kr = vector.load %k[%t2, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
-        %vr = vector.load %v[%t2, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
-        scf.yield %kr, %vr : vector<16xf32>, vector<16xf32>
-      }
-      %prod = arith.mulf %kv#0, %qv : vector<16xf32>
-      %dpart = vector.reduction <add>, %prod : vector<16xf32> into f32
-@@keysum@@
-      %sc = arith.mulf %dot, %scale : f32
-      %mc = arith.maximumf %m, %sc : f32
-      %m_new = arith.select %valid, %mc, %m : f32
-      %dm = arith.subf %m, %m_new : f32
-      %corr = math.exp %dm : f32
-      %ds = arith.subf %sc, %m_new : f32
-      %ew = math.exp %ds : f32
-      %pw = arith.select %valid, %ew, %zero_f : f32
-      %lc = arith.mulf %l, %corr : f32
-      %l_new = arith.addf %lc, %pw : f32
-      %corr_v = vector.broadcast %corr : f32 to vector<16xf32>
-      %pw_v = vector.broadcast %pw : f32 to vector<16xf32>
-      %ac = arith.mulf %acc, %corr_v : vector<16xf32>
-      %acc_new = vector.fma %kv#1, %pw_v, %ac : vector<16xf32>
-      scf.yield %m_new, %l_new, %acc_new : f32, f32, vector<16xf32>
+    // Two key groups a step: both loads are issued before either is used.
+    %res:3 = scf.for %j0 = %kb to %ke step %kps2 iter_args(%m = %floor, %l = %zero_f, %acc = %zero_v) -> (f32, f32, vector<16xf32>) {
+@@loads@@
+@@updates@@
+      scf.yield %m_1, %l_1, %acc_1 : f32, f32, vector<16xf32>
     }
 @@merge@@
     %first_group = arith.cmpi ult, %lane, %lpk : index
@@ -189,7 +209,9 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
                                    {"D", str(headDim)},
                                    {"D1", str(headDim + 1)},
                                    {"scale", floatLiteral(scale)},
-                                   {"keysum", warp::warpSum("dpart", "dot", 1, lanesPerKey)},
+                                   {"KPS2", str(2 * keysPerStep)},
+                                   {"loads", loads},
+                                   {"updates", updates},
                                    {"merge", merge},
                                    {"acc", accFinal},
                                    {"mf", mFinal},
@@ -204,6 +226,34 @@ KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits) {
   std::string name = "attention_merge_warp_" + str(qHeads) + "x" + str(headDim) + "_s" + str(splits);
   std::string pt = "memref<?x" + str(qHeads) + "x" + str(splits) + "x" + str(partialWidth(headDim)) + "xf32>";
   std::string ot = "memref<?x" + str(qHeads) + "x" + str(headDim) + "xf32>";
+  // Straight-line over the splits, so every load can be in flight at once:
+  // the splits' maxima, then their sums rescaled to the overall maximum, then
+  // each lane's 4 dims of the rescaled accumulators.
+  std::string stats, sums, accs;
+  std::string mx = "%floor", total = "%zero_f", acc = "%zero_v";
+  for (int64_t i = 0; i < splits; ++i) {
+    std::string I = str(i);
+    stats += "    %s" + I + " = arith.constant " + I + " : index\n"
+             "    %m" + I + " = memref.load %in[%t, %h, %s" + I + ", %dim] : " + pt + "\n"
+             "    %sum" + I + " = memref.load %in[%t, %h, %s" + I + ", %dim1] : " + pt + "\n"
+             "    %mx" + I + " = arith.maximumf " + mx + ", %m" + I + " : f32\n";
+    mx = "%mx" + I;
+  }
+  for (int64_t i = 0; i < splits; ++i) {
+    std::string I = str(i);
+    sums += "    %d" + I + " = arith.subf %m" + I + ", " + mx + " : f32\n"
+            "    %f" + I + " = math.exp %d" + I + " : f32\n"
+            "    %tl" + I + " = math.fma %sum" + I + ", %f" + I + ", " + total + " : f32\n";
+    total = "%tl" + I;
+  }
+  for (int64_t i = 0; i < splits; ++i) {
+    std::string I = str(i);
+    accs += "      %fi" + I + " = arith.mulf %f" + I + ", %inv : f32\n"
+            "      %fv" + I + " = vector.broadcast %fi" + I + " : f32 to vector<4xf32>\n"
+            "      %av" + I + " = vector.load %in[%t, %h, %s" + I + ", %c] {alignment = 16} : " + pt + ", vector<4xf32>\n"
+            "      %a" + I + " = vector.fma %av" + I + ", %fv" + I + ", " + acc + " : vector<4xf32>\n";
+    acc = "%a" + I;
+  }
   std::string body = fillTemplate(R"(
 func.func @@@name@@(%in: @@pt@@, %out: @@ot@@, %tokens: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "warp-rows", parallel = "tokens*heads"}} {
@@ -211,7 +261,6 @@ func.func @@@name@@(%in: @@pt@@, %out: @@ot@@, %tokens: i64, %part: i64, %parts:
   %c4 = arith.constant 4 : index
   %c128 = arith.constant 128 : index
   %heads = arith.constant @@H@@ : index
-  %splits = arith.constant @@S@@ : index
   %dim = arith.constant @@D@@ : index
   %dim1 = arith.constant @@D1@@ : index
   %floor = arith.constant -1.0e+30 : f32
@@ -224,32 +273,12 @@ func.func @@@name@@(%in: @@pt@@, %out: @@ot@@, %tokens: i64, %part: i64, %parts:
   scf.for %item = %warp to %items step %warps {
     %t = arith.divui %item, %heads : index
     %h = arith.remui %item, %heads : index
-    %mx = scf.for %s = %c0 to %splits step %c1 iter_args(%m = %floor) -> (f32) {
-      %ms = memref.load %in[%t, %h, %s, %dim] : @@pt@@
-      %n = arith.maximumf %m, %ms : f32
-      scf.yield %n : f32
-    }
-    %total = scf.for %s = %c0 to %splits step %c1 iter_args(%l = %zero_f) -> (f32) {
-      %ms = memref.load %in[%t, %h, %s, %dim] : @@pt@@
-      %ls = memref.load %in[%t, %h, %s, %dim1] : @@pt@@
-      %d = arith.subf %ms, %mx : f32
-      %f = math.exp %d : f32
-      %n = math.fma %ls, %f, %l : f32
-      scf.yield %n : f32
-    }
-    %inv = arith.divf %one_f, %total : f32
+@@stats@@
+@@sums@@
+    %inv = arith.divf %one_f, @@total@@ : f32
     scf.for %c = %l4 to %dim step %c128 {
-      %acc = scf.for %s = %c0 to %splits step %c1 iter_args(%a = %zero_v) -> (vector<4xf32>) {
-        %ms = memref.load %in[%t, %h, %s, %dim] : @@pt@@
-        %d = arith.subf %ms, %mx : f32
-        %f = math.exp %d : f32
-        %fi = arith.mulf %f, %inv : f32
-        %fv = vector.broadcast %fi : f32 to vector<4xf32>
-        %av = vector.load %in[%t, %h, %s, %c] {alignment = 16} : @@pt@@, vector<4xf32>
-        %n = vector.fma %av, %fv, %a : vector<4xf32>
-        scf.yield %n : vector<4xf32>
-      }
-      vector.store %acc, %out[%t, %h, %c] {alignment = 16} : @@ot@@, vector<4xf32>
+@@accs@@
+      vector.store @@acc@@, %out[%t, %h, %c] {alignment = 16} : @@ot@@, vector<4xf32>
     }
   }
   return
@@ -260,9 +289,13 @@ func.func @@@name@@(%in: @@pt@@, %out: @@ot@@, %tokens: i64, %part: i64, %parts:
                                    {"ot", ot},
                                    {"ids", warp::warpIds()},
                                    {"H", str(qHeads)},
-                                   {"S", str(splits)},
                                    {"D", str(headDim)},
-                                   {"D1", str(headDim + 1)}});
+                                   {"D1", str(headDim + 1)},
+                                   {"stats", stats},
+                                   {"sums", sums},
+                                   {"total", total},
+                                   {"accs", accs},
+                                   {"acc", acc}});
   return KernelSpec{name, "kiln.attention", "{\"kind\": \"warp-rows\", \"parallel\": \"tokens*heads\"}",
                     body};
 }
