@@ -1,8 +1,7 @@
 // GPU attention in three launches, shaped for decode over a long KV cache:
 //  1. split: one warp per (token, query head, split of the visible keys)
-//     runs an online softmax over its keys, several keys per group (a key's
-//     head_dim/16 lanes each hold 16 dims), two groups a step, and writes
-//     (acc, max, sum);
+//     runs an online softmax over its keys, several keys per step (a key's
+//     head_dim/16 lanes each hold 16 dims), and writes (acc, max, sum);
 //  2. merge: one warp per (token, query head) rescales and sums the splits;
 //  3. append: the new tokens' K/V go into the cache (a ring of `window`
 //     slots on sliding layers), after every query has read the old contents.
@@ -74,51 +73,6 @@ KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, 
   std::string mFinal = lanesPerKey < 32 ? "%m_n" + last : "%res#0";
   std::string lFinal = lanesPerKey < 32 ? "%l_n" + last : "%res#1";
   std::string accFinal = lanesPerKey < 32 ? "%acc_n" + last : "%res#2";
-  std::string loads, updates;
-  for (int u = 0; u < 2; ++u) {
-    std::string U = std::to_string(u);
-    loads += fillTemplate(R"(
-      %jg_@@U@@ = arith.addi %j0, %g : index
-      %j_@@U@@ = arith.addi %jg_@@U@@, %koff_@@U@@ : index
-      %valid_@@U@@ = arith.cmpi ult, %j_@@U@@, %ke : index
-      %jc_@@U@@ = arith.select %valid_@@U@@, %j_@@U@@, %kb : index
-      %cached_@@U@@ = arith.cmpi ult, %jc_@@U@@, %past : index
-      %kv_@@U@@:2 = scf.if %cached_@@U@@ -> (vector<16xf32>, vector<16xf32>) {
-        %slot = arith.remui %jc_@@U@@, %slots : index
-        %kr = vector.load %kc[%slot, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
-        %vr = vector.load %vc[%slot, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
-        scf.yield %kr, %vr : vector<16xf32>, vector<16xf32>
-      } else {
-        %t2 = arith.subi %jc_@@U@@, %past : index
-        %kr = vector.load %k[%t2, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
-        %vr = vector.load %v[%t2, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
-        scf.yield %kr, %vr : vector<16xf32>, vector<16xf32>
-      }
-)",
-                          {{"U", U}, {"kvt", kv}});
-    std::string m = u ? "%m_0" : "%m", l = u ? "%l_0" : "%l", acc = u ? "%acc_0" : "%acc";
-    updates += fillTemplate(R"(
-      %prod_@@U@@ = arith.mulf %kv_@@U@@#0, %qv : vector<16xf32>
-      %dpart_@@U@@ = vector.reduction <add>, %prod_@@U@@ : vector<16xf32> into f32
-@@keysum@@
-      %sc_@@U@@ = arith.mulf %dot_@@U@@, %scale : f32
-      %mc_@@U@@ = arith.maximumf @@m@@, %sc_@@U@@ : f32
-      %m_@@U@@ = arith.select %valid_@@U@@, %mc_@@U@@, @@m@@ : f32
-      %dm_@@U@@ = arith.subf @@m@@, %m_@@U@@ : f32
-      %corr_@@U@@ = math.exp %dm_@@U@@ : f32
-      %ds_@@U@@ = arith.subf %sc_@@U@@, %m_@@U@@ : f32
-      %ew_@@U@@ = math.exp %ds_@@U@@ : f32
-      %pw_@@U@@ = arith.select %valid_@@U@@, %ew_@@U@@, %zero_f : f32
-      %lc_@@U@@ = arith.mulf @@l@@, %corr_@@U@@ : f32
-      %l_@@U@@ = arith.addf %lc_@@U@@, %pw_@@U@@ : f32
-      %corr_v_@@U@@ = vector.broadcast %corr_@@U@@ : f32 to vector<16xf32>
-      %pw_v_@@U@@ = vector.broadcast %pw_@@U@@ : f32 to vector<16xf32>
-      %ac_@@U@@ = arith.mulf @@acc@@, %corr_v_@@U@@ : vector<16xf32>
-      %acc_@@U@@ = vector.fma %kv_@@U@@#1, %pw_v_@@U@@, %ac_@@U@@ : vector<16xf32>
-)",
-                            {{"U", U}, {"m", m}, {"l", l}, {"acc", acc},
-                             {"keysum", warp::warpSum("dpart_" + U, "dot_" + U, 1, lanesPerKey)}});
-  }
   std::string body = fillTemplate(R"(
 func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@, %out: @@pt@@,
                     %tokens: i64, %past_i: i64, %part: i64, %parts: i64)
@@ -127,10 +81,7 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
 @@ids@@
   %lpk = arith.constant @@LPK@@ : index
   %kps = arith.constant @@KPS@@ : index
-  %kps2 = arith.constant @@KPS2@@ : index
   %c16 = arith.constant 16 : index
-  %koff_0 = arith.constant 0 : index
-  %koff_1 = arith.constant @@KPS@@ : index
   %heads = arith.constant @@H@@ : index
   %group = arith.constant @@G@@ : index
   %splits = arith.constant @@S@@ : index
@@ -174,11 +125,40 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
     %ke0 = arith.addi %kb, %chunk : index
     %ke = arith.minui %ke0, %p1 : index
     %qv = vector.load %q[%t, %h, %d0] {alignment = 16} : @@qt@@, vector<16xf32>
-    // Two key groups a step: both loads are issued before either is used.
-    %res:3 = scf.for %j0 = %kb to %ke step %kps2 iter_args(%m = %floor, %l = %zero_f, %acc = %zero_v) -> (f32, f32, vector<16xf32>) {
-@@loads@@
-@@updates@@
-      scf.yield %m_1, %l_1, %acc_1 : f32, f32, vector<16xf32>
+    %res:3 = scf.for %j0 = %kb to %ke step %kps iter_args(%m = %floor, %l = %zero_f, %acc = %zero_v) -> (f32, f32, vector<16xf32>) {
+      %j = arith.addi %j0, %g : index
+      %valid = arith.cmpi ult, %j, %ke : index
+      %jc = arith.select %valid, %j, %kb : index
+      %cached = arith.cmpi ult, %jc, %past : index
+      %kv:2 = scf.if %cached -> (vector<16xf32>, vector<16xf32>) {
+        %slot = arith.remui %jc, %slots : index
+        %kr = vector.load %kc[%slot, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
+        %vr = vector.load %vc[%slot, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
+        scf.yield %kr, %vr : vector<16xf32>, vector<16xf32>
+      } else {
+        %t2 = arith.subi %jc, %past : index
+        %kr = vector.load %k[%t2, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
+        %vr = vector.load %v[%t2, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
+        scf.yield %kr, %vr : vector<16xf32>, vector<16xf32>
+      }
+      %prod = arith.mulf %kv#0, %qv : vector<16xf32>
+      %dpart = vector.reduction <add>, %prod : vector<16xf32> into f32
+@@keysum@@
+      %sc = arith.mulf %dot, %scale : f32
+      %mc = arith.maximumf %m, %sc : f32
+      %m_new = arith.select %valid, %mc, %m : f32
+      %dm = arith.subf %m, %m_new : f32
+      %corr = math.exp %dm : f32
+      %ds = arith.subf %sc, %m_new : f32
+      %ew = math.exp %ds : f32
+      %pw = arith.select %valid, %ew, %zero_f : f32
+      %lc = arith.mulf %l, %corr : f32
+      %l_new = arith.addf %lc, %pw : f32
+      %corr_v = vector.broadcast %corr : f32 to vector<16xf32>
+      %pw_v = vector.broadcast %pw : f32 to vector<16xf32>
+      %ac = arith.mulf %acc, %corr_v : vector<16xf32>
+      %acc_new = vector.fma %kv#1, %pw_v, %ac : vector<16xf32>
+      scf.yield %m_new, %l_new, %acc_new : f32, f32, vector<16xf32>
     }
 @@merge@@
     %first_group = arith.cmpi ult, %lane, %lpk : index
@@ -209,9 +189,7 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
                                    {"D", str(headDim)},
                                    {"D1", str(headDim + 1)},
                                    {"scale", floatLiteral(scale)},
-                                   {"KPS2", str(2 * keysPerStep)},
-                                   {"loads", loads},
-                                   {"updates", updates},
+                                   {"keysum", warp::warpSum("dpart", "dot", 1, lanesPerKey)},
                                    {"merge", merge},
                                    {"acc", accFinal},
                                    {"mf", mFinal},
