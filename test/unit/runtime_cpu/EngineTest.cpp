@@ -187,6 +187,29 @@ TEST_F(EngineTest, PartsFollowThreadsAndMaxParts) {
             std::vector<float>(b.begin(), b.end() - 1));
 }
 
+TEST_F(EngineTest, ProfileDecodeTimesEveryLaunchAndDecodes) {
+  const std::vector<int32_t> ids = prompt(9);
+  auto plain = make(testArtifact());
+  plain->prefill(ids);
+  plain->decode(4);
+  const std::vector<float> expected = plain->decode(5);
+  auto profiled = make(testArtifact());
+  profiled->prefill(ids);
+  const std::vector<Engine::StepTime> times = profiled->profileDecode(4);
+  EXPECT_EQ(profiled->pastTokens(), 10); // a decode step like any other
+  EXPECT_EQ(profiled->decode(5), expected);
+  // One entry per launch of the decode entry point, in order, each named.
+  const fb::EntryPoint &decode = profiled->artifact().entryPoint("decode");
+  size_t launches = 0;
+  for (const fb::StepEntry *step : *decode.steps())
+    launches += step->step_type() == fb::Step::Launch;
+  ASSERT_EQ(times.size(), launches);
+  for (const Engine::StepTime &t : times) {
+    EXPECT_FALSE(t.kernel.empty());
+    EXPECT_GE(t.milliseconds, 0.0);
+  }
+}
+
 TEST_F(EngineTest, ResetForgetsTheConversation) {
   auto engine = make(testArtifact());
   const std::vector<float> first = engine->prefill(prompt(10));

@@ -148,6 +148,28 @@ TEST_F(CudaEngineTest, PrefillAndDecodeMatchReference) {
   EXPECT_EQ(engine->pastTokens(), 16);
 }
 
+TEST_F(CudaEngineTest, ProfileDecodeTimesLaunchesWithEvents) {
+  auto engine = make();
+  Reference reference(5);
+  const std::vector<int32_t> ids = prompt(6);
+  engine->prefill(ids);
+  reference.append(ids);
+  engine->decode(1); // direct
+  reference.append({1});
+  engine->decode(2); // recorded
+  reference.append({2});
+  // Launch by launch between the graph's replays; the logits stay right.
+  const std::vector<Engine::StepTime> times = engine->profileDecode(3);
+  reference.append({3});
+  EXPECT_FALSE(times.empty());
+  for (const Engine::StepTime &t : times) {
+    EXPECT_FALSE(t.kernel.empty());
+    EXPECT_GT(t.milliseconds, 0.0) << t.kernel; // CUDA events: each launch takes time
+  }
+  EXPECT_EQ(engine->pastTokens(), 9);
+  expectLogits(engine->decode(4), reference.append({4}), "replay after a profile");
+}
+
 TEST_F(CudaEngineTest, ResetZeroesTheCaches) {
   auto engine = make();
   Reference reference(5);
