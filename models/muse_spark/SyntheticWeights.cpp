@@ -139,7 +139,10 @@ const Nvfp4Matrix &quantizedModule(const std::string &stream, uint64_t seed,
   cache.valid = false;
   const uint64_t key = streamKey(stream, seed);
   const Distribution dist{0.0, 1.0 / std::sqrt(static_cast<double>(cols))};
-  std::vector<float> values(static_cast<size_t>(rows * cols));
+  // Reused: a fresh 64 MiB buffer per module spends most of its time having
+  // the kernel zero pages.
+  thread_local std::vector<float> values;
+  values.resize(static_cast<size_t>(rows * cols));
   for (size_t i = 0; i < values.size(); ++i)
     values[i] = bf16ToFloat(floatToBf16(sampleF32(key, i, dist)));
   cache.matrix = quantizeNvfp4(values.data(), rows, cols);

@@ -135,26 +135,13 @@ uint8_t floatToE2m1(float value) {
     return 0;
   const uint8_t sign = std::signbit(value) ? 0x8 : 0;
   const float a = std::fabs(value);
-  // Midpoints between neighbouring grid values; a tie goes to the even code
-  // (0, 1.0, 2.0, 4.0), hence <= at those and < at the others.
-  uint8_t code;
-  if (a <= 0.25f)
-    code = 0;
-  else if (a < 0.75f)
-    code = 1;
-  else if (a <= 1.25f)
-    code = 2;
-  else if (a < 1.75f)
-    code = 3;
-  else if (a <= 2.5f)
-    code = 4;
-  else if (a < 3.5f)
-    code = 5;
-  else if (a <= 5.0f)
-    code = 6;
-  else
-    code = 7;
-  return sign | code;
+  // The code is how many midpoints between neighbouring grid values lie
+  // below |value|; a tie goes to the even code (0, 1.0, 2.0, 4.0), hence >
+  // at those midpoints and >= at the others. Counting, not branching: random
+  // weights would mispredict every branch of an if-chain.
+  const int code = (a > 0.25f) + (a >= 0.75f) + (a > 1.25f) + (a >= 1.75f) + (a > 2.5f) +
+                   (a >= 3.5f) + (a > 5.0f);
+  return static_cast<uint8_t>(sign | code);
 }
 
 float e8m0ToFloat(uint8_t bits) {
