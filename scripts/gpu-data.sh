@@ -2,7 +2,7 @@
 # Prepares what the GPU checks need, on a machine with the compiler (MLIR) but
 # possibly no GPU: sm_90 artifacts of muse-spark-tiny (BF16, NVFP4) and
 # muse-spark-small (NVFP4), the tiny checkpoints, and the fp32 interpreter's
-# reference runs (64 greedy steps for tiny, fewer for small: see below).
+# reference runs (64 greedy steps each).
 #   scripts/gpu-data.sh [OUT_DIR]      (default: build/gpu-data)
 source "$(dirname "$0")/lib.sh"
 
@@ -19,10 +19,11 @@ for format in bf16 nvfp4; do
     --save-reference "$OUT/tiny-$format.reference"
   "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=$quant -o "$OUT/tiny-$format.sm_90.kiln"
 done
-# small: the interpreter needs about 30 s a step here (2 cores, fp32, whole
-# prefix each step), so its reference has fewer steps; it reads a checkpoint
-# on disk, the GPU run the same bytes as synthetic:3.
-SMALL_STEPS=${KILN_GPU_SMALL_STEPS:-16}
+# small: the interpreter needs about 35 s a step here (2 cores, fp32, whole
+# prefix each step): 64 steps take about 40 minutes (KILN_GPU_SMALL_STEPS
+# shortens it); it reads a checkpoint on disk, the GPU run the same bytes as
+# synthetic:3.
+SMALL_STEPS=${KILN_GPU_SMALL_STEPS:-64}
 kiln_log "small nvfp4: checkpoint (2 GB, temporary), interpreter reference ($SMALL_STEPS steps), sm_90 artifact"
 SMALL_CKPT=$(mktemp -d)
 trap 'rm -rf "$SMALL_CKPT"' EXIT
@@ -30,4 +31,7 @@ trap 'rm -rf "$SMALL_CKPT"' EXIT
 "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$PROMPT" --max-new-tokens "$SMALL_STEPS" \
   --save-reference "$OUT/small-nvfp4.reference"
 "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 -o "$OUT/small-nvfp4.sm_90.kiln"
+kiln_log "the full-width 4-layer proxy for bench/h200-proxy.sh"
+"$BIN/kilnc" "$KILN_ROOT/bench/configs/muse-spark-open-4-layers.json" --target=sm_90 --quant=nvfp4 \
+  -o "$OUT/proxy-4-layers.sm_90.kiln"
 du -sh "$OUT"
