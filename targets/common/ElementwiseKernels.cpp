@@ -150,10 +150,6 @@ static std::string normRow(const std::string &src, const std::string &srcType,
 }
 
 // The eps is part of a norm kernel's name: norms with other eps get other kernels.
-static std::string epsSuffix(double eps) {
-  return "_eps" + std::to_string(static_cast<long long>(eps * 1e9));
-}
-
 KernelSpec rmsNorm(int64_t width, double eps) {
   std::string name = "rms_norm_" + std::to_string(width) + epsSuffix(eps);
   std::string row = "memref<?x" + std::to_string(width) + "xf32>";

@@ -17,6 +17,8 @@ namespace kiln::kernels {
 // The rows [begin, end) of `n` that this launch part owns, as MLIR text
 // defining %<prefix>begin and %<prefix>end from the %part/%parts arguments.
 std::string partRange(const std::string &n, const std::string &prefix);
+// "_eps10000" for eps 1e-5: a norm kernel's name suffix.
+std::string epsSuffix(double eps);
 // An f64/f32 literal MLIR parses back to the same value.
 std::string floatLiteral(double value);
 // A dense f32 lookup table of decode(0 .. count-1) as a memref.global.

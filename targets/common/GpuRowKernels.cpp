@@ -16,10 +16,6 @@ namespace {
 
 std::string str(int64_t v) { return std::to_string(v); }
 
-std::string epsName(double eps) {
-  return "_eps" + str(static_cast<int64_t>(eps * 1e9 + 0.5));
-}
-
 // Block-wide sum of f32 `%in` over the block's `warps` warps: warp sums,
 // then the warps' results through shared memory slots [slot, slot + warps)
 // of %smem, added in a fixed order so every thread gets the same,
@@ -121,7 +117,7 @@ int64_t rowBlockThreads(int64_t width) {
 
 KernelSpec rmsNormBlock(int64_t width, double eps) {
   int64_t threads = rowBlockThreads(width);
-  std::string name = "rms_norm_block_" + str(width) + epsName(eps);
+  std::string name = "rms_norm_block_" + str(width) + epsSuffix(eps);
   std::string row = "memref<?x" + str(width) + "xf32>", wt = "memref<" + str(width) + "xbf16>";
   std::string body = sharedSlots(name + "_smem", threads) + fillTemplate(R"(
 func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
@@ -158,7 +154,7 @@ func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i
 
 KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps) {
   int64_t threads = rowBlockThreads(width);
-  std::string name = "norm_residual_block_" + str(width) + epsName(postEps) + epsName(nextEps);
+  std::string name = "norm_residual_block_" + str(width) + epsSuffix(postEps) + epsSuffix(nextEps);
   std::string row = "memref<?x" + str(width) + "xf32>", wt = "memref<" + str(width) + "xbf16>";
   // new_res = res + gate * RMSNorm(upd; post); normed = RMSNorm(new_res; next).
   std::string body = sharedSlots(name + "_smem", threads) + fillTemplate(R"(
@@ -216,7 +212,7 @@ func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, 
 }
 
 KernelSpec headNormWarp(int64_t heads, int64_t headDim, double eps) {
-  std::string name = "head_norm_warp_" + str(heads) + "x" + str(headDim) + epsName(eps);
+  std::string name = "head_norm_warp_" + str(heads) + "x" + str(headDim) + epsSuffix(eps);
   std::string t3 = "memref<?x" + str(heads) + "x" + str(headDim) + "xf32>";
   std::string wt = "memref<" + str(headDim) + "xbf16>";
   std::string body = fillTemplate(R"(
@@ -357,7 +353,7 @@ func.func @@@name@@(%table: memref<@@v@@x@@h@@xbf16>, %ids: memref<?xi32>, %out:
 
 KernelSpec expertScalesBlock(int64_t k, int64_t latent, double eps) {
   int64_t threads = rowBlockThreads(latent);
-  std::string name = "expert_scales_block_top" + str(k) + "_" + str(latent) + epsName(eps);
+  std::string name = "expert_scales_block_top" + str(k) + "_" + str(latent) + epsSuffix(eps);
   std::string yt = "memref<?x" + str(k) + "x" + str(latent) + "xf32>";
   // scale[t, j] = weight[t, j] / sqrt(mean(y[t, j]^2) + eps): a block per (t, j).
   std::string body = sharedSlots(name + "_smem", threads) + fillTemplate(R"(

@@ -20,6 +20,10 @@ std::string partRange(const std::string &n, const std::string &p) {
                       {{"n", n}, {"p", p}});
 }
 
+std::string epsSuffix(double eps) {
+  return "_eps" + std::to_string(static_cast<long long>(eps * 1e9));
+}
+
 std::string floatLiteral(double value) {
   char text[64];
   std::snprintf(text, sizeof(text), "%.17e", value);
