@@ -1,6 +1,7 @@
 #include "runtime/tools/kiln-dump/KilnDump.h"
 
 #include <cstdio>
+#include <map>
 #include <ostream>
 
 namespace kiln {
@@ -12,7 +13,8 @@ constexpr const char *kUsage =
     "\n"
     "Prints a summary of a Kiln artifact (.kiln, written by kilnc): schema\n"
     "version, target, model, parallel layout and rank, weight bindings, KV\n"
-    "caches, kernels and, per entry point, its token limit, arena and steps.\n"
+    "caches, kernels and, per entry point, its token limit, arena, steps and\n"
+    "launches by the graph op they implement (fused ops included).\n"
     "The artifact is verified first; a bad one is reported in one line.\n"
     "\n"
     "  --weights   list every weight binding\n"
@@ -178,12 +180,19 @@ void dumpStep(const Artifact &artifact, const fb::StepEntry &step, size_t index,
 void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
                     const DumpOptions &options, std::ostream &out) {
   size_t launches = 0, copies = 0, collectives = 0;
+  // Launches by the graph op their kernel implements (fused ops included).
+  std::map<std::string, size_t> byOp;
+  const auto *kernels = artifact->kernels();
   const auto *steps = entry.steps();
   for (flatbuffers::uoffset_t i = 0; steps && i < steps->size(); ++i) {
     switch (steps->Get(i)->step_type()) {
-    case fb::Step::Launch:
+    case fb::Step::Launch: {
       ++launches;
+      const fb::Launch *launch = steps->Get(i)->step_as_Launch();
+      if (kernels && launch->kernel() < kernels->size())
+        ++byOp[text(kernels->Get(launch->kernel())->op())];
       break;
+    }
     case fb::Step::Copy:
       ++copies;
       break;
@@ -204,6 +213,15 @@ void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
   out << "\n              " << launches + copies + collectives
       << " steps: " << launches << " launch, " << copies << " copy, "
       << collectives << " collective\n";
+  if (!byOp.empty()) {
+    out << "              launches by op:";
+    const char *separator = " ";
+    for (const auto &[op, count] : byOp) {
+      out << separator << op << " " << count;
+      separator = ", ";
+    }
+    out << "\n";
+  }
   if (!options.steps)
     return;
   out << "  steps (shapes at T=" << tokens << "):\n";
