@@ -27,27 +27,9 @@ func.func @@@name@@(%x: @@t3@@, %pos: memref<?xi32>, %out: @@t3@@, %rows_i: i64,
     %p32 = memref.load %pos[%t] : memref<?xi32>
     %p = arith.sitofp %p32 : i32 to f64
     scf.for %j = %c0 to %half step %c1 {
-      %j64 = arith.index_cast %j : index to i64
-      %jf = arith.sitofp %j64 : i64 to f64
-      %e = arith.mulf %jf, %minus_two_over_d : f64
-      %freq = math.powf %theta, %e : f64
-      %angle = arith.mulf %p, %freq : f64
-      %cd = math.cos %angle : f64
-      %sd = math.sin %angle : f64
-      %c = arith.truncf %cd : f64 to f32
-      %s = arith.truncf %sd : f64 to f32
-      %j2 = arith.addi %j, %half : index
+@@angle@@
       scf.for %h = %c0 to %heads step %c1 {
-        %x0 = memref.load %x[%t, %h, %j] : @@t3@@
-        %x1 = memref.load %x[%t, %h, %j2] : @@t3@@
-        %a = arith.mulf %x0, %c : f32
-        %b = arith.mulf %x1, %s : f32
-        %o0 = arith.subf %a, %b : f32
-        %d = arith.mulf %x1, %c : f32
-        %f = arith.mulf %x0, %s : f32
-        %o1 = arith.addf %d, %f : f32
-        memref.store %o0, %out[%t, %h, %j] : @@t3@@
-        memref.store %o1, %out[%t, %h, %j2] : @@t3@@
+@@rotate@@
       }
     }
   }
@@ -56,6 +38,8 @@ func.func @@@name@@(%x: @@t3@@, %pos: memref<?xi32>, %out: @@t3@@, %rows_i: i64,
 )",
                                   {{"name", name},
                                    {"t3", t3},
+                                   {"angle", ropeAngle()},
+                                   {"rotate", ropeRotate(t3)},
                                    {"half", std::to_string(headDim / 2)},
                                    {"heads", std::to_string(heads)},
                                    {"theta", floatLiteral(theta)},

@@ -17,6 +17,12 @@ namespace kiln::kernels {
 // The rows [begin, end) of `n` that this launch part owns, as MLIR text
 // defining %<prefix>begin and %<prefix>end from the %part/%parts arguments.
 std::string partRange(const std::string &n, const std::string &prefix);
+// Rotary embedding, NeoX rotate-half: the f64 angle of pair %j at position
+// %p (needs %theta, %minus_two_over_d, %half), defining f32 %c, %s and the
+// pair's second index %j2; then the rotation of head %h of token %t from %x
+// (memref `type`) into %out.
+std::string ropeAngle();
+std::string ropeRotate(const std::string &type);
 // "_eps10000" for eps 1e-5: a norm kernel's name suffix.
 std::string epsSuffix(double eps);
 // An f64/f32 literal MLIR parses back to the same value.

@@ -94,6 +94,24 @@ std::string sumSquares(const std::string &src, const std::string &type, const st
                       {{"o", out}, {"src", src}, {"t", type}});
 }
 
+// dst[%row] = src[%row] * inv * weight, this thread's quarter-vectors.
+std::string scaleRow(const std::string &src, const std::string &dst, const std::string &type,
+                     const std::string &weight, const std::string &weightType,
+                     const std::string &inv) {
+  return fillTemplate(R"(
+    scf.for %c = %t4 to %width step %stride {
+      %v = vector.load @@src@@[%row, %c] {alignment = 16} : @@t@@, vector<4xf32>
+      %wb = vector.load @@w@@[%c] : @@wt@@, vector<4xbf16>
+      %wf = arith.extf %wb : vector<4xbf16> to vector<4xf32>
+      %s = arith.mulf %v, @@inv@@ : vector<4xf32>
+      %o = arith.mulf %s, %wf : vector<4xf32>
+      vector.store %o, @@dst@@[%row, %c] {alignment = 16} : @@t@@, vector<4xf32>
+    }
+)",
+                      {{"src", src}, {"dst", dst}, {"t", type}, {"w", weight}, {"wt", weightType},
+                       {"inv", inv}});
+}
+
 // 1 / sqrt(sum / width + eps), as the CPU kernels compute it.
 std::string inverseRms(const std::string &sum, const std::string &eps, const std::string &out) {
   return fillTemplate(R"(
@@ -128,14 +146,7 @@ func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i
 @@ss@@
 @@sum@@
 @@inv@@
-    scf.for %c = %t4 to %width step %stride {
-      %v = vector.load %x[%row, %c] {alignment = 16} : @@row@@, vector<4xf32>
-      %wb = vector.load %w[%c] : @@wt@@, vector<4xbf16>
-      %wf = arith.extf %wb : vector<4xbf16> to vector<4xf32>
-      %s = arith.mulf %v, %inv_v : vector<4xf32>
-      %o = arith.mulf %s, %wf : vector<4xf32>
-      vector.store %o, %y[%row, %c] {alignment = 16} : @@row@@, vector<4xf32>
-    }
+@@out@@
   return
 }
 )",
@@ -148,7 +159,8 @@ func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i
                                                                   {"Wf", floatLiteral(double(width))},
                                                                   {"ss", sumSquares("%x", row, "part_ss")},
                                                                   {"sum", blockSum("part_ss", "total", 0, threads / 32, smemType(threads))},
-                                                                  {"inv", inverseRms("total", floatLiteral(eps), "inv")}});
+                                                                  {"inv", inverseRms("total", floatLiteral(eps), "inv")},
+                                                                  {"out", scaleRow("%x", "%y", row, "%w", wt, "%inv_v")}});
   return KernelSpec{name, "kiln.rms_norm", "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
 }
 
@@ -185,14 +197,7 @@ func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, 
     %hs = vector.reduction <add>, %hs_v : vector<4xf32> into f32
 @@sum2@@
 @@inv2@@
-    scf.for %c = %t4 to %width step %stride {
-      %h = vector.load %new_res[%row, %c] {alignment = 16} : @@row@@, vector<4xf32>
-      %nb = vector.load %next[%c] : @@wt@@, vector<4xbf16>
-      %nf = arith.extf %nb : vector<4xbf16> to vector<4xf32>
-      %s = arith.mulf %h, %inv2_v : vector<4xf32>
-      %o = arith.mulf %s, %nf : vector<4xf32>
-      vector.store %o, %normed[%row, %c] {alignment = 16} : @@row@@, vector<4xf32>
-    }
+@@out@@
   return
 }
 )",
@@ -207,7 +212,8 @@ func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, 
                                                                   {"sum1", blockSum("us", "t1", 0, threads / 32, smemType(threads))},
                                                                   {"inv1", inverseRms("t1", floatLiteral(postEps), "inv1")},
                                                                   {"sum2", blockSum("hs", "t2", threads / 32, threads / 32, smemType(threads))},
-                                                                  {"inv2", inverseRms("t2", floatLiteral(nextEps), "inv2")}});
+                                                                  {"inv2", inverseRms("t2", floatLiteral(nextEps), "inv2")},
+                                                                  {"out", scaleRow("%new_res", "%normed", row, "%next", wt, "%inv2_v")}});
   return KernelSpec{name, "kiln.norm_residual", "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
 }
 
@@ -286,26 +292,8 @@ func.func @@@name@@(%x: @@t3@@, %pos: memref<?xi32>, %out: @@t3@@, %rows_i: i64,
     %p32 = memref.load %pos[%t] : memref<?xi32>
     %p = arith.sitofp %p32 : i32 to f64
     scf.for %j = %lane to %half step %c32 {
-      %j64 = arith.index_cast %j : index to i64
-      %jf = arith.sitofp %j64 : i64 to f64
-      %e = arith.mulf %jf, %minus_two_over_d : f64
-      %freq = math.powf %theta, %e : f64
-      %angle = arith.mulf %p, %freq : f64
-      %cd = math.cos %angle : f64
-      %sd = math.sin %angle : f64
-      %c = arith.truncf %cd : f64 to f32
-      %s = arith.truncf %sd : f64 to f32
-      %j2 = arith.addi %j, %half : index
-      %x0 = memref.load %x[%t, %h, %j] : @@t3@@
-      %x1 = memref.load %x[%t, %h, %j2] : @@t3@@
-      %a = arith.mulf %x0, %c : f32
-      %b = arith.mulf %x1, %s : f32
-      %o0 = arith.subf %a, %b : f32
-      %d = arith.mulf %x1, %c : f32
-      %f = arith.mulf %x0, %s : f32
-      %o1 = arith.addf %d, %f : f32
-      memref.store %o0, %out[%t, %h, %j] : @@t3@@
-      memref.store %o1, %out[%t, %h, %j2] : @@t3@@
+@@angle@@
+@@rotate@@
     }
   }
   return
@@ -313,6 +301,8 @@ func.func @@@name@@(%x: @@t3@@, %pos: memref<?xi32>, %out: @@t3@@, %rows_i: i64,
 )",
                                   {{"name", name},
                                    {"t3", t3},
+                                   {"angle", ropeAngle()},
+                                   {"rotate", ropeRotate(t3)},
                                    {"ids", warp::warpIds()},
                                    {"half", str(headDim / 2)},
                                    {"H", str(heads)},
