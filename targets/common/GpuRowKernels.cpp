@@ -14,8 +14,6 @@
 namespace kiln::kernels {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
-
 // Block-wide sum of f32 `%in` over the block's `warps` warps: warp sums,
 // then the warps' results through shared memory slots [slot, slot + warps)
 // of %smem, added in a fixed order so every thread gets the same,

@@ -12,8 +12,6 @@
 namespace kiln::kernels {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
-
 // Stored per (token, head, split): acc[0..D), then max and sum; D + 4 keeps
 // rows 16-byte aligned.
 int64_t partialWidth(int64_t headDim) { return headDim + 4; }

@@ -13,8 +13,6 @@
 namespace kiln::kernels {
 namespace {
 
-std::string str(int64_t v) { return std::to_string(v); }
-
 // The arguments of one expert projection [E, out, in] and its rows
 // (%e, %<o>) for each name in `rows`.
 struct ExpertProjection {

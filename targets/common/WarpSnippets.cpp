@@ -5,12 +5,6 @@
 #include <algorithm>
 
 namespace kiln::kernels::warp {
-namespace {
-
-std::string str(int64_t v) { return std::to_string(v); }
-
-} // namespace
-
 std::string warpIds() {
   return R"(
   %c0 = arith.constant 0 : index

@@ -9,6 +9,13 @@
 #include <string>
 #include <vector>
 
+namespace kiln::kernels {
+
+// Decimal text of a size, for kernel names and MLIR constants.
+inline std::string str(int64_t value) { return std::to_string(value); }
+
+} // namespace kiln::kernels
+
 namespace kiln::kernels::warp {
 
 constexpr int64_t kWarp = 32;
