@@ -139,8 +139,7 @@ struct StepBytes {
 };
 
 // What one decode step at KV length `past` must read.
-StepBytes decodeBytes(const kiln::Artifact &artifact, int64_t past) {
-  nlohmann::json config = nlohmann::json::parse(artifact->model()->config_json()->str());
+StepBytes decodeBytes(const kiln::Artifact &artifact, const nlohmann::json &config, int64_t past) {
   const double topK = config.value("num_experts_per_tok", 1);
   const double vocab = config.value("vocab_size", 1);
   StepBytes bytes;
@@ -162,8 +161,7 @@ StepBytes decodeBytes(const kiln::Artifact &artifact, int64_t past) {
 }
 
 // The matrix FLOPs of a prefill of `tokens` tokens from an empty cache.
-double prefillFlops(const kiln::Artifact &artifact, int64_t tokens) {
-  nlohmann::json config = nlohmann::json::parse(artifact->model()->config_json()->str());
+double prefillFlops(const kiln::Artifact &artifact, const nlohmann::json &config, int64_t tokens) {
   const double topK = config.value("num_experts_per_tok", 1);
   const double T = double(tokens);
   double flops = 0;
@@ -226,6 +224,7 @@ int main(int argc, char **argv) {
     };
     auto engine = kiln::Engine::load(options.artifact, engineOptions);
     const kiln::Artifact &artifact = engine->artifact();
+    const nlohmann::json config = nlohmann::json::parse(artifact->model()->config_json()->str());
     std::printf("device    %s\n", engine->device().c_str());
     std::printf("artifact  %s (%s), weights %.1f GiB, loaded in %.1f s\n",
                 options.artifact.c_str(), artifact->model()->name()->c_str(),
@@ -249,7 +248,7 @@ int main(int argc, char **argv) {
     const double prefillMs = msSince(prefillStart);
     std::printf("prefill   %lld tokens in %.1f ms: %.0f tokens/s\n", (long long)options.context,
                 prefillMs, double(options.context) * 1e3 / prefillMs);
-    const double flops = prefillFlops(artifact, options.context);
+    const double flops = prefillFlops(artifact, config, options.context);
     const double tensorMs = options.tensorTflops > 0 ? flops / (options.tensorTflops * 1e12) * 1e3 : 0;
     if (tensorMs > 0)
       std::printf("roofline  prefill %.1f TFLOP at %.0f TFLOP/s (bf16 tensor cores) = %.1f ms: "
@@ -275,7 +274,7 @@ int main(int argc, char **argv) {
       token = argmax(logits);
     }
     const double decodeMs = median(stepMs);
-    const StepBytes bytes = decodeBytes(artifact, pastAtStart);
+    const StepBytes bytes = decodeBytes(artifact, config, pastAtStart);
     const double rooflineMs = nvidia ? bytes.total() / bandwidth * 1e3 : 0.0;
     std::printf("decode    batch 1, KV length %lld: %.3f ms/token median of %d (min %.3f), "
                 "%.1f tokens/s\n",

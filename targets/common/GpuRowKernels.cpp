@@ -123,6 +123,15 @@ std::string inverseRms(const std::string &sum, const std::string &eps, const std
                       {{"o", out}, {"s", sum}, {"eps", eps}});
 }
 
+// The inverse RMS of row %row of `src` over the block: %<out> (f32) and
+// %<out>_v (its vector<4xf32> broadcast), through shared slots from `slot`.
+std::string blockInverseRms(const std::string &src, const std::string &type, const std::string &out,
+                            int64_t slot, double eps, int64_t threads) {
+  return sumSquares(src, type, out + "_ss") +
+         blockSum(out + "_ss", out + "_total", slot, threads / 32, smemType(threads)) +
+         inverseRms(out + "_total", floatLiteral(eps), out);
+}
+
 } // namespace
 
 bool gpuRowsFit(int64_t width) { return width % 4 == 0; }
@@ -141,8 +150,6 @@ func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i
 @@ids@@
   %width = arith.constant @@W@@ : index
   %widthf = arith.constant @@Wf@@ : f32
-@@ss@@
-@@sum@@
 @@inv@@
 @@out@@
   return
@@ -155,9 +162,7 @@ func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i
                                                                   {"ids", blockIds(name + "_smem", threads)},
                                                                   {"W", str(width)},
                                                                   {"Wf", floatLiteral(double(width))},
-                                                                  {"ss", sumSquares("%x", row, "part_ss")},
-                                                                  {"sum", blockSum("part_ss", "total", 0, threads / 32, smemType(threads))},
-                                                                  {"inv", inverseRms("total", floatLiteral(eps), "inv")},
+                                                                  {"inv", blockInverseRms("%x", row, "inv", 0, eps, threads)},
                                                                   {"out", scaleRow("%x", "%y", row, "%w", wt, "%inv_v")}});
   return KernelSpec{name, "kiln.rms_norm", "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
 }
@@ -174,8 +179,6 @@ func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, 
 @@ids@@
   %width = arith.constant @@W@@ : index
   %widthf = arith.constant @@Wf@@ : f32
-@@ss1@@
-@@sum1@@
 @@inv1@@
     %hs_v = scf.for %c = %t4 to %width step %stride iter_args(%a = %zero_v) -> (vector<4xf32>) {
       %u = vector.load %upd[%row, %c] {alignment = 16} : @@row@@, vector<4xf32>
@@ -206,9 +209,7 @@ func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, 
                                                                   {"ids", blockIds(name + "_smem", threads)},
                                                                   {"W", str(width)},
                                                                   {"Wf", floatLiteral(double(width))},
-                                                                  {"ss1", sumSquares("%upd", row, "us")},
-                                                                  {"sum1", blockSum("us", "t1", 0, threads / 32, smemType(threads))},
-                                                                  {"inv1", inverseRms("t1", floatLiteral(postEps), "inv1")},
+                                                                  {"inv1", blockInverseRms("%upd", row, "inv1", 0, postEps, threads)},
                                                                   {"sum2", blockSum("hs", "t2", threads / 32, threads / 32, smemType(threads))},
                                                                   {"inv2", inverseRms("t2", floatLiteral(nextEps), "inv2")},
                                                                   {"out", scaleRow("%new_res", "%normed", row, "%next", wt, "%inv2_v")}});

@@ -42,6 +42,27 @@ ExpertProjection expertProjection(const std::string &w, int64_t experts, int64_t
   return p;
 }
 
+// The head of an expert-stage loop: a warp per (token t, selected expert j,
+// group of `rowsPerWarp` output rows %o0 ..), %e the expert. The kernel
+// defines %groups (groups a selected expert), %per_token and the index
+// constants %c1 .. %c<rowsPerWarp>, and closes the loop.
+std::string expertItemLoop(int64_t rowsPerWarp, int64_t k) {
+  std::string text = R"(
+  %rows = arith.index_cast %rows_i : i64 to index
+  %items = arith.muli %rows, %per_token : index
+  scf.for %item = %warp to %items step %warps {
+    %t = arith.divui %item, %per_token : index
+    %rest = arith.remui %item, %per_token : index
+    %j = arith.divui %rest, %groups : index
+    %group = arith.remui %rest, %groups : index
+)";
+  text += "    %o0 = arith.muli %group, %c" + str(rowsPerWarp) + " : index\n";
+  for (int64_t r = 1; r < rowsPerWarp; ++r)
+    text += "    %o" + str(r) + " = arith.addi %o0, %c" + str(r) + " : index\n";
+  return text + "    %e32 = memref.load %idx[%t, %j] : memref<?x" + str(k) +
+         "xi32>\n    %e = arith.index_cast %e32 : i32 to index\n";
+}
+
 std::string formatSuffix(bool nvfp4) { return nvfp4 ? "_nvfp4" : "_bf16"; }
 
 } // namespace
@@ -166,21 +187,10 @@ func.func @@@name@@(%z: @@zt@@, %idx: memref<?x@@K@@xi32>, @@gargs@@, @@uargs@@,
                 kiln.tiling = {kind = "warp-gemv@@fmt@@", parallel = "tokens*experts_per_token*intermediate", rows_per_warp = 2 : i64}} {
 @@ids@@
   %c2 = arith.constant 2 : index
-  %pairs = arith.constant @@I2@@ : index
+  %groups = arith.constant @@I2@@ : index
   %per_token = arith.constant @@KI2@@ : index
   %one_f = arith.constant 1.0 : f32
-  %rows = arith.index_cast %rows_i : i64 to index
-  %items = arith.muli %rows, %per_token : index
-  scf.for %item = %warp to %items step %warps {
-    %t = arith.divui %item, %per_token : index
-    %rest = arith.remui %item, %per_token : index
-    %j = arith.divui %rest, %pairs : index
-    %pair = arith.remui %rest, %pairs : index
-    %o0 = arith.muli %pair, %c2 : index
-    %o1 = arith.addi %o0, %c1 : index
-    %e32 = memref.load %idx[%t, %j] : memref<?x@@K@@xi32>
-    %e = arith.index_cast %e32 : i32 to index
-@@gglob@@
+@@loop@@@@gglob@@
 @@uglob@@
 @@dot@@
 @@s0@@
@@ -212,6 +222,7 @@ func.func @@@name@@(%z: @@zt@@, %idx: memref<?x@@K@@xi32>, @@gargs@@, @@uargs@@,
                                    {"K", str(k)},
                                    {"I", str(intermediate)},
                                    {"I2", str(intermediate / 2)},
+                                   {"loop", expertItemLoop(2, k)},
                                    {"KI2", str(k * intermediate / 2)},
                                    {"fmt", formatSuffix(nvfp4)},
                                    {"gargs", gate.args},
@@ -252,22 +263,9 @@ func.func @@@name@@(%h: @@ht@@, %idx: memref<?x@@K@@xi32>, @@dargs@@,
   %c2 = arith.constant 2 : index
   %c3 = arith.constant 3 : index
   %c4 = arith.constant 4 : index
-  %quads = arith.constant @@L4@@ : index
+  %groups = arith.constant @@L4@@ : index
   %per_token = arith.constant @@KL4@@ : index
-  %rows = arith.index_cast %rows_i : i64 to index
-  %items = arith.muli %rows, %per_token : index
-  scf.for %item = %warp to %items step %warps {
-    %t = arith.divui %item, %per_token : index
-    %rest = arith.remui %item, %per_token : index
-    %j = arith.divui %rest, %quads : index
-    %quad = arith.remui %rest, %quads : index
-    %o0 = arith.muli %quad, %c4 : index
-    %o1 = arith.addi %o0, %c1 : index
-    %o2 = arith.addi %o0, %c2 : index
-    %o3 = arith.addi %o0, %c3 : index
-    %e32 = memref.load %idx[%t, %j] : memref<?x@@K@@xi32>
-    %e = arith.index_cast %e32 : i32 to index
-@@glob@@
+@@loop@@@@glob@@
 @@dot@@
 @@s0@@
 @@s1@@
@@ -285,6 +283,7 @@ func.func @@@name@@(%h: @@ht@@, %idx: memref<?x@@K@@xi32>, @@dargs@@,
                                    {"K", str(k)},
                                    {"L", str(latent)},
                                    {"L4", str(latent / 4)},
+                                   {"loop", expertItemLoop(4, k)},
                                    {"KL4", str(k * latent / 4)},
                                    {"fmt", formatSuffix(nvfp4)},
                                    {"dargs", down.args},
