@@ -300,12 +300,10 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         if (failed(t))
           return failure();
         Buf y = alloc({table.getDimSize(1)}, f32);
-        if (gpuRows(table.getDimSize(1)))
-          launch(embedThreads(table.getDimSize(0), table.getDimSize(1)), {*t, ids, y},
-                 {"tokens:0", "part", "parts"}, Work{0, table.getDimSize(1) / 4}, what);
-        else
-          launch(embed(table.getDimSize(0), table.getDimSize(1)), {*t, ids, y},
-                 {"tokens:0", "part", "parts"}, Work{0, 1}, what);
+        int64_t vocab = table.getDimSize(0), hidden = table.getDimSize(1);
+        bool gpu = gpuRows(hidden);
+        launch(gpu ? embedThreads(vocab, hidden) : embed(vocab, hidden), {*t, ids, y},
+               {"tokens:0", "part", "parts"}, gpu ? Work{0, hidden / 4} : Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -314,13 +312,11 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         if (failed(w))
           return failure();
         Buf y = alloc({width(o.getInput())}, f32);
-        if (gpuRows(width(o.getInput())))
-          launch(rmsNormBlock(width(o.getInput()), o.getEps().convertToDouble()),
-                 {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"},
-                 rowBlock(width(o.getInput())), what);
-        else
-          launch(rmsNorm(width(o.getInput()), o.getEps().convertToDouble()),
-                 {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, Work{0, 1}, what);
+        int64_t n = width(o.getInput());
+        double eps = o.getEps().convertToDouble();
+        bool gpu = gpuRows(n);
+        launch(gpu ? rmsNormBlock(n, eps) : rmsNorm(n, eps), {act(o.getInput()), *w, y},
+               {"tokens:0", "part", "parts"}, gpu ? rowBlock(n) : Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -330,13 +326,12 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           return failure();
         auto t = llvm::cast<RankedTensorType>(o.getInput().getType());
         Buf y = allocShape(dims3(o.getInput()), f32);
-        if (gpuRows(t.getDimSize(2)))
-          launch(headNormWarp(t.getDimSize(1), t.getDimSize(2), o.getEps().convertToDouble()),
-                 {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"},
-                 Work{0, warp::kWarp * t.getDimSize(1)}, what);
-        else
-          launch(headNorm(t.getDimSize(1), t.getDimSize(2), o.getEps().convertToDouble()),
-                 {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, Work{0, 1}, what);
+        int64_t heads = t.getDimSize(1), dim = t.getDimSize(2);
+        double eps = o.getEps().convertToDouble();
+        bool gpu = gpuRows(dim);
+        launch(gpu ? headNormWarp(heads, dim, eps) : headNorm(heads, dim, eps),
+               {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"},
+               gpu ? Work{0, warp::kWarp * heads} : Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -375,14 +370,12 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       .Case([&](RopeOp o) -> LogicalResult {
         auto t = llvm::cast<RankedTensorType>(o.getInput().getType());
         Buf y = allocShape(dims3(o.getInput()), f32);
-        if (gpuRows(t.getDimSize(2)))
-          launch(ropeWarp(t.getDimSize(1), t.getDimSize(2), o.getTheta().convertToDouble()),
-                 {act(o.getInput()), positions, y}, {"tokens:0", "part", "parts"},
-                 Work{0, warp::kWarp * t.getDimSize(1)}, what);
-        else
-          launch(rope(t.getDimSize(1), t.getDimSize(2), o.getTheta().convertToDouble()),
-                 {act(o.getInput()), positions, y}, {"tokens:0", "part", "parts"}, Work{0, 1},
-                 what);
+        int64_t heads = t.getDimSize(1), dim = t.getDimSize(2);
+        double theta = o.getTheta().convertToDouble();
+        bool gpu = gpuRows(dim);
+        launch(gpu ? ropeWarp(heads, dim, theta) : rope(heads, dim, theta),
+               {act(o.getInput()), positions, y}, {"tokens:0", "part", "parts"},
+               gpu ? Work{0, warp::kWarp * heads} : Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -428,15 +421,11 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           return failure();
         int64_t w = width(o.getResidual());
         Buf h = alloc({w}, f32), y = alloc({w}, f32);
-        if (gpuRows(w))
-          launch(normResidualBlock(w, o.getPostEps().convertToDouble(),
-                                   o.getNextEps().convertToDouble()),
-                 {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
-                 {"tokens:0", "part", "parts"}, rowBlock(w), what);
-        else
-          launch(normResidual(w, o.getPostEps().convertToDouble(), o.getNextEps().convertToDouble()),
-                 {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
-                 {"tokens:0", "part", "parts"}, Work{0, 1}, what);
+        double postEps = o.getPostEps().convertToDouble(), nextEps = o.getNextEps().convertToDouble();
+        bool gpu = gpuRows(w);
+        launch(gpu ? normResidualBlock(w, postEps, nextEps) : normResidual(w, postEps, nextEps),
+               {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
+               {"tokens:0", "part", "parts"}, gpu ? rowBlock(w) : Work{0, 1}, what);
         values[o.getNewResidual()] = h;
         values[o.getNormed()] = y;
         return success();
@@ -445,12 +434,11 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         auto logits = llvm::cast<RankedTensorType>(o.getLogits().getType());
         int64_t k = o.getK();
         Buf w = alloc({k}, f32), idx = alloc({k}, b.getI32Type());
-        if (hooks.isGpu() && routerWarpFits(logits.getDimSize(1)))
-          launch(routerTopKWarp(logits.getDimSize(1), k), {act(o.getLogits()), w, idx},
-                 {"tokens:0", "part", "parts"}, Work{0, warp::kWarp}, what);
-        else
-          launch(routerTopK(logits.getDimSize(1), k), {act(o.getLogits()), w, idx},
-                 {"tokens:0", "part", "parts"}, Work{0, 1}, what);
+        int64_t experts = logits.getDimSize(1);
+        bool gpu = hooks.isGpu() && routerWarpFits(experts);
+        launch(gpu ? routerTopKWarp(experts, k) : routerTopK(experts, k),
+               {act(o.getLogits()), w, idx}, {"tokens:0", "part", "parts"},
+               gpu ? Work{0, warp::kWarp} : Work{0, 1}, what);
         values[o.getWeights()] = w;
         values[o.getIndices()] = idx;
         return success();
