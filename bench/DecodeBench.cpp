@@ -160,6 +160,38 @@ StepBytes decodeBytes(const kiln::Artifact &artifact, const nlohmann::json &conf
   return bytes;
 }
 
+// A profile summed per kernel, largest first, printed as a table.
+struct KernelRow {
+  std::string kernel, op;
+  int launches = 0;
+  double ms = 0;
+};
+std::vector<KernelRow> printProfile(const std::string &what,
+                                    const std::vector<kiln::Engine::StepTime> &profile) {
+  std::map<std::string, KernelRow> byKernel;
+  double total = 0;
+  for (const auto &t : profile) {
+    KernelRow &row = byKernel[t.kernel];
+    row.kernel = t.kernel;
+    ++row.launches;
+    row.ms += t.milliseconds;
+    if (row.op.empty())
+      row.op = t.op;
+    total += t.milliseconds;
+  }
+  std::vector<KernelRow> rows;
+  for (auto &entry : byKernel)
+    rows.push_back(entry.second);
+  std::sort(rows.begin(), rows.end(), [](const KernelRow &a, const KernelRow &b) { return a.ms > b.ms; });
+  std::printf("profile   %s launch by launch (no graph): %.3f ms in %zu launches\n", what.c_str(),
+              total, profile.size());
+  std::printf("  %-52s %8s %10s %7s\n", "kernel", "launches", "us", "share");
+  for (const KernelRow &row : rows)
+    std::printf("  %-52s %8d %10.1f %6.1f%%\n", row.kernel.c_str(), row.launches, row.ms * 1e3,
+                100.0 * row.ms / total);
+  return rows;
+}
+
 // The matrix FLOPs of a prefill of `tokens` tokens from an empty cache.
 double prefillFlops(const kiln::Artifact &artifact, const nlohmann::json &config, int64_t tokens) {
   const double topK = config.value("num_experts_per_tok", 1);
@@ -287,31 +319,19 @@ int main(int argc, char **argv) {
                 rooflineMs, 100.0 * rooflineMs / decodeMs);
 
     // One step launch by launch.
-    std::vector<kiln::Engine::StepTime> profile = engine->profileDecode(token);
-    double profileTotal = 0;
-    struct Row {
-      int launches = 0;
-      double ms = 0;
-      std::string op;
-    };
-    std::map<std::string, Row> byKernel;
-    for (const auto &t : profile) {
-      Row &row = byKernel[t.kernel];
-      ++row.launches;
-      row.ms += t.milliseconds;
-      if (row.op.empty())
-        row.op = t.op;
-      profileTotal += t.milliseconds;
-    }
-    std::vector<std::pair<std::string, Row>> rows(byKernel.begin(), byKernel.end());
-    std::sort(rows.begin(), rows.end(),
-              [](const auto &a, const auto &b) { return a.second.ms > b.second.ms; });
-    std::printf("profile   one decode step launch by launch (no graph): %.3f ms in %zu launches\n",
-                profileTotal, profile.size());
-    std::printf("  %-52s %8s %10s %7s\n", "kernel", "launches", "us", "share");
-    for (const auto &[name, row] : rows)
-      std::printf("  %-52s %8d %10.1f %6.1f%%\n", name.c_str(), row.launches, row.ms * 1e3,
-                  100.0 * row.ms / profileTotal);
+    const std::vector<KernelRow> rows =
+        printProfile("one decode step", engine->profileDecode(token));
+
+    // One prefill call launch by launch, from an empty cache: the artifact's
+    // largest chunk, or the whole context if smaller.
+    int64_t chunk = 1;
+    for (const auto *entry : *artifact->entry_points())
+      if (entry->name()->str() == "prefill")
+        chunk = entry->max_tokens();
+    chunk = std::min<int64_t>(chunk, options.context);
+    engine->reset();
+    printProfile("one prefill call of " + std::to_string(chunk) + " tokens",
+                 engine->profilePrefill(std::vector<int32_t>(prompt.begin(), prompt.begin() + chunk)));
 
     if (!options.json.empty()) {
       nlohmann::json out;
@@ -326,8 +346,8 @@ int main(int argc, char **argv) {
       out["decode_bytes"] = bytes.total();
       out["roofline_ms"] = rooflineMs;
       out["roofline_fraction"] = rooflineMs / decodeMs;
-      for (const auto &[name, row] : rows)
-        out["profile_us"][name] = row.ms * 1e3;
+      for (const KernelRow &row : rows)
+        out["profile_us"][row.kernel] = row.ms * 1e3;
       std::string tmp = options.json + ".tmp";
       std::ofstream(tmp) << out.dump(2) << "\n";
       std::rename(tmp.c_str(), options.json.c_str());

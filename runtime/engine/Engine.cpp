@@ -632,14 +632,12 @@ std::vector<float> Engine::decode(int32_t token) {
   return impl.lastLogits(entry, 1);
 }
 
-std::vector<Engine::StepTime> Engine::profileDecode(int32_t token) {
-  Impl &impl = *impl_;
-  impl.checkTokens(&token, 1);
-  EntryPlan &entry = impl.decodeEntry ? *impl.decodeEntry : *impl.prefillEntry;
-  std::unique_ptr<StepClock> clock = impl.backend->clock();
-  impl.run(entry, &token, 1, true, clock.get());
-  const std::vector<double> intervals = clock->intervals();
-  std::vector<StepTime> times;
+namespace {
+
+// The launches of `entry` in order, each with its interval from `clock`.
+std::vector<Engine::StepTime> launchTimes(const EntryPlan &entry, StepClock &clock) {
+  const std::vector<double> intervals = clock.intervals();
+  std::vector<Engine::StepTime> times;
   size_t next = 0;
   for (const StepPlan &step : entry.steps)
     if (const auto *launch = std::get_if<LaunchPlan>(&step)) {
@@ -648,6 +646,32 @@ std::vector<Engine::StepTime> Engine::profileDecode(int32_t token) {
       times.push_back({launch->kernel, launch->op, intervals[next++]});
     }
   return times;
+}
+
+} // namespace
+
+std::vector<Engine::StepTime> Engine::profileDecode(int32_t token) {
+  Impl &impl = *impl_;
+  impl.checkTokens(&token, 1);
+  EntryPlan &entry = impl.decodeEntry ? *impl.decodeEntry : *impl.prefillEntry;
+  std::unique_ptr<StepClock> clock = impl.backend->clock();
+  impl.run(entry, &token, 1, true, clock.get());
+  return launchTimes(entry, *clock);
+}
+
+std::vector<Engine::StepTime> Engine::profilePrefill(const std::vector<int32_t> &tokens) {
+  Impl &impl = *impl_;
+  EntryPlan &entry = impl.prefillEntry ? *impl.prefillEntry : *impl.decodeEntry;
+  const auto count = static_cast<int64_t>(tokens.size());
+  if (count < 1 || count > entry.maxTokens)
+    throw RuntimeError("profilePrefill takes 1 to " + std::to_string(entry.maxTokens) +
+                       " tokens (one prefill call), not " + std::to_string(count));
+  if (impl.past + count > impl.contextLength)
+    throw RuntimeError("the " + std::to_string(count) + " tokens do not fit the context");
+  impl.checkTokens(tokens.data(), count);
+  std::unique_ptr<StepClock> clock = impl.backend->clock();
+  impl.run(entry, tokens.data(), count, false, clock.get());
+  return launchTimes(entry, *clock);
 }
 
 int64_t Engine::pastTokens() const { return impl_->past; }

@@ -80,6 +80,9 @@ public:
   // decode(token), run launch by launch (no CUDA graph) with a timestamp
   // after each; returns every launch's time in order.
   std::vector<StepTime> profileDecode(int32_t token);
+  // One prefill call of `tokens` (at most the prefill entry's chunk), run and
+  // timed the same way; the tokens join the conversation.
+  std::vector<StepTime> profilePrefill(const std::vector<int32_t> &tokens);
 
   // Tokens in the KV caches so far.
   int64_t pastTokens() const;

@@ -192,6 +192,14 @@ LogicalResult Lowering::lowerLinear(Value input, Value weightValue, Value result
   Buf x = act(input);
   Buf y = alloc({n}, b.getF32Type());
   values[result] = y;
+  if (auto matrix = hooks.matrixGemm(n, k, entryMaxTokens);
+      matrix && wType.getElementType().isBF16()) {
+    FailureOr<Buf> w = weight(weightValue, Transform::None);
+    if (failed(w))
+      return failure();
+    launch(matrix->kernel, {x, *w, y}, {"tokens:0", "part", "parts"}, matrix->work, what);
+    return success();
+  }
   std::optional<KernelSpec> tiled =
       wType.getElementType().isBF16() ? hooks.tiledGemm(n, k) : std::nullopt;
   if (tiled) {
@@ -473,20 +481,43 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           return failure();
         args.push_back(*pn);
         Buf y = alloc({latent}, f32);
-        if (hooks.isGpu() && warpMoEFits(inter, latent)) {
-          // Three launches, each spreading its products over warps.
+        std::optional<TargetHooks::MatrixExperts> matrix =
+            entryMaxTokens > 1
+                ? hooks.matrixExperts(experts, k, inter, latent, nvfp4, entryMaxTokens)
+                : std::nullopt;
+        if (matrix || (hooks.isGpu() && warpMoEFits(inter, latent))) {
           Buf h = alloc({k, inter}, f32), yk = alloc({k, latent}, f32);
-          SmallVector<Buf> up = {act(o.getInput()), act(o.getIndices())};
-          up.append(projections[0]);
-          up.append(projections[1]);
-          up.push_back(h);
-          launch(expertGateUpWarp(experts, k, inter, latent, nvfp4), up, {"tokens:0", "part", "parts"},
-                 Work{0, warp::kWarp * k * inter / 2}, what);
-          SmallVector<Buf> down = {h, act(o.getIndices())};
-          down.append(projections[2]);
-          down.push_back(yk);
-          launch(expertDownWarp(experts, k, inter, latent, nvfp4), down,
-                 {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * k * latent / 4}, what);
+          if (matrix) {
+            // Prefill: items grouped by expert, then tiles of an expert's items.
+            Type i32 = b.getI32Type();
+            Buf meta = allocShape({fixed(matrix->metaWords)}, i32);
+            Buf tiles = allocShape({fixed(matrix->tileWords)}, i32);
+            Buf items = allocShape({fixed(matrix->itemWords)}, i32);
+            launch(matrix->lists, {act(o.getIndices()), meta, tiles, items},
+                   {"tokens:0", "part", "parts"}, matrix->listsWork, what);
+            SmallVector<Buf> up = {act(o.getInput()), meta, tiles, items};
+            up.append(projections[0]);
+            up.append(projections[1]);
+            up.push_back(h);
+            launch(matrix->gateUp, up, {"part", "parts"}, matrix->gateUpWork, what);
+            SmallVector<Buf> down = {h, meta, tiles, items};
+            down.append(projections[2]);
+            down.push_back(yk);
+            launch(matrix->down, down, {"part", "parts"}, matrix->downWork, what);
+          } else {
+            // Decode: the products spread over warps, a few rows each.
+            SmallVector<Buf> up = {act(o.getInput()), act(o.getIndices())};
+            up.append(projections[0]);
+            up.append(projections[1]);
+            up.push_back(h);
+            launch(expertGateUpWarp(experts, k, inter, latent, nvfp4), up,
+                   {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * k * inter / 2}, what);
+            SmallVector<Buf> down = {h, act(o.getIndices())};
+            down.append(projections[2]);
+            down.push_back(yk);
+            launch(expertDownWarp(experts, k, inter, latent, nvfp4), down,
+                   {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * k * latent / 4}, what);
+          }
           Buf scales = alloc({k}, f32);
           int64_t threads = rowBlockThreads(latent);
           launch(expertScalesBlock(k, latent, o.getEps().convertToDouble()),

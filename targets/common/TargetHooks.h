@@ -35,6 +35,34 @@ public:
   // A tile-based GEMM y[T, n] = x_bf16[T, k] · Wᵀ for weights in the
   // target's tile layout (x86: AMX VNNI blocks), or none: the vector GEMM.
   virtual std::optional<KernelSpec> tiledGemm(int64_t n, int64_t k) const = 0;
+  // A matrix-core GEMM for prefill-shaped products (entry points of up to
+  // `maxTokens` > 1 tokens): y[T, n] = x[T, k] · Wᵀ straight from the f32
+  // activations and the checkpoint's bf16 weights, with the launch it needs;
+  // or none, and the target's GEMV serves.
+  struct MatrixGemm {
+    KernelSpec kernel;
+    Work work;
+  };
+  virtual std::optional<MatrixGemm> matrixGemm(int64_t /*n*/, int64_t /*k*/,
+                                               int64_t /*maxTokens*/) const {
+    return std::nullopt;
+  }
+  // The MegaMoE expert stage of prefill on matrix cores (entry points of up
+  // to `maxTokens` > 1 tokens): a kernel that groups the (token, expert)
+  // items by expert into i32 buffers of `metaWords`, `tileWords` and
+  // `itemWords` (idx, the buffers; T), then grouped gate/up with SwiGLU (z,
+  // buffers, gate and up weights, h) and down (h, buffers, down weights, y),
+  // each with its launch; or none, and the GEMVs serve.
+  struct MatrixExperts {
+    KernelSpec lists, gateUp, down;
+    Work listsWork, gateUpWork, downWork;
+    int64_t metaWords = 0, tileWords = 0, itemWords = 0;
+  };
+  virtual std::optional<MatrixExperts> matrixExperts(int64_t /*experts*/, int64_t /*k*/,
+                                                     int64_t /*intermediate*/, int64_t /*latent*/,
+                                                     bool /*nvfp4*/, int64_t /*maxTokens*/) const {
+    return std::nullopt;
+  }
   // The shape of a launch with `work` pieces, for entry points of up to
   // `maxTokens` tokens.
   virtual LaunchShape shape(Work work, int64_t maxTokens) const = 0;

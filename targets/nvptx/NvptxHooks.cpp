@@ -1,8 +1,29 @@
 #include "targets/nvptx/NvptxHooks.h"
 
+#include "targets/nvptx/MmaExperts.h"
+#include "targets/nvptx/MmaGemm.h"
+
 #include <algorithm>
 
 namespace kiln::nvptx {
+
+std::optional<kernels::TargetHooks::MatrixGemm>
+NvptxHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens) const {
+  if (maxTokens <= 1 || !mmaGemmFits(n, k))
+    return std::nullopt;
+  return MatrixGemm{mmaGemm(n, k), mmaGemmWork(n, maxTokens)};
+}
+
+std::optional<kernels::TargetHooks::MatrixExperts>
+NvptxHooks::matrixExperts(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
+                          bool nvfp4, int64_t maxTokens) const {
+  MmaExpertsShape s{experts, k, intermediate, latent, nvfp4, maxTokens};
+  if (!mmaExpertsFit(s))
+    return std::nullopt;
+  return MatrixExperts{mmaExpertLists(s),      mmaExpertGateUp(s),      mmaExpertDown(s),
+                       mmaExpertListsWork(s),  mmaExpertGateUpWork(s),  mmaExpertDownWork(s),
+                       experts + 2,            2 * s.maxTiles(),        s.maxItems()};
+}
 
 // A fixed amount of work: blocks of up to 128 threads covering it. Work that
 // grows with T: one 32-thread block per piece per token, so the grid grows

@@ -1,6 +1,6 @@
-// The NVPTX target's answers to the shared lowering: no tiled GEMM yet (the
-// vector GEMM runs one output column per thread), and one thread per piece
-// of work.
+// The NVPTX target's answers to the shared lowering: the tensor-core GEMM
+// (MmaGemm.h) for prefill-shaped products, and launch shapes for the warp
+// and row kernels.
 #pragma once
 
 #include "targets/common/TargetHooks.h"
@@ -14,6 +14,10 @@ public:
   std::optional<kernels::KernelSpec> tiledGemm(int64_t, int64_t) const override {
     return std::nullopt;
   }
+  std::optional<MatrixGemm> matrixGemm(int64_t n, int64_t k, int64_t maxTokens) const override;
+  std::optional<MatrixExperts> matrixExperts(int64_t experts, int64_t k, int64_t intermediate,
+                                             int64_t latent, bool nvfp4,
+                                             int64_t maxTokens) const override;
   kernels::LaunchShape shape(kernels::Work work, int64_t maxTokens) const override;
 };
 

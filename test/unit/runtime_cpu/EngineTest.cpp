@@ -210,6 +210,26 @@ TEST_F(EngineTest, ProfileDecodeTimesEveryLaunchAndDecodes) {
   }
 }
 
+TEST_F(EngineTest, ProfilePrefillTimesOneCallAndPrefills) {
+  const std::vector<int32_t> ids = prompt(7); // the test artifact takes 8 a call
+  auto plain = make(testArtifact());
+  plain->prefill(ids);
+  const std::vector<float> expected = plain->decode(4);
+  auto profiled = make(testArtifact());
+  const std::vector<Engine::StepTime> times = profiled->profilePrefill(ids);
+  EXPECT_EQ(profiled->pastTokens(), 7); // the tokens joined the conversation
+  EXPECT_EQ(profiled->decode(4), expected);
+  const fb::EntryPoint &entry = profiled->artifact().entryPoint("prefill");
+  size_t launches = 0;
+  for (const fb::StepEntry *step : *entry.steps())
+    launches += step->step_type() == fb::Step::Launch;
+  ASSERT_EQ(times.size(), launches);
+  // More than one call's worth of tokens, or none, is refused.
+  EXPECT_THROW(profiled->profilePrefill({}), RuntimeError);
+  EXPECT_THROW(profiled->profilePrefill(std::vector<int32_t>(size_t(entry.max_tokens()) + 1, 1)),
+               RuntimeError);
+}
+
 TEST_F(EngineTest, ResetForgetsTheConversation) {
   auto engine = make(testArtifact());
   const std::vector<float> first = engine->prefill(prompt(10));

@@ -1,0 +1,22 @@
+// The NVPTX tensor-core GEMM for prefill-shaped products: y[T, n] = x[T, k] ·
+// Wᵀ from the f32 activations and the checkpoint's bf16 weights [n, k] as they
+// are (the tile body: MmaTile.h). Blocks are ordered so that 8 neighbouring
+// row tiles run over the same weight columns together, which keeps both
+// operands in L2.
+#pragma once
+
+#include "targets/common/KernelSpec.h"
+#include "targets/common/TargetHooks.h"
+
+#include <cstdint>
+
+namespace kiln::nvptx {
+
+// Whether (n, k) fits the kernel: k a multiple of its k step, n of 8.
+bool mmaGemmFits(int64_t n, int64_t k);
+kernels::KernelSpec mmaGemm(int64_t n, int64_t k);
+// The launch for up to `maxTokens` rows: one block per tile; blocks whose row
+// tile starts past the call's T return at once.
+kernels::Work mmaGemmWork(int64_t n, int64_t maxTokens);
+
+} // namespace kiln::nvptx
