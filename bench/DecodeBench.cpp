@@ -139,23 +139,28 @@ struct StepBytes {
 };
 
 // What one decode step at KV length `past` must read.
-StepBytes decodeBytes(const kiln::Artifact &artifact, const nlohmann::json &config, int64_t past) {
+StepBytes decodeBytes(const kiln::Artifact &artifact, const nlohmann::json &config, int64_t past,
+                      int64_t batch = 1) {
   const double topK = config.value("num_experts_per_tok", 1);
   const double vocab = config.value("vocab_size", 1);
   StepBytes bytes;
   for (const fb::WeightBinding *w : *artifact->weights()) {
     const std::string name = w->name()->str();
     const double b = double(w->bytes());
+    // `batch` tokens each picking topK of E experts touch, with uniform
+    // routing, E (1 - (1 - topK/E)^batch) distinct experts on average.
+    const double picked = std::min(1.0, topK / double(std::max<uint32_t>(w->stack(), 1)));
     if (w->stack() > 0)
-      bytes.experts += b * std::min(1.0, topK / double(w->stack()));
+      bytes.experts += b * (1.0 - std::pow(1.0 - picked, double(batch)));
     else if (name == "model.embed_tokens.weight")
-      bytes.weights += b / vocab; // one row
+      bytes.weights += b / vocab * double(batch); // one row a token
     else
       bytes.weights += b;
   }
   for (const fb::KvCache *kv : *artifact->kv_caches()) {
     const int64_t positions = kv->window() ? std::min<int64_t>(kv->window(), past + 1) : past + 1;
-    bytes.kv += 2.0 * double(positions) * kv->kv_heads() * kv->head_dim() * 4.0; // K and V, f32
+    bytes.kv += 2.0 * double(positions) * kv->kv_heads() * kv->head_dim() * 4.0 *
+                double(batch); // K and V, f32, each conversation's
   }
   return bytes;
 }
@@ -333,6 +338,57 @@ int main(int argc, char **argv) {
     printProfile("one prefill call of " + std::to_string(chunk) + " tokens",
                  engine->profilePrefill(std::vector<int32_t>(prompt.begin(), prompt.begin() + chunk)));
 
+    // Batched decode: every conversation prefilled to the same context, then
+    // one token each per decode_batch call.
+    double batchMs = 0, batchRooflineMs = 0;
+    const int64_t batch = engine->conversations();
+    if (batch > 1) {
+      engine->reset();
+      auto fillStart = Clock::now();
+      std::vector<int32_t> tokens(static_cast<size_t>(batch), 0);
+      for (int64_t c = 0; c < batch; ++c) {
+        std::vector<int32_t> own(prompt);
+        for (int32_t &id : own)
+          id = int32_t((id + 131 * c) % vocab);
+        tokens[size_t(c)] = argmax(engine->prefill(c, own));
+      }
+      std::printf("prefill   %lld conversations of %lld tokens in %.1f s\n", (long long)batch,
+                  (long long)options.context, msSince(fillStart) / 1e3);
+      auto stepBatch = [&] {
+        std::vector<float> rows = engine->decodeBatch(tokens);
+        for (int64_t c = 0; c < batch; ++c)
+          tokens[size_t(c)] = int32_t(
+              std::max_element(rows.begin() + c * vocab, rows.begin() + (c + 1) * vocab) -
+              (rows.begin() + c * vocab));
+      };
+      for (int i = 0; i < 2; ++i) // direct, then recorded
+        stepBatch();
+      const int64_t batchPast = engine->pastTokens(0);
+      std::vector<double> batchSteps;
+      for (int i = 0; i < options.steps; ++i) {
+        auto start = Clock::now();
+        stepBatch();
+        batchSteps.push_back(msSince(start));
+      }
+      batchMs = median(batchSteps);
+      std::printf("decode    batch %lld, KV length %lld each: %.3f ms a step median of %d (min "
+                  "%.3f): %.1f tokens/s per user, %.1f tokens/s in all\n",
+                  (long long)batch, (long long)batchPast, batchMs, options.steps,
+                  *std::min_element(batchSteps.begin(), batchSteps.end()), 1e3 / batchMs,
+                  double(batch) * 1e3 / batchMs);
+      if (nvidia) {
+        const StepBytes batchBytes = decodeBytes(artifact, config, batchPast, batch);
+        batchRooflineMs = batchBytes.total() / bandwidth * 1e3;
+        std::printf("roofline  %.3f GB a step (weights %.3f, experts %.3f with uniform routing, "
+                    "KV %.3f) / copy bandwidth = %.3f ms: Kiln at %.1f%% of roofline\n",
+                    batchBytes.total() / 1e9, batchBytes.weights / 1e9, batchBytes.experts / 1e9,
+                    batchBytes.kv / 1e9, batchRooflineMs, 100.0 * batchRooflineMs / batchMs);
+      }
+    } else {
+      std::printf("decode    batched: the artifact has no decode_batch entry (kilnc "
+                  "--decode-batch N)\n");
+    }
+
     if (!options.json.empty()) {
       nlohmann::json out;
       out["device"] = engine->device();
@@ -346,6 +402,11 @@ int main(int argc, char **argv) {
       out["decode_bytes"] = bytes.total();
       out["roofline_ms"] = rooflineMs;
       out["roofline_fraction"] = rooflineMs / decodeMs;
+      if (batch > 1) {
+        out["decode_batch"] = batch;
+        out["decode_batch_ms_per_step"] = batchMs;
+        out["decode_batch_roofline_ms"] = batchRooflineMs;
+      }
       for (const KernelRow &row : rows)
         out["profile_us"][row.kernel] = row.ms * 1e3;
       std::string tmp = options.json + ".tmp";

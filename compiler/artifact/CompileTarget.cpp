@@ -24,10 +24,9 @@ std::unique_ptr<kernels::TargetHooks> hooksFor(const TargetChoice &target) {
   return std::make_unique<x86::X86Hooks>();
 }
 
-mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph, int64_t maxPrefillTokens,
+mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph,
+                                                    const kernels::LowerOptions &options,
                                                     const TargetChoice &target) {
-  kernels::LowerOptions options;
-  options.maxPrefillTokens = maxPrefillTokens;
   std::unique_ptr<kernels::TargetHooks> hooks = hooksFor(target);
   mlir::FailureOr<kernels::LoweredModel> lowered = kernels::lowerToPlan(graph, options, *hooks);
   if (mlir::failed(lowered))
@@ -41,9 +40,9 @@ mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph, int64_
 
 mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spark::Config &config,
                                            muse_spark::WeightFormat format,
-                                           int64_t maxPrefillTokens, const TargetChoice &target,
-                                           std::string &error) {
-  mlir::FailureOr<kernels::LoweredModel> lowered = lowerAndPlan(graph, maxPrefillTokens, target);
+                                           const kernels::LowerOptions &lowerOptions,
+                                           const TargetChoice &target, std::string &error) {
+  mlir::FailureOr<kernels::LoweredModel> lowered = lowerAndPlan(graph, lowerOptions, target);
   if (mlir::failed(lowered)) {
     error = "lowering to the " + target.name() +
             " plan failed (see above)";

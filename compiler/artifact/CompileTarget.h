@@ -27,7 +27,8 @@ struct TargetChoice {
 std::unique_ptr<kernels::TargetHooks> hooksFor(const TargetChoice &target);
 
 // Lowers `graph` to the target's plan and assigns arena offsets.
-mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph, int64_t maxPrefillTokens,
+mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph,
+                                                    const kernels::LowerOptions &options,
                                                     const TargetChoice &target);
 
 struct TargetBuild {
@@ -39,7 +40,8 @@ struct TargetBuild {
 // Everything; `error` says what failed (diagnostics are emitted as well).
 mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spark::Config &config,
                                            muse_spark::WeightFormat format,
-                                           int64_t maxPrefillTokens, const TargetChoice &target,
+                                           const kernels::LowerOptions &options,
+                                           const TargetChoice &target,
                                            std::string &error);
 
 } // namespace kiln

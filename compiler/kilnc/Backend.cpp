@@ -56,9 +56,12 @@ void report(const TargetBuild &build, const TargetChoice &target, const std::str
 } // namespace
 
 int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
+  kernels::LowerOptions lower;
+  lower.maxPrefillTokens = request.maxPrefillTokens;
+  lower.decodeBatch = request.decodeBatch;
   if (request.output == BackendOutput::Plan || request.output == BackendOutput::Kernels) {
     mlir::FailureOr<kernels::LoweredModel> lowered =
-        lowerAndPlan(graph, request.maxPrefillTokens, request.target);
+        lowerAndPlan(graph, lower, request.target);
     if (mlir::failed(lowered))
       return fail("lowering to the plan failed (see above)");
     std::string text;
@@ -92,7 +95,7 @@ int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
     return fail("an artifact or kernel library is binary: name the file with -o");
   std::string error;
   mlir::FailureOr<TargetBuild> build = buildArtifact(graph, *request.config, request.format,
-                                                     request.maxPrefillTokens, request.target, error);
+                                                     lower, request.target, error);
   if (mlir::failed(build))
     return fail(error);
   if (request.output == BackendOutput::Library) {

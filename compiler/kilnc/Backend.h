@@ -19,6 +19,7 @@ struct BackendRequest {
   TargetChoice target;
   std::string outputPath = "-";
   int64_t maxPrefillTokens = 64;
+  int64_t decodeBatch = 1; // conversations of the decode_batch entry (1: none)
   bool report = false;
   const muse_spark::Config *config = nullptr;
   muse_spark::WeightFormat format = muse_spark::WeightFormat::BF16;

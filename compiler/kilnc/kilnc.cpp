@@ -88,6 +88,12 @@ cl::opt<int64_t> maxPrefillTokens("max-prefill-tokens",
                                   cl::desc("Largest prompt chunk one prefill call takes (default 64)"),
                                   cl::init(64), cl::cat(kilncCategory));
 
+cl::opt<int64_t> decodeBatch(
+    "decode-batch",
+    cl::desc("GPU targets: also build a decode_batch entry point that steps up to N "
+             "conversations one token each in one call (default 1: none)"),
+    cl::init(1), cl::cat(kilncCategory));
+
 cl::opt<std::string> outputPath("o", cl::desc("Output file ('-' for stdout)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(kilncCategory));
 
@@ -230,6 +236,12 @@ int main(int argc, char **argv) {
     return fail("targets run one rank for now: --tp, --ep and --sp shape --emit=graph only");
   if (maxPrefillTokens < 1)
     return fail("--max-prefill-tokens must be at least 1");
+  if (decodeBatch < 1 || decodeBatch > 1024)
+    return fail("--decode-batch must be 1 to 1024, got " + std::to_string(decodeBatch));
+  if (decodeBatch > 1 && target != Target::Sm90 && target != Target::Sm100 &&
+      target != Target::Gfx942 && target != Target::Gfx950)
+    return fail("--decode-batch needs a GPU target (sm_90, sm_100, gfx942, gfx950): the x86 "
+                "runtime decodes one conversation");
   if (what == Emit::Model && layout.devices() > 1)
     return fail("--tp, --ep and --sp shape the graph pipeline: use them with --emit=graph");
 
@@ -313,6 +325,7 @@ int main(int argc, char **argv) {
                                              : kiln::BackendOutput::Artifact;
     request.outputPath = outputPath;
     request.maxPrefillTokens = maxPrefillTokens;
+    request.decodeBatch = decodeBatch;
     request.report = report;
     request.config = &config;
     request.format = format;

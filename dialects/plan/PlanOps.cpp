@@ -105,6 +105,11 @@ LogicalResult LaunchOp::verify() {
 LogicalResult EntryOp::verify() {
   if (getMaxTokens() < 1)
     return emitOpError() << "max_tokens must be at least 1, got " << getMaxTokens();
+  if (std::optional<int64_t> sequences = getSequences();
+      sequences && (*sequences < 2 || *sequences != getMaxTokens()))
+    return emitOpError() << "sequences (" << *sequences
+                         << ") must be at least 2 and equal max_tokens (" << getMaxTokens()
+                         << "): token t continues conversation t";
   return success();
 }
 

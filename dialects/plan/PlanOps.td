@@ -15,7 +15,9 @@ def Plan_EntryOp : Plan_Op<"entry", [Symbol, SingleBlock, NoTerminator,
   let summary = "the steps of one entry point";
   let description = [{
     Runs its body top to bottom for a call of T tokens, 1 <= T <= max_tokens.
-    `arena_bytes` is set by `plan-assign-offsets`.
+    `arena_bytes` is set by `plan-assign-offsets`. With `sequences` = N the
+    call's token t is the next token of conversation t of N (batched decode):
+    it sits at positions[t], and KV cache bindings hold all N conversations.
 
     ```mlir
     plan.entry @decode {max_tokens = 1 : i64} {
@@ -25,6 +27,7 @@ def Plan_EntryOp : Plan_Op<"entry", [Symbol, SingleBlock, NoTerminator,
     ```
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$max_tokens,
+                       OptionalAttr<I64Attr>:$sequences,
                        OptionalAttr<I64Attr>:$arena_bytes);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$sym_name attr-dict-with-keyword $body";

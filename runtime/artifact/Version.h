@@ -11,6 +11,7 @@ namespace kiln::artifact {
 // Bumped when a change breaks readers: a field's meaning or a rule changes.
 constexpr uint32_t kSchemaMajor = 1;
 // Bumped when optional fields are added at the end of a table.
-constexpr uint32_t kSchemaMinor = 1; // 1: Launch.grid and Launch.block (GPU targets)
+// 1: Launch.grid and Launch.block (GPU targets); 2: EntryPoint.sequences.
+constexpr uint32_t kSchemaMinor = 2;
 
 } // namespace kiln::artifact

@@ -33,6 +33,9 @@ struct BufferArg {
   uint64_t offset = 0;
   std::vector<fb::Dim> dims;
   int64_t slots = -1; // KvCache: replaces dims[0]
+  // KvCache in a one-conversation entry: the bytes of one conversation's
+  // cache; a call for conversation c adds c times this to the address.
+  uint64_t conversationBytes = 0;
   int64_t elementSize = 1;
   DeviceAddress address = 0; // the buffer's base + offset
 };
@@ -71,6 +74,7 @@ using StepPlan = std::variant<LaunchPlan, CopyPlan>;
 struct EntryPlan {
   std::string name;
   int64_t maxTokens = 1;
+  int64_t sequences = 0; // EntryPoint.sequences: token t continues conversation t
   DeviceMemory arena;
   fb::Dim logitsRows{1, 0, 1};
   std::vector<StepPlan> steps;
@@ -103,7 +107,13 @@ struct Engine::Impl {
   std::vector<EntryPlan> entries;
   EntryPlan *prefillEntry = nullptr;
   EntryPlan *decodeEntry = nullptr;
-  int64_t past = 0;
+  EntryPlan *batchEntry = nullptr; // decode_batch
+  // Conversations the caches hold (the decode_batch entry's batch, or 1),
+  // each one's tokens so far, and the one the next one-conversation call
+  // continues.
+  int64_t conversations = 1;
+  std::vector<int64_t> past;
+  int64_t current = 0;
   std::vector<int32_t> hostInputs; // a call's ids, then its positions
 
   explicit Impl(Artifact loaded) : artifact(std::move(loaded)) {}
@@ -130,9 +140,11 @@ struct Engine::Impl {
   // With a clock: a mark before the first launch and after each.
   void runSteps(EntryPlan &entry, int64_t tokens, StepClock *clock = nullptr);
   LaunchCall evaluateLaunch(LaunchPlan &launch, int64_t tokens) const;
-  void updateRecording(EntryPlan &entry);
+  void updateRecording(EntryPlan &entry, int64_t tokens);
   std::vector<float> lastLogits(const EntryPlan &entry, int64_t tokens);
   void checkTokens(const int32_t *tokens, int64_t count) const;
+  // The conversation one-conversation calls continue from now on.
+  void select(int64_t conversation);
 };
 
 void Engine::Impl::createBackend(const EngineOptions &options) {
@@ -174,12 +186,16 @@ void Engine::Impl::parseModel(const EngineOptions &options) {
 }
 
 void Engine::Impl::allocateBuffers() {
+  for (const fb::EntryPoint *entry : *artifact->entry_points())
+    conversations = std::max<int64_t>(conversations, entry->sequences());
+  past.assign(static_cast<size_t>(conversations), 0);
   if (const auto *caches = artifact->kv_caches())
     for (const fb::KvCache *cache : *caches) {
       const KvCacheSpec spec{cache->layer(), cache->window(),
                              cache->kv_heads(), cache->head_dim(),
                              toDType(cache->dtype())};
-      const uint64_t bytes = kvCacheBufferBytes(spec, contextLength);
+      const uint64_t bytes =
+          kvCacheBufferBytes(spec, contextLength) * static_cast<uint64_t>(conversations);
       const std::string name =
           "KV cache of layer " + std::to_string(spec.layer);
       kvSlots.push_back(kvCacheSlots(spec, contextLength));
@@ -224,8 +240,12 @@ BufferArg Engine::Impl::planBuffer(const fb::BufferRef &ref,
     fail(where + ": rank " + std::to_string(rank) + " (kernels take ranks " +
          std::to_string(memref::kMinRank) + ".." +
          std::to_string(memref::kMaxRank) + ")");
-  if (arg.kind == fb::BufferKind::KvCache)
-    arg.slots = kvSlots.at(arg.index / 2);
+  if (arg.kind == fb::BufferKind::KvCache) {
+    // A batched entry sees every conversation's cache, one after another.
+    arg.slots = kvSlots.at(arg.index / 2) * (entry.sequences ? conversations : 1);
+    if (!entry.sequences)
+      arg.conversationBytes = kv.at(arg.index).size() / static_cast<uint64_t>(conversations);
+  }
   if (arg.kind == fb::BufferKind::Output && rank == 2) {
     const int64_t width = evaluate(arg.dims[1], entry.maxTokens);
     if (width != vocab)
@@ -310,12 +330,18 @@ void Engine::Impl::planEntries() {
     EntryPlan &entry = entries[e];
     entry.name = source.name()->str();
     entry.maxTokens = source.max_tokens();
+    entry.sequences = source.sequences();
+    if (entry.sequences && (entry.sequences != entry.maxTokens || entry.sequences < 2))
+      fail("entry point '" + entry.name + "': sequences " + std::to_string(entry.sequences) +
+           " must be at least 2 and equal max_tokens (" + std::to_string(entry.maxTokens) + ")");
     entry.arena = DeviceMemory::allocate(
         *backend, source.arena_bytes(),
         "arena of entry point '" + entry.name + "'");
     if (source.logits_rows())
       entry.logitsRows = *source.logits_rows();
     const int64_t rowsAtMax = evaluate(entry.logitsRows, entry.maxTokens);
+    if (entry.sequences && rowsAtMax != entry.maxTokens)
+      fail("entry point '" + entry.name + "': a batched entry writes every token's logits");
     if (evaluate(entry.logitsRows, 1) < 1 ||
         (rowsAtMax != 1 && rowsAtMax < entry.maxTokens))
       fail("entry point '" + entry.name +
@@ -348,6 +374,8 @@ void Engine::Impl::planEntries() {
       prefillEntry = &entry;
     else if (entry.name == "decode")
       decodeEntry = &entry;
+    else if (entry.sequences)
+      batchEntry = &entry;
   }
   if (!prefillEntry && !decodeEntry)
     fail("no entry point 'prefill' or 'decode'");
@@ -454,7 +482,8 @@ LaunchCall Engine::Impl::evaluateLaunch(LaunchPlan &launch,
   for (size_t b = 0; b < launch.buffers.size(); ++b) {
     const BufferArg &arg = launch.buffers[b];
     BufferArgument &argument = launch.arguments[b];
-    argument.address = arg.address;
+    argument.address =
+        arg.address + static_cast<uint64_t>(current) * arg.conversationBytes;
     argument.rank = static_cast<int>(arg.dims.size());
     evaluateArg(arg, tokens, argument.sizes);
   }
@@ -468,7 +497,7 @@ LaunchCall Engine::Impl::evaluateLaunch(LaunchPlan &launch,
       value = tokens + launch.scalarConstants[s];
       break;
     case fb::ScalarKind::PastTokens:
-      value = past + launch.scalarConstants[s];
+      value = past[current] + launch.scalarConstants[s];
       break;
     case fb::ScalarKind::Part:
     case fb::ScalarKind::Parts:
@@ -508,12 +537,13 @@ void Engine::Impl::runSteps(EntryPlan &entry, int64_t tokens, StepClock *clock) 
   }
 }
 
-void Engine::Impl::updateRecording(EntryPlan &entry) {
-  // At T = 1 only the PastTokens scalars change from call to call.
+void Engine::Impl::updateRecording(EntryPlan &entry, int64_t tokens) {
+  // Between recorded calls only the PastTokens scalars change (and the
+  // inputs, uploaded before each replay).
   for (StepPlan &step : entry.steps)
     if (auto *launch = std::get_if<LaunchPlan>(&step);
         launch && launch->readsPast) {
-      const LaunchCall call = evaluateLaunch(*launch, 1);
+      const LaunchCall call = evaluateLaunch(*launch, tokens);
       if (call.grid > 0) // skipped launches were not recorded
         entry.recording->update(*launch->prepared, call);
     }
@@ -521,38 +551,60 @@ void Engine::Impl::updateRecording(EntryPlan &entry) {
 
 void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count,
                        bool decodeCall, StepClock *clock) {
-  if (past + count > contextLength)
-    throw RuntimeError("the context is full: " + std::to_string(past) +
-                       " tokens + " + std::to_string(count) + " new exceed " +
-                       std::to_string(contextLength) +
-                       " (raise the context length)");
   int32_t *ids = hostInputs.data();
   int32_t *positions = ids + count;
-  for (int64_t t = 0; t < count; ++t) {
-    ids[t] = tokens[t];
-    positions[t] = static_cast<int32_t>(past + t);
+  if (entry.sequences) {
+    // Token t continues conversation t.
+    for (int64_t t = 0; t < count; ++t)
+      if (past[t] + 1 > contextLength)
+        throw RuntimeError("the context of conversation " + std::to_string(t) + " is full (" +
+                           std::to_string(past[t]) + " tokens of " +
+                           std::to_string(contextLength) + "; raise the context length)");
+    for (int64_t t = 0; t < count; ++t) {
+      ids[t] = tokens[t];
+      positions[t] = static_cast<int32_t>(past[t]);
+    }
+  } else {
+    const int64_t before = past[current];
+    if (before + count > contextLength)
+      throw RuntimeError("the context is full: " + std::to_string(before) + " tokens + " +
+                         std::to_string(count) + " new exceed " + std::to_string(contextLength) +
+                         " (raise the context length)");
+    for (int64_t t = 0; t < count; ++t) {
+      ids[t] = tokens[t];
+      positions[t] = static_cast<int32_t>(before + t);
+    }
   }
   const uint64_t inputBytes = static_cast<uint64_t>(count) * 4;
   backend->upload(inputs[0].address(), ids, inputBytes);
   backend->upload(inputs[1].address(), positions, inputBytes);
+  // A recorded step keeps the addresses and T it was recorded with:
+  // conversation 0's caches at T = 1, or a full batch.
+  const bool recordable = decodeCall && backend->canRecord() &&
+                          (entry.sequences ? count == entry.maxTokens
+                                           : count == 1 && current == 0);
   if (clock) {
     runSteps(entry, count, clock);
-  } else if (decodeCall && count == 1 && backend->canRecord()) {
+  } else if (recordable) {
     if (entry.recording) {
-      updateRecording(entry);
+      updateRecording(entry, count);
       entry.recording->replay();
     } else if (entry.decodeCalls > 0) {
-      entry.recording = backend->record([&] { runSteps(entry, 1); });
+      entry.recording = backend->record([&] { runSteps(entry, count); });
       entry.recording->replay();
     } else {
-      runSteps(entry, 1);
+      runSteps(entry, count);
     }
     ++entry.decodeCalls;
   } else {
     runSteps(entry, count);
   }
   backend->synchronize();
-  past += count;
+  if (entry.sequences)
+    for (int64_t t = 0; t < count; ++t)
+      ++past[t];
+  else
+    past[current] += count;
 }
 
 std::vector<float> Engine::Impl::lastLogits(const EntryPlan &entry,
@@ -604,15 +656,32 @@ std::unique_ptr<Engine> Engine::create(Artifact artifact,
 }
 
 std::vector<float> Engine::prefill(const std::vector<int32_t> &tokens) {
+  return prefill(0, tokens);
+}
+
+std::vector<float> Engine::decode(int32_t token) { return decode(0, token); }
+
+void Engine::Impl::select(int64_t conversation) {
+  if (conversation < 0 || conversation >= conversations)
+    throw RuntimeError("conversation " + std::to_string(conversation) + " is outside 0.." +
+                       std::to_string(conversations - 1) +
+                       (conversations == 1 ? " (the artifact has no decode_batch entry: "
+                                             "compile with kilnc --decode-batch N)"
+                                           : ""));
+  current = conversation;
+}
+
+std::vector<float> Engine::prefill(int64_t conversation, const std::vector<int32_t> &tokens) {
   Impl &impl = *impl_;
+  impl.select(conversation);
   if (tokens.empty())
     throw RuntimeError("prefill needs at least one token");
   impl.checkTokens(tokens.data(), static_cast<int64_t>(tokens.size()));
   const int64_t total = static_cast<int64_t>(tokens.size());
-  if (impl.past + total > impl.contextLength)
+  const int64_t used = impl.past[conversation];
+  if (used + total > impl.contextLength)
     throw RuntimeError("the prompt's " + std::to_string(total) +
-                       " tokens do not fit the context (" +
-                       std::to_string(impl.past) + " of " +
+                       " tokens do not fit the context (" + std::to_string(used) + " of " +
                        std::to_string(impl.contextLength) + " used)");
   EntryPlan &entry = impl.prefillEntry ? *impl.prefillEntry : *impl.decodeEntry;
   int64_t done = 0, chunk = 0;
@@ -624,13 +693,35 @@ std::vector<float> Engine::prefill(const std::vector<int32_t> &tokens) {
   return impl.lastLogits(entry, chunk);
 }
 
-std::vector<float> Engine::decode(int32_t token) {
+std::vector<float> Engine::decode(int64_t conversation, int32_t token) {
   Impl &impl = *impl_;
+  impl.select(conversation);
   impl.checkTokens(&token, 1);
   EntryPlan &entry = impl.decodeEntry ? *impl.decodeEntry : *impl.prefillEntry;
   impl.run(entry, &token, 1, true);
   return impl.lastLogits(entry, 1);
 }
+
+std::vector<float> Engine::decodeBatch(const std::vector<int32_t> &tokens) {
+  Impl &impl = *impl_;
+  if (!impl.batchEntry)
+    throw RuntimeError(impl.artifact.source() +
+                       ": the artifact has no decode_batch entry (compile with kilnc "
+                       "--decode-batch N)");
+  const auto count = static_cast<int64_t>(tokens.size());
+  if (count < 1 || count > impl.batchEntry->maxTokens)
+    throw RuntimeError("decodeBatch takes 1 to " + std::to_string(impl.batchEntry->maxTokens) +
+                       " tokens (one per conversation), not " + std::to_string(count));
+  impl.checkTokens(tokens.data(), count);
+  impl.current = 0;
+  impl.run(*impl.batchEntry, tokens.data(), count, true);
+  std::vector<float> result(static_cast<size_t>(count * impl.vocab));
+  impl.backend->download(result.data(), impl.logits.address(),
+                         static_cast<uint64_t>(count * impl.vocab * 4));
+  return result;
+}
+
+int64_t Engine::conversations() const { return impl_->conversations; }
 
 namespace {
 
@@ -653,6 +744,7 @@ std::vector<Engine::StepTime> launchTimes(const EntryPlan &entry, StepClock &clo
 std::vector<Engine::StepTime> Engine::profileDecode(int32_t token) {
   Impl &impl = *impl_;
   impl.checkTokens(&token, 1);
+  impl.current = 0;
   EntryPlan &entry = impl.decodeEntry ? *impl.decodeEntry : *impl.prefillEntry;
   std::unique_ptr<StepClock> clock = impl.backend->clock();
   impl.run(entry, &token, 1, true, clock.get());
@@ -666,7 +758,8 @@ std::vector<Engine::StepTime> Engine::profilePrefill(const std::vector<int32_t> 
   if (count < 1 || count > entry.maxTokens)
     throw RuntimeError("profilePrefill takes 1 to " + std::to_string(entry.maxTokens) +
                        " tokens (one prefill call), not " + std::to_string(count));
-  if (impl.past + count > impl.contextLength)
+  impl.current = 0;
+  if (impl.past[0] + count > impl.contextLength)
     throw RuntimeError("the " + std::to_string(count) + " tokens do not fit the context");
   impl.checkTokens(tokens.data(), count);
   std::unique_ptr<StepClock> clock = impl.backend->clock();
@@ -674,11 +767,16 @@ std::vector<Engine::StepTime> Engine::profilePrefill(const std::vector<int32_t> 
   return launchTimes(entry, *clock);
 }
 
-int64_t Engine::pastTokens() const { return impl_->past; }
+int64_t Engine::pastTokens(int64_t conversation) const {
+  if (conversation < 0 || conversation >= impl_->conversations)
+    throw RuntimeError("conversation " + std::to_string(conversation) + " is outside 0.." +
+                       std::to_string(impl_->conversations - 1));
+  return impl_->past[conversation];
+}
 
 void Engine::reset() {
   Impl &impl = *impl_;
-  impl.past = 0;
+  std::fill(impl.past.begin(), impl.past.end(), 0);
   for (const DeviceMemory &buffer : impl.kv)
     impl.backend->fill(buffer.address(), 0, buffer.size());
   impl.backend->synchronize();

@@ -64,11 +64,22 @@ public:
   Engine &operator=(const Engine &) = delete;
 
   // Runs the prompt through the prefill entry point in chunks of at most its
-  // max_tokens, at positions past .. past + n - 1; returns the logits of the
-  // last token (vocabSize() floats).
+  // max_tokens, at positions past .. past + n - 1 of conversation 0; returns
+  // the logits of the last token (vocabSize() floats).
   std::vector<float> prefill(const std::vector<int32_t> &tokens);
-  // One token at position past; returns its logits.
+  // One token of conversation 0 at position past; returns its logits.
   std::vector<float> decode(int32_t token);
+
+  // Conversations the engine holds: the artifact's decode_batch batch, or 1.
+  // Each has its own KV caches and position.
+  int64_t conversations() const;
+  // prefill and decode for conversation `conversation` (0 .. conversations-1).
+  std::vector<float> prefill(int64_t conversation, const std::vector<int32_t> &tokens);
+  std::vector<float> decode(int64_t conversation, int32_t token);
+  // One token for each of conversations 0 .. n-1 (n = tokens.size(), at most
+  // conversations()), in one call of the decode_batch entry point; returns
+  // the n rows of logits, n * vocabSize() floats.
+  std::vector<float> decodeBatch(const std::vector<int32_t> &tokens);
 
   // One launch of a profile: its kernel, what it computes (the graph op's
   // name) and its time on the device.
@@ -84,9 +95,9 @@ public:
   // timed the same way; the tokens join the conversation.
   std::vector<StepTime> profilePrefill(const std::vector<int32_t> &tokens);
 
-  // Tokens in the KV caches so far.
-  int64_t pastTokens() const;
-  // Forgets the conversation: past = 0 and the caches zeroed.
+  // Tokens in a conversation's KV caches so far.
+  int64_t pastTokens(int64_t conversation = 0) const;
+  // Forgets every conversation: past = 0 and the caches zeroed.
   void reset();
 
   const Artifact &artifact() const;

@@ -98,11 +98,13 @@ bool routerWarpFits(int64_t experts);
 KernelSpec routerTopKWarp(int64_t experts, int64_t k);
 KernelSpec expertCombineThreads(int64_t experts, int64_t k, int64_t latent);
 // Attention as split-KV partials (one warp per token, query head and split),
-// their merge, and the append of the new K/V to the cache.
+// their merge, and the append of the new K/V to the cache. With `sequences`
+// > 0 (batched decode) token t continues conversation t of `sequences`, at
+// positions[t]; the kernels then also take the positions input.
 bool warpAttentionFits(int64_t headDim);
 KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
-                              double scale, int64_t splits);
+                              double scale, int64_t splits, int64_t sequences = 0);
 KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits);
-KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim);
+KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim, int64_t sequences = 0);
 
 } // namespace kiln::kernels

@@ -111,6 +111,7 @@ private:
   const TargetHooks &hooks;
   OpBuilder b;
   int64_t entryMaxTokens = 1;
+  int64_t entrySequences = 0; // EntryInfo::sequences of the entry being lowered
   Location loc = UnknownLoc::get(ctx);
   LoweredModel model;
   llvm::StringMap<size_t> kernelIndex;
@@ -399,17 +400,26 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         Buf vc = binding("kv", 2 * cache + 1, cacheDims, f32);
         Buf y = allocShape(dims3(o.getResult()), f32);
         int64_t qHeads = q.getDimSize(1), kvHeads = k.getDimSize(1), dim = q.getDimSize(2);
+        if (entrySequences && !(hooks.isGpu() && warpAttentionFits(dim)))
+          return o.emitOpError() << "has no batched-decode kernel on " << hooks.name();
         if (hooks.isGpu() && warpAttentionFits(dim)) {
-          int64_t splits = attentionSplits(window, entryMaxTokens);
+          // A batched entry's tokens each decode one conversation: split like decode.
+          int64_t splits = attentionSplits(window, entrySequences ? 1 : entryMaxTokens);
           Buf partial = alloc({qHeads, splits, dim + 4}, f32);
+          SmallVector<Buf> split = {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc};
+          SmallVector<Buf> append = {act(o.getK()), act(o.getV()), kc, vc};
+          if (entrySequences) {
+            split.push_back(positions);
+            append.push_back(positions);
+          }
+          split.push_back(partial);
           launch(attentionSplitWarp(qHeads, kvHeads, dim, window, o.getScale().convertToDouble(),
-                                    splits),
-                 {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc, partial},
-                 {"tokens:0", "past:0", "part", "parts"}, Work{0, warp::kWarp * qHeads * splits},
-                 what);
+                                    splits, entrySequences),
+                 split, {"tokens:0", "past:0", "part", "parts"},
+                 Work{0, warp::kWarp * qHeads * splits}, what);
           launch(attentionMergeWarp(qHeads, dim, splits), {partial, y},
                  {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * qHeads}, what);
-          launch(kvAppendWarp(kvHeads, dim), {act(o.getK()), act(o.getV()), kc, vc},
+          launch(kvAppendWarp(kvHeads, dim, entrySequences), append,
                  {"tokens:0", "past:0", "part", "parts"}, Work{0, warp::kWarp * kvHeads}, what);
           values[o.getResult()] = y;
           return success();
@@ -537,7 +547,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       .Case([&](LogitsOp o) -> LogicalResult {
         auto head = llvm::cast<RankedTensorType>(o.getHead().getType());
         int64_t vocab = head.getDimSize(0), hidden = head.getDimSize(1);
-        bool last = o.getLastOnly();
+        // A batched entry's every token is its conversation's last.
+        bool last = o.getLastOnly() && !entrySequences;
         std::optional<KernelSpec> tiled =
             head.getElementType().isBF16() ? hooks.tiledGemm(vocab, hidden) : std::nullopt;
         FailureOr<Buf> w = weight(o.getHead(), tiled ? Transform::AmxVnniBf16 : Transform::None);
@@ -574,10 +585,14 @@ LogicalResult Lowering::lowerOp(Operation *op) {
 LogicalResult Lowering::lowerEntry(func::FuncOp forward, const EntryInfo &entry) {
   b.setInsertionPointToEnd(model.plan->getBody());
   auto op = plan::EntryOp::create(b, forward.getLoc(), b.getStringAttr(entry.name),
-                                  b.getI64IntegerAttr(entry.maxTokens), IntegerAttr());
+                                  b.getI64IntegerAttr(entry.maxTokens),
+                                  entry.sequences ? b.getI64IntegerAttr(entry.sequences)
+                                                  : IntegerAttr(),
+                                  IntegerAttr());
   op.getBody().emplaceBlock();
   b.setInsertionPointToStart(&op.getBody().front());
   entryMaxTokens = entry.maxTokens;
+  entrySequences = entry.sequences;
   values.clear();
   bound.clear();
   attentionLayer = 0;
@@ -601,6 +616,13 @@ FailureOr<LoweredModel> Lowering::run() {
   bool perToken = logits.isDynamicDim(0);
   model.plan = ModuleOp::create(graph.getLoc());
   model.entries = {{"prefill", options.maxPrefillTokens, perToken}, {"decode", 1, perToken}};
+  if (options.decodeBatch > 1) {
+    if (!hooks.isGpu())
+      return graph.emitError() << "a decode_batch entry point (batch " << options.decodeBatch
+                               << ") is built for GPU targets only; " << hooks.name()
+                               << " decodes one conversation";
+    model.entries.push_back({"decode_batch", options.decodeBatch, true, options.decodeBatch});
+  }
   for (const EntryInfo &entry : model.entries)
     if (failed(lowerEntry(forward, entry)))
       return failure();

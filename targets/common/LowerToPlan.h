@@ -41,6 +41,9 @@ struct EntryInfo {
   std::string name;
   int64_t maxTokens = 1;
   bool logitsPerToken = false; // logits of every token (else the last only)
+  // 0: the call's tokens continue one conversation. N: token t is the next
+  // token of conversation t of N (batched decode), at positions[t].
+  int64_t sequences = 0;
 };
 
 struct LoweredModel {
@@ -53,6 +56,9 @@ struct LoweredModel {
 
 struct LowerOptions {
   int64_t maxPrefillTokens = 64;
+  // Conversations a `decode_batch` entry point steps at once (GPU targets);
+  // 1: no such entry.
+  int64_t decodeBatch = 1;
 };
 
 // The graph must hold one `func.func @forward(ids, positions) -> logits` with

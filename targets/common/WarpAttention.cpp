@@ -6,6 +6,10 @@
 //  3. append: the new tokens' K/V go into the cache (a ring of `window`
 //     slots on sliding layers), after every query has read the old contents.
 // Keys before `past` come from the cache, the rest from this call's K/V.
+// Batched (`sequences` > 0, the decode_batch entry): token t is the next token
+// of conversation t, at position positions[t]; the caches hold `sequences`
+// conversations one after another, so conversation t's slots start at
+// t * slots (slots = the cache's rows / sequences).
 #include "targets/common/Generators.h"
 #include "targets/common/WarpSnippets.h"
 
@@ -22,11 +26,48 @@ bool warpAttentionFits(int64_t headDim) {
   return headDim % 16 == 0 && headDim / 16 <= 32 && 32 % (headDim / 16) == 0;
 }
 
+namespace {
+
+// Batched kernels' extra argument, name suffix and per-token state: for
+// token %t, %past_t (positions before it in its conversation), %p (its
+// position), %base_t (its conversation's first cache slot) and %row0 (the row
+// of this call's K/V holding its conversation's position %past_t).
+std::string positionsArg(int64_t sequences) {
+  return sequences ? ", %positions: memref<?xi32>" : "";
+}
+std::string batchSuffix(int64_t sequences) { return sequences ? "_b" + str(sequences) : ""; }
+std::string tokenState(int64_t sequences) {
+  if (!sequences)
+    return R"(
+    %past_t = arith.addi %past, %c0 : index
+    %p = arith.addi %past, %t : index
+    %base_t = arith.addi %c0, %c0 : index
+    %row0 = arith.addi %c0, %c0 : index
+)";
+  return R"(
+    %pos_i = memref.load %positions[%t] : memref<?xi32>
+    %past_t = arith.index_cast %pos_i : i32 to index
+    %p = arith.addi %past_t, %c0 : index
+    %base_t = arith.muli %t, %slots : index
+    %row0 = arith.addi %t, %c0 : index
+)";
+}
+// %slots: a conversation's cache slots.
+std::string cacheSlots(int64_t sequences, const std::string &kvt) {
+  if (!sequences)
+    return "  %slots = memref.dim %kc, %c0 : " + kvt + "\n";
+  return "  %cache_rows = memref.dim %kc, %c0 : " + kvt + "\n  %sequences = arith.constant " +
+         str(sequences) + " : index\n  %slots = arith.divui %cache_rows, %sequences : index\n";
+}
+
+} // namespace
+
 KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
-                              double scale, int64_t splits) {
+                              double scale, int64_t splits, int64_t sequences) {
   int64_t lanesPerKey = headDim / 16, keysPerStep = 32 / lanesPerKey;
   std::string name = "attention_split_warp_" + str(qHeads) + "x" + str(kvHeads) + "x" +
-                     str(headDim) + (window ? "_w" + str(window) : "_global") + "_s" + str(splits);
+                     str(headDim) + (window ? "_w" + str(window) : "_global") + "_s" + str(splits) +
+                     batchSuffix(sequences);
   std::string q = "memref<?x" + str(qHeads) + "x" + str(headDim) + "xf32>";
   std::string kv = "memref<?x" + str(kvHeads) + "x" + str(headDim) + "xf32>";
   std::string pt = "memref<?x" + str(qHeads) + "x" + str(splits) + "x" + str(partialWidth(headDim)) + "xf32>";
@@ -72,7 +113,7 @@ KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, 
   std::string lFinal = lanesPerKey < 32 ? "%l_n" + last : "%res#1";
   std::string accFinal = lanesPerKey < 32 ? "%acc_n" + last : "%res#2";
   std::string body = fillTemplate(R"(
-func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@, %out: @@pt@@,
+func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@@@positions@@, %out: @@pt@@,
                     %tokens: i64, %past_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface,
                 kiln.tiling = {kind = "warp-split-kv", parallel = "tokens*heads*splits", splits = @@S@@ : i64, window = @@W@@ : i64}} {
@@ -94,7 +135,7 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
   %w32 = arith.constant 32 : i32
   %t_count = arith.index_cast %tokens : i64 to index
   %past = arith.index_cast %past_i : i64 to index
-  %slots = memref.dim %kc, %c0 : @@kvt@@
+@@slots@@
   %g = arith.divui %lane, %lpk : index
   %li = arith.remui %lane, %lpk : index
   %d0 = arith.muli %li, %c16 : index
@@ -105,8 +146,8 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
     %h = arith.divui %rest, %splits : index
     %s = arith.remui %rest, %splits : index
     %kvh = arith.divui %h, %group : index
+@@state@@
     // Visible keys [lo, p]: p - window < j for sliding layers.
-    %p = arith.addi %past, %t : index
     %p1 = arith.addi %p, %c1 : index
     %is_global = arith.cmpi eq, %window, %c0 : index
     %fits = arith.cmpi ule, %p1, %window : index
@@ -127,14 +168,16 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
       %j = arith.addi %j0, %g : index
       %valid = arith.cmpi ult, %j, %ke : index
       %jc = arith.select %valid, %j, %kb : index
-      %cached = arith.cmpi ult, %jc, %past : index
+      %cached = arith.cmpi ult, %jc, %past_t : index
       %kv:2 = scf.if %cached -> (vector<16xf32>, vector<16xf32>) {
-        %slot = arith.remui %jc, %slots : index
+        %ring = arith.remui %jc, %slots : index
+        %slot = arith.addi %base_t, %ring : index
         %kr = vector.load %kc[%slot, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
         %vr = vector.load %vc[%slot, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
         scf.yield %kr, %vr : vector<16xf32>, vector<16xf32>
       } else {
-        %t2 = arith.subi %jc, %past : index
+        %t1 = arith.subi %jc, %past_t : index
+        %t2 = arith.addi %row0, %t1 : index
         %kr = vector.load %k[%t2, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
         %vr = vector.load %v[%t2, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
         scf.yield %kr, %vr : vector<16xf32>, vector<16xf32>
@@ -176,6 +219,9 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
                                    {"qt", q},
                                    {"kvt", kv},
                                    {"pt", pt},
+                                   {"positions", positionsArg(sequences)},
+                                   {"slots", cacheSlots(sequences, kv)},
+                                   {"state", tokenState(sequences)},
                                    {"ids", warp::warpIds()},
                                    {"LPK", str(lanesPerKey)},
                                    {"KPS", str(keysPerStep)},
@@ -276,13 +322,13 @@ func.func @@@name@@(%in: @@pt@@, %out: @@ot@@, %tokens: i64, %part: i64, %parts:
                     body};
 }
 
-KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim) {
-  std::string name = "kv_append_warp_" + str(kvHeads) + "x" + str(headDim);
+KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim, int64_t sequences) {
+  std::string name = "kv_append_warp_" + str(kvHeads) + "x" + str(headDim) + batchSuffix(sequences);
   std::string kv = "memref<?x" + str(kvHeads) + "x" + str(headDim) + "xf32>";
   // Token t goes to slot (past + t) % slots unless a later token of this call
   // lands on the same slot: the result is the ring a sequential append leaves.
   std::string body = fillTemplate(R"(
-func.func @@@name@@(%k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@, %tokens: i64, %past_i: i64, %part: i64, %parts: i64)
+func.func @@@name@@(%k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@@@positions@@, %tokens: i64, %past_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "warp-rows", parallel = "tokens*kv_heads"}} {
 @@ids@@
   %c4 = arith.constant 4 : index
@@ -291,17 +337,19 @@ func.func @@@name@@(%k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@, %token
   %dim = arith.constant @@D@@ : index
   %t_count = arith.index_cast %tokens : i64 to index
   %past = arith.index_cast %past_i : i64 to index
-  %slots = memref.dim %kc, %c0 : @@kvt@@
+@@slots@@
   %items = arith.muli %t_count, %heads : index
   %l4 = arith.muli %lane, %c4 : index
   scf.for %item = %warp to %items step %warps {
     %t = arith.divui %item, %heads : index
     %h = arith.remui %item, %heads : index
+@@state@@
     %later = arith.addi %t, %slots : index
-    %kept = arith.cmpi uge, %later, %t_count : index
+    %kept_seq = arith.cmpi uge, %later, %t_count : index
+    %kept = arith.ori %kept_seq, %batched : i1
     scf.if %kept {
-      %pp = arith.addi %past, %t : index
-      %slot = arith.remui %pp, %slots : index
+      %ring = arith.remui %p, %slots : index
+      %slot = arith.addi %base_t, %ring : index
       scf.for %c = %l4 to %dim step %c128 {
         %kr = vector.load %k[%t, %h, %c] {alignment = 16} : @@kvt@@, vector<4xf32>
         vector.store %kr, %kc[%slot, %h, %c] {alignment = 16} : @@kvt@@, vector<4xf32>
@@ -315,6 +363,11 @@ func.func @@@name@@(%k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@, %token
 )",
                                   {{"name", name},
                                    {"kvt", kv},
+                                   {"positions", positionsArg(sequences)},
+                                   {"slots", cacheSlots(sequences, kv) +
+                                                 "  %batched = arith.constant " +
+                                                 (sequences ? "true" : "false") + "\n"},
+                                   {"state", tokenState(sequences)},
                                    {"ids", warp::warpIds()},
                                    {"H", str(kvHeads)},
                                    {"D", str(headDim)}});

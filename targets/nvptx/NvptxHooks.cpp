@@ -6,10 +6,18 @@
 #include <algorithm>
 
 namespace kiln::nvptx {
+namespace {
+
+// Entry points of fewer tokens (decode, batched decode) stream the weights
+// through the warp GEMVs: a 128-row tile that holds a handful of rows is
+// bound by its staging loop, not by the tensor cores.
+constexpr int64_t kMatrixMinTokens = 32;
+
+} // namespace
 
 std::optional<kernels::TargetHooks::MatrixGemm>
 NvptxHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens) const {
-  if (maxTokens <= 1 || !mmaGemmFits(n, k))
+  if (maxTokens < kMatrixMinTokens || !mmaGemmFits(n, k))
     return std::nullopt;
   return MatrixGemm{mmaGemm(n, k), mmaGemmWork(n, maxTokens)};
 }
@@ -18,7 +26,7 @@ std::optional<kernels::TargetHooks::MatrixExperts>
 NvptxHooks::matrixExperts(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
                           bool nvfp4, int64_t maxTokens) const {
   MmaExpertsShape s{experts, k, intermediate, latent, nvfp4, maxTokens};
-  if (!mmaExpertsFit(s))
+  if (maxTokens < kMatrixMinTokens || !mmaExpertsFit(s))
     return std::nullopt;
   return MatrixExperts{mmaExpertLists(s),      mmaExpertGateUp(s),      mmaExpertDown(s),
                        mmaExpertListsWork(s),  mmaExpertGateUpWork(s),  mmaExpertDownWork(s),

@@ -33,3 +33,9 @@ plan.entry @misaligned attributes {max_tokens = 1 : i64} {
   // expected-error @+1 {{offset 8 is not 64-byte aligned}}
   %a = plan.alloc [#plan.dim<1, 0, 1>] f32 {offset = 8 : i64}
 }
+
+// -----
+
+// expected-error @+1 {{sequences (4) must be at least 2 and equal max_tokens (8): token t continues conversation t}}
+plan.entry @batch attributes {max_tokens = 8 : i64, sequences = 4 : i64} {
+}

@@ -3,6 +3,9 @@
 // within a tolerance, then greedy steps that follow the reference's tokens
 // (teacher forcing) and must choose the same token, except where the
 // reference itself had a near tie. Or writes such a reference from this run.
+// An artifact with a decode_batch entry is also checked against itself:
+// every conversation decoded in batches must match the same conversation
+// decoded alone, token for token and logit for logit.
 //
 //   kiln-check ARTIFACT --weights W --reference FILE
 //   kiln-check ARTIFACT --weights W --prompt-ids 1,2,3 --steps 64 --write FILE
@@ -33,7 +36,9 @@ void usage() {
                "                     (default 0.02)\n"
                "  --near-tie F       a step may choose another token where the reference's own\n"
                "                     margin is below F * max|logit| (default 0.01)\n"
-               "  --max-near-ties N  how many such steps may differ (default 2)\n");
+               "  --max-near-ties N  how many such steps may differ (default 2)\n"
+               "  --batch-steps N    with a decode_batch entry: greedy steps of the batched\n"
+               "                     check (default 16; 0 skips it)\n");
 }
 
 std::vector<int32_t> parseIds(const std::string &text) {
@@ -54,12 +59,63 @@ std::vector<int32_t> parseIds(const std::string &text) {
   return ids;
 }
 
+// Conversation c's prompt: the reference prompt without its first c tokens,
+// ids shifted by 7c, so that conversations differ in content and length.
+std::vector<int32_t> conversationPrompt(const std::vector<int32_t> &prompt, int64_t c,
+                                        int64_t vocab) {
+  std::vector<int32_t> out;
+  for (size_t i = static_cast<size_t>(c) % prompt.size(); i < prompt.size(); ++i)
+    out.push_back(static_cast<int32_t>((prompt[i] + 7 * c) % vocab));
+  return out;
+}
+
+// Every conversation greedy-decoded `steps` times through decodeBatch, then
+// the same tokens one conversation at a time: the two must agree.
+bool checkBatched(Engine &engine, const std::vector<int32_t> &prompt, int steps) {
+  const int64_t n = engine.conversations(), vocab = engine.vocabSize();
+  engine.reset();
+  std::vector<std::vector<float>> logits(n);
+  for (int64_t c = 0; c < n; ++c)
+    logits[c] = engine.prefill(c, conversationPrompt(prompt, c, vocab));
+  std::vector<std::vector<int32_t>> chosen(n);
+  std::vector<std::vector<std::vector<float>>> batched(n);
+  for (int s = 0; s < steps; ++s) {
+    std::vector<int32_t> tokens(n);
+    for (int64_t c = 0; c < n; ++c)
+      chosen[c].push_back(tokens[c] = greedyStep(logits[c]).token);
+    std::vector<float> rows = engine.decodeBatch(tokens);
+    for (int64_t c = 0; c < n; ++c) {
+      logits[c].assign(rows.begin() + c * vocab, rows.begin() + (c + 1) * vocab);
+      batched[c].push_back(logits[c]);
+    }
+  }
+  engine.reset();
+  double worst = 0, scale = 0;
+  int differing = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    std::vector<float> alone = engine.prefill(c, conversationPrompt(prompt, c, vocab));
+    for (int s = 0; s < steps; ++s) {
+      differing += greedyStep(alone).token != chosen[c][s];
+      alone = engine.decode(c, chosen[c][s]);
+      for (int64_t v = 0; v < vocab; ++v) {
+        worst = std::max(worst, double(std::abs(alone[v] - batched[c][s][v])));
+        scale = std::max(scale, double(std::abs(alone[v])));
+      }
+    }
+  }
+  const bool ok = differing == 0 && worst <= 1e-5 * scale;
+  std::printf("batched decode: %lld conversations x %d steps against each decoded alone: %d "
+              "tokens differ, logits max |diff| %.2e of %.2f (%s)\n",
+              static_cast<long long>(n), steps, differing, worst, scale, ok ? "ok" : "FAILED");
+  return ok;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   std::string artifact, weights, referencePath, writePath, prompt;
   double tolerance = 0.02, nearTie = 0.01;
-  int maxNearTies = 2, steps = 0, device = 0;
+  int maxNearTies = 2, steps = 0, device = 0, batchSteps = 16;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -88,6 +144,8 @@ int main(int argc, char **argv) {
       nearTie = std::atof(value().c_str());
     } else if (arg == "--max-near-ties") {
       maxNearTies = std::atoi(value().c_str());
+    } else if (arg == "--batch-steps") {
+      batchSteps = std::atoi(value().c_str());
     } else if (arg == "--device") {
       device = std::atoi(value().c_str());
     } else if (!arg.empty() && arg[0] != '-' && artifact.empty()) {
@@ -162,6 +220,8 @@ int main(int argc, char **argv) {
     bool stepsOk = wrong == 0 && nearTies <= maxNearTies;
     std::printf("%zu greedy steps: %d identical, %d near ties, %d wrong (%s)\n",
                 reference.steps.size(), same, nearTies, wrong, stepsOk ? "ok" : "FAILED");
+    if (engine->conversations() > 1 && batchSteps > 0)
+      stepsOk = checkBatched(*engine, reference.prompt, batchSteps) && stepsOk;
     std::printf("%s\n", ok && stepsOk ? "kiln-check: PASS" : "kiln-check: FAIL");
     return ok && stepsOk ? 0 : 1;
   } catch (const std::exception &error) {

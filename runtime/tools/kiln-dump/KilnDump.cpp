@@ -202,8 +202,10 @@ void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
     }
   }
   const int64_t tokens = entry.max_tokens();
-  out << "entry point   " << text(entry.name()) << ": max_tokens " << tokens
-      << ", arena " << bytesText(entry.arena_bytes());
+  out << "entry point   " << text(entry.name()) << ": max_tokens " << tokens;
+  if (entry.sequences())
+    out << " (token t continues conversation t of " << entry.sequences() << ")";
+  out << ", arena " << bytesText(entry.arena_bytes());
   if (const fb::Dim *rows = entry.logits_rows()) {
     const int64_t first = evaluate(*rows, 1), last = evaluate(*rows, tokens);
     out << ", logits rows " << first;

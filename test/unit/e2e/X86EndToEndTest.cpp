@@ -104,7 +104,8 @@ TEST_P(X86EndToEnd, MatchesTheInterpreter) {
   mlir::OwningOpRef<mlir::ModuleOp> compiled = graph(c.format, true, c.fuse);
   std::string error;
   mlir::FailureOr<TargetBuild> build =
-      buildArtifact(*compiled, config, c.format, c.maxPrefillTokens, TargetChoice{}, error);
+      buildArtifact(*compiled, config, c.format, kernels::LowerOptions{c.maxPrefillTokens, 1},
+                    TargetChoice{}, error);
   ASSERT_TRUE(mlir::succeeded(build)) << error;
 
   EngineOptions options;
