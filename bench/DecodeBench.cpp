@@ -376,6 +376,7 @@ int main(int argc, char **argv) {
                   (long long)batch, (long long)batchPast, batchMs, options.steps,
                   *std::min_element(batchSteps.begin(), batchSteps.end()), 1e3 / batchMs,
                   double(batch) * 1e3 / batchMs);
+      printProfile("one batched step", engine->profileDecodeBatch(tokens));
       if (nvidia) {
         const StepBytes batchBytes = decodeBytes(artifact, config, batchPast, batch);
         batchRooflineMs = batchBytes.total() / bandwidth * 1e3;

@@ -143,6 +143,8 @@ struct Engine::Impl {
   void updateRecording(EntryPlan &entry, int64_t tokens);
   std::vector<float> lastLogits(const EntryPlan &entry, int64_t tokens);
   void checkTokens(const int32_t *tokens, int64_t count) const;
+  // One call of the decode_batch entry for conversations 0 .. n-1.
+  void runBatch(const std::vector<int32_t> &tokens, StepClock *clock);
   // The conversation one-conversation calls continue from now on.
   void select(int64_t conversation);
 };
@@ -704,6 +706,16 @@ std::vector<float> Engine::decode(int64_t conversation, int32_t token) {
 
 std::vector<float> Engine::decodeBatch(const std::vector<int32_t> &tokens) {
   Impl &impl = *impl_;
+  impl.runBatch(tokens, nullptr);
+  const auto count = static_cast<int64_t>(tokens.size());
+  std::vector<float> result(static_cast<size_t>(count * impl.vocab));
+  impl.backend->download(result.data(), impl.logits.address(),
+                         static_cast<uint64_t>(count * impl.vocab * 4));
+  return result;
+}
+
+void Engine::Impl::runBatch(const std::vector<int32_t> &tokens, StepClock *clock) {
+  Impl &impl = *this;
   if (!impl.batchEntry)
     throw RuntimeError(impl.artifact.source() +
                        ": the artifact has no decode_batch entry (compile with kilnc "
@@ -714,11 +726,7 @@ std::vector<float> Engine::decodeBatch(const std::vector<int32_t> &tokens) {
                        " tokens (one per conversation), not " + std::to_string(count));
   impl.checkTokens(tokens.data(), count);
   impl.current = 0;
-  impl.run(*impl.batchEntry, tokens.data(), count, true);
-  std::vector<float> result(static_cast<size_t>(count * impl.vocab));
-  impl.backend->download(result.data(), impl.logits.address(),
-                         static_cast<uint64_t>(count * impl.vocab * 4));
-  return result;
+  impl.run(*impl.batchEntry, tokens.data(), count, true, clock);
 }
 
 int64_t Engine::conversations() const { return impl_->conversations; }
@@ -765,6 +773,12 @@ std::vector<Engine::StepTime> Engine::profilePrefill(const std::vector<int32_t> 
   std::unique_ptr<StepClock> clock = impl.backend->clock();
   impl.run(entry, tokens.data(), count, false, clock.get());
   return launchTimes(entry, *clock);
+}
+
+std::vector<Engine::StepTime> Engine::profileDecodeBatch(const std::vector<int32_t> &tokens) {
+  std::unique_ptr<StepClock> clock = impl_->backend->clock();
+  impl_->runBatch(tokens, clock.get());
+  return launchTimes(*impl_->batchEntry, *clock);
 }
 
 int64_t Engine::pastTokens(int64_t conversation) const {

@@ -94,6 +94,8 @@ public:
   // One prefill call of `tokens` (at most the prefill entry's chunk), run and
   // timed the same way; the tokens join the conversation.
   std::vector<StepTime> profilePrefill(const std::vector<int32_t> &tokens);
+  // decodeBatch(tokens), timed the same way.
+  std::vector<StepTime> profileDecodeBatch(const std::vector<int32_t> &tokens);
 
   // Tokens in a conversation's KV caches so far.
   int64_t pastTokens(int64_t conversation = 0) const;

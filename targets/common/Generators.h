@@ -68,6 +68,15 @@ KernelSpec nvfp4Dequant(int64_t matrices, int64_t rows, int64_t cols);
 bool warpGemvFits(int64_t k);
 bool warpMoEFits(int64_t intermediate, int64_t latent);
 KernelSpec linearWarp(int64_t n, int64_t k);
+// The same for a few tokens at once (batched decode): a warp per output row
+// over `tokens` rows of x, each weight load shared by all of them.
+KernelSpec linearWarpTokens(int64_t n, int64_t k, int64_t tokens);
+// Batched decode (BlockGemv.cpp): a block of 8 warps per 32 output rows for up
+// to kBlockGemvTokens tokens, x staged in shared memory once per block.
+constexpr int64_t kBlockGemvTokens = 8;
+bool blockGemvFits(int64_t k, int64_t tokens);
+int64_t blockGemvRows();
+KernelSpec linearBlockTokens(int64_t n, int64_t k, int64_t tokens);
 // Few rows (n < 4096): a block of four warps per row, each a quarter of k.
 bool splitGemvFits(int64_t n, int64_t k);
 KernelSpec linearSplitBlock(int64_t n, int64_t k);

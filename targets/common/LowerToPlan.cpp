@@ -20,6 +20,16 @@ namespace kiln::kernels {
 namespace {
 
 constexpr int64_t kTileRows = 16; // activation rows are padded to AMX tile height
+// Entry points of at most this many tokens (batched decode) get GEMVs that
+// share each weight load among their tokens, kGemvGroup tokens at a time:
+// 4 f32 rows of a full-width activation (128 KiB) stay in L1, 8 do not.
+constexpr int64_t kGemvTokens = 8, kGemvGroup = 4;
+
+// A block GEMV's launch: 8 warps per blockGemvRows() output rows.
+Work blockGemvWork(int64_t n) {
+  int64_t blocks = (n + blockGemvRows() - 1) / blockGemvRows();
+  return Work{blocks * 8 * warp::kWarp, 0, 8 * warp::kWarp};
+}
 
 // How many splits of the visible keys a GPU attention launch gets: decode
 // needs them to spread one query over the machine (about 64 keys a split for
@@ -220,6 +230,13 @@ LogicalResult Lowering::lowerLinear(Value input, Value weightValue, Value result
   if (hooks.isGpu() && splitGemvFits(n, k))
     launch(linearSplitBlock(n, k), {x, *w, y}, {"const:0", "tokens:0", "part", "parts"},
            Work{4 * warp::kWarp * n, 0, 4 * warp::kWarp}, what);
+  else if (hooks.isGpu() && entryMaxTokens > 1 && blockGemvFits(k, entryMaxTokens))
+    launch(linearBlockTokens(n, k, entryMaxTokens), {x, *w, y}, {"tokens:0", "part", "parts"},
+           blockGemvWork(n), what);
+  else if (hooks.isGpu() && warpGemvFits(k) && entryMaxTokens > 1 && entryMaxTokens <= kGemvTokens)
+    launch(linearWarpTokens(n, k, std::min(entryMaxTokens, kGemvGroup)), {x, *w, y},
+           {"tokens:0", "part", "parts"},
+           Work{warp::kWarp * n, 0}, what);
   else if (hooks.isGpu() && warpGemvFits(k))
     launch(linearWarp(n, k), {x, *w, y}, {"const:0", "tokens:0", "part", "parts"},
            Work{warp::kWarp * n, 0}, what);
@@ -561,6 +578,15 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           launch(castToBf16(hidden), {act(o.getInput()), xb},
                  {last ? "tokens:-1" : "const:0", "part", "parts"}, Work{0, 1}, what);
           launch(*tiled, {xb, *w, y}, {"part", "parts"}, Work{vocab / 16, 0}, what);
+        } else if (hooks.isGpu() && !last && entryMaxTokens > 1 &&
+                   blockGemvFits(hidden, entryMaxTokens)) {
+          launch(linearBlockTokens(vocab, hidden, entryMaxTokens), {act(o.getInput()), *w, y},
+                 {"tokens:0", "part", "parts"}, blockGemvWork(vocab), what);
+        } else if (hooks.isGpu() && warpGemvFits(hidden) && !last && entryMaxTokens > 1 &&
+                   entryMaxTokens <= kGemvTokens) {
+          launch(linearWarpTokens(vocab, hidden, std::min(entryMaxTokens, kGemvGroup)),
+                 {act(o.getInput()), *w, y},
+                 {"tokens:0", "part", "parts"}, Work{warp::kWarp * vocab, 0}, what);
         } else if (hooks.isGpu() && warpGemvFits(hidden)) {
           launch(linearWarp(vocab, hidden), {act(o.getInput()), *w, y},
                  {last ? "tokens:-1" : "const:0", last ? "const:1" : "tokens:0", "part", "parts"},

@@ -107,6 +107,68 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %first_i: i
   return KernelSpec{name, "kiln.linear", "{\"kind\": \"warp-gemv\", \"parallel\": \"n\"}", body};
 }
 
+KernelSpec linearWarpTokens(int64_t n, int64_t k, int64_t tokens) {
+  // A warp per output row, `tokens` rows of x at a time: each weight load
+  // serves them all (batched decode reads the weights once, not per token).
+  std::string name = "linear_warp_tokens" + str(tokens) + "_" + str(n) + "x" + str(k);
+  std::string xt = "memref<?x" + str(k) + "xf32>", wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
+  std::vector<warp::WeightRow> rows;
+  std::vector<std::string> outs;
+  std::string rowIdx, stores;
+  for (int64_t i = 0; i < tokens; ++i) {
+    std::string I = str(i);
+    rows.push_back({"%w", wt, "%o", "", "", "", "%xr" + I});
+    outs.push_back("y_dot" + I);
+    rowIdx += "      %r_at" + I + " = arith.addi %r0, %c" + I + "_i : index\n" +
+              "      %xr" + I + " = arith.minui %r_at" + I + ", %last : index\n";
+    stores += warp::warpSum("y_dot" + I, "y_sum" + I) + fillTemplate(R"(
+      %in@@I@@ = arith.cmpi ult, %r_at@@I@@, %rows : index
+      %st@@I@@ = arith.andi %lead, %in@@I@@ : i1
+      scf.if %st@@I@@ {
+        memref.store %y_sum@@I@@, %y[%r_at@@I@@, %o] : memref<?x@@n@@xf32>
+      }
+)",
+                                                                       {{"I", I}, {"n", str(n)}});
+  }
+  std::string consts;
+  for (int64_t i = 0; i < tokens; ++i)
+    consts += "  %c" + str(i) + "_i = arith.constant " + str(i) + " : index\n";
+  std::string body = fillTemplate(R"(
+func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
+    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "warp-gemv-tokens", parallel = "n", tokens = @@T@@ : i64}} {
+@@ids@@
+@@consts@@
+  %group = arith.constant @@T@@ : index
+  %ndim = arith.constant @@n@@ : index
+  %rows = arith.index_cast %rows_i : i64 to index
+  %last = arith.subi %rows, %c1 : index
+  %lead = arith.cmpi eq, %lane, %c0 : index
+  scf.for %o = %warp to %ndim step %warps {
+    scf.for %r0 = %c0 to %rows step %group {
+@@rowIdx@@
+@@dot@@
+@@stores@@
+    }
+  }
+  return
+}
+)",
+                                  {{"name", name},
+                                   {"xt", xt},
+                                   {"wt", wt},
+                                   {"n", str(n)},
+                                   {"T", str(tokens)},
+                                   {"ids", warp::warpIds()},
+                                   {"consts", consts},
+                                   {"rowIdx", rowIdx},
+                                   {"dot", warp::rowsDot(rows, false, "%x", xt, "%xr0", k, outs)},
+                                   {"stores", stores}});
+  return KernelSpec{name, "kiln.linear",
+                    "{\"kind\": \"warp-gemv-tokens\", \"parallel\": \"n\", \"tokens\": " +
+                        str(tokens) + "}",
+                    body};
+}
+
 bool splitGemvFits(int64_t n, int64_t k) { return n < 4096 && k % 1024 == 0; }
 
 KernelSpec linearSplitBlock(int64_t n, int64_t k) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
 
 namespace kiln::kernels::warp {
 std::string warpIds() {
@@ -49,17 +50,26 @@ std::string bf16Chunk(const std::vector<WeightRow> &rows, const std::string &x,
                       const std::string &P, const std::string & /*C*/,
                       const std::vector<std::string> &acc,
                       const std::vector<std::string> &next) {
-  std::string text = "      " + P + "xv = vector.load " + x + "[" + xIdx + ", " + at +
-                     "] {alignment = 32} : " + xType + ", vector<8xf32>\n";
+  // Each distinct vector row and weight row is loaded once per chunk.
+  std::map<std::string, std::string> xs, ws;
+  std::string text;
   for (size_t r = 0; r < rows.size(); ++r) {
     std::string R = P + "r" + str(int64_t(r)) + "_";
-    text += fillTemplate(R"(
+    std::string idx = rows[r].xIdx.empty() ? xIdx : rows[r].xIdx;
+    auto [xv, newX] = xs.emplace(idx, R + "xv");
+    if (newX)
+      text += "      " + xv->second + " = vector.load " + x + "[" + idx + ", " + at +
+              "] {alignment = 32} : " + xType + ", vector<8xf32>\n";
+    auto [wf, newW] = ws.emplace(rows[r].w + "[" + rows[r].rowIdx + "]", R + "wf");
+    if (newW)
+      text += fillTemplate(R"(
       @@R@@wb = vector.load @@w@@[@@ri@@, @@at@@] {alignment = 16} : @@wt@@, vector<8xbf16>
       @@R@@wf = arith.extf @@R@@wb : vector<8xbf16> to vector<8xf32>
-      @@next@@ = vector.fma @@P@@xv, @@R@@wf, @@acc@@ : vector<8xf32>
 )",
-                         {{"R", R}, {"P", P}, {"w", rows[r].w}, {"ri", rows[r].rowIdx},
-                          {"at", at}, {"wt", rows[r].type}, {"next", next[r]}, {"acc", acc[r]}});
+                           {{"R", R}, {"w", rows[r].w}, {"ri", rows[r].rowIdx}, {"at", at},
+                            {"wt", rows[r].type}});
+    text += "      " + next[r] + " = vector.fma " + xv->second + ", " + wf->second + ", " + acc[r] +
+            " : vector<8xf32>\n";
   }
   return text;
 }

@@ -37,6 +37,9 @@ std::string warpSum(const std::string &in, const std::string &out, int64_t first
 struct WeightRow {
   std::string w, type, rowIdx;
   std::string scales, scalesType, global;
+  // BF16 only: the row of the vector this product reads, if not the shared
+  // one (a token of several: one weight row against several vectors).
+  std::string xIdx = "";
 };
 
 // This lane's part of the dot of each row with one f32 vector (memref `xType`
