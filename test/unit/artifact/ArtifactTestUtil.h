@@ -55,6 +55,7 @@ struct TestEntryPoint {
   uint64_t arenaBytes = 0;
   std::vector<TestStep> steps;
   std::optional<fb::Dim> logitsRows;
+  uint32_t sequences = 0; // batched decode: token t continues conversation t
 };
 
 struct TestWeight {
@@ -215,7 +216,7 @@ inline std::vector<uint8_t> serialize(const TestArtifact &a) {
         steps.push_back(detail::buildStep(fbb, step));
       built.push_back(fb::CreateEntryPointDirect(
           fbb, entry.name.c_str(), entry.maxTokens, entry.arenaBytes, &steps,
-          entry.logitsRows ? &*entry.logitsRows : nullptr));
+          entry.logitsRows ? &*entry.logitsRows : nullptr, entry.sequences));
     }
     entryPoints = fbb.CreateVector(built);
   }

@@ -230,6 +230,69 @@ TEST_F(EngineTest, ProfilePrefillTimesOneCallAndPrefills) {
                RuntimeError);
 }
 
+TEST_F(EngineTest, DecodeBatchContinuesEachConversation) {
+  auto engine = make(batchTestArtifact(3));
+  ASSERT_EQ(engine->conversations(), 3);
+  // Conversations of different lengths; the sliding window wraps in two.
+  const std::vector<std::vector<int32_t>> prompts = {prompt(5), prompt(11, 1), prompt(20, 2)};
+  std::vector<Reference> references(3, Reference(5));
+  for (int64_t c = 0; c < 3; ++c)
+    expectLogitsNear(engine->prefill(c, prompts[c]), references[c].append(prompts[c], 3),
+                     "prefill of conversation " + std::to_string(c));
+  EXPECT_EQ(engine->pastTokens(0), 5);
+  EXPECT_EQ(engine->pastTokens(1), 11);
+  EXPECT_EQ(engine->pastTokens(2), 20);
+  for (int step = 0; step < 4; ++step) {
+    const std::vector<int32_t> tokens = {(3 * step + 1) % int32_t(kVocab),
+                                         (5 * step + 2) % int32_t(kVocab),
+                                         (7 * step + 3) % int32_t(kVocab)};
+    const std::vector<float> rows = engine->decodeBatch(tokens);
+    ASSERT_EQ(rows.size(), size_t(3 * kVocab));
+    for (int64_t c = 0; c < 3; ++c)
+      expectLogitsNear(std::vector<float>(rows.begin() + c * kVocab, rows.begin() + (c + 1) * kVocab),
+                       references[c].append({tokens[c]}, 3),
+                       "step " + std::to_string(step) + " of conversation " + std::to_string(c));
+  }
+  // A smaller batch steps the first conversations only; the one-conversation
+  // entry points carry on where the batch left each conversation.
+  const std::vector<float> two = engine->decodeBatch({9, 10});
+  expectLogitsNear(std::vector<float>(two.begin() + kVocab, two.end()),
+                   references[1].append({10}, 3), "a batch of 2");
+  references[0].append({9}, 3);
+  EXPECT_EQ(engine->pastTokens(0), 10);
+  EXPECT_EQ(engine->pastTokens(1), 16);
+  EXPECT_EQ(engine->pastTokens(2), 24);
+  expectLogitsNear(engine->decode(2, 11), references[2].append({11}, 3), "decode of conversation 2");
+  expectLogitsNear(engine->decode(12), references[0].append({12}, 3), "decode of conversation 0");
+  // What a batch refuses.
+  EXPECT_HAS(errorOf([&] { engine->decodeBatch({1, 2, 3, 4}); }), "1 to 3 tokens");
+  EXPECT_HAS(errorOf([&] { engine->decodeBatch({}); }), "1 to 3 tokens");
+  EXPECT_HAS(errorOf([&] { engine->decode(3, 1); }), "conversation 3 is outside 0..2");
+  EXPECT_HAS(errorOf([&] { engine->pastTokens(-1); }), "outside");
+  // reset() forgets every conversation.
+  engine->reset();
+  for (int64_t c = 0; c < 3; ++c)
+    EXPECT_EQ(engine->pastTokens(c), 0);
+  Reference fresh(5);
+  expectLogitsNear(engine->prefill(1, prompts[0]), fresh.append(prompts[0], 3), "after reset");
+}
+
+TEST_F(EngineTest, RefusesABatchEntryWhoseTokensAreNotItsConversations) {
+  TestArtifact a = batchTestArtifact(3);
+  a.entryPoints.back().maxTokens = 4;
+  EXPECT_HAS(errorOf([&] { make(a); }), "sequences 3 must be at least 2 and equal max_tokens (4)");
+  TestArtifact lastOnly = batchTestArtifact(3);
+  lastOnly.entryPoints.back().logitsRows = fixed(1);
+  EXPECT_HAS(errorOf([&] { make(lastOnly); }), "a batched entry writes every token's logits");
+}
+
+TEST_F(EngineTest, OneConversationArtifactsRefuseBatches) {
+  auto engine = make(testArtifact());
+  EXPECT_EQ(engine->conversations(), 1);
+  EXPECT_HAS(errorOf([&] { engine->decodeBatch({1}); }), "no decode_batch entry");
+  EXPECT_HAS(errorOf([&] { engine->prefill(1, {1}); }), "compile with kilnc --decode-batch N");
+}
+
 TEST_F(EngineTest, ResetForgetsTheConversation) {
   auto engine = make(testArtifact());
   const std::vector<float> first = engine->prefill(prompt(10));

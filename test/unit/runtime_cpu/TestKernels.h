@@ -9,7 +9,11 @@
 //                 VNNI-blocked expert stack
 //   stamp_parts   stamp[p] = 1 for each part p, 0 beyond
 //   logits        logits[v] = (g + s/2) . lm_head[v][0:w] + mv[v % N] / 100
-//                 + c for the last token, and logits[V-1] = sum(stamp)
+//                 + c for the last token (or for every token, if the output
+//                 has T rows), and logits[V-1] = sum(stamp)
+//   kv_append_batch, attend_batch: the same for a batched call, where token t
+//                 continues conversation t at positions[t] and the caches
+//                 hold n conversations one after another
 #pragma once
 
 namespace kiln::runtime_test {
@@ -141,32 +145,79 @@ void kiln_stamp_parts(void **args) {
 }
 
 /* [g f32[T, w], s f32[T, w], mv f32[T16, N], lm bf16[V, H], stamp f32[8],
-    logits f32[1, V]]; Tokens, Part, Parts, Constant c */
+    logits f32[1 or T, V]]; Tokens, Part, Parts, Constant c */
 void kiln_logits(void **args) {
   const D2 *g = args[0]; const D2 *s = args[1]; const D2 *mv = args[2];
   const D2 *lm = args[3]; const D1 *stamp = args[4]; const D2 *out = args[5];
   int64_t T = scalar(args, 6), part = scalar(args, 7), parts = scalar(args, 8);
   float c = (float)scalar(args, 9);
   int64_t V = lm->sizes[0], H = lm->sizes[1], width = g->sizes[1], N = mv->sizes[1];
-  check(out->sizes[0] == 1 && out->sizes[1] == V, "logits", "out shape");
+  int64_t rows = out->sizes[0];
+  check((rows == 1 || rows == T) && out->sizes[1] == V, "logits", "out shape");
   check2(out, "logits");
-  const float *G = (const float *)g->aligned + (T - 1) * width;
-  const float *S = (const float *)s->aligned + (T - 1) * width;
-  const float *M = (const float *)mv->aligned + (T - 1) * N;
-  const uint16_t *L = lm->aligned;
-  float *O = out->aligned;
-  int64_t begin = V * part / parts, end = V * (part + 1) / parts;
-  for (int64_t v = begin; v < end; ++v) {
-    float sum = 0;
-    for (int64_t i = 0; i < width; ++i)
-      sum += (G[i] + 0.5f * S[i]) * bf16(L[v * H + i]);
-    O[v] = sum + M[v % N] / 100.0f + c;
+  for (int64_t row = 0; row < rows; ++row) {
+    int64_t t = rows == 1 ? T - 1 : row;
+    const float *G = (const float *)g->aligned + t * width;
+    const float *S = (const float *)s->aligned + t * width;
+    const float *M = (const float *)mv->aligned + t * N;
+    const uint16_t *L = lm->aligned;
+    float *O = (float *)out->aligned + row * V;
+    int64_t begin = V * part / parts, end = V * (part + 1) / parts;
+    for (int64_t v = begin; v < end; ++v) {
+      float sum = 0;
+      for (int64_t i = 0; i < width; ++i)
+        sum += (G[i] + 0.5f * S[i]) * bf16(L[v * H + i]);
+      O[v] = sum + M[v % N] / 100.0f + c;
+    }
+    if (end == V) {
+      float stamps = 0;
+      for (int64_t i = 0; i < stamp->sizes[0]; ++i)
+        stamps += ((const float *)stamp->aligned)[i];
+      O[V - 1] = stamps;
+    }
   }
-  if (end == V) {
-    float stamps = 0;
-    for (int64_t i = 0; i < stamp->sizes[0]; ++i)
-      stamps += ((const float *)stamp->aligned)[i];
-    O[V - 1] = stamps;
+}
+
+/* [x f32[T16, H], positions i32[T], K f32[n * slots, heads, dim], V]; Tokens, Constant n */
+void kiln_kv_append_batch(void **args) {
+  const D2 *x = args[0]; const D1 *pos = args[1]; const D3 *k = args[2]; const D3 *v = args[3];
+  int64_t T = scalar(args, 4), n = scalar(args, 5);
+  check3(k, "kv_append_batch");
+  check(T <= n && k->sizes[0] % n == 0 && v->sizes[0] == k->sizes[0], "kv_append_batch",
+        "conversations");
+  int64_t slots = k->sizes[0] / n, width = k->sizes[1] * k->sizes[2], H = x->sizes[1];
+  const int32_t *p = pos->aligned; const float *X = x->aligned;
+  float *K = k->aligned, *V = v->aligned;
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t slot = t * slots + p[t] % slots;
+    for (int64_t i = 0; i < width; ++i) {
+      K[slot * width + i] = X[t * H + i];
+      V[slot * width + i] = X[t * H + width + i];
+    }
+  }
+}
+
+/* [K, V, positions i32[T], out f32[T, w]]; Tokens, Constant window (0: global), Constant n */
+void kiln_attend_batch(void **args) {
+  const D3 *k = args[0]; const D3 *v = args[1]; const D1 *pos = args[2]; const D2 *out = args[3];
+  int64_t T = scalar(args, 4), window = scalar(args, 5), n = scalar(args, 6);
+  check(k->sizes[0] % n == 0, "attend_batch", "conversations");
+  int64_t slots = k->sizes[0] / n, width = k->sizes[1] * k->sizes[2];
+  check(out->sizes[0] == T && out->sizes[1] == width, "attend_batch", "out shape");
+  check(window == 0 || slots == window, "attend_batch", "slots");
+  const int32_t *P = pos->aligned; const float *K = k->aligned, *V = v->aligned;
+  float *O = out->aligned;
+  for (int64_t t = 0; t < T; ++t) {
+    int64_t p = P[t], first = window == 0 || p < window ? 0 : p - window + 1;
+    check(window != 0 || p < slots, "attend_batch", "position");
+    for (int64_t i = 0; i < width; ++i) {
+      float sum = 0;
+      for (int64_t j = first; j <= p; ++j) {
+        int64_t slot = t * slots + j % slots;
+        sum += K[slot * width + i] + 0.5f * V[slot * width + i];
+      }
+      O[t * width + i] = sum;
+    }
   }
 }
 )c";
