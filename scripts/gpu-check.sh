@@ -6,6 +6,16 @@
 set -uo pipefail
 BIN=$1
 DATA=$2
+if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
+  echo "gpu-check: no CUDA device here: skipped"
+  exit 77 # ctest's SKIP_RETURN_CODE for the gpu-end-to-end test
+fi
+for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln small-nvfp4.reference; do
+  if [ ! -e "$DATA/$file" ]; then
+    echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
+    exit 1
+  fi
+done
 status=0
 check() {
   echo "== $1"
