@@ -6,7 +6,8 @@
 # Kiln with that rate as the prefill roofline. One run, one GPU, in turn.
 #   bench/h200-proxy.sh BIN_DIR ARTIFACT
 # ARTIFACT comes from, on a machine with the compiler:
-#   kilnc bench/configs/muse-spark-open-4-layers.json --target=sm_90 --quant=nvfp4 -o proxy.kiln
+#   kilnc bench/configs/muse-spark-open-4-layers.json --target=sm_90 --quant=nvfp4 \
+#     --max-prefill-tokens=4096 --decode-batch=8 -o proxy.kiln
 set -euo pipefail
 BIN=$1
 ARTIFACT=$2

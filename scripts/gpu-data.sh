@@ -17,7 +17,8 @@ for format in bf16 nvfp4; do
   "$BIN/kiln-ckpt" synth muse-spark-tiny --format $format --seed 7 -o "$OUT/tiny-$format" >/dev/null
   "$BIN/kiln-interp" --weights "$OUT/tiny-$format" --prompt-ids "$PROMPT" --max-new-tokens "$STEPS" \
     --save-reference "$OUT/tiny-$format.reference"
-  "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=$quant -o "$OUT/tiny-$format.sm_90.kiln"
+  "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=$quant --decode-batch=8 \
+    -o "$OUT/tiny-$format.sm_90.kiln"
 done
 # small: the interpreter needs about 35 s a step here (2 cores, fp32, whole
 # prefix each step): 64 steps take about 40 minutes (KILN_GPU_SMALL_STEPS
@@ -30,8 +31,9 @@ trap 'rm -rf "$SMALL_CKPT"' EXIT
 "$BIN/kiln-ckpt" synth muse-spark-small --format nvfp4 --seed 3 -o "$SMALL_CKPT" >/dev/null
 "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$PROMPT" --max-new-tokens "$SMALL_STEPS" \
   --save-reference "$OUT/small-nvfp4.reference"
-"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 -o "$OUT/small-nvfp4.sm_90.kiln"
+"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=8 \
+  -o "$OUT/small-nvfp4.sm_90.kiln"
 kiln_log "the full-width 4-layer proxy for bench/h200-proxy.sh"
 "$BIN/kilnc" "$KILN_ROOT/bench/configs/muse-spark-open-4-layers.json" --target=sm_90 --quant=nvfp4 \
-  -o "$OUT/proxy-4-layers.sm_90.kiln"
+  --max-prefill-tokens=4096 --decode-batch=8 -o "$OUT/proxy-4-layers.sm_90.kiln"
 du -sh "$OUT"
