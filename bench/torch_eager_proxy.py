@@ -8,9 +8,11 @@ Prints, from one run on the GPU:
   - device-to-device copy bandwidth (bytes read + written),
   - bf16 tensor-core throughput (an 8192^3 matmul),
   - eager decode time per token at batch 1 with a KV length of --context,
+  - eager decode time of a step of --batch conversations, one token each, each
+    with its own KV cache of --context (1 skips it),
   - eager prefill time of --prefill tokens (0 skips it).
 
-  python3 bench/torch_eager_proxy.py CONFIG.json [--context 4096] [--prefill 4096]
+  python3 bench/torch_eager_proxy.py CONFIG.json [--context 4096] [--batch 8] [--prefill 4096]
 """
 import argparse
 import json
@@ -110,6 +112,26 @@ class Layer:
             vals.repeat_interleave(g, 1).transpose(0, 1), attn_mask=mask, scale=1 / math.sqrt(hd))
         return F.linear(out.transpose(0, 1).reshape(T, nh * hd), self.o)
 
+    def attention_batch(self, x, pos, kv):
+        """Token b continues conversation b: its own cache [B, S, nkv, hd]."""
+        c = self.cfg
+        nh, nkv, hd, eps = c["num_attention_heads"], c["num_key_value_heads"], c["head_dim"], c["rms_norm_eps"]
+        B = x.shape[0]
+        qkv = F.linear(x, self.qkv)
+        q, k, v = qkv.split([nh * hd, nkv * hd, nkv * hd], dim=-1)
+        q = rope(rms_norm(q.view(B, nh, hd), self.qn, eps), pos, c["rope_theta"])
+        k = rope(rms_norm(k.view(B, nkv, hd), self.kn, eps), pos, c["rope_theta"])
+        kc, vc = kv
+        keys = torch.cat([kc, k[:, None]], dim=1)
+        vals = torch.cat([vc, v.view(B, 1, nkv, hd)], dim=1)
+        if self.window:
+            keys, vals = keys[:, -self.window:], vals[:, -self.window:]
+        g = nh // nkv
+        out = F.scaled_dot_product_attention(
+            q[:, :, None], keys.repeat_interleave(g, 2).transpose(1, 2),
+            vals.repeat_interleave(g, 2).transpose(1, 2), scale=1 / math.sqrt(hd))
+        return F.linear(out.reshape(B, nh * hd), self.o)
+
     def moe(self, u):
         c = self.cfg
         K, eps = c["num_experts_per_tok"], c["rms_norm_eps"]
@@ -126,9 +148,10 @@ class Layer:
             s.index_add_(0, rows, y.float() * w[rows, slot][:, None])
         return F.linear(s.to(torch.bfloat16), self.unpool)
 
-    def forward(self, x, pos, kv):
+    def forward(self, x, pos, kv, batched=False):
         eps = self.cfg["rms_norm_eps"]
-        a = self.attention(rms_norm(x, self.norms[0], eps), pos, kv)
+        attend = self.attention_batch if batched else self.attention
+        a = attend(rms_norm(x, self.norms[0], eps), pos, kv)
         h = x + self.gates[0] * rms_norm(a, self.norms[1], eps)
         m = self.moe(rms_norm(h, self.norms[2], eps))
         return h + self.gates[1] * rms_norm(m, self.norms[3], eps)
@@ -149,6 +172,7 @@ def main():
     ap.add_argument("config")
     ap.add_argument("--context", type=int, default=4096)
     ap.add_argument("--prefill", type=int, default=4096)
+    ap.add_argument("--batch", type=int, default=8)
     ap.add_argument("--steps", type=int, default=10)
     args = ap.parse_args()
     cfg = json.load(open(args.config))
@@ -175,11 +199,11 @@ def main():
     eps = cfg["rms_norm_eps"]
     print(f"torch weights: {torch.cuda.memory_allocated() / 2**30:.1f} GiB")
 
-    def forward(ids, pos, kvs):
+    def forward(ids, pos, kvs, batched=False):
         x = embed[ids]
         for layer, kv in zip(layers, kvs):
-            x = layer.forward(x, pos, kv)
-        return F.linear(rms_norm(x[-1:], final, eps), head)
+            x = layer.forward(x, pos, kv, batched)
+        return F.linear(rms_norm(x if batched else x[-1:], final, eps), head)
 
     with torch.no_grad():
         kv_len = lambda l: args.context if not l.window else min(args.context, l.window)
@@ -190,6 +214,16 @@ def main():
         forward(ids, pos, kvs)
         ms = timed(lambda: forward(ids, pos, kvs), args.steps)
         print(f"torch eager decode: batch 1, KV length {args.context}: {ms:.3f} ms/token")
+        if args.batch > 1:
+            B = args.batch
+            bkvs = [(torch.randn(B, kv_len(l), nkv, hd, device=dev, dtype=torch.bfloat16),
+                     torch.randn(B, kv_len(l), nkv, hd, device=dev, dtype=torch.bfloat16)) for l in layers]
+            bids = torch.randint(0, V, (B,), device=dev)
+            bpos = torch.full((B,), args.context, device=dev)
+            forward(bids, bpos, bkvs, True)
+            ms = timed(lambda: forward(bids, bpos, bkvs, True), args.steps)
+            print(f"torch eager decode: batch {B}, KV length {args.context} each: {ms:.3f} ms a step")
+            del bkvs
         if args.prefill:
             ids = torch.randint(0, V, (args.prefill,), device=dev)
             pos = torch.arange(args.prefill, device=dev)

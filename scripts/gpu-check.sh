@@ -10,7 +10,8 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   echo "gpu-check: no CUDA device here: skipped"
   exit 77 # ctest's SKIP_RETURN_CODE for the gpu-end-to-end test
 fi
-for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln small-nvfp4.reference; do
+for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln small-nvfp4.reference \
+  small-bf16.sm_90.kiln small-bf16.reference; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -25,6 +26,7 @@ check() {
 check tiny-bf16 "$DATA/tiny-bf16"
 check tiny-nvfp4 "$DATA/tiny-nvfp4"
 check small-nvfp4 synthetic:3
+check small-bf16 synthetic:3
 if command -v compute-sanitizer >/dev/null; then
   for format in bf16 nvfp4; do
     echo "== compute-sanitizer, tiny $format"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Prepares what the GPU checks need, on a machine with the compiler (MLIR) but
 # possibly no GPU: sm_90 artifacts of muse-spark-tiny (BF16, NVFP4) and
-# muse-spark-small (NVFP4), the tiny checkpoints, and the fp32 interpreter's
+# muse-spark-small (NVFP4, BF16), the tiny checkpoints, and the fp32 interpreter's
 # reference runs (64 greedy steps each).
 #   scripts/gpu-data.sh [OUT_DIR]      (default: build/gpu-data)
 source "$(dirname "$0")/lib.sh"
@@ -25,14 +25,18 @@ done
 # shortens it); it reads a checkpoint on disk, the GPU run the same bytes as
 # synthetic:3.
 SMALL_STEPS=${KILN_GPU_SMALL_STEPS:-64}
-kiln_log "small nvfp4: checkpoint (2 GB, temporary), interpreter reference ($SMALL_STEPS steps), sm_90 artifact"
 SMALL_CKPT=$(mktemp -d)
 trap 'rm -rf "$SMALL_CKPT"' EXIT
-"$BIN/kiln-ckpt" synth muse-spark-small --format nvfp4 --seed 3 -o "$SMALL_CKPT" >/dev/null
-"$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$PROMPT" --max-new-tokens "$SMALL_STEPS" \
-  --save-reference "$OUT/small-nvfp4.reference"
-"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=8 \
-  -o "$OUT/small-nvfp4.sm_90.kiln"
+for format in nvfp4 bf16; do
+  quant=$([ $format = bf16 ] && echo none || echo nvfp4)
+  kiln_log "small $format: checkpoint (temporary), interpreter reference ($SMALL_STEPS steps), sm_90 artifact"
+  "$BIN/kiln-ckpt" synth muse-spark-small --format $format --seed 3 -o "$SMALL_CKPT" >/dev/null
+  "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$PROMPT" --max-new-tokens "$SMALL_STEPS" \
+    --save-reference "$OUT/small-$format.reference"
+  "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=$quant --decode-batch=8 \
+    -o "$OUT/small-$format.sm_90.kiln"
+  rm -rf "${SMALL_CKPT:?}"/*
+done
 kiln_log "the full-width 4-layer proxy for bench/h200-proxy.sh"
 "$BIN/kilnc" "$KILN_ROOT/bench/configs/muse-spark-open-4-layers.json" --target=sm_90 --quant=nvfp4 \
   --max-prefill-tokens=4096 --decode-batch=8 -o "$OUT/proxy-4-layers.sm_90.kiln"
