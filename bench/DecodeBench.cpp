@@ -6,9 +6,13 @@
 //
 // It loads the artifact with its weights, prefills `context` tokens (timed),
 // decodes `steps` tokens one at a time through the CUDA graph (timed on the
-// host, logits download included), profiles one more decode step launch by
-// launch (CUDA events), and measures the device-to-device copy bandwidth
-// with a 2 GiB copy. The roofline of a decode step is the bytes it must read
+// host, logits download included), profiles one more decode step and one
+// prefill call launch by launch (CUDA events), and measures the
+// device-to-device copy bandwidth with a 2 GiB copy. An artifact with a
+// decode_batch entry (kilnc --decode-batch N) also gets N conversations of
+// `context` tokens each, stepped `steps` times together, with their roofline
+// (the experts N tokens touch under uniform routing, N KV caches) and a
+// profile of one batched step. The roofline of a decode step is the bytes it must read
 // (every weight once, except the embedding table's one row and the experts the
 // router did not pick; the KV cache of every layer up to its window) over that
 // bandwidth. The roofline of the prefill is its matrix FLOPs (weights times
@@ -52,8 +56,9 @@ struct Options {
                "usage: kiln-bench-decode ARTIFACT [--weights SPEC] [--context N] "
                "[--steps N] [--tensor-tflops R] [--json FILE]\n"
                "  --weights SPEC  checkpoint directory or synthetic:SEED (default synthetic:1)\n"
-               "  --context N     tokens prefilled before decoding (default 4096)\n"
-               "  --steps N       decode steps timed (default 32)\n"
+               "  --context N     tokens prefilled before decoding, per conversation (default 4096)\n"
+               "  --steps N       decode steps timed, and batched steps with a decode_batch entry\n"
+               "                  (default 32)\n"
                "  --tensor-tflops R  measured bf16 tensor-core TFLOP/s: prints the prefill roofline\n"
                "  --json FILE     also write the figures as JSON\n",
                why);
