@@ -187,21 +187,6 @@ std::string itemOfRow(const std::string &R, const std::string &row, const MmaExp
                       {{"R", R}, {"row", row}, {"mi", str(s.maxItems())}});
 }
 
-// Loads of 16 activations (4 vector<4xf32> `P`a0..3) of row [`idx`, at + lk ..].
-std::string activationLoad(const std::string &x, const std::string &xt, const std::string &idx,
-                           const std::string &P, const std::string &at) {
-  std::string text;
-  for (int64_t i = 0; i < 4; ++i) {
-    std::string K = P + "k" + str(i);
-    text += "      " + K + "_off = arith.constant " + str(4 * i) + " : index\n" +
-            "      " + K + "_in = arith.addi %lk, " + K + "_off : index\n" +
-            "      " + K + " = arith.addi " + at + ", " + K + "_in : index\n" +
-            "      " + P + "a" + str(i) + " = vector.load " + x + "[" + idx + ", " + K +
-            "] {alignment = 16} : " + xt + ", vector<4xf32>\n";
-  }
-  return text;
-}
-
 std::string finishWeights(bool nvfp4, const std::string &P) {
   if (nvfp4)
     return nvfp4Finish(P);
@@ -358,7 +343,7 @@ kernels::KernelSpec mmaExpertGateUp(const MmaExpertsShape &s) {
   bool nvfp4 = s.nvfp4;
   kernel.load = [=](const std::string &P, const std::string &at) {
     std::string types = stagedTypes(nvfp4);
-    std::string text = activationLoad("%z", zt, "%lt", P, at);
+    std::string text = mmaActivationLoad("%z", zt, "%lt", P, at);
     std::string staged = nvfp4 ? P + "w0, " + P + "w1" : P + "b0, " + P + "b1";
     text += "      " + staged + " = scf.if %is_up -> (" + types + ") {\n" +
             weightLoad("up", up, nvfp4, at, P + "u") + "        scf.yield " + P + "u0, " + P +
@@ -434,7 +419,7 @@ kernels::KernelSpec mmaExpertDown(const MmaExpertsShape &s) {
 )";
   bool nvfp4 = s.nvfp4;
   kernel.load = [=](const std::string &P, const std::string &at) {
-    return activationLoad("%hin", ht, "%lt, %lj", P, at) +
+    return mmaActivationLoad("%hin", ht, "%lt, %lj", P, at) +
            weightLoad("down", down, nvfp4, at, nvfp4 ? P + "w" : P + "b");
   };
   kernel.finish = [=](const std::string &P) { return finishWeights(nvfp4, P); };

@@ -68,15 +68,7 @@ kernels::KernelSpec mmaGemm(int64_t n, int64_t k) {
     %brow = arith.minui %brow_at, %n_last : index
 )";
   kernel.load = [xt, wt](const std::string &P, const std::string &at) {
-    std::string text;
-    for (int64_t i = 0; i < 4; ++i) {
-      std::string K = P + "k" + str(i);
-      text += "      " + K + "_off = arith.constant " + str(4 * i) + " : index\n" +
-              "      " + K + "_in = arith.addi %lk, " + K + "_off : index\n" +
-              "      " + K + " = arith.addi " + at + ", " + K + "_in : index\n" +
-              "      " + P + "a" + str(i) + " = vector.load %x[%arow, " + K +
-              "] {alignment = 16} : " + xt + ", vector<4xf32>\n";
-    }
+    std::string text = mmaActivationLoad("%x", xt, "%arow", P, at);
     for (int64_t i = 0; i < 2; ++i) {
       std::string K = P + "kb" + str(i);
       text += "      " + K + "_off = arith.constant " + str(8 * i) + " : index\n" +

@@ -104,6 +104,21 @@ std::string mmaStep() {
 
 } // namespace
 
+std::string mmaActivationLoad(const std::string &x, const std::string &xType,
+                              const std::string &rowIdx, const std::string &P,
+                              const std::string &at) {
+  std::string text;
+  for (int64_t i = 0; i < 4; ++i) {
+    std::string K = P + "k" + str(i);
+    text += "      " + K + "_off = arith.constant " + str(4 * i) + " : index\n" +
+            "      " + K + "_in = arith.addi %lk, " + K + "_off : index\n" +
+            "      " + K + " = arith.addi " + at + ", " + K + "_in : index\n" +
+            "      " + P + "a" + str(i) + " = vector.load " + x + "[" + rowIdx + ", " + K +
+            "] {alignment = 16} : " + xType + ", vector<4xf32>\n";
+  }
+  return text;
+}
+
 std::string mmaTileKernelText(const MmaTileKernel &kernel) {
   std::string st = "memref<" + str(kMmaTileM) + "x" + str(kRowWords) +
                    "xi32, #gpu.address_space<workgroup>>";

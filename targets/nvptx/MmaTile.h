@@ -49,4 +49,10 @@ struct MmaTileKernel {
 
 std::string mmaTileKernelText(const MmaTileKernel &kernel);
 
+// A `load` helper: this thread's 16 activations of row [`rowIdx`, at + %lk
+// ..] of `x` (memref type `xType`, f32) as 4 vector<4xf32> `P`a0..3.
+std::string mmaActivationLoad(const std::string &x, const std::string &xType,
+                              const std::string &rowIdx, const std::string &P,
+                              const std::string &at);
+
 } // namespace kiln::nvptx
