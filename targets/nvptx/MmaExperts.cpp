@@ -3,6 +3,8 @@
 #include "targets/common/WarpSnippets.h"
 #include "targets/nvptx/MmaTile.h"
 
+#include <functional>
+
 namespace kiln::nvptx {
 namespace {
 
@@ -63,8 +65,8 @@ std::string weightLoad(const std::string &w, const Projection &p, bool nvfp4, co
   text += "        " + out + "blk = arith.divui " + out + "k, %c16 : index\n";
   text += "        " + out + "0 = vector.load %" + w + "[%e, %brow, " + out +
           "byte] {alignment = 8} : " + p.type + ", vector<8xi8>\n";
-  text += "        " + out + "1 = memref.load %" + w + "_s[%e, %brow, " + out + "blk] : " +
-          p.scalesType + "\n";
+  text += "        " + out + "1 = memref.load %" + w + "_s[%e, %brow, " + out +
+          "blk] : " + p.scalesType + "\n";
   return text;
 }
 
@@ -185,6 +187,23 @@ std::string itemOfRow(const std::string &R, const std::string &row, const MmaExp
     @@R@@j = arith.remui @@R@@item, %ck : index
 )",
                       {{"R", R}, {"row", row}, {"mi", str(s.maxItems())}});
+}
+
+// The epilogue's walk over the warp's 8 tile rows (mma row tile i, half 0
+// for c0 c1 or 1 for c2 c3): each row that holds an item gets `body`'s text
+// (given the row's prefix R, with R t and R j its token and slot, i and half)
+// inside an scf.if.
+std::string
+forEachItemRow(const MmaExpertsShape &s,
+               const std::function<std::string(const std::string &, int64_t, int64_t)> &body) {
+  std::string text;
+  for (int64_t i = 0; i < 4; ++i)
+    for (int64_t half = 0; half < 2; ++half) {
+      std::string R = "%r" + str(i) + "_" + str(half) + "_";
+      text += itemOfRow(R, half ? "%ra8_" + str(i) : "%ra" + str(i), s) + "    scf.if " + R +
+              "ok {\n" + body(R, i, half) + "    }\n";
+    }
+  return text;
 }
 
 std::string finishWeights(bool nvfp4, const std::string &P) {
@@ -325,7 +344,8 @@ kernels::KernelSpec mmaExpertGateUp(const MmaExpertsShape &s) {
   std::string ht = "memref<?x" + str(s.k) + "x" + str(s.intermediate) + "xf32>";
   MmaTileKernel kernel;
   kernel.name = "expert_gateup_mma_" + suffix(s);
-  kernel.args = "%z: " + zt + ", " + listTypes(s) + ", " + gate.args + ", " + up.args + ", %h: " + ht;
+  kernel.args =
+      "%z: " + zt + ", " + listTypes(s) + ", " + gate.args + ", " + up.args + ", %h: " + ht;
   kernel.tiling = "kind = \"mma-expert-gateup\", tile = [128, 128, 32], block = 256 : i64";
   kernel.k = s.latent;
   kernel.setup = tileSetup(s, s.intermediate / kGateUpCols);
@@ -362,41 +382,39 @@ kernels::KernelSpec mmaExpertGateUp(const MmaExpertsShape &s) {
                          "    %ecol = arith.addi %ecol1, %et2 : index\n"
                          "    %ecol8 = arith.addi %ecol, %c8 : index\n"
                          "    %one_f = arith.constant 1.0 : f32\n";
-  for (int64_t i = 0; i < 4; ++i)
-    for (int64_t half = 0; half < 2; ++half) {
-      std::string R = "%r" + str(i) + "_" + str(half) + "_";
-      epilogue += itemOfRow(R, half ? "%ra8_" + str(i) : "%ra" + str(i), s);
-      epilogue += "    scf.if " + R + "ok {\n";
-      for (int64_t j = 0; j < 2; ++j) {
-        std::string hs;
-        for (int64_t e = 0; e < 2; ++e) {
-          std::string V = R + str(j) + "_" + str(e);
-          std::string g = "%res#" + str(4 * i + j), u = "%res#" + str(4 * i + j + 2);
-          std::string at = str(2 * half + e);
-          epilogue += "      " + V + "g0 = llvm.extractvalue " + g + "[" + at +
-                      "] : !llvm.struct<(f32, f32, f32, f32)>\n" + "      " + V +
-                      "u0 = llvm.extractvalue " + u + "[" + at + "] : !llvm.struct<(f32, f32, f32, f32)>\n";
-          std::string gv = V + "g0", uv = V + "u0";
-          if (s.nvfp4) {
-            epilogue += "      " + V + "g = arith.mulf " + V + "g0, %gate_glob : f32\n" + "      " + V +
-                        "u = arith.mulf " + V + "u0, %up_glob : f32\n";
-            gv = V + "g";
-            uv = V + "u";
-          }
-          // h = silu(g) * u, as the reference computes it.
-          epilogue += "      " + V + "ng = arith.negf " + gv + " : f32\n" + "      " + V +
-                      "ex = math.exp " + V + "ng : f32\n" + "      " + V + "den = arith.addf %one_f, " +
-                      V + "ex : f32\n" + "      " + V + "sig = arith.divf " + gv + ", " + V +
-                      "den : f32\n" + "      " + V + "h = arith.mulf " + V + "sig, " + uv + " : f32\n";
-          hs += (e ? ", " : "") + V + "h";
+  epilogue += forEachItemRow(s, [&](const std::string &R, int64_t i, int64_t half) {
+    std::string text;
+    for (int64_t j = 0; j < 2; ++j) {
+      std::string hs;
+      for (int64_t e = 0; e < 2; ++e) {
+        std::string V = R + str(j) + "_" + str(e);
+        std::string g = "%res#" + str(4 * i + j), u = "%res#" + str(4 * i + j + 2);
+        std::string at = str(2 * half + e);
+        text += "      " + V + "g0 = llvm.extractvalue " + g + "[" + at +
+                "] : !llvm.struct<(f32, f32, f32, f32)>\n" + "      " + V +
+                "u0 = llvm.extractvalue " + u + "[" + at +
+                "] : !llvm.struct<(f32, f32, f32, f32)>\n";
+        std::string gv = V + "g0", uv = V + "u0";
+        if (s.nvfp4) {
+          text += "      " + V + "g = arith.mulf " + V + "g0, %gate_glob : f32\n" + "      " + V +
+                  "u = arith.mulf " + V + "u0, %up_glob : f32\n";
+          gv = V + "g";
+          uv = V + "u";
         }
-        std::string H = R + str(j);
-        epilogue += "      " + H + "v = vector.from_elements " + hs + " : vector<2xf32>\n" +
-                    "      vector.store " + H + "v, %h[" + R + "t, " + R + "j, " +
-                    (j ? "%ecol8" : "%ecol") + "] {alignment = 8} : " + ht + ", vector<2xf32>\n";
+        // h = silu(g) * u, as the reference computes it.
+        text += "      " + V + "ng = arith.negf " + gv + " : f32\n" + "      " + V +
+                "ex = math.exp " + V + "ng : f32\n" + "      " + V + "den = arith.addf %one_f, " +
+                V + "ex : f32\n" + "      " + V + "sig = arith.divf " + gv + ", " + V +
+                "den : f32\n" + "      " + V + "h = arith.mulf " + V + "sig, " + uv + " : f32\n";
+        hs += (e ? ", " : "") + V + "h";
       }
-      epilogue += "    }\n";
+      std::string H = R + str(j);
+      text += "      " + H + "v = vector.from_elements " + hs + " : vector<2xf32>\n" +
+              "      vector.store " + H + "v, %h[" + R + "t, " + R + "j, " +
+              (j ? "%ecol8" : "%ecol") + "] {alignment = 8} : " + ht + ", vector<2xf32>\n";
     }
+    return text;
+  });
   kernel.epilogue = epilogue;
   return kernels::KernelSpec{kernel.name, "kiln.megamoe",
                              "{\"kind\": \"mma-expert-gateup\", \"tile\": [128, 128, 32]}",
@@ -427,28 +445,26 @@ kernels::KernelSpec mmaExpertDown(const MmaExpertsShape &s) {
                                            "    %et2 = arith.muli %t, %c2 : index\n";
   for (int64_t j = 0; j < 4; ++j)
     epilogue += "    %ecol" + str(j + 1) + "_w = arith.addi %ecol0, %rb" + str(j) + "_w : index\n" +
-                "    %ecol" + str(j + 1) + " = arith.addi %ecol" + str(j + 1) + "_w, %et2 : index\n";
-  for (int64_t i = 0; i < 4; ++i)
-    for (int64_t half = 0; half < 2; ++half) {
-      std::string R = "%r" + str(i) + "_" + str(half) + "_";
-      epilogue += itemOfRow(R, half ? "%ra8_" + str(i) : "%ra" + str(i), s);
-      epilogue += "    scf.if " + R + "ok {\n";
-      for (int64_t j = 0; j < 4; ++j) {
-        std::string V = R + str(j) + "_", res = "%res#" + str(4 * i + j), ys;
-        for (int64_t e = 0; e < 2; ++e) {
-          std::string X = V + str(e);
-          epilogue += "      " + X + "a = llvm.extractvalue " + res + "[" + str(2 * half + e) +
-                      "] : !llvm.struct<(f32, f32, f32, f32)>\n";
-          if (s.nvfp4)
-            epilogue += "      " + X + " = arith.mulf " + X + "a, %down_glob : f32\n";
-          ys += (e ? ", " : "") + X + (s.nvfp4 ? "" : "a");
-        }
-        epilogue += "      " + V + "v = vector.from_elements " + ys + " : vector<2xf32>\n" +
-                    "      vector.store " + V + "v, %y[" + R + "t, " + R + "j, %ecol" + str(j + 1) +
-                    "] {alignment = 8} : " + yt + ", vector<2xf32>\n";
+                "    %ecol" + str(j + 1) + " = arith.addi %ecol" + str(j + 1) +
+                "_w, %et2 : index\n";
+  epilogue += forEachItemRow(s, [&](const std::string &R, int64_t i, int64_t half) {
+    std::string text;
+    for (int64_t j = 0; j < 4; ++j) {
+      std::string V = R + str(j) + "_", res = "%res#" + str(4 * i + j), ys;
+      for (int64_t e = 0; e < 2; ++e) {
+        std::string X = V + str(e);
+        text += "      " + X + "a = llvm.extractvalue " + res + "[" + str(2 * half + e) +
+                "] : !llvm.struct<(f32, f32, f32, f32)>\n";
+        if (s.nvfp4)
+          text += "      " + X + " = arith.mulf " + X + "a, %down_glob : f32\n";
+        ys += (e ? ", " : "") + X + (s.nvfp4 ? "" : "a");
       }
-      epilogue += "    }\n";
+      text += "      " + V + "v = vector.from_elements " + ys + " : vector<2xf32>\n" +
+              "      vector.store " + V + "v, %y[" + R + "t, " + R + "j, %ecol" + str(j + 1) +
+              "] {alignment = 8} : " + yt + ", vector<2xf32>\n";
     }
+    return text;
+  });
   kernel.epilogue = epilogue;
   return kernels::KernelSpec{kernel.name, "kiln.megamoe",
                              "{\"kind\": \"mma-expert-down\", \"tile\": [128, 128, 32]}",
