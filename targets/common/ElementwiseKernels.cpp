@@ -149,76 +149,67 @@ static std::string normRow(const std::string &src, const std::string &srcType,
                        {"vbf", vec(width, "bf16")}});
 }
 
-// The eps is part of a norm kernel's name: norms with other eps get other kernels.
-KernelSpec rmsNorm(int64_t width, double eps) {
-  std::string name = "rms_norm_" + std::to_string(width) + epsSuffix(eps);
-  std::string row = "memref<?x" + std::to_string(width) + "xf32>";
+namespace {
+
+// An RMSNorm kernel over every row of width `width`: rows of [T, width]
+// (heads = 0) or [T, heads, width] rows (head norms); the eps is part of the
+// name, so norms with other eps get other kernels.
+KernelSpec normKernel(const std::string &name, const std::string &op, int64_t heads,
+                      int64_t width, double eps) {
   std::string w = "memref<" + std::to_string(width) + "xbf16>";
+  std::string xt = heads ? "memref<?x" + std::to_string(heads) + "x" + std::to_string(width) +
+                               "xf32>"
+                         : "memref<?x" + std::to_string(width) + "xf32>";
+  std::string loop = heads ? R"(
+    scf.for %hh = %c0 to %heads step %c1 {
+      @@norm@@
+    })"
+                           : R"(
+    @@norm@@)";
   std::string body = fillTemplate(R"(
-func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
+func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@xt@@, %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
   %c0 = arith.constant 0 : index
   %c1 = arith.constant 1 : index
   %step = arith.constant @@lanes@@ : index
   %width = arith.constant @@w@@ : index
   %widthf = arith.constant @@wf@@ : f32
-  %rows = arith.index_cast %rows_i : i64 to index
+@@heads@@  %rows = arith.index_cast %rows_i : i64 to index
   @@range@@
-  scf.for %r = %rbegin to %rend step %c1 {
-    @@norm@@
+  scf.for %r = %rbegin to %rend step %c1 {@@loop@@
   }
   return
 }
 )",
                                   {{"name", name},
-                                   {"row", row},
+                                   {"xt", xt},
                                    {"wt", w},
                                    {"w", std::to_string(width)},
                                    {"wf", floatLiteral(double(width))},
+                                   {"heads", heads ? "  %heads = arith.constant " +
+                                                         std::to_string(heads) + " : index\n"
+                                                   : ""},
                                    {"lanes", lanesFor(width)},
                                    {"tiling", tilingAttr(width)},
                                    {"range", partRange("%rows", "r")},
-                                   {"norm", normRow("%x", row, "%y", row, "%w", w, "%r",
-                                                    floatLiteral(eps), width, "n")}});
-  return make(name, "kiln.rms_norm", tilingJson(width), body);
+                                   {"loop", loop}});
+  body = fillTemplate(body, {{"norm", normRow("%x", xt, "%y", xt, "%w", w,
+                                                heads ? "%r, %hh" : "%r", floatLiteral(eps),
+                                                width, "n")}});
+  return make(name, op, tilingJson(width), body);
+}
+
+} // namespace
+
+KernelSpec rmsNorm(int64_t width, double eps) {
+  return normKernel("rms_norm_" + std::to_string(width) + epsSuffix(eps), "kiln.rms_norm", 0,
+                    width, eps);
 }
 
 KernelSpec headNorm(int64_t heads, int64_t headDim, double eps) {
-  std::string name = "head_norm_" + std::to_string(heads) + "x" + std::to_string(headDim) +
-                     epsSuffix(eps);
-  std::string t3 = "memref<?x" + std::to_string(heads) + "x" + std::to_string(headDim) + "xf32>";
-  std::string w = "memref<" + std::to_string(headDim) + "xbf16>";
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%x: @@t3@@, %w: @@wt@@, %y: @@t3@@, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %step = arith.constant @@lanes@@ : index
-  %width = arith.constant @@w@@ : index
-  %widthf = arith.constant @@wf@@ : f32
-  %heads = arith.constant @@heads@@ : index
-  %rows = arith.index_cast %rows_i : i64 to index
-  @@range@@
-  scf.for %r = %rbegin to %rend step %c1 {
-    scf.for %hh = %c0 to %heads step %c1 {
-      @@norm@@
-    }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"t3", t3},
-                                   {"wt", w},
-                                   {"w", std::to_string(headDim)},
-                                   {"wf", floatLiteral(double(headDim))},
-                                   {"heads", std::to_string(heads)},
-                                   {"lanes", lanesFor(headDim)},
-                                   {"tiling", tilingAttr(headDim)},
-                                   {"range", partRange("%rows", "r")},
-                                   {"norm", normRow("%x", t3, "%y", t3, "%w", w, "%r, %hh",
-                                                    floatLiteral(eps), headDim, "n")}});
-  return make(name, "kiln.head_norm", tilingJson(headDim), body);
+  return normKernel("head_norm_" + std::to_string(heads) + "x" + std::to_string(headDim) +
+                        epsSuffix(eps),
+                    "kiln.head_norm", heads, headDim, eps);
 }
 
 KernelSpec normResidual(int64_t width, double postEps, double nextEps) {
