@@ -20,10 +20,11 @@ namespace kiln::kernels {
 namespace {
 
 constexpr int64_t kTileRows = 16; // activation rows are padded to AMX tile height
-// Entry points of at most this many tokens (batched decode) get GEMVs that
-// share each weight load among their tokens, kGemvGroup tokens at a time:
-// 4 f32 rows of a full-width activation (128 KiB) stay in L1, 8 do not.
-constexpr int64_t kGemvTokens = 8, kGemvGroup = 4;
+// Entry points of at most kGemvTokens tokens (batched decode) get GEMVs that
+// share each weight load among their tokens: the block GEMV, or where k does
+// not fit it a warp per row over kGemvGroup tokens at a time (4 f32 rows of a
+// full-width activation, 128 KiB, stay in L1; 8 do not).
+constexpr int64_t kGemvTokens = kBlockGemvTokens, kGemvGroup = 4;
 
 // A block GEMV's launch: 8 warps per blockGemvRows() output rows.
 Work blockGemvWork(int64_t n) {
@@ -114,6 +115,11 @@ private:
   LogicalResult lowerEntry(func::FuncOp forward, const EntryInfo &entry);
   LogicalResult lowerOp(Operation *op);
   LogicalResult lowerLinear(Value input, Value weightValue, Value result, StringRef what);
+  // y = x · Wᵀ (bf16 [n, k]) on a GPU for entry points of 2 to kGemvTokens
+  // tokens (batched decode), sharing each weight load among the tokens;
+  // false where no such kernel fits.
+  bool launchFewTokensGemv(int64_t n, int64_t k, const Buf &x, const Buf &w, const Buf &y,
+                           StringRef what);
 
   MLIRContext *ctx;
   ModuleOp graph;
@@ -197,6 +203,21 @@ FailureOr<Buf> Lowering::weight(Value v, Transform transform) {
   return buffer;
 }
 
+bool Lowering::launchFewTokensGemv(int64_t n, int64_t k, const Buf &x, const Buf &w, const Buf &y,
+                                   StringRef what) {
+  if (!hooks.isGpu() || entryMaxTokens < 2 || entryMaxTokens > kGemvTokens)
+    return false;
+  if (blockGemvFits(k, entryMaxTokens))
+    launch(linearBlockTokens(n, k, entryMaxTokens), {x, w, y}, {"tokens:0", "part", "parts"},
+           blockGemvWork(n), what);
+  else if (warpGemvFits(k))
+    launch(linearWarpTokens(n, k, std::min(entryMaxTokens, kGemvGroup)), {x, w, y},
+           {"tokens:0", "part", "parts"}, Work{warp::kWarp * n, 0}, what);
+  else
+    return false;
+  return true;
+}
+
 LogicalResult Lowering::lowerLinear(Value input, Value weightValue, Value result, StringRef what) {
   auto wType = llvm::cast<RankedTensorType>(weightValue.getType());
   int64_t n = wType.getDimSize(0), k = wType.getDimSize(1);
@@ -227,17 +248,14 @@ LogicalResult Lowering::lowerLinear(Value input, Value weightValue, Value result
   FailureOr<Buf> w = weight(weightValue, Transform::None);
   if (failed(w))
     return failure();
-  if (hooks.isGpu() && splitGemvFits(n, k))
+  if (hooks.isGpu() && splitGemvFits(n, k)) {
     launch(linearSplitBlock(n, k), {x, *w, y}, {"const:0", "tokens:0", "part", "parts"},
            Work{4 * warp::kWarp * n, 0, 4 * warp::kWarp}, what);
-  else if (hooks.isGpu() && entryMaxTokens > 1 && blockGemvFits(k, entryMaxTokens))
-    launch(linearBlockTokens(n, k, entryMaxTokens), {x, *w, y}, {"tokens:0", "part", "parts"},
-           blockGemvWork(n), what);
-  else if (hooks.isGpu() && warpGemvFits(k) && entryMaxTokens > 1 && entryMaxTokens <= kGemvTokens)
-    launch(linearWarpTokens(n, k, std::min(entryMaxTokens, kGemvGroup)), {x, *w, y},
-           {"tokens:0", "part", "parts"},
-           Work{warp::kWarp * n, 0}, what);
-  else if (hooks.isGpu() && warpGemvFits(k))
+    return success();
+  }
+  if (launchFewTokensGemv(n, k, x, *w, y, what))
+    return success();
+  if (hooks.isGpu() && warpGemvFits(k))
     launch(linearWarp(n, k), {x, *w, y}, {"const:0", "tokens:0", "part", "parts"},
            Work{warp::kWarp * n, 0}, what);
   else
@@ -573,29 +591,27 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           return failure();
         plan::DimAttr rowDim = last ? fixed(kTileRows) : rows();
         Buf y = allocShape({rowDim, fixed(vocab)}, f32);
-        if (tiled) {
-          Buf xb = allocShape({rowDim, fixed(hidden)}, b.getBF16Type());
-          launch(castToBf16(hidden), {act(o.getInput()), xb},
-                 {last ? "tokens:-1" : "const:0", "part", "parts"}, Work{0, 1}, what);
-          launch(*tiled, {xb, *w, y}, {"part", "parts"}, Work{vocab / 16, 0}, what);
-        } else if (hooks.isGpu() && !last && entryMaxTokens > 1 &&
-                   blockGemvFits(hidden, entryMaxTokens)) {
-          launch(linearBlockTokens(vocab, hidden, entryMaxTokens), {act(o.getInput()), *w, y},
-                 {"tokens:0", "part", "parts"}, blockGemvWork(vocab), what);
-        } else if (hooks.isGpu() && warpGemvFits(hidden) && !last && entryMaxTokens > 1 &&
-                   entryMaxTokens <= kGemvTokens) {
-          launch(linearWarpTokens(vocab, hidden, std::min(entryMaxTokens, kGemvGroup)),
-                 {act(o.getInput()), *w, y},
-                 {"tokens:0", "part", "parts"}, Work{warp::kWarp * vocab, 0}, what);
-        } else if (hooks.isGpu() && warpGemvFits(hidden)) {
-          launch(linearWarp(vocab, hidden), {act(o.getInput()), *w, y},
-                 {last ? "tokens:-1" : "const:0", last ? "const:1" : "tokens:0", "part", "parts"},
-                 Work{warp::kWarp * vocab, 0}, what);
-        } else {
-          launch(linearVector(vocab, hidden), {act(o.getInput()), *w, y},
-                 {last ? "tokens:-1" : "const:0", last ? "const:1" : "tokens:0", "part", "parts"},
-                 Work{vocab, 0}, what);
-        }
+        auto launchHead = [&] {
+          if (tiled) {
+            Buf xb = allocShape({rowDim, fixed(hidden)}, b.getBF16Type());
+            launch(castToBf16(hidden), {act(o.getInput()), xb},
+                   {last ? "tokens:-1" : "const:0", "part", "parts"}, Work{0, 1}, what);
+            launch(*tiled, {xb, *w, y}, {"part", "parts"}, Work{vocab / 16, 0}, what);
+            return;
+          }
+          // Batched decode: every row, each weight load shared by the tokens.
+          if (!last && launchFewTokensGemv(vocab, hidden, act(o.getInput()), *w, y, what))
+            return;
+          if (hooks.isGpu() && warpGemvFits(hidden))
+            launch(linearWarp(vocab, hidden), {act(o.getInput()), *w, y},
+                   {last ? "tokens:-1" : "const:0", last ? "const:1" : "tokens:0", "part", "parts"},
+                   Work{warp::kWarp * vocab, 0}, what);
+          else
+            launch(linearVector(vocab, hidden), {act(o.getInput()), *w, y},
+                   {last ? "tokens:-1" : "const:0", last ? "const:1" : "tokens:0", "part", "parts"},
+                   Work{vocab, 0}, what);
+        };
+        launchHead();
         plan::DimAttr outRows = last ? fixed(1) : plan::DimAttr::get(ctx, 0, 1, 1);
         Buf out = binding("output", 0, {outRows, fixed(vocab)}, f32);
         plan::CopyOp::create(b, loc, view(y, {outRows, fixed(vocab)}).value, out.value);
