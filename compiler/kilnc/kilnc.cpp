@@ -90,8 +90,8 @@ cl::opt<int64_t> maxPrefillTokens("max-prefill-tokens",
 
 cl::opt<int64_t> decodeBatch(
     "decode-batch",
-    cl::desc("GPU targets: also build a decode_batch entry point that steps up to N "
-             "conversations one token each in one call (default 1: none)"),
+    cl::desc("Also build a decode_batch entry point that steps up to N conversations one "
+             "token each in one call (default 1: none)"),
     cl::init(1), cl::cat(kilncCategory));
 
 cl::opt<std::string> outputPath("o", cl::desc("Output file ('-' for stdout)"),
@@ -238,10 +238,6 @@ int main(int argc, char **argv) {
     return fail("--max-prefill-tokens must be at least 1");
   if (decodeBatch < 1 || decodeBatch > 1024)
     return fail("--decode-batch must be 1 to 1024, got " + std::to_string(decodeBatch));
-  if (decodeBatch > 1 && target != Target::Sm90 && target != Target::Sm100 &&
-      target != Target::Gfx942 && target != Target::Gfx950)
-    return fail("--decode-batch needs a GPU target (sm_90, sm_100, gfx942, gfx950): the x86 "
-                "runtime decodes one conversation");
   if (what == Emit::Model && layout.devices() > 1)
     return fail("--tp, --ep and --sp shape the graph pipeline: use them with --emit=graph");
 

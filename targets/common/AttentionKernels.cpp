@@ -3,7 +3,9 @@
 // attend to the cached positions still in their window and to the new
 // tokens up to themselves (online softmax), then the new K/V are written to
 // the cache (a ring of `window` slots for sliding layers). Launch parts split
-// the KV heads, so a part only reads and writes its own heads' cache.
+// the KV heads, so a part only reads and writes its own heads' cache. The
+// batched variant (decode_batch) gives token t conversation t's caches and
+// position (Generators.h).
 #include "targets/common/Generators.h"
 
 namespace kiln::kernels {
@@ -49,9 +51,10 @@ func.func @@@name@@(%x: @@t3@@, %pos: memref<?xi32>, %out: @@t3@@, %rows_i: i64,
 }
 
 KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
-                     double scale) {
+                     double scale, int64_t sequences) {
   std::string name = "attention_" + std::to_string(qHeads) + "x" + std::to_string(kvHeads) + "x" +
-                     std::to_string(headDim) + (window ? "_w" + std::to_string(window) : "_global");
+                     std::to_string(headDim) + (window ? "_w" + std::to_string(window) : "_global") +
+                     batchSuffix(sequences);
   std::string lanes = headDim % 16 == 0 ? "16" : "1";
   std::string q = "memref<?x" + std::to_string(qHeads) + "x" + std::to_string(headDim) + "xf32>";
   std::string kv = "memref<?x" + std::to_string(kvHeads) + "x" + std::to_string(headDim) + "xf32>";
@@ -95,7 +98,7 @@ KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t w
   std::string fresh = fillTemplate(update, {{"K", "%k"}, {"V", "%v"}, {"row", "%t2"},
                                             {"vf", vf}, {"qt", q}, {"kvt", kv}, {"D", D}});
   std::string body = fillTemplate(R"(
-func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@, %out: @@qt@@,
+func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@@@positions@@, %out: @@qt@@,
                     %tokens: i64, %past_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface,
                 kiln.tiling = {kind = "online-softmax", lanes = @@lanes@@ : i64, parallel = "kv_heads", window = @@W@@ : i64}} {
@@ -112,7 +115,7 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
   %one_f = arith.constant 1.0 : f32
   %t_count = arith.index_cast %tokens : i64 to index
   %past = arith.index_cast %past_i : i64 to index
-  %slots = memref.dim %kc, %c0 : @@kvt@@
+@@slots@@
   %acc = memref.alloca() : memref<@@D@@xf32>
   %zero_d = arith.constant dense<0.0> : @@vf@@
   @@range@@
@@ -121,7 +124,7 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
       %hb = arith.muli %kvh, %group : index
       %h = arith.addi %hb, %g : index
       scf.for %t = %c0 to %t_count step %c1 {
-        %p = arith.addi %past, %t : index
+@@state@@
         // First visible position: p - window + 1 for sliding layers, 0 for global.
         %p1 = arith.addi %p, %c1 : index
         %lo_w = arith.subi %p1, %window : index
@@ -131,15 +134,20 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
         scf.for %d = %c0 to %dim step %step {
           vector.store %zero_d, %acc[%d] : memref<@@D@@xf32>, @@vf@@
         }
-        %lo_cached = arith.minui %lo, %past : index
-        %ml0:2 = scf.for %j = %lo_cached to %past step %c1 iter_args(%m = %neg_inf, %l = %zero_f) -> (f32, f32) {
-          %slot = arith.remui %j, %slots : index
+        %lo_cached = arith.minui %lo, %past_t : index
+        %ml0:2 = scf.for %j = %lo_cached to %past_t step %c1 iter_args(%m = %neg_inf, %l = %zero_f) -> (f32, f32) {
+          %ring = arith.remui %j, %slots : index
+          %slot = arith.addi %base_t, %ring : index
 @@cached@@
         }
-        %lo_new_s = arith.subi %lo, %past : index
+        // This call's keys from position %past_t up to the query's own:
+        // rows %row0 + (position - %past_t) of %k and %v.
+        %lo_new_s = arith.subi %lo, %past_t : index
         %lo_new = arith.maxsi %lo_new_s, %c0 : index
-        %t_end = arith.addi %t, %c1 : index
-        %ml:2 = scf.for %t2 = %lo_new to %t_end step %c1 iter_args(%m = %ml0#0, %l = %ml0#1) -> (f32, f32) {
+        %p_end = arith.addi %p, %c1 : index
+        %t_end = arith.subi %p_end, %past_t : index
+        %ml:2 = scf.for %i2 = %lo_new to %t_end step %c1 iter_args(%m = %ml0#0, %l = %ml0#1) -> (f32, f32) {
+        %t2 = arith.addi %row0, %i2 : index
 @@fresh@@
         }
         %inv = arith.divf %one_f, %ml#1 : f32
@@ -153,8 +161,7 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
     }
     // The new tokens' K/V into the cache, in order (in a ring, later ones win).
     scf.for %t2 = %c0 to %t_count step %c1 {
-      %pp = arith.addi %past, %t2 : index
-      %slot = arith.remui %pp, %slots : index
+@@append_slot@@
       scf.for %d = %c0 to %dim step %step {
         %kv1 = vector.load %k[%t2, %kvh, %d] : @@kvt@@, @@vf@@
         vector.store %kv1, %kc[%slot, %kvh, %d] : @@kvt@@, @@vf@@
@@ -177,6 +184,18 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
                                    {"W", std::to_string(window)},
                                    {"scale", floatLiteral(scale)},
                                    {"range", partRange("%kv_heads", "h")},
+                                   {"positions", batchPositionsArg(sequences)},
+                                   {"slots", batchCacheSlots(sequences, kv)},
+                                   {"state", batchTokenState(sequences)},
+                                   {"append_slot", sequences ? R"(
+      %ap_i = memref.load %positions[%t2] : memref<?xi32>
+      %ap = arith.index_cast %ap_i : i32 to index
+      %aring = arith.remui %ap, %slots : index
+      %abase = arith.muli %t2, %slots : index
+      %slot = arith.addi %abase, %aring : index)"
+                                                              : R"(
+      %pp = arith.addi %past, %t2 : index
+      %slot = arith.remui %pp, %slots : index)"},
                                    {"cached", cached},
                                    {"fresh", fresh}});
   return KernelSpec{name, "kiln.attention",

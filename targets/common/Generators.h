@@ -23,6 +23,18 @@ std::string partRange(const std::string &n, const std::string &prefix);
 // (memref `type`) into %out.
 std::string ropeAngle();
 std::string ropeRotate(const std::string &type);
+// Attention kernels of a batched entry (sequences > 0: token t continues
+// conversation t of `sequences`, at positions[t], in caches that hold every
+// conversation one after another), as text the CPU and GPU kernels share:
+// the positions argument (", %positions: memref<?xi32>" or nothing), the name
+// suffix ("_b8" or nothing), %slots (a conversation's slots, from %kc), and
+// per token %t: %past_t (positions before it in its conversation), %p (its
+// position), %base_t (its conversation's first slot) and %row0 (the row of
+// this call's K/V at position %past_t).
+std::string batchPositionsArg(int64_t sequences);
+std::string batchSuffix(int64_t sequences);
+std::string batchCacheSlots(int64_t sequences, const std::string &kvt);
+std::string batchTokenState(int64_t sequences);
 // "_eps10000" for eps 1e-5: a norm kernel's name suffix.
 std::string epsSuffix(double eps);
 // An f64/f32 literal MLIR parses back to the same value.
@@ -47,7 +59,7 @@ KernelSpec linearVector(int64_t n, int64_t k);
 // Attention (AttentionKernels.cpp).
 KernelSpec rope(int64_t heads, int64_t headDim, double theta);
 KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
-                     double scale);
+                     double scale, int64_t sequences = 0);
 
 // Latent MoE (MoEKernels.cpp).
 KernelSpec routerTopK(int64_t experts, int64_t k);

@@ -435,8 +435,6 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         Buf vc = binding("kv", 2 * cache + 1, cacheDims, f32);
         Buf y = allocShape(dims3(o.getResult()), f32);
         int64_t qHeads = q.getDimSize(1), kvHeads = k.getDimSize(1), dim = q.getDimSize(2);
-        if (entrySequences && !(hooks.isGpu() && warpAttentionFits(dim)))
-          return o.emitOpError() << "has no batched-decode kernel on " << hooks.name();
         if (hooks.isGpu() && warpAttentionFits(dim)) {
           // A batched entry's tokens each decode one conversation: split like decode.
           int64_t splits = attentionSplits(window, entrySequences ? 1 : entryMaxTokens);
@@ -459,10 +457,13 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           values[o.getResult()] = y;
           return success();
         }
+        SmallVector<Buf> args = {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc};
+        if (entrySequences)
+          args.push_back(positions);
+        args.push_back(y);
         launch(attention(q.getDimSize(1), k.getDimSize(1), q.getDimSize(2), window,
-                         o.getScale().convertToDouble()),
-               {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc, y},
-               {"tokens:0", "past:0", "part", "parts"}, Work{k.getDimSize(1), 0}, what);
+                         o.getScale().convertToDouble(), entrySequences),
+               args, {"tokens:0", "past:0", "part", "parts"}, Work{k.getDimSize(1), 0}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -658,13 +659,8 @@ FailureOr<LoweredModel> Lowering::run() {
   bool perToken = logits.isDynamicDim(0);
   model.plan = ModuleOp::create(graph.getLoc());
   model.entries = {{"prefill", options.maxPrefillTokens, perToken}, {"decode", 1, perToken}};
-  if (options.decodeBatch > 1) {
-    if (!hooks.isGpu())
-      return graph.emitError() << "a decode_batch entry point (batch " << options.decodeBatch
-                               << ") is built for GPU targets only; " << hooks.name()
-                               << " decodes one conversation";
+  if (options.decodeBatch > 1)
     model.entries.push_back({"decode_batch", options.decodeBatch, true, options.decodeBatch});
-  }
   for (const EntryInfo &entry : model.entries)
     if (failed(lowerEntry(forward, entry)))
       return failure();

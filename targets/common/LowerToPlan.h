@@ -56,8 +56,8 @@ struct LoweredModel {
 
 struct LowerOptions {
   int64_t maxPrefillTokens = 64;
-  // Conversations a `decode_batch` entry point steps at once (GPU targets);
-  // 1: no such entry.
+  // Conversations a `decode_batch` entry point steps at once; 1: no such
+  // entry.
   int64_t decodeBatch = 1;
 };
 

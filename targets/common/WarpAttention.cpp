@@ -26,42 +26,6 @@ bool warpAttentionFits(int64_t headDim) {
   return headDim % 16 == 0 && headDim / 16 <= 32 && 32 % (headDim / 16) == 0;
 }
 
-namespace {
-
-// Batched kernels' extra argument, name suffix and per-token state: for
-// token %t, %past_t (positions before it in its conversation), %p (its
-// position), %base_t (its conversation's first cache slot) and %row0 (the row
-// of this call's K/V holding its conversation's position %past_t).
-std::string positionsArg(int64_t sequences) {
-  return sequences ? ", %positions: memref<?xi32>" : "";
-}
-std::string batchSuffix(int64_t sequences) { return sequences ? "_b" + str(sequences) : ""; }
-std::string tokenState(int64_t sequences) {
-  if (!sequences)
-    return R"(
-    %past_t = arith.addi %past, %c0 : index
-    %p = arith.addi %past, %t : index
-    %base_t = arith.addi %c0, %c0 : index
-    %row0 = arith.addi %c0, %c0 : index
-)";
-  return R"(
-    %pos_i = memref.load %positions[%t] : memref<?xi32>
-    %past_t = arith.index_cast %pos_i : i32 to index
-    %p = arith.addi %past_t, %c0 : index
-    %base_t = arith.muli %t, %slots : index
-    %row0 = arith.addi %t, %c0 : index
-)";
-}
-// %slots: a conversation's cache slots.
-std::string cacheSlots(int64_t sequences, const std::string &kvt) {
-  if (!sequences)
-    return "  %slots = memref.dim %kc, %c0 : " + kvt + "\n";
-  return "  %cache_rows = memref.dim %kc, %c0 : " + kvt + "\n  %sequences = arith.constant " +
-         str(sequences) + " : index\n  %slots = arith.divui %cache_rows, %sequences : index\n";
-}
-
-} // namespace
-
 KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
                               double scale, int64_t splits, int64_t sequences) {
   int64_t lanesPerKey = headDim / 16, keysPerStep = 32 / lanesPerKey;
@@ -219,9 +183,9 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
                                    {"qt", q},
                                    {"kvt", kv},
                                    {"pt", pt},
-                                   {"positions", positionsArg(sequences)},
-                                   {"slots", cacheSlots(sequences, kv)},
-                                   {"state", tokenState(sequences)},
+                                   {"positions", batchPositionsArg(sequences)},
+                                   {"slots", batchCacheSlots(sequences, kv)},
+                                   {"state", batchTokenState(sequences)},
                                    {"ids", warp::warpIds()},
                                    {"LPK", str(lanesPerKey)},
                                    {"KPS", str(keysPerStep)},
@@ -363,11 +327,11 @@ func.func @@@name@@(%k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@@@positi
 )",
                                   {{"name", name},
                                    {"kvt", kv},
-                                   {"positions", positionsArg(sequences)},
-                                   {"slots", cacheSlots(sequences, kv) +
+                                   {"positions", batchPositionsArg(sequences)},
+                                   {"slots", batchCacheSlots(sequences, kv) +
                                                  "  %batched = arith.constant " +
                                                  (sequences ? "true" : "false") + "\n"},
-                                   {"state", tokenState(sequences)},
+                                   {"state", batchTokenState(sequences)},
                                    {"ids", warp::warpIds()},
                                    {"H", str(kvHeads)},
                                    {"D", str(headDim)}});
