@@ -145,6 +145,8 @@ struct Engine::Impl {
   void checkTokens(const int32_t *tokens, int64_t count) const;
   // One call of the decode_batch entry for conversations 0 .. n-1.
   void runBatch(const std::vector<int32_t> &tokens, StepClock *clock);
+  // Throws unless 0 <= conversation < conversations.
+  void checkConversation(int64_t conversation) const;
   // The conversation one-conversation calls continue from now on.
   void select(int64_t conversation);
 };
@@ -663,13 +665,17 @@ std::vector<float> Engine::prefill(const std::vector<int32_t> &tokens) {
 
 std::vector<float> Engine::decode(int32_t token) { return decode(0, token); }
 
-void Engine::Impl::select(int64_t conversation) {
+void Engine::Impl::checkConversation(int64_t conversation) const {
   if (conversation < 0 || conversation >= conversations)
     throw RuntimeError("conversation " + std::to_string(conversation) + " is outside 0.." +
                        std::to_string(conversations - 1) +
                        (conversations == 1 ? " (the artifact has no decode_batch entry: "
                                              "compile with kilnc --decode-batch N)"
                                            : ""));
+}
+
+void Engine::Impl::select(int64_t conversation) {
+  checkConversation(conversation);
   current = conversation;
 }
 
@@ -715,18 +721,15 @@ std::vector<float> Engine::decodeBatch(const std::vector<int32_t> &tokens) {
 }
 
 void Engine::Impl::runBatch(const std::vector<int32_t> &tokens, StepClock *clock) {
-  Impl &impl = *this;
-  if (!impl.batchEntry)
-    throw RuntimeError(impl.artifact.source() +
-                       ": the artifact has no decode_batch entry (compile with kilnc "
-                       "--decode-batch N)");
+  if (!batchEntry)
+    fail("the artifact has no decode_batch entry (compile with kilnc --decode-batch N)");
   const auto count = static_cast<int64_t>(tokens.size());
-  if (count < 1 || count > impl.batchEntry->maxTokens)
-    throw RuntimeError("decodeBatch takes 1 to " + std::to_string(impl.batchEntry->maxTokens) +
+  if (count < 1 || count > batchEntry->maxTokens)
+    throw RuntimeError("decodeBatch takes 1 to " + std::to_string(batchEntry->maxTokens) +
                        " tokens (one per conversation), not " + std::to_string(count));
-  impl.checkTokens(tokens.data(), count);
-  impl.current = 0;
-  impl.run(*impl.batchEntry, tokens.data(), count, true, clock);
+  checkTokens(tokens.data(), count);
+  current = 0;
+  run(*batchEntry, tokens.data(), count, true, clock);
 }
 
 int64_t Engine::conversations() const { return impl_->conversations; }
@@ -782,9 +785,7 @@ std::vector<Engine::StepTime> Engine::profileDecodeBatch(const std::vector<int32
 }
 
 int64_t Engine::pastTokens(int64_t conversation) const {
-  if (conversation < 0 || conversation >= impl_->conversations)
-    throw RuntimeError("conversation " + std::to_string(conversation) + " is outside 0.." +
-                       std::to_string(impl_->conversations - 1));
+  impl_->checkConversation(conversation);
   return impl_->past[conversation];
 }
 
