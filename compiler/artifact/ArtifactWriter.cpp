@@ -122,6 +122,7 @@ mlir::FailureOr<fb::Offset<art::EntryPoint>> Writer::entry(plan::EntryOp op) {
         art::ScalarKind k = kind == "const"    ? art::ScalarKind::Constant
                             : kind == "tokens" ? art::ScalarKind::Tokens
                             : kind == "past"   ? art::ScalarKind::PastTokens
+                            : kind == "group"  ? art::ScalarKind::GroupIndex
                             : kind == "part"   ? art::ScalarKind::Part
                                                : art::ScalarKind::Parts;
         scalars.push_back(art::CreateScalar(fbb, k, number));
@@ -142,6 +143,21 @@ mlir::FailureOr<fb::Offset<art::EntryPoint>> Writer::entry(plan::EntryOp op) {
         return mlir::failure();
       auto c = art::CreateCopy(fbb, *src, *dst);
       steps.push_back(art::CreateStepEntry(fbb, art::Step::Copy, c.Union()));
+    } else if (auto collective = llvm::dyn_cast<plan::CollectiveOp>(inner)) {
+      auto src = bufferRef(collective.getSource(), collective);
+      auto dst = bufferRef(collective.getDestination(), collective);
+      if (mlir::failed(src) || mlir::failed(dst))
+        return mlir::failure();
+      llvm::StringRef kind = collective.getKind();
+      auto c = art::CreateCollective(
+          fbb,
+          kind == "all_reduce"   ? art::CollectiveKind::AllReduce
+          : kind == "all_gather" ? art::CollectiveKind::AllGather
+                                 : art::CollectiveKind::ReduceScatter,
+          *src, *dst, 0, static_cast<int32_t>(collective.getAxis()),
+          static_cast<uint32_t>(collective.getGroup()),
+          fbb.CreateString(collective.getOp().str()));
+      steps.push_back(art::CreateStepEntry(fbb, art::Step::Collective, c.Union()));
     } else if (auto binding = llvm::dyn_cast<plan::BindingOp>(inner);
                binding && binding.getKind() == "output") {
       auto d = llvm::cast<plan::DimAttr>(binding.getShape()[0]);
@@ -167,7 +183,8 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
         dtypeOf(w.dtype),
         w.transform == kernels::Transform::AmxVnniBf16 ? art::WeightTransform::AmxVnniBf16
                                                    : art::WeightTransform::None,
-        -1, 1, static_cast<uint64_t>(w.bytes)));
+        static_cast<int32_t>(w.sliceDim), static_cast<int32_t>(w.sliceCount),
+        static_cast<uint64_t>(w.bytes), static_cast<int32_t>(w.sliceGroup)));
   std::vector<fb::Offset<art::KvCache>> caches;
   for (const kernels::KvCacheInfo &c : model.kvCaches)
     caches.push_back(art::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim,
@@ -198,9 +215,16 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
   auto layout = art::CreateLayout(fbb, info.tp, info.ep, info.sp, info.world);
   auto lib = art::CreateKernelLibrary(fbb, fbb.CreateString(info.libraryFormat),
                                       fbb.CreateVector(library));
+  std::vector<fb::Offset<art::CommGroup>> groups;
+  for (const kernels::CommGroupInfo &g : model.commGroups) {
+    std::vector<int32_t> ranks(g.ranks.begin(), g.ranks.end());
+    groups.push_back(art::CreateCommGroup(fbb, fbb.CreateString(g.name),
+                                          static_cast<uint32_t>(g.size), fbb.CreateVector(ranks)));
+  }
   auto root = art::CreateArtifact(fbb, version, target, modelTable, layout, info.rank,
                                   fbb.CreateVector(weights), fbb.CreateVector(caches),
-                                  fbb.CreateVector(kernels), lib, fbb.CreateVector(entries));
+                                  fbb.CreateVector(kernels), lib, fbb.CreateVector(entries),
+                                  groups.empty() ? 0 : fbb.CreateVector(groups));
   art::FinishArtifactBuffer(fbb, root);
   return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }

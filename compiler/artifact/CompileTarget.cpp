@@ -78,6 +78,13 @@ mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spar
       return mlir::failure();
     info.features = x86::requiredCpuFeatures();
   }
+  if (auto layout = graph->getAttrOfType<mlir::DictionaryAttr>("kiln.layout")) {
+    if (auto tp = layout.getAs<mlir::IntegerAttr>("tp"))
+      info.tp = static_cast<int>(tp.getInt());
+    if (auto ep = layout.getAs<mlir::IntegerAttr>("ep"))
+      info.ep = static_cast<int>(ep.getInt());
+    info.world = std::max(info.tp, info.ep);
+  }
   info.modelName = config.name;
   info.configJson = muse_spark::checkpointConfigJson(config, format);
   info.weightFormat = format == muse_spark::WeightFormat::NVFP4 ? "nvfp4" : "bf16";

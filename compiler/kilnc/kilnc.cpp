@@ -121,7 +121,8 @@ cl::opt<bool> lastTokenLogits("last-token-logits",
                                        "with --target)"),
                               cl::cat(kilncCategory));
 
-cl::opt<int64_t> tp("tp", cl::desc("Tensor-parallel ranks for attention (default 1)"),
+cl::opt<int64_t> tp("tp", cl::desc("Tensor-parallel ranks for attention (default 1); with --target, one artifact every "
+             "rank runs (kiln-run --nproc N)"),
                     cl::init(1), cl::cat(kilncCategory));
 cl::opt<int64_t> ep("ep", cl::desc("Expert-parallel ranks for the MoE (default 1)"), cl::init(1),
                     cl::cat(kilncCategory));
@@ -232,8 +233,9 @@ int main(int argc, char **argv) {
                  what == Emit::Artifact;
   if (backend && target == Target::None)
     return fail("--emit=plan, kernels, library and artifact need a --target");
-  if (backend && layout.devices() > 1)
-    return fail("targets run one rank for now: --tp, --ep and --sp shape --emit=graph only");
+  if (backend && sp)
+    return fail("--sp shapes --emit=graph only for now: targets take --tp and --ep (sequence "
+                "parallelism's token collectives do not reach targets yet)");
   if (maxPrefillTokens < 1)
     return fail("--max-prefill-tokens must be at least 1");
   if (decodeBatch < 1 || decodeBatch > 1024)

@@ -2,6 +2,7 @@
 #include "dialects/plan/PlanOps.h"
 
 #include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/DialectImplementation.h"
 #include "mlir/IR/OpImplementation.h"
 #include "llvm/ADT/TypeSwitch.h"
@@ -82,6 +83,22 @@ LogicalResult BindingOp::verify() {
   return verifyShape(*this, getShape(), getElementType());
 }
 
+LogicalResult CollectiveOp::verify() {
+  StringRef kind = getKind();
+  if (kind != "all_reduce" && kind != "all_gather" && kind != "reduce_scatter")
+    return emitOpError() << "kind must be all_reduce, all_gather or reduce_scatter, got '" << kind
+                         << "'";
+  auto module = (*this)->getParentOfType<ModuleOp>();
+  auto groups = module ? module->getAttrOfType<ArrayAttr>("plan.comm_groups") : ArrayAttr();
+  int64_t count = groups ? static_cast<int64_t>(groups.size()) : 0;
+  if (getGroup() < 0 || getGroup() >= count)
+    return emitOpError() << "names comm group " << getGroup() << ", but the module's "
+                         << "plan.comm_groups has " << count;
+  if (getAxis() < 0)
+    return emitOpError() << "axis must not be negative, got " << getAxis();
+  return success();
+}
+
 LogicalResult LaunchOp::verify() {
   for (Attribute attr : getScalars()) {
     StringRef scalar = llvm::cast<StringAttr>(attr).getValue();
@@ -89,9 +106,10 @@ LogicalResult LaunchOp::verify() {
       continue;
     auto [kind, value] = scalar.split(':');
     int64_t number;
-    if ((kind != "const" && kind != "tokens" && kind != "past") || value.getAsInteger(10, number))
+    if ((kind != "const" && kind != "tokens" && kind != "past" && kind != "group") ||
+        value.getAsInteger(10, number))
       return emitOpError() << "scalar '" << scalar
-                           << "' must be const:N, tokens:N, past:N, part or parts";
+                           << "' must be const:N, tokens:N, past:N, group:N, part or parts";
   }
   if (getMaxParts() < 1)
     return emitOpError() << "max_parts must be at least 1";

@@ -94,7 +94,8 @@ def Plan_LaunchOp : Plan_Op<"launch"> {
   let description = [{
     Calls `kernel` (a `func.func` of the kernel module) with the buffers in
     order, then the scalars. A scalar is "const:N", "tokens:N" (T + N),
-    "past:N" (cached tokens + N), "part" or "parts". On a CPU the runtime may
+    "past:N" (cached tokens + N), "group:N" (this rank's index in comm group
+    N), "part" or "parts". On a CPU the runtime may
     split the launch into up to `max_parts` concurrent parts; on a GPU it
     launches `grid` blocks (which may grow with T) of `block` threads, and
     kernels have no part/parts scalars.
@@ -114,6 +115,30 @@ def Plan_CopyOp : Plan_Op<"copy"> {
   let summary = "copy one buffer into another of the same size";
   let arguments = (ins Plan_BufferType:$source, Plan_BufferType:$destination);
   let assemblyFormat = "$source `to` $destination attr-dict";
+}
+
+def Plan_CollectiveOp : Plan_Op<"collective"> {
+  let summary = "exchange a buffer with the other ranks of a communication group";
+  let description = [{
+    Every rank runs the same steps; this one runs among the ranks of this
+    rank's group of `comm_groups[group]` (the module's `plan.comm_groups`:
+    each a partition of the world, `ranks` listed group after group, each of
+    `size` ranks in in-group order). `kind` is "all_reduce" (sum), or
+    "all_gather" / "reduce_scatter" along `axis` of the destination / source
+    shape. `op` names what it serves, for errors and profiles.
+
+    ```mlir
+    // module attributes {plan.comm_groups = [{name = "tp[1]", size = 2,
+    //                                         ranks = array<i64: 0, 1>} ]}
+    plan.collective "all_reduce" %y to %z group 0 axis 0 {op = "model.layers.0.self_attn"}
+    ```
+  }];
+  let arguments = (ins StrAttr:$kind, Plan_BufferType:$source, Plan_BufferType:$destination,
+                       I64Attr:$group, I64Attr:$axis, StrAttr:$op);
+  let assemblyFormat = [{
+    $kind $source `to` $destination `group` $group `axis` $axis attr-dict
+  }];
+  let hasVerifier = 1;
 }
 
 #endif // KILN_PLAN_OPS_TD

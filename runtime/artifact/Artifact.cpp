@@ -211,6 +211,7 @@ public:
     requireTables();
     checkTarget();
     checkLayout();
+    checkCommGroups();
     checkWeights();
     checkKvCaches();
     checkKernels();
@@ -394,6 +395,38 @@ private:
            " is not below layout.world " + std::to_string(layout.world()));
   }
 
+  // Each group is a partition of the world: every rank once, groups of
+  // `size` one after another.
+  void checkCommGroups() const {
+    const auto *groups = root_.comm_groups();
+    const int32_t world = root_.layout()->world();
+    for (size_t g = 0; g < sizeOf(groups); ++g) {
+      const fb::CommGroup &group = *groups->Get(static_cast<flatbuffers::uoffset_t>(g));
+      const std::string where = "comm_groups[" + std::to_string(g) + "]";
+      if (group.size() < 1 || world % static_cast<int32_t>(group.size()) != 0)
+        fail(where + ".size " + std::to_string(group.size()) +
+             " does not divide layout.world " + std::to_string(world));
+      if (sizeOf(group.ranks()) != static_cast<size_t>(world))
+        fail(where + ".ranks: " + std::to_string(sizeOf(group.ranks())) +
+             " ranks, expected every rank of layout.world " + std::to_string(world));
+      std::set<int32_t> seen;
+      for (int32_t rank : *group.ranks())
+        if (rank < 0 || rank >= world || !seen.insert(rank).second)
+          fail(where + ".ranks: rank " + std::to_string(rank) +
+               " is out of range or repeated (layout.world " + std::to_string(world) + ")");
+    }
+  }
+
+  // The size of comm_groups[index], or a failure naming `where`.
+  int64_t commGroupSize(int64_t index, const std::string &where) const {
+    const auto *groups = root_.comm_groups();
+    if (index < 0 || static_cast<size_t>(index) >= sizeOf(groups))
+      fail(where + ": comm group " + std::to_string(index) + " does not exist (the artifact has " +
+           std::to_string(sizeOf(groups)) + "; multi-rank artifacts need schema 1.3: rebuild "
+           "with this kilnc)");
+    return groups->Get(static_cast<flatbuffers::uoffset_t>(index))->size();
+  }
+
   void checkWeights() const {
     const auto *weights = root_.weights();
     for (size_t i = 0; i < sizeOf(weights); ++i)
@@ -436,7 +469,16 @@ private:
                                &bytes))
       fail(where + ".shape: too large");
 
-    // The TP slice: piece slice_index of slice_count along slice_dim.
+    // The TP slice: piece i of slice_count along slice_dim, i the rank's
+    // index in comm_groups[slice_group].
+    if (weight.slice_group() != -1) {
+      const int64_t size = commGroupSize(weight.slice_group(), where + ".slice_group");
+      if (weight.slice_dim() != -1 && weight.slice_count() != size)
+        fail(where + ".slice_count " + std::to_string(weight.slice_count()) +
+             " differs from the size of its slice_group (" + std::to_string(size) + ")");
+      if (weight.slice_dim() == -1 && weight.stack() == 0)
+        fail(where + ".slice_group: only expert stacks are split without a slice_dim");
+    }
     std::vector<int64_t> piece = shape;
     if (weight.slice_dim() == -1) {
       if (weight.slice_count() != 1)
@@ -582,11 +624,15 @@ private:
       checkBuffer(entry, *buffers->Get(b),
                   where + ": buffers[" + std::to_string(b) + "]");
     const auto *scalars = launch.scalars();
-    for (flatbuffers::uoffset_t s = 0; s < sizeOf(scalars); ++s)
+    for (flatbuffers::uoffset_t s = 0; s < sizeOf(scalars); ++s) {
       if (!validEnum(scalars->Get(s)->kind()))
         fail(where + ": scalars[" + std::to_string(s) +
              "].kind: unknown scalar kind " +
              std::to_string(static_cast<int>(scalars->Get(s)->kind())));
+      if (scalars->Get(s)->kind() == fb::ScalarKind::GroupIndex)
+        commGroupSize(scalars->Get(s)->value(),
+                      where + ": scalars[" + std::to_string(s) + "]");
+    }
   }
 
   void checkCopy(const fb::EntryPoint &entry, const fb::Copy &copy,
@@ -620,16 +666,12 @@ private:
            (collective.source() ? "destination" : "source"));
     checkBuffer(entry, *collective.source(), where + ".source");
     checkBuffer(entry, *collective.destination(), where + ".destination");
-    const auto *group = collective.group();
-    if (sizeOf(group) == 0)
-      fail(where + ".group: empty");
-    std::set<int32_t> members;
-    for (int32_t member : *group)
-      if (member < 0 || member >= world || !members.insert(member).second)
-        fail(where + ".group: rank " + std::to_string(member) +
-             " is out of range or repeated (layout.world " +
-             std::to_string(world) + ")");
-    const int64_t ranks = static_cast<int64_t>(group->size());
+    const int64_t ranks = commGroupSize(collective.comm_group(), where + ".comm_group");
+    const size_t rank = sizeOf(collective.destination()->shape());
+    if (collective.kind() != fb::CollectiveKind::AllReduce &&
+        (collective.axis() < 0 || static_cast<size_t>(collective.axis()) >= rank))
+      fail(where + ".axis " + std::to_string(collective.axis()) +
+           " is not a dimension of the rank-" + std::to_string(rank) + " buffers");
     for (int64_t tokens : {int64_t(1), int64_t(entry.max_tokens())}) {
       const int64_t from = bufferBytes(*collective.source(), tokens);
       const int64_t to = bufferBytes(*collective.destination(), tokens);

@@ -11,7 +11,9 @@ namespace kiln::artifact {
 // Bumped when a change breaks readers: a field's meaning or a rule changes.
 constexpr uint32_t kSchemaMajor = 1;
 // Bumped when optional fields are added at the end of a table.
-// 1: Launch.grid and Launch.block (GPU targets); 2: EntryPoint.sequences.
-constexpr uint32_t kSchemaMinor = 2;
+// 1: Launch.grid and Launch.block (GPU targets); 2: EntryPoint.sequences;
+// 3: one artifact for every rank (comm_groups, Collective.comm_group,
+// WeightBinding.slice_group, the GroupIndex scalar).
+constexpr uint32_t kSchemaMinor = 3;
 
 } // namespace kiln::artifact

@@ -1,12 +1,16 @@
 #include "runtime/cuda/CudaBackend.h"
 
+#include "runtime/cuda/NcclCollectives.h"
+
 #include "runtime/cuda/CudaGraph.h"
 #include "runtime/cuda/KernelParams.h"
 #include "runtime/cuda/NvptxArtifact.h"
 
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <thread>
 
 namespace kiln {
 namespace fb = kiln::artifact;
@@ -151,6 +155,12 @@ CudaBackend::~CudaBackend() {
     api.cuStreamSynchronize(stream_);
     api.cuStreamDestroy(stream_);
   }
+  for (const CollectiveMark &mark : inFlight_)
+    if (!mark.recorded)
+      spareEvents_.push_back(mark.event);
+  for (CUevent event : spareEvents_)
+    if (api.cuEventDestroy)
+      api.cuEventDestroy(event);
   if (module_)
     api.cuModuleUnload(module_);
   api.cuDevicePrimaryCtxRelease(handle_);
@@ -340,8 +350,105 @@ CUgraphNode CudaBackend::capturedNode() {
   return dependencies[0];
 }
 
+void CudaBackend::copy2D(DeviceAddress to, uint64_t toPitch, DeviceAddress from,
+                         uint64_t fromPitch, uint64_t width, uint64_t rows) {
+  if (!driver_->api().cuMemcpy2DAsync)
+    return Backend::copy2D(to, toPitch, from, fromPitch, width, rows);
+  if (width == 0 || rows == 0)
+    return;
+  enter();
+  Memcpy2D copy;
+  copy.srcMemoryType = copy.dstMemoryType = kMemoryTypeDevice;
+  copy.srcDevice = from;
+  copy.srcPitch = static_cast<size_t>(fromPitch);
+  copy.dstDevice = to;
+  copy.dstPitch = static_cast<size_t>(toPitch);
+  copy.widthInBytes = static_cast<size_t>(width);
+  copy.height = static_cast<size_t>(rows);
+  check(driver_->api().cuMemcpy2DAsync(&copy, stream_), "cuMemcpy2DAsync_v2", source_);
+}
+
+std::unique_ptr<Collectives> CudaBackend::connect(const RankInfo &rank,
+                                                  std::vector<CommGroupSpec> groups,
+                                                  uint64_t /*capacityBytes*/) {
+  auto collectives = std::make_unique<NcclCollectives>(*this, rank, std::move(groups));
+  nccl_ = collectives.get();
+  return collectives;
+}
+
+void CudaBackend::forgetCollectives(const NcclCollectives *collectives) {
+  if (nccl_ == collectives)
+    nccl_ = nullptr;
+}
+
+void CudaBackend::markCollective(const std::string &what) {
+  const CudaApi &api = driver_->api();
+  if (!api.cuEventCreate || !api.cuEventRecord || !api.cuEventQuery)
+    return;
+  CollectiveMark mark;
+  mark.what = what;
+  mark.recorded = captureMarks_ != nullptr;
+  if (!mark.recorded && !spareEvents_.empty()) {
+    mark.event = spareEvents_.back();
+    spareEvents_.pop_back();
+  } else {
+    check(api.cuEventCreate(&mark.event, kEventDisableTiming), "cuEventCreate", what);
+  }
+  check(api.cuEventRecord(mark.event, stream_), "cuEventRecord", what);
+  (captureMarks_ ? *captureMarks_ : inFlight_).push_back(std::move(mark));
+}
+
+void CudaBackend::replayedCollectives(const std::vector<CollectiveMark> &marks) {
+  inFlight_.insert(inFlight_.end(), marks.begin(), marks.end());
+}
+
+void CudaBackend::watchCollectives() {
+  const CudaApi &api = driver_->api();
+  if (!nccl_ || inFlight_.empty() || !api.cuStreamQuery)
+    return;
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  const auto deadline = start + std::chrono::duration<double>(nccl_->timeoutSeconds());
+  auto lastCheck = start;
+  for (uint64_t polls = 0;; ++polls) {
+    const CUresult state = api.cuStreamQuery(stream_);
+    if (state != kErrorNotReady)
+      return; // done, or a kernel's error for cuStreamSynchronize to report
+    const auto now = Clock::now();
+    std::string reason;
+    if (now - lastCheck > std::chrono::milliseconds(20)) {
+      lastCheck = now;
+      reason = nccl_->asyncError();
+      if (reason.empty() && now > deadline) {
+        char text[96];
+        std::snprintf(text, sizeof(text), "timed out after %g s (a rank died or stalls; "
+                      "KILN_COMM_TIMEOUT)", nccl_->timeoutSeconds());
+        reason = text;
+      }
+    }
+    if (!reason.empty()) {
+      std::string stuck = "the step's collectives";
+      for (const CollectiveMark &mark : inFlight_)
+        if (api.cuEventQuery(mark.event) == kErrorNotReady) {
+          stuck = mark.what;
+          break;
+        }
+      nccl_->abort();
+      stopped_ = stuck + ": " + reason + " (the NCCL communicators were aborted)";
+      throw CollectiveError(stopped_);
+    }
+    if (polls > 64)
+      std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+}
+
 void CudaBackend::synchronize() {
   enter();
+  watchCollectives();
+  for (CollectiveMark &mark : inFlight_)
+    if (!mark.recorded)
+      spareEvents_.push_back(mark.event);
+  inFlight_.clear();
   check(driver_->api().cuStreamSynchronize(stream_), "cuStreamSynchronize",
         source_ + ": waiting for the kernels (a kernel failed; with "
                   "CUDA_LAUNCH_BLOCKING=1 its launch is named)");
@@ -406,11 +513,14 @@ CudaBackend::record(const std::function<void()> &steps) {
   check(api.cuStreamBeginCapture(stream_, kCaptureModeThreadLocal),
         "cuStreamBeginCapture_v2", context);
   std::vector<CapturedLaunch> launches;
+  std::vector<CollectiveMark> marks;
   capture_ = &launches;
+  captureMarks_ = &marks;
   try {
     steps();
   } catch (...) {
     capture_ = nullptr;
+    captureMarks_ = nullptr;
     CUgraph partial = nullptr;
     api.cuStreamEndCapture(stream_, &partial);
     if (partial)
@@ -418,6 +528,7 @@ CudaBackend::record(const std::function<void()> &steps) {
     throw;
   }
   capture_ = nullptr;
+  captureMarks_ = nullptr;
   CUgraph graph = nullptr;
   check(api.cuStreamEndCapture(stream_, &graph), "cuStreamEndCapture",
         context);
@@ -427,7 +538,7 @@ CudaBackend::record(const std::function<void()> &steps) {
     api.cuGraphDestroy(graph);
     check(instantiated, "cuGraphInstantiateWithFlags", context);
   }
-  return std::make_unique<CudaGraph>(*this, graph, exec, std::move(launches));
+  return std::make_unique<CudaGraph>(*this, graph, exec, std::move(launches), std::move(marks));
 }
 
 } // namespace cuda

@@ -41,6 +41,14 @@ createCudaBackend(const Artifact &artifact, int device,
 namespace cuda {
 
 struct CapturedLaunch;
+class NcclCollectives;
+
+// A collective on the stream, marked by an event recorded after it.
+struct CollectiveMark {
+  CUevent event = nullptr;
+  std::string what;
+  bool recorded = false; // the event belongs to a CUDA graph
+};
 
 // What the backend knows of its device.
 struct DeviceInfo {
@@ -67,6 +75,21 @@ public:
   void download(void *to, DeviceAddress from, uint64_t bytes) override;
   void fill(DeviceAddress to, uint8_t value, uint64_t bytes) override;
   void copy(DeviceAddress to, DeviceAddress from, uint64_t bytes) override;
+  void copy2D(DeviceAddress to, uint64_t toPitch, DeviceAddress from, uint64_t fromPitch,
+              uint64_t width, uint64_t rows) override;
+
+  // NCCL (NcclCollectives). While it is connected, synchronize() waits for
+  // the stream by polling: a collective not done within the timeout, or
+  // one NCCL reports failed, aborts the communicators and throws a
+  // CollectiveError naming the first such collective.
+  std::unique_ptr<Collectives> connect(const RankInfo &rank, std::vector<CommGroupSpec> groups,
+                                       uint64_t capacityBytes) override;
+  // Called by NcclCollectives after it issues a collective.
+  void markCollective(const std::string &what);
+  // Called as `collectives` goes.
+  void forgetCollectives(const NcclCollectives *collectives);
+  // A recording's collectives, in flight again when it is replayed.
+  void replayedCollectives(const std::vector<CollectiveMark> &marks);
 
   void loadKernels(const Artifact &artifact) override;
   std::unique_ptr<PreparedLaunch> prepare(const LaunchSpec &spec) override;
@@ -99,6 +122,8 @@ private:
   void openDevice(int ordinal);
   void openContext();
   CUgraphNode capturedNode();
+  // Polls the stream until its work is done; see connect().
+  void watchCollectives();
 
   std::shared_ptr<const CudaDriver> driver_;
   std::string source_; // the artifact, for messages
@@ -113,6 +138,12 @@ private:
   std::string stopped_;
   // While recording: the launches captured so far.
   std::vector<CapturedLaunch> *capture_ = nullptr;
+  // Multi-rank: the collectives, those in flight (since the last
+  // synchronize), events to reuse, and while recording the marks captured.
+  NcclCollectives *nccl_ = nullptr;
+  std::vector<CollectiveMark> inFlight_;
+  std::vector<CUevent> spareEvents_;
+  std::vector<CollectiveMark> *captureMarks_ = nullptr;
 };
 
 } // namespace cuda

@@ -136,6 +136,9 @@ std::shared_ptr<const CudaDriver> CudaDriver::load(const std::string &library) {
   resolve(handle, api.cuEventSynchronize, "cuEventSynchronize");
   resolve(handle, api.cuEventElapsedTime, "cuEventElapsedTime_v2", "cuEventElapsedTime");
   resolve(handle, api.cuEventDestroy, "cuEventDestroy_v2", "cuEventDestroy");
+  resolve(handle, api.cuStreamQuery, "cuStreamQuery");
+  resolve(handle, api.cuEventQuery, "cuEventQuery");
+  resolve(handle, api.cuMemcpy2DAsync, "cuMemcpy2DAsync_v2");
 
   // cuDriverGetVersion works before cuInit.
   if (api.cuDriverGetVersion)

@@ -41,6 +41,7 @@ using CUevent = CUevent_st *;
 
 // CUresult values the runtime tells apart.
 constexpr CUresult kSuccess = 0;            // CUDA_SUCCESS
+constexpr CUresult kErrorNotReady = 600;    // CUDA_ERROR_NOT_READY
 constexpr CUresult kErrorStubLibrary = 34;  // CUDA_ERROR_STUB_LIBRARY
 constexpr CUresult kErrorNoDevice = 100;    // CUDA_ERROR_NO_DEVICE
 
@@ -54,6 +55,26 @@ constexpr int kFuncAttrMaxThreadsPerBlock = 0;
 // CUjit_option.
 constexpr int kJitErrorLogBuffer = 5;
 constexpr int kJitErrorLogBufferSizeBytes = 6;
+// cuEventCreate flags.
+constexpr unsigned kEventDisableTiming = 2;
+// CUmemorytype.
+constexpr int kMemoryTypeDevice = 2;
+// CUDA_MEMCPY2D (v2).
+struct Memcpy2D {
+  size_t srcXInBytes = 0, srcY = 0;
+  int srcMemoryType = 0;
+  const void *srcHost = nullptr;
+  CUdeviceptr srcDevice = 0;
+  void *srcArray = nullptr;
+  size_t srcPitch = 0;
+  size_t dstXInBytes = 0, dstY = 0;
+  int dstMemoryType = 0;
+  void *dstHost = nullptr;
+  CUdeviceptr dstDevice = 0;
+  void *dstArray = nullptr;
+  size_t dstPitch = 0;
+  size_t widthInBytes = 0, height = 0;
+};
 // cuStreamCreate flags.
 constexpr unsigned kStreamNonBlocking = 1;
 // CUstreamCaptureMode and CUstreamCaptureStatus.
@@ -146,6 +167,11 @@ struct CudaApi {
   CUresult (*cuEventSynchronize)(CUevent event);
   CUresult (*cuEventElapsedTime)(float *milliseconds, CUevent start, CUevent end); // _v2 from 12.8
   CUresult (*cuEventDestroy)(CUevent event); // _v2
+  // Multi-rank runs (the collectives' watchdog, column gathers): null where
+  // the driver lacks them.
+  CUresult (*cuStreamQuery)(CUstream stream);
+  CUresult (*cuEventQuery)(CUevent event);
+  CUresult (*cuMemcpy2DAsync)(const Memcpy2D *copy, CUstream stream); // _v2
 };
 
 // No usable driver or device: a one-line reason ("no CUDA driver

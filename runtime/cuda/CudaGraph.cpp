@@ -5,9 +5,10 @@
 namespace kiln::cuda {
 
 CudaGraph::CudaGraph(CudaBackend &backend, CUgraph graph, CUgraphExec exec,
-                     std::vector<CapturedLaunch> launches)
+                     std::vector<CapturedLaunch> launches,
+                     std::vector<CollectiveMark> collectives)
     : backend_(backend), graph_(graph), exec_(exec),
-      launches_(std::move(launches)) {
+      launches_(std::move(launches)), collectives_(std::move(collectives)) {
   // A launch runs once per call: one node each.
   for (size_t i = 0; i < launches_.size(); ++i)
     byLaunch_.emplace(launches_[i].launch, i);
@@ -24,6 +25,9 @@ CudaGraph::~CudaGraph() {
     api.cuGraphExecDestroy(exec_);
   if (graph_)
     api.cuGraphDestroy(graph_);
+  for (const CollectiveMark &mark : collectives_)
+    if (api.cuEventDestroy)
+      api.cuEventDestroy(mark.event);
 }
 
 void CudaGraph::update(PreparedLaunch &launch, const LaunchCall &call) {
@@ -53,6 +57,7 @@ void CudaGraph::replay() {
   backend_.check(
       backend_.driver().api().cuGraphLaunch(exec_, backend_.stream()),
       "cuGraphLaunch", "replaying the recorded decode step");
+  backend_.replayedCollectives(collectives_);
 }
 
 } // namespace kiln::cuda

@@ -31,7 +31,7 @@ public:
   // Takes ownership of `graph`, instantiated as `exec`. `backend` must
   // outlive this.
   CudaGraph(CudaBackend &backend, CUgraph graph, CUgraphExec exec,
-            std::vector<CapturedLaunch> launches);
+            std::vector<CapturedLaunch> launches, std::vector<CollectiveMark> collectives = {});
   ~CudaGraph() override;
   CudaGraph(const CudaGraph &) = delete;
   CudaGraph &operator=(const CudaGraph &) = delete;
@@ -48,6 +48,7 @@ private:
   CUgraph graph_;
   CUgraphExec exec_;
   std::vector<CapturedLaunch> launches_;
+  std::vector<CollectiveMark> collectives_; // their events are graph nodes
   std::unordered_map<const PreparedLaunch *, size_t> byLaunch_;
   uint64_t updates_ = 0;
 };

@@ -11,6 +11,8 @@
 #pragma once
 
 #include "runtime/artifact/Artifact.h"
+#include "runtime/comm/Collectives.h"
+#include "runtime/comm/RankInfo.h"
 #include "runtime/cpu/AlignedBuffer.h"
 #include "runtime/cpu/MemRef.h"
 
@@ -114,6 +116,20 @@ public:
   virtual void fill(DeviceAddress to, uint8_t value, uint64_t bytes) = 0;
   // Device to device; the ranges do not overlap.
   virtual void copy(DeviceAddress to, DeviceAddress from, uint64_t bytes) = 0;
+  // `rows` rows of `width` bytes, each `fromPitch` bytes after the last in
+  // the source and `toPitch` in the destination. By default a copy a row.
+  virtual void copy2D(DeviceAddress to, uint64_t toPitch, DeviceAddress from, uint64_t fromPitch,
+                      uint64_t width, uint64_t rows) {
+    for (uint64_t r = 0; r < rows; ++r)
+      copy(to + r * toPitch, from + r * fromPitch, width);
+  }
+
+  // Multi-rank artifacts: joins the job `rank` names and returns the
+  // collectives among its ranks over this backend's memory, ordered with
+  // the rest of its work. `capacityBytes` bounds any one collective's input.
+  virtual std::unique_ptr<Collectives> connect(const RankInfo &rank,
+                                               std::vector<CommGroupSpec> groups,
+                                               uint64_t capacityBytes);
 
   // Loads the artifact's kernel library and resolves every kernel; a missing
   // one is an error here, before any launch.
@@ -159,6 +175,11 @@ private:
 
 inline std::unique_ptr<StepClock> Backend::clock() {
   return std::make_unique<detail::HostStepClock>(*this);
+}
+
+inline std::unique_ptr<Collectives> Backend::connect(const RankInfo &, std::vector<CommGroupSpec>,
+                                                   uint64_t) {
+  throw RuntimeError(description() + " runs single-rank artifacts only");
 }
 
 inline std::unique_ptr<Recording>

@@ -1,5 +1,7 @@
 #include "runtime/engine/CpuBackend.h"
 
+#include "runtime/comm/HostCollectives.h"
+
 #include "runtime/cpu/CpuFeatures.h"
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/cpu/ThreadPool.h"
@@ -182,6 +184,12 @@ std::unique_ptr<PreparedLaunch> CpuBackend::prepare(const LaunchSpec &spec) {
 
 void CpuBackend::launch(PreparedLaunch &launch, const LaunchCall &call) {
   static_cast<CpuLaunch &>(launch).run(pool_, call);
+}
+
+std::unique_ptr<Collectives> CpuBackend::connect(const RankInfo &rank,
+                                                 std::vector<CommGroupSpec> groups,
+                                                 uint64_t capacityBytes) {
+  return std::make_unique<HostCollectives>(rank, std::move(groups), capacityBytes);
 }
 
 } // namespace kiln

@@ -41,6 +41,9 @@ public:
   std::unique_ptr<PreparedLaunch> prepare(const LaunchSpec &spec) override;
   void launch(PreparedLaunch &launch, const LaunchCall &call) override;
   void synchronize() override {}
+  // Processes of this machine, through shared memory (HostCollectives).
+  std::unique_ptr<Collectives> connect(const RankInfo &rank, std::vector<CommGroupSpec> groups,
+                                       uint64_t capacityBytes) override;
 
 private:
   explicit CpuBackend(ThreadPool &pool) : pool_(pool) {}

@@ -69,7 +69,16 @@ struct CopyPlan {
   BufferArg source, destination;
 };
 
-using StepPlan = std::variant<LaunchPlan, CopyPlan>;
+struct CollectivePlan {
+  fb::CollectiveKind kind = fb::CollectiveKind::AllReduce;
+  BufferArg source, destination;
+  int group = 0;
+  int axis = 0;
+  int groupSize = 1;
+  std::string what; // "all_reduce for 'op' (entry point 'decode', steps[3])"
+};
+
+using StepPlan = std::variant<LaunchPlan, CopyPlan, CollectivePlan>;
 
 struct EntryPlan {
   std::string name;
@@ -115,6 +124,14 @@ struct Engine::Impl {
   std::vector<int64_t> past;
   int64_t current = 0;
   std::vector<int32_t> hostInputs; // a call's ids, then its positions
+  // Multi-rank: this rank, where it sits in each comm group, the
+  // collectives among the job's ranks and the staging buffer of gathers
+  // along an inner axis.
+  RankInfo rank;
+  std::vector<CommGroupSpec> groups;
+  std::vector<GroupMembership> memberships;
+  std::unique_ptr<Collectives> comm;
+  DeviceMemory gatherStaging;
 
   explicit Impl(Artifact loaded) : artifact(std::move(loaded)) {}
 
@@ -123,7 +140,11 @@ struct Engine::Impl {
   }
 
   void createBackend(const EngineOptions &options);
-  void checkLayout() const;
+  void checkLayout(const EngineOptions &options);
+  CollectivePlan planCollective(const fb::Collective &collective, const EntryPlan &entry,
+                                const std::string &where) const;
+  void connectRanks();
+  void runCollective(CollectivePlan &collective, int64_t tokens);
   void parseModel(const EngineOptions &options);
   void allocateBuffers();
   void planEntries();
@@ -160,13 +181,30 @@ void Engine::Impl::createBackend(const EngineOptions &options) {
     backend = CpuBackend::create(artifact, *pool);
 }
 
-void Engine::Impl::checkLayout() const {
+void Engine::Impl::checkLayout(const EngineOptions &options) {
   const fb::Layout &layout = *artifact->layout();
-  if (layout.world() > 1)
-    fail("artifact is rank " + std::to_string(artifact->rank()) + " of " +
-         std::to_string(layout.world()) + " (tp " +
-         std::to_string(layout.tp()) + ", ep " + std::to_string(layout.ep()) +
-         "): multi-rank artifacts need the NCCL runtime");
+  if (layout.world() == 1)
+    return;
+  const std::string shape = std::to_string(layout.world()) + " ranks (tp " +
+                            std::to_string(layout.tp()) + ", ep " + std::to_string(layout.ep()) +
+                            ")";
+  std::optional<RankInfo> info = options.rank ? options.rank : rankFromEnvironment();
+  if (!info)
+    fail("the artifact runs on " + shape +
+         ", one process each: start it with kiln-run --nproc " + std::to_string(layout.world()) +
+         ", or set KILN_RANK, KILN_WORLD_SIZE and KILN_RENDEZVOUS in each process");
+  if (info->world != layout.world())
+    fail("the artifact runs on " + shape + ", but this job has " + std::to_string(info->world));
+  rank = *info;
+  if (const auto *specs = artifact->comm_groups())
+    for (const fb::CommGroup *group : *specs) {
+      CommGroupSpec spec;
+      spec.name = group->name() ? group->name()->str() : std::string();
+      spec.size = static_cast<int>(group->size());
+      spec.ranks.assign(group->ranks()->begin(), group->ranks()->end());
+      memberships.push_back(membershipOf(spec, rank.rank));
+      groups.push_back(std::move(spec));
+    }
 }
 
 void Engine::Impl::parseModel(const EngineOptions &options) {
@@ -367,9 +405,8 @@ void Engine::Impl::planEntries() {
             planBuffer(*copy->source(), entry, where + ": source"),
             planBuffer(*copy->destination(), entry, where + ": destination")};
         entry.steps.emplace_back(std::move(plan));
-      } else {
-        fail(where + ": a collective: multi-rank artifacts need the NCCL "
-                     "runtime");
+      } else if (const fb::Collective *collective = step.step_as_Collective()) {
+        entry.steps.emplace_back(planCollective(*collective, entry, where));
       }
     }
   }
@@ -383,6 +420,94 @@ void Engine::Impl::planEntries() {
   }
   if (!prefillEntry && !decodeEntry)
     fail("no entry point 'prefill' or 'decode'");
+}
+
+CollectivePlan Engine::Impl::planCollective(const fb::Collective &collective,
+                                            const EntryPlan &entry,
+                                            const std::string &where) const {
+  CollectivePlan plan;
+  plan.kind = collective.kind();
+  plan.group = static_cast<int>(collective.comm_group());
+  plan.axis = collective.axis();
+  plan.what = std::string(plan.kind == fb::CollectiveKind::AllReduce      ? "all_reduce"
+                          : plan.kind == fb::CollectiveKind::AllGather     ? "all_gather"
+                          : plan.kind == fb::CollectiveKind::ReduceScatter ? "reduce_scatter"
+                                                                           : "all_to_all") +
+              " for " + quoted(collective.op()) + " (" + where + ")";
+  if (plan.kind == fb::CollectiveKind::AllToAll)
+    fail(where + ": all_to_all is not implemented by the runtime");
+  plan.source = planBuffer(*collective.source(), entry, where + " (collective): source");
+  plan.destination =
+      planBuffer(*collective.destination(), entry, where + " (collective): destination");
+  for (const BufferArg *arg : {&plan.source, &plan.destination})
+    if (arg->elementSize != 4 || arg->kind != fb::BufferKind::Arena)
+      fail(where + " (collective): collectives exchange f32 activations in the arena");
+  plan.groupSize = groups.at(static_cast<size_t>(plan.group)).size;
+  if (plan.kind == fb::CollectiveKind::ReduceScatter && plan.axis != 0)
+    fail(where + " (collective): reduce_scatter splits axis 0 only");
+  return plan;
+}
+
+void Engine::Impl::connectRanks() {
+  if (rank.world == 1)
+    return;
+  // The largest input any collective takes, and the largest gather along an
+  // inner axis (staged whole, then spread into the destination's columns).
+  uint64_t capacity = 0, staging = 0;
+  for (EntryPlan &entry : entries)
+    for (StepPlan &step : entry.steps)
+      if (auto *collective = std::get_if<CollectivePlan>(&step)) {
+        int64_t sizes[memref::kMaxRank];
+        const uint64_t from =
+            static_cast<uint64_t>(evaluateArg(collective->source, entry.maxTokens, sizes));
+        const uint64_t to =
+            static_cast<uint64_t>(evaluateArg(collective->destination, entry.maxTokens, sizes));
+        capacity = std::max(capacity, from);
+        if (collective->kind == fb::CollectiveKind::AllGather && collective->axis > 0)
+          staging = std::max(staging, to);
+      }
+  comm = backend->connect(rank, groups, capacity);
+  if (staging)
+    gatherStaging = DeviceMemory::allocate(*backend, staging, "all-gather staging");
+}
+
+void Engine::Impl::runCollective(CollectivePlan &collective, int64_t tokens) {
+  int64_t sizes[memref::kMaxRank];
+  const int64_t fromBytes = evaluateArg(collective.source, tokens, sizes);
+  const int64_t toBytes = evaluateArg(collective.destination, tokens, sizes);
+  const DeviceAddress from = collective.source.address, to = collective.destination.address;
+  switch (collective.kind) {
+  case fb::CollectiveKind::AllReduce:
+    comm->allReduce(collective.group, from, to, static_cast<uint64_t>(fromBytes / 4),
+                    collective.what);
+    return;
+  case fb::CollectiveKind::ReduceScatter:
+    comm->reduceScatter(collective.group, from, to, static_cast<uint64_t>(toBytes / 4),
+                        collective.what);
+    return;
+  case fb::CollectiveKind::AllGather:
+    break;
+  default:
+    fail(collective.what + ": not implemented");
+  }
+  if (collective.axis == 0) {
+    comm->allGather(collective.group, from, to, static_cast<uint64_t>(fromBytes / 4),
+                    collective.what);
+    return;
+  }
+  // Along an inner axis: the members' inputs land one after another in the
+  // staging buffer, then each goes to its columns: `outer` rows of `chunk`
+  // bytes, member m's at m * chunk within each destination row.
+  uint64_t outer = 1;
+  for (int d = 0; d < collective.axis; ++d)
+    outer *= static_cast<uint64_t>(sizes[d]);
+  const uint64_t piece = static_cast<uint64_t>(fromBytes);
+  const uint64_t chunk = piece / outer;
+  const uint64_t members = static_cast<uint64_t>(collective.groupSize);
+  comm->allGather(collective.group, from, gatherStaging.address(), piece / 4, collective.what);
+  for (uint64_t m = 0; m < members; ++m)
+    backend->copy2D(to + m * chunk, chunk * members, gatherStaging.address() + m * piece, chunk,
+                    chunk, outer);
 }
 
 void Engine::Impl::bindAllWeights(const EngineOptions &options) {
@@ -399,10 +524,18 @@ void Engine::Impl::bindAllWeights(const EngineOptions &options) {
       spec.transform = static_cast<WeightTransform>(binding->transform());
       spec.sliceDim = binding->slice_dim();
       spec.sliceCount = binding->slice_count();
-      // The schema has no piece index: with one artifact per rank, the
-      // rank's coordinate in its TP group is taken as rank % slice_count.
-      spec.sliceIndex =
-          spec.sliceCount > 0 ? artifact->rank() % spec.sliceCount : 0;
+      if (binding->slice_group() >= 0) {
+        // This rank's piece: its index in the slice's group; of an expert
+        // stack, its block of `stack` experts.
+        const int index = memberships.at(static_cast<size_t>(binding->slice_group())).index;
+        if (spec.sliceDim >= 0)
+          spec.sliceIndex = index;
+        else
+          spec.firstExpert += static_cast<uint32_t>(index) * spec.stack;
+      } else {
+        // Schema 1.2: one artifact per rank, the piece rank % slice_count.
+        spec.sliceIndex = spec.sliceCount > 0 ? artifact->rank() % spec.sliceCount : 0;
+      }
       spec.bytes = binding->bytes();
       specs.push_back(std::move(spec));
     }
@@ -473,6 +606,9 @@ void Engine::Impl::resolveAddresses() {
       if (auto *copy = std::get_if<CopyPlan>(&step)) {
         resolve(copy->source);
         resolve(copy->destination);
+      } else if (auto *collective = std::get_if<CollectivePlan>(&step)) {
+        resolve(collective->source);
+        resolve(collective->destination);
       } else {
         for (BufferArg &arg : std::get<LaunchPlan>(step).buffers)
           resolve(arg);
@@ -503,6 +639,9 @@ LaunchCall Engine::Impl::evaluateLaunch(LaunchPlan &launch,
     case fb::ScalarKind::PastTokens:
       value = past[current] + launch.scalarConstants[s];
       break;
+    case fb::ScalarKind::GroupIndex:
+      value = memberships.at(static_cast<size_t>(launch.scalarConstants[s])).index;
+      break;
     case fb::ScalarKind::Part:
     case fb::ScalarKind::Parts:
       break;
@@ -524,6 +663,12 @@ void Engine::Impl::runSteps(EntryPlan &entry, int64_t tokens, StepClock *clock) 
       const LaunchCall call = evaluateLaunch(*launch, tokens);
       if (call.grid > 0) // a GPU launch of no blocks is skipped
         backend->launch(*launch->prepared, call);
+      if (clock)
+        clock->mark();
+      continue;
+    }
+    if (auto *collective = std::get_if<CollectivePlan>(&step)) {
+      runCollective(*collective, tokens);
       if (clock)
         clock->mark();
       continue;
@@ -648,11 +793,12 @@ std::unique_ptr<Engine> Engine::create(Artifact artifact,
   // Cheap checks first, weights (the slow part) last.
   impl->pool = std::make_unique<ThreadPool>(options.threads);
   impl->createBackend(options);
-  impl->checkLayout();
+  impl->checkLayout(options);
   impl->parseModel(options);
   impl->backend->loadKernels(impl->artifact);
   impl->allocateBuffers();
   impl->planEntries();
+  impl->connectRanks();
   impl->bindAllWeights(options);
   impl->resolveAddresses();
   impl->backend->synchronize();
@@ -736,17 +882,29 @@ int64_t Engine::conversations() const { return impl_->conversations; }
 
 namespace {
 
-// The launches of `entry` in order, each with its interval from `clock`.
+// The launches and collectives of `entry` in order, each with its interval
+// from `clock`; a collective's kernel is "collective:<kind>".
 std::vector<Engine::StepTime> launchTimes(const EntryPlan &entry, StepClock &clock) {
   const std::vector<double> intervals = clock.intervals();
   std::vector<Engine::StepTime> times;
   size_t next = 0;
-  for (const StepPlan &step : entry.steps)
+  for (const StepPlan &step : entry.steps) {
+    if (std::holds_alternative<CopyPlan>(step))
+      continue;
+    if (next >= intervals.size())
+      break;
     if (const auto *launch = std::get_if<LaunchPlan>(&step)) {
-      if (next >= intervals.size())
-        break;
       times.push_back({launch->kernel, launch->op, intervals[next++]});
+    } else {
+      const auto &collective = std::get<CollectivePlan>(step);
+      const std::string kind = collective.what.substr(0, collective.what.find(' '));
+      const size_t open = collective.what.find('\''), close = collective.what.find('\'', open + 1);
+      times.push_back({"collective:" + kind,
+                       open == std::string::npos ? std::string()
+                                                 : collective.what.substr(open + 1, close - open - 1),
+                       intervals[next++]});
     }
+  }
   return times;
 }
 
@@ -816,6 +974,9 @@ uint64_t Engine::kvCacheBytes() const {
     bytes += buffer.size();
   return bytes;
 }
+
+int Engine::rank() const { return impl_->rank.rank; }
+int Engine::worldSize() const { return impl_->rank.world; }
 
 uint64_t Engine::arenaBytes() const {
   uint64_t bytes = 0;

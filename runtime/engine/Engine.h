@@ -16,14 +16,21 @@
 // recorded as a CUDA graph, which later calls replay with the arguments that
 // depend on the past token count updated.
 //
-// An Engine holds one conversation (its KV caches); calls must not overlap.
+// An Engine holds its conversations' KV caches; calls must not overlap.
+//
+// A multi-rank artifact runs as one Engine per rank, one process each (one
+// GPU each); every rank makes the same calls with the same tokens, and the
+// collectives between its steps keep them in step. Each rank returns the
+// same logits.
 #pragma once
 
 #include "runtime/artifact/Artifact.h"
+#include "runtime/comm/RankInfo.h"
 #include "runtime/engine/WeightBinder.h"
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,6 +56,10 @@ struct EngineOptions {
   int device = 0;
   // Weight loading progress (bytes done, total).
   BindProgress progress;
+  // This process's rank in a multi-rank job (an artifact of layout.world >
+  // 1: every rank runs it, with its share of the weights). Unset: from the
+  // environment (runtime/comm/RankInfo.h; kiln-run --nproc sets it).
+  std::optional<RankInfo> rank;
 };
 
 class Engine {
@@ -112,6 +123,9 @@ public:
   uint64_t weightBytes() const;
   uint64_t kvCacheBytes() const;
   uint64_t arenaBytes() const;
+  // This process's rank and the job's size (0 and 1 for one rank).
+  int rank() const;
+  int worldSize() const;
 
 private:
   struct Impl;

@@ -70,6 +70,10 @@ KernelSpec megaMoE(int64_t experts, int64_t k, int64_t intermediate, int64_t lat
 KernelSpec expertSwiGLU(int64_t experts, int64_t k, int64_t intermediate, int64_t latent);
 KernelSpec expertNorm(int64_t experts, int64_t k, int64_t latent, double eps);
 KernelSpec combine(int64_t k, int64_t latent);
+// Expert parallelism: idx [T, k] global expert ids -> this rank's local ids
+// (id - member * localCount for its block, -1 for other ranks' experts);
+// scalars: tokens, the rank's index in its expert group (group:N).
+KernelSpec localExperts(int64_t k, int64_t localCount);
 // Decodes a stack of NVFP4 matrices into bf16 (the dequantised weight that
 // an unfused expert stage reads).
 KernelSpec nvfp4Dequant(int64_t matrices, int64_t rows, int64_t cols);

@@ -520,6 +520,7 @@ func.func @@@name@@(%y: @@yt@@, %idx: memref<?x@@K@@xi32>, %scales: memref<?x@@K
   %c1 = arith.constant 1 : index
   %c4 = arith.constant 4 : index
   %kk = arith.constant @@K@@ : index
+  %c0_i32 = arith.constant 0 : i32
   %quarters = arith.constant @@q@@ : index
   %zero_v = arith.constant dense<0.0> : vector<4xf32>
   %p = arith.index_cast %part : i64 to index
@@ -530,15 +531,23 @@ func.func @@@name@@(%y: @@yt@@, %idx: memref<?x@@K@@xi32>, %scales: memref<?x@@K
   %in = arith.cmpi ult, %t, %rows : index
   scf.if %in {
     %acc = scf.for %j = %c0 to %kk step %c1 iter_args(%a = %zero_v) -> (vector<4xf32>) {
+      // -1: another rank's expert (expert parallelism), whose row of y
+      // no kernel wrote: skipped.
       %e32 = memref.load %idx[%t, %j] : memref<?x@@K@@xi32>
-      %e = arith.index_cast %e32 : i32 to index
-      %yv = vector.load %y[%t, %j, %c] {alignment = 16} : @@yt@@, vector<4xf32>
-      %pb = vector.load %pn[%e, %c] {alignment = 8} : memref<@@E@@x@@L@@xbf16>, vector<4xbf16>
-      %pf = arith.extf %pb : vector<4xbf16> to vector<4xf32>
-      %sj = memref.load %scales[%t, %j] : memref<?x@@K@@xf32>
-      %sv = vector.broadcast %sj : f32 to vector<4xf32>
-      %yn = arith.mulf %yv, %pf : vector<4xf32>
-      %n = vector.fma %yn, %sv, %a : vector<4xf32>
+      %here = arith.cmpi sge, %e32, %c0_i32 : i32
+      %n = scf.if %here -> (vector<4xf32>) {
+        %e = arith.index_cast %e32 : i32 to index
+        %yv = vector.load %y[%t, %j, %c] {alignment = 16} : @@yt@@, vector<4xf32>
+        %pb = vector.load %pn[%e, %c] {alignment = 8} : memref<@@E@@x@@L@@xbf16>, vector<4xbf16>
+        %pf = arith.extf %pb : vector<4xbf16> to vector<4xf32>
+        %sj = memref.load %scales[%t, %j] : memref<?x@@K@@xf32>
+        %sv = vector.broadcast %sj : f32 to vector<4xf32>
+        %yn = arith.mulf %yv, %pf : vector<4xf32>
+        %f = vector.fma %yn, %sv, %a : vector<4xf32>
+        scf.yield %f : vector<4xf32>
+      } else {
+        scf.yield %a : vector<4xf32>
+      }
       scf.yield %n : vector<4xf32>
     }
     vector.store %acc, %out[%t, %c] {alignment = 16} : memref<?x@@L@@xf32>, vector<4xf32>

@@ -7,6 +7,7 @@
 #include "targets/common/WarpSnippets.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
@@ -112,6 +113,13 @@ private:
     return Work{0, threads, threads};
   }
 
+  // The comm group of the ranks of `grid` along `axes`.
+  FailureOr<int64_t> commGroup(Operation *user, FlatSymbolRefAttr grid, ArrayRef<int16_t> axes);
+  // A plan.collective from `source` into a new buffer of `shape`.
+  Buf collective(StringRef kind, const Buf &source, ArrayRef<plan::DimAttr> shape, int64_t group,
+                 int64_t axis, StringRef what);
+  LogicalResult lowerMegaMoE(MegaMoEOp o, StringRef what);
+
   LogicalResult lowerEntry(func::FuncOp forward, const EntryInfo &entry);
   LogicalResult lowerOp(Operation *op);
   LogicalResult lowerLinear(Value input, Value weightValue, Value result, StringRef what);
@@ -134,6 +142,8 @@ private:
   llvm::StringMap<int64_t> weightIndex; // binding key -> index
   llvm::DenseMap<Value, Buf> values;    // per entry
   llvm::DenseMap<Value, Buf> bound;     // weights bound in this entry
+  CommGroups groups;
+  int64_t world = 1; // max(tp, ep) of the graph's kiln.layout
   Buf ids, positions;
   int64_t attentionLayer = 0;
 };
@@ -162,17 +172,32 @@ void Lowering::launch(const KernelSpec &kernel, ArrayRef<Buf> buffers, ArrayRef<
 }
 
 FailureOr<Buf> Lowering::weight(Value v, Transform transform) {
-  auto w = v.getDefiningOp<WeightOp>();
+  // A rank's piece of a weight: shard.all_slice of a kiln.weight.
+  auto slice = v.getDefiningOp<shard::AllSliceOp>();
+  auto w = (slice ? slice.getInput() : v).getDefiningOp<WeightOp>();
   if (!w)
-    return emitError(v.getLoc()) << "targets read weights straight from kiln.weight";
+    return emitError(v.getLoc()) << "targets read weights straight from kiln.weight (or a "
+                                    "shard.all_slice of one)";
   if (auto it = bound.find(v); it != bound.end())
     return it->second;
-  RankedTensorType type = w.getResult().getType();
+  RankedTensorType full = w.getResult().getType();
+  RankedTensorType type = llvm::cast<RankedTensorType>(v.getType());
   WeightInfo info;
   info.name = w.getName().str();
   info.stack = w.isExpertStack() ? type.getDimSize(0) : 0;
-  ArrayRef<int64_t> one = info.stack ? type.getShape().drop_front() : type.getShape();
+  ArrayRef<int64_t> one = info.stack ? full.getShape().drop_front() : full.getShape();
   info.shape.assign(one.begin(), one.end());
+  if (slice) {
+    FailureOr<int64_t> group = commGroup(slice, slice.getGridAttr(), slice.getGridAxes());
+    if (failed(group))
+      return failure();
+    info.sliceGroup = *group;
+    int64_t axis = slice.getSliceAxis().getSExtValue();
+    if (!(info.stack && axis == 0)) { // a stack's axis 0 is its experts: a block of them
+      info.sliceDim = axis - (info.stack ? 1 : 0);
+      info.sliceCount = groups.all()[*group].size;
+    }
+  }
   std::optional<DType> dtype = checkpointDType(type.getElementType());
   if (!dtype)
     return w.emitOpError() << "has an element type the runtime cannot bind";
@@ -181,7 +206,8 @@ FailureOr<Buf> Lowering::weight(Value v, Transform transform) {
   int64_t elements = type.getNumElements();
   info.bytes = elements * dtypeSize(info.dtype);
 
-  std::string key = info.name + (transform == Transform::AmxVnniBf16 ? "#amx" : "");
+  std::string key = info.name + (transform == Transform::AmxVnniBf16 ? "#amx" : "") +
+                    (slice ? "#slice" + std::to_string(info.sliceDim) : "");
   auto [it, inserted] = weightIndex.try_emplace(key, model.weights.size());
   if (inserted)
     model.weights.push_back(info);
@@ -201,6 +227,34 @@ FailureOr<Buf> Lowering::weight(Value v, Transform transform) {
   Buf buffer = binding("weight", it->second, dims, elem);
   bound[v] = buffer;
   return buffer;
+}
+
+FailureOr<int64_t> Lowering::commGroup(Operation *user, FlatSymbolRefAttr gridName,
+                                       ArrayRef<int16_t> axes) {
+  auto grid = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(user, gridName);
+  if (!grid)
+    return user->emitOpError() << "names no shard.grid " << gridName;
+  std::vector<int64_t> shape(grid.getShape().begin(), grid.getShape().end());
+  int64_t devices = 1;
+  for (int64_t d : shape)
+    devices *= d;
+  if (llvm::any_of(shape, [](int64_t d) { return d <= 0; }) || devices != world)
+    return user->emitOpError() << "runs on grid " << gridName << " of " << devices
+                               << " devices; the plan is for " << world << " ranks";
+  std::vector<int64_t> along(axes.begin(), axes.end());
+  for (int64_t a : along)
+    if (a < 0 || a >= static_cast<int64_t>(shape.size()))
+      return user->emitOpError() << "names axis " << a << " of grid " << gridName;
+  return groups.add(partitionGrid(gridName.getValue().str(), shape, along));
+}
+
+Buf Lowering::collective(StringRef kind, const Buf &source, ArrayRef<plan::DimAttr> shape,
+                         int64_t group, int64_t axis, StringRef what) {
+  Buf out = allocShape(shape, source.elem);
+  plan::CollectiveOp::create(b, loc, b.getStringAttr(kind), source.value, out.value,
+                             b.getI64IntegerAttr(group), b.getI64IntegerAttr(axis),
+                             b.getStringAttr(what));
+  return out;
 }
 
 bool Lowering::launchFewTokensGemv(int64_t n, int64_t k, const Buf &x, const Buf &w, const Buf &y,
@@ -497,88 +551,47 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         values[o.getIndices()] = idx;
         return success();
       })
-      .Case([&](MegaMoEOp o) -> LogicalResult {
-        if (o.getGridAttr())
-          return o.emitOpError() << "spans ranks: multi-rank plans need the NCCL runtime";
-        auto gate = llvm::cast<RankedTensorType>(o.getGate().getType());
-        int64_t experts = gate.getDimSize(0), inter = gate.getDimSize(1), latent = gate.getDimSize(2);
-        int64_t k = llvm::cast<RankedTensorType>(o.getIndices().getType()).getDimSize(1);
-        SmallVector<Buf> args = {act(o.getInput()), act(o.getIndices()), act(o.getWeights())};
-        bool nvfp4 = bool(o.getGate().getDefiningOp<Nvfp4DequantOp>());
-        SmallVector<SmallVector<Buf>> projections; // gate, up, down: 1 or 3 buffers each
-        for (Value stack : {o.getGate(), o.getUp(), o.getDown()}) {
-          projections.emplace_back();
-          auto dequant = stack.getDefiningOp<Nvfp4DequantOp>();
-          if (bool(dequant) != nvfp4)
-            return o.emitOpError() << "mixes NVFP4 and BF16 expert projections";
-          SmallVector<Value> parts = nvfp4 ? SmallVector<Value>{dequant.getPacked(), dequant.getScales(),
-                                                                dequant.getGlobal()}
-                                           : SmallVector<Value>{stack};
-          for (Value part : parts) {
-            FailureOr<Buf> w = weight(part, Transform::None);
-            if (failed(w))
-              return failure();
-            args.push_back(*w);
-            projections.back().push_back(*w);
-          }
-        }
-        FailureOr<Buf> pn = weight(o.getPostNorm(), Transform::None);
-        if (failed(pn))
+      .Case([&](MegaMoEOp o) { return lowerMegaMoE(o, what); })
+      .Case([&](shard::AllSliceOp o) -> LogicalResult {
+        if (!o.getInput().getDefiningOp<WeightOp>())
+          return o.emitOpError() << "slices an activation: targets slice only weights (sequence "
+                                    "parallelism does not reach targets yet)";
+        return success(); // bound where used
+      })
+      .Case([&](shard::AllReduceOp o) -> LogicalResult {
+        if (o.getReduction() != shard::ReductionKind::Sum)
+          return o.emitOpError() << "reduces with " << shard::stringifyReductionKind(o.getReduction())
+                                 << ": targets all-reduce by sum";
+        FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), o.getGridAxes());
+        if (failed(group))
           return failure();
-        args.push_back(*pn);
-        Buf y = alloc({latent}, f32);
-        std::optional<TargetHooks::MatrixExperts> matrix =
-            entryMaxTokens > 1
-                ? hooks.matrixExperts(experts, k, inter, latent, nvfp4, entryMaxTokens)
-                : std::nullopt;
-        if (matrix || (hooks.isGpu() && warpMoEFits(inter, latent))) {
-          Buf h = alloc({k, inter}, f32), yk = alloc({k, latent}, f32);
-          if (matrix) {
-            // Prefill: items grouped by expert, then tiles of an expert's items.
-            Type i32 = b.getI32Type();
-            Buf meta = allocShape({fixed(matrix->metaWords)}, i32);
-            Buf tiles = allocShape({fixed(matrix->tileWords)}, i32);
-            Buf items = allocShape({fixed(matrix->itemWords)}, i32);
-            launch(matrix->lists, {act(o.getIndices()), meta, tiles, items},
-                   {"tokens:0", "part", "parts"}, matrix->listsWork, what);
-            SmallVector<Buf> up = {act(o.getInput()), meta, tiles, items};
-            up.append(projections[0]);
-            up.append(projections[1]);
-            up.push_back(h);
-            launch(matrix->gateUp, up, {"part", "parts"}, matrix->gateUpWork, what);
-            SmallVector<Buf> down = {h, meta, tiles, items};
-            down.append(projections[2]);
-            down.push_back(yk);
-            launch(matrix->down, down, {"part", "parts"}, matrix->downWork, what);
-          } else {
-            // Decode: the products spread over warps, a few rows each.
-            SmallVector<Buf> up = {act(o.getInput()), act(o.getIndices())};
-            up.append(projections[0]);
-            up.append(projections[1]);
-            up.push_back(h);
-            launch(expertGateUpWarp(experts, k, inter, latent, nvfp4), up,
-                   {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * k * inter / 2}, what);
-            SmallVector<Buf> down = {h, act(o.getIndices())};
-            down.append(projections[2]);
-            down.push_back(yk);
-            launch(expertDownWarp(experts, k, inter, latent, nvfp4), down,
-                   {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * k * latent / 4}, what);
-          }
-          Buf scales = alloc({k}, f32);
-          int64_t threads = rowBlockThreads(latent);
-          launch(expertScalesBlock(k, latent, o.getEps().convertToDouble()),
-                 {yk, act(o.getWeights()), scales}, {"tokens:0", "part", "parts"},
-                 Work{0, k * threads, threads}, what);
-          launch(expertCombineThreads(experts, k, latent), {yk, act(o.getIndices()), scales, *pn, y},
-                 {"tokens:0", "part", "parts"}, Work{0, latent / 4}, what);
-          values[o.getResult()] = y;
-          return success();
-        }
-        args.push_back(y);
-        launch(megaMoE(experts, k, inter, latent, o.getEps().convertToDouble(), nvfp4), args,
-               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
-        values[o.getResult()] = y;
+        const Buf &in = act(o.getInput());
+        values[o.getResult()] = collective("all_reduce", in, in.shape, *group, 0, what);
         return success();
+      })
+      .Case([&](shard::AllGatherOp o) -> LogicalResult {
+        auto out = llvm::cast<RankedTensorType>(o.getResult().getType());
+        int64_t axis = o.getGatherAxis().getSExtValue();
+        if (axis == 0)
+          return o.emitOpError() << "gathers tokens: sequence parallelism does not reach targets "
+                                    "yet";
+        FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), o.getGridAxes());
+        if (failed(group))
+          return failure();
+        const Buf &in = act(o.getInput());
+        SmallVector<plan::DimAttr> shape = in.shape;
+        shape[axis] = fixed(out.getDimSize(axis));
+        values[o.getResult()] = collective("all_gather", in, shape, *group, axis, what);
+        return success();
+      })
+      .Case([&](shard::ReduceScatterOp o) -> LogicalResult {
+        return o.emitOpError() << "scatters tokens: sequence parallelism does not reach targets "
+                                  "yet";
+      })
+      .Case([&](LocalExpertsOp o) -> LogicalResult {
+        return o.emitOpError() << "feeds the unfused expert kernels, which do not skip other "
+                                  "ranks' experts: compile expert parallelism with fusion "
+                                  "(without --no-fuse)";
       })
       .Case([&](LogitsOp o) -> LogicalResult {
         auto head = llvm::cast<RankedTensorType>(o.getHead().getType());
@@ -625,6 +638,110 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       });
 }
 
+LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
+  Type f32 = b.getF32Type();
+  auto gate = llvm::cast<RankedTensorType>(o.getGate().getType());
+  int64_t experts = gate.getDimSize(0), inter = gate.getDimSize(1), latent = gate.getDimSize(2);
+  int64_t k = llvm::cast<RankedTensorType>(o.getIndices().getType()).getDimSize(1);
+  // Expert parallelism: this rank computes its own experts' share of
+  // every token (the others' indices become -1, which the expert
+  // kernels skip), then the expert group sums the shares. Every rank
+  // of the group holds the same tokens (sequence parallelism does not
+  // reach targets yet).
+  Buf indices = act(o.getIndices());
+  std::optional<int64_t> expertGroup;
+  if (o.getGridAttr()) {
+    FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), *o.getGridAxes());
+    if (failed(group))
+      return failure();
+    expertGroup = *group;
+    Buf local = alloc({k}, b.getI32Type());
+    launch(localExperts(k, experts), {indices, local},
+           {"tokens:0", ("group:" + std::to_string(*group)), "part", "parts"}, Work{0, 1},
+           what);
+    indices = local;
+  }
+  auto finish = [&](const Buf &y) {
+    values[o.getResult()] =
+        expertGroup ? collective("all_reduce", y, y.shape, *expertGroup, 0, what) : y;
+    return success();
+  };
+  SmallVector<Buf> args = {act(o.getInput()), indices, act(o.getWeights())};
+  bool nvfp4 = bool(o.getGate().getDefiningOp<Nvfp4DequantOp>());
+  SmallVector<SmallVector<Buf>> projections; // gate, up, down: 1 or 3 buffers each
+  for (Value stack : {o.getGate(), o.getUp(), o.getDown()}) {
+    projections.emplace_back();
+    auto dequant = stack.getDefiningOp<Nvfp4DequantOp>();
+    if (bool(dequant) != nvfp4)
+      return o.emitOpError() << "mixes NVFP4 and BF16 expert projections";
+    SmallVector<Value> parts = nvfp4 ? SmallVector<Value>{dequant.getPacked(), dequant.getScales(),
+                                                          dequant.getGlobal()}
+                                     : SmallVector<Value>{stack};
+    for (Value part : parts) {
+      FailureOr<Buf> w = weight(part, Transform::None);
+      if (failed(w))
+        return failure();
+      args.push_back(*w);
+      projections.back().push_back(*w);
+    }
+  }
+  FailureOr<Buf> pn = weight(o.getPostNorm(), Transform::None);
+  if (failed(pn))
+    return failure();
+  args.push_back(*pn);
+  Buf y = alloc({latent}, f32);
+  std::optional<TargetHooks::MatrixExperts> matrix =
+      entryMaxTokens > 1
+          ? hooks.matrixExperts(experts, k, inter, latent, nvfp4, entryMaxTokens)
+          : std::nullopt;
+  if (matrix || (hooks.isGpu() && warpMoEFits(inter, latent))) {
+    Buf h = alloc({k, inter}, f32), yk = alloc({k, latent}, f32);
+    if (matrix) {
+      // Prefill: items grouped by expert, then tiles of an expert's items.
+      Type i32 = b.getI32Type();
+      Buf meta = allocShape({fixed(matrix->metaWords)}, i32);
+      Buf tiles = allocShape({fixed(matrix->tileWords)}, i32);
+      Buf items = allocShape({fixed(matrix->itemWords)}, i32);
+      launch(matrix->lists, {indices, meta, tiles, items},
+             {"tokens:0", "part", "parts"}, matrix->listsWork, what);
+      SmallVector<Buf> up = {act(o.getInput()), meta, tiles, items};
+      up.append(projections[0]);
+      up.append(projections[1]);
+      up.push_back(h);
+      launch(matrix->gateUp, up, {"part", "parts"}, matrix->gateUpWork, what);
+      SmallVector<Buf> down = {h, meta, tiles, items};
+      down.append(projections[2]);
+      down.push_back(yk);
+      launch(matrix->down, down, {"part", "parts"}, matrix->downWork, what);
+    } else {
+      // Decode: the products spread over warps, a few rows each.
+      SmallVector<Buf> up = {act(o.getInput()), indices};
+      up.append(projections[0]);
+      up.append(projections[1]);
+      up.push_back(h);
+      launch(expertGateUpWarp(experts, k, inter, latent, nvfp4), up,
+             {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * k * inter / 2}, what);
+      SmallVector<Buf> down = {h, indices};
+      down.append(projections[2]);
+      down.push_back(yk);
+      launch(expertDownWarp(experts, k, inter, latent, nvfp4), down,
+             {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * k * latent / 4}, what);
+    }
+    Buf scales = alloc({k}, f32);
+    int64_t threads = rowBlockThreads(latent);
+    launch(expertScalesBlock(k, latent, o.getEps().convertToDouble()),
+           {yk, act(o.getWeights()), scales}, {"tokens:0", "part", "parts"},
+           Work{0, k * threads, threads}, what);
+    launch(expertCombineThreads(experts, k, latent), {yk, indices, scales, *pn, y},
+           {"tokens:0", "part", "parts"}, Work{0, latent / 4}, what);
+    return finish(y);
+  }
+  args.push_back(y);
+  launch(megaMoE(experts, k, inter, latent, o.getEps().convertToDouble(), nvfp4), args,
+         {"tokens:0", "part", "parts"}, Work{0, 1}, what);
+  return finish(y);
+}
+
 LogicalResult Lowering::lowerEntry(func::FuncOp forward, const EntryInfo &entry) {
   b.setInsertionPointToEnd(model.plan->getBody());
   auto op = plan::EntryOp::create(b, forward.getLoc(), b.getStringAttr(entry.name),
@@ -657,6 +774,10 @@ FailureOr<LoweredModel> Lowering::run() {
                                     "and decode (build the graph with dynamic tokens)";
   auto logits = llvm::cast<RankedTensorType>(forward.getResultTypes()[0]);
   bool perToken = logits.isDynamicDim(0);
+  if (auto layout = graph->getAttrOfType<DictionaryAttr>("kiln.layout"))
+    for (StringRef key : {"tp", "ep"})
+      if (auto n = layout.getAs<IntegerAttr>(key))
+        world = std::max(world, n.getInt());
   model.plan = ModuleOp::create(graph.getLoc());
   model.entries = {{"prefill", options.maxPrefillTokens, perToken}, {"decode", 1, perToken}};
   if (options.decodeBatch > 1)
@@ -664,6 +785,15 @@ FailureOr<LoweredModel> Lowering::run() {
   for (const EntryInfo &entry : model.entries)
     if (failed(lowerEntry(forward, entry)))
       return failure();
+  model.commGroups = groups.all();
+  SmallVector<Attribute> groupAttrs;
+  for (const CommGroupInfo &group : model.commGroups)
+    groupAttrs.push_back(b.getDictionaryAttr(
+        {b.getNamedAttr("name", b.getStringAttr(group.name)),
+         b.getNamedAttr("size", b.getI64IntegerAttr(group.size)),
+         b.getNamedAttr("ranks", b.getDenseI64ArrayAttr(group.ranks))}));
+  if (!groupAttrs.empty())
+    model.plan.get()->setAttr("plan.comm_groups", b.getArrayAttr(groupAttrs));
   return std::move(model);
 }
 

@@ -13,6 +13,8 @@
 
 #include "runtime/core/DType.h"
 
+#include "targets/common/CommGroups.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -27,7 +29,11 @@ struct WeightInfo {
   std::vector<int64_t> shape; // one tensor's checkpoint shape
   DType dtype = DType::BF16;
   Transform transform = Transform::None;
-  int64_t bytes = 0;          // after transform
+  int64_t bytes = 0;          // after transform and slice
+  // A rank's piece (shard.all_slice of the weight): of a stack, its block of
+  // `stack` experts; of a tensor, piece i of sliceCount along sliceDim; i is
+  // the rank's index in comm group sliceGroup (-1: the whole weight).
+  int64_t sliceDim = -1, sliceCount = 1, sliceGroup = -1;
 };
 
 struct KvCacheInfo {
@@ -52,6 +58,8 @@ struct LoweredModel {
   std::vector<WeightInfo> weights;
   std::vector<KvCacheInfo> kvCaches;
   std::vector<EntryInfo> entries;
+  // Multi-rank plans: the groups collectives, slices and group:N scalars name.
+  std::vector<CommGroupInfo> commGroups;
 };
 
 struct LowerOptions {
@@ -62,8 +70,11 @@ struct LowerOptions {
 };
 
 // The graph must hold one `func.func @forward(ids, positions) -> logits` with
-// a dynamic token count and no collectives. Emits an error on the op and
-// fails for an op no kernel implements.
+// a dynamic token count. A sharded graph (kiln-shard) becomes one plan every
+// rank runs: sliced weights, plan.collective steps for its all-reduces and
+// column all-gathers, and expert-parallel kiln.megamoe as local experts plus
+// an all-reduce. Emits an error on the op and fails for an op no kernel
+// implements (sequence parallelism's token collectives among them).
 mlir::FailureOr<LoweredModel> lowerToPlan(mlir::ModuleOp graph, const LowerOptions &options,
                                           const TargetHooks &hooks);
 

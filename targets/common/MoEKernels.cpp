@@ -173,6 +173,7 @@ func.func @@@name@@(%z: memref<?x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %w: memr
   %c15 = arith.constant 15 : index
   %c16 = arith.constant 16 : index
   %c255 = arith.constant 255 : index
+  %c0_i32 = arith.constant 0 : i32
   %k = arith.constant @@K@@ : index
   %in_gate = arith.constant @@L@@ : index
   %in_up = arith.constant @@L@@ : index
@@ -193,8 +194,11 @@ func.func @@@name@@(%z: memref<?x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %w: memr
       memref.store %zero_f, %out[%t, %c] : memref<?x@@L@@xf32>
     }
     scf.for %j = %c0 to %k step %c1 {
+      // -1: another rank's expert (expert parallelism), skipped.
       %e32 = memref.load %idx[%t, %j] : memref<?x@@K@@xi32>
       %e = arith.index_cast %e32 : i32 to index
+      %here = arith.cmpi sge, %e32, %c0_i32 : i32
+      scf.if %here {
       %weight = memref.load %w[%t, %j] : memref<?x@@K@@xf32>
       // h = silu(gate_e z) * up_e z
       scf.for %o = %c0 to %inter step %c1 {
@@ -233,6 +237,7 @@ func.func @@@name@@(%z: memref<?x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %w: memr
         %o0 = memref.load %out[%t, %c] : memref<?x@@L@@xf32>
         %o1 = arith.addf %o0, %ys : f32
         memref.store %o1, %out[%t, %c] : memref<?x@@L@@xf32>
+      }
       }
     }
   }

@@ -59,8 +59,11 @@ std::string expertItemLoop(int64_t rowsPerWarp, int64_t k) {
   text += "    %o0 = arith.muli %group, %c" + str(rowsPerWarp) + " : index\n";
   for (int64_t r = 1; r < rowsPerWarp; ++r)
     text += "    %o" + str(r) + " = arith.addi %o0, %c" + str(r) + " : index\n";
-  return text + "    %e32 = memref.load %idx[%t, %j] : memref<?x" + str(k) +
-         "xi32>\n    %e = arith.index_cast %e32 : i32 to index\n";
+  // An index of -1 (another rank's expert, weight 0) reads expert 0.
+  return text + "    %e32r = memref.load %idx[%t, %j] : memref<?x" + str(k) +
+         "xi32>\n    %e0_i32 = arith.constant 0 : i32\n"
+         "    %e32 = arith.maxsi %e32r, %e0_i32 : i32\n"
+         "    %e = arith.index_cast %e32 : i32 to index\n";
 }
 
 std::string formatSuffix(bool nvfp4) { return nvfp4 ? "_nvfp4" : "_bf16"; }

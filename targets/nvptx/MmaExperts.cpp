@@ -268,8 +268,12 @@ func.func @@@name@@(%idx: memref<?x@@k@@xi32>, @@lists@@, %rows_i: i64, %part: i
     %t = arith.divui %i, %ck : index
     %j = arith.remui %i, %ck : index
     %e_i = memref.load %idx[%t, %j] : memref<?x@@k@@xi32>
-    %e = arith.index_cast %e_i : i32 to index
-    %old = memref.atomic_rmw addi %one, %count[%e] : (i32, @@shared@@) -> i32
+    // -1: another rank's expert (expert parallelism), not listed.
+    %here = arith.cmpi sge, %e_i, %zero : i32
+    scf.if %here {
+      %e = arith.index_cast %e_i : i32 to index
+      %old = memref.atomic_rmw addi %one, %count[%e] : (i32, @@shared@@) -> i32
+    }
   }
   gpu.barrier
   // Each expert's first position and first tile, in expert order.
@@ -314,13 +318,16 @@ func.func @@@name@@(%idx: memref<?x@@k@@xi32>, @@lists@@, %rows_i: i64, %part: i
     %t = arith.divui %i, %ck : index
     %j = arith.remui %i, %ck : index
     %e_i = memref.load %idx[%t, %j] : memref<?x@@k@@xi32>
-    %e = arith.index_cast %e_i : i32 to index
-    %slot = memref.atomic_rmw addi %one, %fill[%e] : (i32, @@shared@@) -> i32
-    %first = memref.load %start[%e] : @@shared@@
-    %pos_i = arith.addi %first, %slot : i32
-    %pos = arith.index_cast %pos_i : i32 to index
-    %item = arith.index_cast %i : index to i32
-    memref.store %item, %items[%pos] : memref<@@MI@@xi32>
+    %here = arith.cmpi sge, %e_i, %zero : i32
+    scf.if %here {
+      %e = arith.index_cast %e_i : i32 to index
+      %slot = memref.atomic_rmw addi %one, %fill[%e] : (i32, @@shared@@) -> i32
+      %first = memref.load %start[%e] : @@shared@@
+      %pos_i = arith.addi %first, %slot : i32
+      %pos = arith.index_cast %pos_i : i32 to index
+      %item = arith.index_cast %i : index to i32
+      memref.store %item, %items[%pos] : memref<@@MI@@xi32>
+    }
   }
   return
 }

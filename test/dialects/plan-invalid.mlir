@@ -17,7 +17,7 @@ plan.entry @kind attributes {max_tokens = 1 : i64} {
 
 plan.entry @scalar attributes {max_tokens = 1 : i64} {
   %a = plan.alloc [#plan.dim<1, 0, 1>] f32
-  // expected-error @+1 {{scalar 'tokens' must be const:N, tokens:N, past:N, part or parts}}
+  // expected-error @+1 {{scalar 'tokens' must be const:N, tokens:N, past:N, group:N, part or parts}}
   plan.launch @k(%a) scalars ["tokens"] {max_parts = 1 : i64, op = "x"}
 }
 
@@ -38,4 +38,26 @@ plan.entry @misaligned attributes {max_tokens = 1 : i64} {
 
 // expected-error @+1 {{sequences (4) must be at least 2 and equal max_tokens (8): token t continues conversation t}}
 plan.entry @batch attributes {max_tokens = 8 : i64, sequences = 4 : i64} {
+}
+
+// -----
+
+module {
+  plan.entry @decode attributes {max_tokens = 1 : i64} {
+    %x = plan.alloc [#plan.dim<0, 1, 16>, #plan.dim<64, 0, 1>] f32
+    %y = plan.alloc [#plan.dim<0, 1, 16>, #plan.dim<64, 0, 1>] f32
+    // expected-error @+1 {{names comm group 0, but the module's plan.comm_groups has 0}}
+    plan.collective "all_reduce" %x to %y group 0 axis 0 {op = "o_proj"}
+  }
+}
+
+// -----
+
+module attributes {plan.comm_groups = [{name = "tp[1]", ranks = array<i64: 0, 1>, size = 2 : i64}]} {
+  plan.entry @decode attributes {max_tokens = 1 : i64} {
+    %x = plan.alloc [#plan.dim<0, 1, 16>, #plan.dim<64, 0, 1>] f32
+    %y = plan.alloc [#plan.dim<0, 1, 16>, #plan.dim<64, 0, 1>] f32
+    // expected-error @+1 {{kind must be all_reduce, all_gather or reduce_scatter, got 'broadcast'}}
+    plan.collective "broadcast" %x to %y group 0 axis 0 {op = "o_proj"}
+  }
 }

@@ -9,6 +9,7 @@
 //
 //   kiln-check ARTIFACT --weights W --reference FILE
 //   kiln-check ARTIFACT --weights W --prompt-ids 1,2,3 --steps 64 --write FILE
+#include "runtime/comm/RankLauncher.h"
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/engine/Engine.h"
 #include "runtime/engine/Reference.h"
@@ -17,6 +18,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -38,7 +40,10 @@ void usage() {
                "                     margin is below F * max|logit| (default 0.01)\n"
                "  --max-near-ties N  how many such steps may differ (default 2)\n"
                "  --batch-steps N    with a decode_batch entry: greedy steps of the batched\n"
-               "                     check (default 16; 0 skips it)\n");
+               "                     check (default 16; 0 skips it)\n"
+               "  --device N         the GPU (default: KILN_LOCAL_RANK, else 0)\n"
+               "  --nproc N          a multi-rank artifact: N processes, one per rank (as\n"
+               "                     kiln-run --nproc); rank 0 reports\n");
 }
 
 std::vector<int32_t> parseIds(const std::string &text) {
@@ -115,7 +120,7 @@ bool checkBatched(Engine &engine, const std::vector<int32_t> &prompt, int steps)
 int main(int argc, char **argv) {
   std::string artifact, weights, referencePath, writePath, prompt;
   double tolerance = 0.02, nearTie = 0.01;
-  int maxNearTies = 2, steps = 0, device = 0, batchSteps = 16;
+  int maxNearTies = 2, steps = 0, device = -1, batchSteps = 16, nproc = 1;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -148,6 +153,8 @@ int main(int argc, char **argv) {
       batchSteps = std::atoi(value().c_str());
     } else if (arg == "--device") {
       device = std::atoi(value().c_str());
+    } else if (arg == "--nproc") {
+      nproc = std::atoi(value().c_str());
     } else if (!arg.empty() && arg[0] != '-' && artifact.empty()) {
       artifact = arg;
     } else {
@@ -159,6 +166,13 @@ int main(int argc, char **argv) {
   if (artifact.empty() || weights.empty() || referencePath.empty() == writePath.empty()) {
     usage();
     return 2;
+  }
+  if (nproc > 1)
+    return launchRanks("kiln-check", withoutNproc(std::vector<std::string>(argv + 1, argv + argc)),
+                       nproc, std::cerr);
+  if (device < 0) {
+    const char *local = std::getenv("KILN_LOCAL_RANK");
+    device = local && *local ? std::atoi(local) : 0;
   }
   try {
     EngineOptions options;
@@ -177,7 +191,8 @@ int main(int argc, char **argv) {
         reference.steps.push_back(step);
         logits = engine->decode(step.token);
       }
-      writeReference(writePath, reference);
+      if (engine->rank() == 0) // every rank computed the same; one writes
+        writeReference(writePath, reference);
       std::printf("kiln-check: wrote %s: %zu prompt tokens, %d greedy steps\n", writePath.c_str(),
                   reference.prompt.size(), steps);
       return 0;

@@ -12,9 +12,10 @@ constexpr const char *kUsage =
     "usage: kiln-dump [--weights] [--steps] FILE\n"
     "\n"
     "Prints a summary of a Kiln artifact (.kiln, written by kilnc): schema\n"
-    "version, target, model, parallel layout and rank, weight bindings, KV\n"
-    "caches, kernels and, per entry point, its token limit, arena, steps and\n"
-    "launches by the graph op they implement (fused ops included).\n"
+    "version, target, model, parallel layout and comm groups, weight\n"
+    "bindings, KV caches, kernels and, per entry point, its token limit,\n"
+    "arena, steps, launches by the graph op they implement (fused ops\n"
+    "included) and collectives by kind.\n"
     "The artifact is verified first; a bad one is reported in one line.\n"
     "\n"
     "  --weights   list every weight binding\n"
@@ -135,6 +136,9 @@ void dumpWeight(const fb::WeightBinding &weight, size_t index,
   if (weight.slice_dim() >= 0)
     out << "  slice dim " << weight.slice_dim() << " in "
         << weight.slice_count();
+  if (weight.slice_group() >= 0)
+    out << (weight.slice_dim() >= 0 ? " by comm group " : "  expert block by comm group ")
+        << weight.slice_group();
   out << "  " << bytesText(weight.bytes()) << "\n";
 }
 
@@ -167,11 +171,11 @@ void dumpStep(const Artifact &artifact, const fb::StepEntry &step, size_t index,
     out << "copy " << bufferText(artifact, *copy->source(), tokens) << " -> "
         << bufferText(artifact, *copy->destination(), tokens) << "\n";
   } else if (const fb::Collective *collective = step.step_as_Collective()) {
-    std::vector<int32_t> group(collective->group()->begin(),
-                               collective->group()->end());
-    out << "collective " << fb::EnumNameCollectiveKind(collective->kind())
-        << "  group " << listText(group) << "  axis " << collective->axis()
-        << "\n        " << bufferText(artifact, *collective->source(), tokens)
+    out << "collective " << fb::EnumNameCollectiveKind(collective->kind()) << "  op "
+        << text(collective->op()) << "  comm group " << collective->comm_group();
+    if (collective->kind() != fb::CollectiveKind::AllReduce)
+      out << "  axis " << collective->axis();
+    out << "\n        " << bufferText(artifact, *collective->source(), tokens)
         << " -> " << bufferText(artifact, *collective->destination(), tokens)
         << "\n";
   }
@@ -180,8 +184,9 @@ void dumpStep(const Artifact &artifact, const fb::StepEntry &step, size_t index,
 void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
                     const DumpOptions &options, std::ostream &out) {
   size_t launches = 0, copies = 0, collectives = 0;
-  // Launches by the graph op their kernel implements (fused ops included).
-  std::map<std::string, size_t> byOp;
+  // Launches by the graph op their kernel implements (fused ops included),
+  // collectives by kind.
+  std::map<std::string, size_t> byOp, byKind;
   const auto *kernels = artifact->kernels();
   const auto *steps = entry.steps();
   for (flatbuffers::uoffset_t i = 0; steps && i < steps->size(); ++i) {
@@ -198,6 +203,8 @@ void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
       break;
     default:
       ++collectives;
+      if (const fb::Collective *collective = steps->Get(i)->step_as_Collective())
+        ++byKind[fb::EnumNameCollectiveKind(collective->kind())];
       break;
     }
   }
@@ -220,6 +227,15 @@ void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
     const char *separator = " ";
     for (const auto &[op, count] : byOp) {
       out << separator << op << " " << count;
+      separator = ", ";
+    }
+    out << "\n";
+  }
+  if (!byKind.empty()) {
+    out << "              collectives by kind:";
+    const char *separator = " ";
+    for (const auto &[kind, count] : byKind) {
+      out << separator << kind << " " << count;
       separator = ", ";
     }
     out << "\n";
@@ -263,8 +279,25 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options,
 
   const fb::Layout &layout = *root.layout();
   out << "layout        tp " << layout.tp() << ", ep " << layout.ep() << ", sp "
-      << (layout.sp() ? "on" : "off") << ", world " << layout.world()
-      << "; rank " << root.rank() << "\n";
+      << (layout.sp() ? "on" : "off") << ", world " << layout.world();
+  if (root.rank() != 0) // schema 1.2's one artifact per rank
+    out << "; rank " << root.rank();
+  else if (layout.world() > 1)
+    out << "; every rank runs this artifact";
+  out << "\n";
+  if (const auto *groups = root.comm_groups()) {
+    out << "comm groups   " << groups->size() << ":";
+    for (flatbuffers::uoffset_t g = 0; g < groups->size(); ++g) {
+      const fb::CommGroup &group = *groups->Get(g);
+      const size_t size = group.size(), count = group.ranks()->size() / size;
+      out << (g ? "; " : " ") << "[" << g << "] " << text(group.name()) << " (" << count
+          << (count == 1 ? " group of " : " groups of ") << size << ":";
+      for (flatbuffers::uoffset_t r = 0; r < group.ranks()->size(); ++r)
+        out << (r && r % size == 0 ? " /" : "") << " " << group.ranks()->Get(r);
+      out << ")";
+    }
+    out << "\n";
+  }
 
   uint64_t weightBytes = 0;
   for (size_t i = 0; i < artifact.numWeights(); ++i)

@@ -4,6 +4,7 @@
 #include "runtime/artifact/Artifact.h"
 #include "runtime/engine/Engine.h"
 #include "runtime/engine/Sampler.h"
+#include "runtime/comm/RankLauncher.h"
 
 #include <charconv>
 #include <chrono>
@@ -41,8 +42,19 @@ to first token, the time per output token and tokens/s.
   --context N               positions the KV caches hold
                             (default: min(4096, max_position_embeddings))
   --threads N               threads (default: all hardware threads)
-  --device N                the GPU an nvptx/amdgcn artifact runs on (default 0)
+  --device N                the GPU an nvptx/amdgcn artifact runs on (default:
+                            KILN_LOCAL_RANK, else 0)
+  --nproc N                 start N processes on this machine, one per rank
+                            of a multi-rank artifact (kilnc --tp/--ep), each
+                            on GPU KILN_LOCAL_RANK; rank 0 prints the tokens
   --help                    this text
+
+A multi-rank artifact runs as one process per rank, started by --nproc, by
+mpirun or by a scheduler: each reads KILN_RANK and KILN_WORLD_SIZE (or
+OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE, SLURM_PROCID/NTASKS) and meets the
+others at the path KILN_RENDEZVOUS. A collective that waits longer than
+KILN_COMM_TIMEOUT seconds (default 60) for a rank stops every rank with an
+error naming it.
 )";
 
 // Bad command lines: exit status 2 and a pointer to --help.
@@ -59,7 +71,8 @@ struct Options {
   SamplingOptions sampling;
   int64_t context = 0;
   int threads = 0;
-  int device = 0;
+  int device = -1; // -1: KILN_LOCAL_RANK, else 0
+  int nproc = 1;
   bool help = false;
 };
 
@@ -109,7 +122,7 @@ Options parseArgs(const std::vector<std::string> &args) {
   static const char *const kFlags[] = {
       "--weights", "--prompt-ids", "--max-new-tokens", "--temperature",
       "--top-p",   "--seed",       "--context",        "--threads",
-      "--device"};
+      "--device",  "--nproc"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -177,6 +190,8 @@ Options parseArgs(const std::vector<std::string> &args) {
         parseInteger<int>("--threads", values["--threads"], 1, 4096);
   if (values.count("--device"))
     options.device = parseInteger<int>("--device", values["--device"], 0, 1023);
+  if (values.count("--nproc"))
+    options.nproc = parseInteger<int>("--nproc", values["--nproc"], 1, 1024);
   return options;
 }
 
@@ -274,6 +289,10 @@ int run(const Options &options, std::ostream &out, std::ostream &err,
   engineOptions.contextLength = options.context;
   engineOptions.threads = options.threads;
   engineOptions.device = options.device;
+  if (engineOptions.device < 0) {
+    const char *local = std::getenv("KILN_LOCAL_RANK");
+    engineOptions.device = local && *local ? std::atoi(local) : 0;
+  }
   engineOptions.progress = [&](uint64_t done, uint64_t total) {
     bar.update(done, total);
   };
@@ -296,7 +315,11 @@ int run(const Options &options, std::ostream &out, std::ostream &err,
       loaded->target()->kind() == artifact::TargetKind::X86
           ? std::to_string(engine->numThreads()) + " threads"
           : "on " + engine->device();
-  err << "kiln-run: " << (modelName ? modelName->str() : "model") << " for "
+  const std::string ranks =
+      engine->worldSize() > 1 ? " (rank " + std::to_string(engine->rank()) + " of " +
+                                    std::to_string(engine->worldSize()) + ")"
+                              : "";
+  err << "kiln-run: " << (modelName ? modelName->str() : "model") << ranks << " for "
       << describeTarget(*loaded->target()) << ": "
       << humanBytes(engine->weightBytes()) << " of weights loaded in "
       << seconds << " s; " << runsOn << ", context "
@@ -355,11 +378,17 @@ int kilnRunMain(const std::vector<std::string> &args, std::ostream &out,
     out << kUsage;
     return 0;
   }
+  if (options.nproc > 1) {
+    out << std::flush;
+    return launchRanks("kiln-run", withoutNproc(args), options.nproc, err);
+  }
   try {
     return run(options, out, err, errIsTerminal);
   } catch (const std::exception &error) {
     out << std::flush;
-    err << "kiln-run: error: " << oneLine(error.what()) << "\n";
+    const char *rank = std::getenv("KILN_RANK");
+    err << "kiln-run: error: " << (rank && *rank ? "rank " + std::string(rank) + ": " : "")
+        << oneLine(error.what()) << "\n";
     return 1;
   }
 }

@@ -117,23 +117,57 @@ TEST(ArtifactTest, CollectivesLoadInAMultiRankArtifact) {
   TestArtifact a = minimalArtifact();
   a.tp = 2;
   a.world = 2;
-  a.rank = 1;
+  a.commGroups = {{"tp[1]", 2, {1, 0}}};
   const TestBuffer y =
       std::get<TestLaunch>(a.entryPoints[0].steps[0]).buffers[2];
   TestBuffer half = y;
   half.shape[1] = fixed(32);
   a.entryPoints[0].steps.push_back(
-      TestCollective{fb::CollectiveKind::AllReduce, y, y, {0, 1}, 0});
+      TestCollective{fb::CollectiveKind::AllReduce, y, y, 0, 0});
   a.entryPoints[0].steps.push_back(
-      TestCollective{fb::CollectiveKind::AllGather, half, y, {0, 1}, 1});
+      TestCollective{fb::CollectiveKind::AllGather, half, y, 0, 1});
   a.entryPoints[0].steps.push_back(
-      TestCollective{fb::CollectiveKind::ReduceScatter, y, half, {1, 0}, 1});
+      TestCollective{fb::CollectiveKind::ReduceScatter, y, half, 0, 1});
   EXPECT_NO_THROW(Artifact::fromBytes(serialize(a), kSource));
 
   a.entryPoints[0].steps.push_back(
-      TestCollective{fb::CollectiveKind::AllGather, y, y, {0, 1}, 1});
+      TestCollective{fb::CollectiveKind::AllGather, y, y, 0, 1});
   EXPECT_CONTAINS_ALL(loadError(a), "steps[6] (collective)",
                       "AllGather over 2 ranks");
+  a.entryPoints[0].steps.back() =
+      TestCollective{fb::CollectiveKind::AllGather, half, y, 0, 2};
+  EXPECT_CONTAINS_ALL(loadError(a), "steps[6] (collective).axis 2 is not a dimension");
+  a.entryPoints[0].steps.back() =
+      TestCollective{fb::CollectiveKind::AllReduce, y, y, 1, 0};
+  EXPECT_CONTAINS_ALL(loadError(a), "steps[6] (collective).comm_group: comm group 1 does "
+                                    "not exist (the artifact has 1");
+}
+
+TEST(ArtifactTest, CommGroupsPartitionTheWorld) {
+  TestArtifact a = minimalArtifact();
+  a.ep = a.world = 4;
+  a.commGroups = {{"ep[1]", 4, {0, 1, 2, 3}}, {"tp[1]", 2, {0, 2, 1, 3}}};
+  EXPECT_NO_THROW(Artifact::fromBytes(serialize(a), kSource));
+  a.commGroups[1].size = 3;
+  EXPECT_CONTAINS_ALL(loadError(a), "comm_groups[1].size 3 does not divide layout.world 4");
+  a.commGroups[1] = {"tp[1]", 2, {0, 2, 1}};
+  EXPECT_CONTAINS_ALL(loadError(a), "comm_groups[1].ranks: 3 ranks, expected every rank");
+  a.commGroups[1] = {"tp[1]", 2, {0, 2, 1, 2}};
+  EXPECT_CONTAINS_ALL(loadError(a), "comm_groups[1].ranks: rank 2 is out of range or repeated");
+
+  // A weight's slice follows its group: the count is the group's size.
+  a.commGroups[1] = {"tp[1]", 2, {0, 2, 1, 3}};
+  a.weights[0].sliceDim = 0;
+  a.weights[0].sliceCount = 2;
+  a.weights[0].bytes /= 2;
+  for (size_t e = 0; e < a.entryPoints.size(); ++e)
+    launchOf(a, e, 0).buffers[1].shape[0] = fixed(32);
+  a.weights[0].sliceGroup = 1;
+  EXPECT_NO_THROW(Artifact::fromBytes(serialize(a), kSource));
+  a.weights[0].sliceGroup = 0;
+  EXPECT_CONTAINS_ALL(loadError(a), ".slice_count 2 differs from the size of its slice_group (4)");
+  a.weights[0].sliceGroup = 2;
+  EXPECT_CONTAINS_ALL(loadError(a), ".slice_group: comm group 2 does not exist");
 }
 
 TEST(ArtifactTest, ExpertStacksAndSlices) {
@@ -454,12 +488,12 @@ TEST(ArtifactTest, CollectivesNeedSeveralRanks) {
   TestArtifact a = minimalArtifact();
   const TestBuffer y = launchOf(a, 0, 0).buffers[2];
   a.entryPoints[0].steps.push_back(
-      TestCollective{fb::CollectiveKind::AllReduce, y, y, {0}, 0});
+      TestCollective{fb::CollectiveKind::AllReduce, y, y, 0, 0});
   EXPECT_CONTAINS_ALL(loadError(a), "steps[3] (collective)",
                       "single-rank artifact");
   a.tp = a.world = 2;
-  std::get<TestCollective>(a.entryPoints[0].steps[3]).group = {0, 2};
-  EXPECT_CONTAINS_ALL(loadError(a), ".group: rank 2 is out of range");
+  EXPECT_CONTAINS_ALL(loadError(a), ".comm_group: comm group 0 does not exist",
+                      "rebuild with this kilnc");
 }
 
 // ---------------------------------------------------------------------------
@@ -744,8 +778,7 @@ TEST_F(ArtifactFileTest, KilnDumpPrintsASummary) {
       "x86, triple x86_64-unknown-linux-gnu, chip sapphirerapids, features "
       "amx-bf16, avx512bf16",
       "muse-spark-test, weight format bf16",
-      "tp 1, ep 1, sp off, world 1; "
-      "rank 0",
+      "tp 1, ep 1, sp off, world 1\n",
       "1 binding, 16384 bytes (16.0 KiB)",
       "1 (1 global, 0 sliding); K+V bytes per token: 128 global",
       "2, library elf-shared-object 64 bytes",

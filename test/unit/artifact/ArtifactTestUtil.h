@@ -43,8 +43,14 @@ struct TestCopy {
 struct TestCollective {
   fb::CollectiveKind kind = fb::CollectiveKind::AllReduce;
   TestBuffer source, destination;
-  std::vector<int32_t> group;
+  uint32_t commGroup = 0;
   int32_t axis = 0;
+};
+
+struct TestCommGroup {
+  std::string name;
+  uint32_t size = 1;
+  std::vector<int32_t> ranks;
 };
 
 using TestStep = std::variant<TestLaunch, TestCopy, TestCollective>;
@@ -66,6 +72,7 @@ struct TestWeight {
   fb::WeightTransform transform = fb::WeightTransform::None;
   int32_t sliceDim = -1, sliceCount = 1;
   uint64_t bytes = 0;
+  int32_t sliceGroup = -1;
 };
 
 struct TestKvCache {
@@ -95,6 +102,7 @@ struct TestArtifact {
   bool hasLayout = true;
   int32_t tp = 1, ep = 1, world = 1, rank = 0;
   bool sp = false;
+  std::vector<TestCommGroup> commGroups;
 
   std::vector<TestWeight> weights;
   std::vector<TestKvCache> kvCaches;
@@ -162,7 +170,7 @@ buildStep(flatbuffers::FlatBufferBuilder &fbb, const TestStep &step) {
   auto destination = buildBuffer(fbb, collective.destination);
   auto built =
       fb::CreateCollectiveDirect(fbb, collective.kind, source, destination,
-                                 &collective.group, collective.axis);
+                                 nullptr, collective.axis, collective.commGroup);
   return fb::CreateStepEntry(fbb, fb::Step::Collective, built.Union());
 }
 
@@ -192,7 +200,7 @@ inline std::vector<uint8_t> serialize(const TestArtifact &a) {
   for (const TestWeight &w : a.weights)
     weights.push_back(fb::CreateWeightBindingDirect(
         fbb, w.name.c_str(), w.stack, w.firstExpert, &w.shape, w.dtype,
-        w.transform, w.sliceDim, w.sliceCount, w.bytes));
+        w.transform, w.sliceDim, w.sliceCount, w.bytes, w.sliceGroup));
   std::vector<flatbuffers::Offset<fb::KvCache>> caches;
   for (const TestKvCache &c : a.kvCaches)
     caches.push_back(fb::CreateKvCache(fbb, c.layer, c.window, c.kvHeads,
@@ -221,10 +229,15 @@ inline std::vector<uint8_t> serialize(const TestArtifact &a) {
     entryPoints = fbb.CreateVector(built);
   }
 
+  std::vector<flatbuffers::Offset<fb::CommGroup>> groups;
+  for (const TestCommGroup &group : a.commGroups)
+    groups.push_back(
+        fb::CreateCommGroupDirect(fbb, group.name.c_str(), group.size, &group.ranks));
   auto root =
       fb::CreateArtifact(fbb, version, target, model, layout, a.rank,
                          fbb.CreateVector(weights), fbb.CreateVector(caches),
-                         fbb.CreateVector(kernels), library, entryPoints);
+                         fbb.CreateVector(kernels), library, entryPoints,
+                         groups.empty() ? 0 : fbb.CreateVector(groups));
   fb::FinishArtifactBuffer(fbb, root);
   return std::vector<uint8_t>(fbb.GetBufferPointer(),
                               fbb.GetBufferPointer() + fbb.GetSize());

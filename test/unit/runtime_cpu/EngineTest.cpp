@@ -400,12 +400,24 @@ TEST_F(EngineTest, RefusesOtherTargetsAndMissingFeatures) {
   }
 }
 
-TEST_F(EngineTest, RefusesMultiRankArtifacts) {
+TEST_F(EngineTest, MultiRankArtifactsNeedTheirJob) {
   TestArtifact tp = testArtifact();
   tp.tp = 2;
   tp.world = 2;
+  ::unsetenv("KILN_RANK");
+  ::unsetenv("KILN_WORLD_SIZE");
   EXPECT_HAS(errorOf([&] { make(tp); }),
-             "multi-rank artifacts need the NCCL runtime");
+             "the artifact runs on 2 ranks (tp 2, ep 1), one process each: start it with "
+             "kiln-run --nproc 2");
+  ::setenv("KILN_RANK", "0", 1);
+  ::setenv("KILN_WORLD_SIZE", "3", 1);
+  ::setenv("KILN_RENDEZVOUS", "/nonexistent/rv", 1);
+  EXPECT_HAS(errorOf([&] { make(tp); }), "runs on 2 ranks (tp 2, ep 1), but this job has 3");
+  ::setenv("KILN_WORLD_SIZE", "x", 1);
+  EXPECT_HAS(errorOf([&] { make(tp); }), "KILN_WORLD_SIZE='x' is not a rank count");
+  ::unsetenv("KILN_RANK");
+  ::unsetenv("KILN_WORLD_SIZE");
+  ::unsetenv("KILN_RENDEZVOUS");
 }
 
 TEST_F(EngineTest, MissingKernelSymbol) {
