@@ -27,6 +27,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -254,6 +255,10 @@ int main(int argc, char **argv) {
     kiln::EngineOptions engineOptions;
     engineOptions.weights = options.weights;
     engineOptions.contextLength = options.context + options.steps + 8;
+    // A multi-rank artifact: one process per rank (kiln-run --nproc's
+    // environment), each on GPU KILN_LOCAL_RANK.
+    const char *localRank = std::getenv("KILN_LOCAL_RANK");
+    engineOptions.device = localRank && *localRank ? std::atoi(localRank) : 0;
     int lastTenth = -1;
     auto loadStart = Clock::now();
     engineOptions.progress = [&](uint64_t done, uint64_t total) {
@@ -273,7 +278,7 @@ int main(int argc, char **argv) {
                 double(engine->weightBytes()) / double(1ull << 30), msSince(loadStart) / 1e3);
 
     const bool nvidia = artifact->target()->kind() == fb::TargetKind::NVPTX;
-    const double bandwidth = nvidia ? copyBandwidth(0) : 0.0;
+    const double bandwidth = nvidia ? copyBandwidth(engineOptions.device) : 0.0;
     if (nvidia)
       std::printf("yardstick device-to-device copy: %.0f GB/s (bytes read + written)\n",
                   bandwidth / 1e9);

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Runs the GPU checks on a machine with an NVIDIA GPU, from what
 # scripts/gpu-data.sh prepared: each sm_90 artifact against its reference
-# (kiln-check), then the tiny kernels under compute-sanitizer.
+# (kiln-check), then the tiny kernels under compute-sanitizer, and where the
+# machine has two GPUs the two-rank artifacts (NCCL) and rank failures.
 #   scripts/gpu-check.sh BIN_DIR DATA_DIR
 set -uo pipefail
 BIN=$1
@@ -11,7 +12,7 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   exit 77 # ctest's SKIP_RETURN_CODE for the gpu-end-to-end test
 fi
 for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln small-nvfp4.reference \
-  small-bf16.sm_90.kiln small-bf16.reference; do
+  small-bf16.sm_90.kiln small-bf16.reference small-bf16.tp2ep2.sm_90.kiln tiny-nvfp4.tp2ep2.sm_90.kiln; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -34,6 +35,36 @@ if command -v compute-sanitizer >/dev/null; then
       "$BIN/kiln-run" "$DATA/tiny-$format.sm_90.kiln" --weights "$DATA/tiny-$format" \
       --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 --max-new-tokens 8 2>&1 | tail -3 || status=1
   done
+fi
+# Two GPUs: each layout's one artifact, as two processes (kiln-check --nproc
+# 2), against the interpreter and against the one-GPU artifact's own run;
+# then a rank killed and a rank stopped mid-decode must stop the job.
+if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
+  export KILN_NCCL_LIBRARY=${KILN_NCCL_LIBRARY:-$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null)}
+  work=$(mktemp -d)
+  for format in bf16 nvfp4; do
+    "$BIN/kiln-check" "$DATA/small-$format.sm_90.kiln" --weights synthetic:3 \
+      --prompt-ids "$(seq -s, 1 24)" --steps 32 --write "$work/small-$format.one-gpu" >/dev/null || status=1
+    for layout in tp2 ep2 tp2ep2; do
+      echo "== small $format $layout, 2 GPUs, against the interpreter"
+      "$BIN/kiln-check" "$DATA/small-$format.$layout.sm_90.kiln" --weights synthetic:3 \
+        --reference "$DATA/small-$format.reference" --nproc 2 2>"$work/err" || { status=1; cat "$work/err"; }
+      echo "== small $format $layout, 2 GPUs, against 1 GPU"
+      "$BIN/kiln-check" "$DATA/small-$format.$layout.sm_90.kiln" --weights synthetic:3 \
+        --reference "$work/small-$format.one-gpu" --tolerance 2e-3 --max-near-ties 0 --batch-steps 0 \
+        --nproc 2 2>"$work/err" || { status=1; cat "$work/err"; }
+    done
+  done
+  for mode in kill stop; do
+    echo "== tiny nvfp4 tp2ep2, 2 GPUs: rank 1 ${mode}ed mid-decode"
+    PATH="$BIN:$PATH" "$(dirname "$0")/rank-failure.sh" $mode "$DATA/tiny-nvfp4.tp2ep2.sm_90.kiln" \
+      "$DATA/tiny-nvfp4" "$work/$mode" | tee "$work/$mode.out"
+    grep -q "launcher exit status: 1" "$work/$mode.out" && grep -q "stopped within 20 s" "$work/$mode.out" &&
+      grep -q "error: rank 0: .* for '" "$work/$mode.out" || { status=1; echo "(not as expected)"; }
+  done
+  rm -rf "$work"
+else
+  echo "gpu-check: one GPU: the two-GPU checks are skipped"
 fi
 echo "gpu-check: $([ $status = 0 ] && echo PASS || echo FAIL)"
 exit $status

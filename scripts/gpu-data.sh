@@ -37,6 +37,20 @@ for format in nvfp4 bf16; do
     -o "$OUT/small-$format.sm_90.kiln"
   rm -rf "${SMALL_CKPT:?}"/*
 done
+# Two GPUs: one artifact for both ranks, in each parallel layout.
+for format in nvfp4 bf16; do
+  quant=$([ $format = bf16 ] && echo none || echo nvfp4)
+  for layout in tp2 ep2 tp2ep2; do
+    kiln_log "small $format $layout: sm_90 artifact for 2 ranks"
+    flags=$(echo "$layout" | sed 's/tp2/--tp=2 /; s/ep2/--ep=2/')
+    # shellcheck disable=SC2086
+    "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=$quant --decode-batch=8 $flags \
+      -o "$OUT/small-$format.$layout.sm_90.kiln"
+  done
+done
+kiln_log "tiny nvfp4 tp2ep2: sm_90 artifact for 2 ranks (the rank failure checks)"
+"$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=nvfp4 --tp=2 --ep=2 \
+  -o "$OUT/tiny-nvfp4.tp2ep2.sm_90.kiln"
 kiln_log "the full-width 4-layer proxy for bench/h200-proxy.sh"
 "$BIN/kilnc" "$KILN_ROOT/bench/configs/muse-spark-open-4-layers.json" --target=sm_90 --quant=nvfp4 \
   --max-prefill-tokens=4096 --decode-batch=8 -o "$OUT/proxy-4-layers.sm_90.kiln"

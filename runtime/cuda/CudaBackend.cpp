@@ -148,7 +148,7 @@ void CudaBackend::openContext() {
 CudaBackend::~CudaBackend() {
   // Errors are ignored: after a sticky error nothing can be freed anyway.
   const CudaApi &api = driver_->api();
-  if (!context_)
+  if (!context_ || abandoned_)
     return;
   api.cuCtxSetCurrent(context_);
   if (stream_) {
@@ -208,7 +208,7 @@ DeviceAddress CudaBackend::allocate(uint64_t bytes, const std::string &what) {
 }
 
 void CudaBackend::release(DeviceAddress address) noexcept {
-  if (!address)
+  if (!address || abandoned_)
     return;
   const CudaApi &api = driver_->api();
   api.cuCtxSetCurrent(context_);
@@ -427,14 +427,29 @@ void CudaBackend::watchCollectives() {
       }
     }
     if (!reason.empty()) {
-      std::string stuck = "the step's collectives";
-      for (const CollectiveMark &mark : inFlight_)
-        if (api.cuEventQuery(mark.event) == kErrorNotReady) {
+      // The first collective whose event has not fired. A recorded step's
+      // events still hold the previous replay's state, so there the stuck
+      // one cannot be told apart: the step's collectives are named whole.
+      std::string stuck;
+      size_t replayed = 0;
+      for (const CollectiveMark &mark : inFlight_) {
+        replayed += mark.recorded;
+        if (!mark.recorded && api.cuEventQuery(mark.event) == kErrorNotReady) {
           stuck = mark.what;
           break;
         }
-      nccl_->abort();
-      stopped_ = stuck + ": " + reason + " (the NCCL communicators were aborted)";
+      }
+      if (stuck.empty())
+        stuck = replayed ? "one of the " + std::to_string(replayed) +
+                               " collectives of a recorded step (the first: " +
+                               inFlight_.front().what + ")"
+                         : "the step's collectives";
+      // NCCL's abort waits for the CUDA graphs that hold its work, whose
+      // kernels wait for the lost peer: it runs on a thread of its own, and
+      // this backend waits for and frees nothing more.
+      abandoned_ = true;
+      std::thread(nccl_->abortTask()).detach();
+      stopped_ = stuck + ": " + reason + " (the NCCL communicators are being aborted)";
       throw CollectiveError(stopped_);
     }
     if (polls > 64)

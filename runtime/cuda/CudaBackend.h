@@ -105,6 +105,10 @@ public:
   record(const std::function<void()> &steps) override;
 
   const DeviceInfo &device() const { return device_; }
+  // After a collective failed: the stream holds NCCL kernels that wait for a
+  // peer that is gone. Nothing is waited for or freed from then on (freeing
+  // would wait for them); the process is expected to exit.
+  bool abandoned() const { return abandoned_; }
   const CudaDriver &driver() const { return *driver_; }
   CUstream stream() const { return stream_; }
 
@@ -141,6 +145,7 @@ private:
   // Multi-rank: the collectives, those in flight (since the last
   // synchronize), events to reuse, and while recording the marks captured.
   NcclCollectives *nccl_ = nullptr;
+  bool abandoned_ = false;
   std::vector<CollectiveMark> inFlight_;
   std::vector<CUevent> spareEvents_;
   std::vector<CollectiveMark> *captureMarks_ = nullptr;

@@ -17,6 +17,8 @@ CudaGraph::CudaGraph(CudaBackend &backend, CUgraph graph, CUgraphExec exec,
 CudaGraph::~CudaGraph() {
   // Errors are ignored: after a sticky error nothing can be freed anyway.
   const CudaApi &api = backend_.driver().api();
+  if (backend_.abandoned())
+    return;
   try {
     backend_.enter();
   } catch (const RuntimeError &) {

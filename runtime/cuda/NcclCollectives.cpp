@@ -62,10 +62,17 @@ NcclCollectives::NcclCollectives(CudaBackend &backend, const RankInfo &rank,
 NcclCollectives::~NcclCollectives() {
   const NcclApi &api = nccl_->api();
   backend_.forgetCollectives(this);
+  if (aborted_ || backend_.abandoned())
+    return; // the abort task owns the communicators now
+  try {
+    backend_.enter();
+  } catch (const RuntimeError &) {
+    return; // the backend stopped on an error: nothing is waited for
+  }
   for (ncclComm_t c : owned_)
-    aborted_ ? api.ncclCommAbort(c) : api.ncclCommDestroy(c);
+    api.ncclCommDestroy(c);
   if (world_)
-    aborted_ ? api.ncclCommAbort(world_) : api.ncclCommDestroy(world_);
+    api.ncclCommDestroy(world_);
 }
 
 std::string NcclCollectives::describe() const {
@@ -127,17 +134,17 @@ std::string NcclCollectives::asyncError() const {
   return std::string();
 }
 
-void NcclCollectives::abort() {
-  if (aborted_)
-    return;
+std::function<void()> NcclCollectives::abortTask() {
   aborted_ = true;
-  const NcclApi &api = nccl_->api();
-  for (ncclComm_t c : owned_)
-    api.ncclCommAbort(c);
+  std::vector<ncclComm_t> comms = owned_;
   if (world_)
-    api.ncclCommAbort(world_);
+    comms.push_back(world_);
   owned_.clear();
   world_ = nullptr;
+  return [nccl = nccl_, comms] {
+    for (ncclComm_t c : comms)
+      nccl->api().ncclCommAbort(c);
+  };
 }
 
 } // namespace kiln::cuda

@@ -12,6 +12,7 @@
 #include "runtime/comm/RankInfo.h"
 #include "runtime/cuda/NcclLibrary.h"
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,8 +38,10 @@ public:
 
   // An error NCCL reports on any communicator (a peer failed), or empty.
   std::string asyncError() const;
-  // Aborts every communicator: kernels waiting for a dead peer return.
-  void abort();
+  // Aborts every communicator (kernels waiting for a dead peer return), as
+  // a task that holds what it needs: it may outlive this object. The
+  // communicators are not destroyed afterwards.
+  std::function<void()> abortTask();
   double timeoutSeconds() const { return rank_.timeoutSeconds; }
   std::string describe() const;
 

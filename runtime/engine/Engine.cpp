@@ -107,6 +107,10 @@ struct Engine::Impl {
   // Declared before the memory and plans, so that it outlives them.
   std::unique_ptr<ThreadPool> pool;
   std::unique_ptr<Backend> backend;
+  // The collectives among the job's ranks: declared before the entry
+  // points, whose CUDA graphs hold NCCL work, so that it outlives them
+  // (NCCL's communicator waits for such graphs to go).
+  std::unique_ptr<Collectives> comm;
   std::vector<DeviceMemory> weights;
   std::vector<uint64_t> weightCapacity; // binding bytes, known before binding
   std::vector<int64_t> kvSlots;         // per cache
@@ -124,13 +128,11 @@ struct Engine::Impl {
   std::vector<int64_t> past;
   int64_t current = 0;
   std::vector<int32_t> hostInputs; // a call's ids, then its positions
-  // Multi-rank: this rank, where it sits in each comm group, the
-  // collectives among the job's ranks and the staging buffer of gathers
-  // along an inner axis.
+  // Multi-rank: this rank, where it sits in each comm group and the
+  // staging buffer of gathers along an inner axis.
   RankInfo rank;
   std::vector<CommGroupSpec> groups;
   std::vector<GroupMembership> memberships;
-  std::unique_ptr<Collectives> comm;
   DeviceMemory gatherStaging;
 
   explicit Impl(Artifact loaded) : artifact(std::move(loaded)) {}

@@ -9,6 +9,7 @@
 //
 //   kiln-check ARTIFACT --weights W --reference FILE
 //   kiln-check ARTIFACT --weights W --prompt-ids 1,2,3 --steps 64 --write FILE
+#include "runtime/comm/Collectives.h"
 #include "runtime/comm/RankLauncher.h"
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/engine/Engine.h"
@@ -241,6 +242,10 @@ int main(int argc, char **argv) {
     return ok && stepsOk ? 0 : 1;
   } catch (const std::exception &error) {
     std::fprintf(stderr, "kiln-check: %s\n", error.what());
+    if (dynamic_cast<const CollectiveError *>(&error)) { // see kiln-run
+      std::fflush(nullptr);
+      std::_Exit(1);
+    }
     return 1;
   }
 }

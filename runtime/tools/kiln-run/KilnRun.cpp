@@ -4,6 +4,7 @@
 #include "runtime/artifact/Artifact.h"
 #include "runtime/engine/Engine.h"
 #include "runtime/engine/Sampler.h"
+#include "runtime/comm/Collectives.h"
 #include "runtime/comm/RankLauncher.h"
 
 #include <charconv>
@@ -389,6 +390,12 @@ int kilnRunMain(const std::vector<std::string> &args, std::ostream &out,
     const char *rank = std::getenv("KILN_RANK");
     err << "kiln-run: error: " << (rank && *rank ? "rank " + std::string(rank) + ": " : "")
         << oneLine(error.what()) << "\n";
+    // A failed collective leaves work on the device that waits for a lost
+    // peer; exiting now skips teardown that would wait for it.
+    if (dynamic_cast<const CollectiveError *>(&error)) {
+      err << std::flush;
+      std::_Exit(1);
+    }
     return 1;
   }
 }
