@@ -95,8 +95,10 @@ struct InsertSPCollectives final : impl::InsertSPCollectivesBase<InsertSPCollect
 
   LogicalResult checkPreconditions(func::FuncOp func, int64_t tp) {
     WalkResult walk = func.walk([&](Operation *op) -> WalkResult {
+      // (The vocabulary-parallel head's gather of logits is not one.)
       if (auto gather = llvm::dyn_cast<shard::AllGatherOp>(op);
-          gather && gather.getGrid() == kTpGrid && gather.getGatherAxis() == 1)
+          gather && gather.getGrid() == kTpGrid && gather.getGatherAxis() == 1 &&
+          !gather.getInput().getDefiningOp<LogitsOp>())
         return op->emitOpError()
                << "splits features over the TP group (kiln-shard-pooler); under sequence "
                   "parallelism the pooler and unpooler run on each rank's token shard instead";

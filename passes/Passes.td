@@ -47,6 +47,9 @@ def Shard : Pass<"kiln-shard", "mlir::ModuleOp"> {
     - The expert stacks (and their NVFP4 parts) are split over the EP group;
       `kiln.local_experts` renumbers each token's choices to the rank's block,
       and the combined expert output is summed over the EP group.
+    - The output head is vocabulary-parallel over the TP group (where TP
+      divides the vocabulary): each rank computes its share of the logits,
+      and a `shard.all_gather` joins them.
     - The router, norms, pooler and unpooler stay replicated.
 
     Checkpoint tensors keep their full type; `shard.all_slice` says which

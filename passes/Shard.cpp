@@ -95,6 +95,9 @@ struct Shard final : impl::ShardBase<Shard> {
         for (AttentionOp attention : llvm::to_vector(func.getOps<AttentionOp>()))
           if (failed(shardAttention(module, attention, world)))
             return WalkResult::interrupt();
+      if (tp > 1)
+        for (LogitsOp logits : llvm::to_vector(func.getOps<LogitsOp>()))
+          shardHead(module, logits);
       if (ep > 1)
         for (ExpertSwiGLUOp experts : llvm::to_vector(func.getOps<ExpertSwiGLUOp>()))
           if (failed(shardExperts(module, experts, world)))
@@ -176,6 +179,28 @@ struct Shard final : impl::ShardBase<Shard> {
     oProj.getResult().replaceAllUsesExcept(reduced, reduced.getDefiningOp());
     ++numCollectives;
     return success();
+  }
+
+  // Vocabulary-parallel output head: each TP rank computes the logits of
+  // its share of the vocabulary, and the all-gather puts the rows together.
+  // A vocabulary TP does not divide stays replicated.
+  void shardHead(ModuleOp module, LogitsOp logits) {
+    auto head = llvm::cast<RankedTensorType>(logits.getHead().getType());
+    auto grid = module.lookupSymbol<shard::GridOp>(kTpGrid);
+    if (!grid || head.getDimSize(0) % tpRanks != 0)
+      return;
+    SmallVector<shard::GridAxis> allRanks = {1, 2};
+    OpBuilder b(logits);
+    logits.getHeadMutable().assign(sharding::sliceAlong(b, logits.getHead(), 0, grid, allRanks));
+    ++numSlicedTensors;
+    auto out = llvm::cast<RankedTensorType>(logits.getResult().getType());
+    logits.getResult().setType(RankedTensorType::get(
+        {out.getDimSize(0), out.getDimSize(1) / tpRanks}, out.getElementType()));
+    b.setInsertionPointAfter(logits);
+    Value gathered = sharding::allGather(b, logits.getLoc(), logits.getResult(), kTpGrid, allRanks,
+                                         1, tpRanks);
+    logits.getResult().replaceAllUsesExcept(gathered, gathered.getDefiningOp());
+    ++numCollectives;
   }
 
   LogicalResult shardExperts(ModuleOp module, ExpertSwiGLUOp experts, int64_t world) {

@@ -626,12 +626,20 @@ LogicalResult Lowering::lowerOp(Operation *op) {
                    Work{vocab, 0}, what);
         };
         launchHead();
+        // The rows the call returns: the last token's, or every token's.
         plan::DimAttr outRows = last ? fixed(1) : plan::DimAttr::get(ctx, 0, 1, 1);
-        Buf out = binding("output", 0, {outRows, fixed(vocab)}, f32);
-        plan::CopyOp::create(b, loc, view(y, {outRows, fixed(vocab)}).value, out.value);
+        values[o.getResult()] = view(y, {outRows, fixed(vocab)});
         return success();
       })
-      .Case([&](func::ReturnOp) { return success(); })
+      .Case([&](func::ReturnOp ret) -> LogicalResult {
+        // The logits (gathered, with a vocabulary-parallel head) go out.
+        const Buf &logits = act(ret.getOperand(0));
+        if (!logits.value)
+          return ret.emitOpError() << "returns a value no kernel computed";
+        Buf out = binding("output", 0, logits.shape, f32);
+        plan::CopyOp::create(b, loc, logits.value, out.value);
+        return success();
+      })
       .Default([&](Operation *other) {
         return other->emitOpError() << "has no " << hooks.name()
                                     << " kernel (targets run single-rank graphs)";
