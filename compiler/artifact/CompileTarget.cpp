@@ -1,6 +1,7 @@
 #include "compiler/artifact/CompileTarget.h"
 
 #include "compiler/artifact/ArtifactWriter.h"
+#include "dialects/plan/PlanOps.h"
 #include "models/muse_spark/CheckpointSynth.h"
 #include "passes/Passes.h"
 #include "runtime/artifact/Artifact.h"
@@ -41,12 +42,21 @@ mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph,
 mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spark::Config &config,
                                            muse_spark::WeightFormat format,
                                            const kernels::LowerOptions &lowerOptions,
-                                           const TargetChoice &target, std::string &error) {
+                                           const TargetChoice &target, std::string &error,
+                                           const StageProgress &stage) {
   mlir::FailureOr<kernels::LoweredModel> lowered = lowerAndPlan(graph, lowerOptions, target);
   if (mlir::failed(lowered)) {
     error = "lowering to the " + target.name() +
             " plan failed (see above)";
     return mlir::failure();
+  }
+  if (stage) {
+    size_t entries = 0;
+    for (auto entry : lowered->plan->getOps<plan::EntryOp>())
+      entries += bool(entry);
+    stage("plan: " + std::to_string(entries) + " entry points, " +
+          std::to_string(lowered->kernels.size()) + " kernels, " +
+          std::to_string(lowered->weights.size()) + " weight bindings");
   }
   TargetBuild build{std::move(*lowered), {}, {}};
   ArtifactInfo info;
@@ -78,6 +88,11 @@ mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spar
       return mlir::failure();
     info.features = x86::requiredCpuFeatures();
   }
+  if (stage)
+    stage("kernels: " + std::to_string(build.library.size()) + " bytes of " +
+          (target.kind == TargetChoice::Nvptx    ? std::string("PTX")
+           : target.kind == TargetChoice::Amdgcn ? std::string("hsaco")
+                                                 : std::string("x86 ELF")));
   if (auto layout = graph->getAttrOfType<mlir::DictionaryAttr>("kiln.layout")) {
     if (auto tp = layout.getAs<mlir::IntegerAttr>("tp"))
       info.tp = static_cast<int>(tp.getInt());

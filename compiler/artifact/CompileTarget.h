@@ -11,6 +11,7 @@
 #include "mlir/Support/LogicalResult.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,11 +38,15 @@ struct TargetBuild {
   std::vector<uint8_t> artifact; // the whole artifact, verified
 };
 
+// Called as each stage ends: "plan: 3 entry points, 43 kernels".
+using StageProgress = std::function<void(const std::string &stage)>;
+
 // Everything; `error` says what failed (diagnostics are emitted as well).
 mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spark::Config &config,
                                            muse_spark::WeightFormat format,
                                            const kernels::LowerOptions &options,
                                            const TargetChoice &target,
-                                           std::string &error);
+                                           std::string &error,
+                                           const StageProgress &stage = nullptr);
 
 } // namespace kiln

@@ -2,14 +2,19 @@
 
 #include "dialects/plan/PlanOps.h"
 #include "runtime/artifact/ArtifactFile.h"
+#include "runtime/artifact/ArtifactMemory.h"
 #include "runtime/artifact/Artifact.h"
 #include "targets/common/KernelModule.h"
 #include "targets/amdgcn/KernelCompiler.h"
 #include "targets/nvptx/KernelCompiler.h"
 
 #include "mlir/IR/MLIRContext.h"
+#include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/WithColor.h"
 #include "llvm/Support/raw_ostream.h"
+
+#include <chrono>
+#include <sstream>
 
 namespace kiln {
 namespace {
@@ -94,8 +99,17 @@ int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
       !(request.output == BackendOutput::Library && request.target.kind == TargetChoice::Nvptx))
     return fail("an artifact or kernel library is binary: name the file with -o");
   std::string error;
+  auto start = std::chrono::steady_clock::now();
+  auto stage = [&](const std::string &what) {
+    if (!request.progress)
+      return;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    llvm::errs() << "kilnc: " << what << " (" << llvm::formatv("{0:F1}", seconds) << " s)\n";
+    start = std::chrono::steady_clock::now();
+  };
   mlir::FailureOr<TargetBuild> build = buildArtifact(graph, *request.config, request.format,
-                                                     lower, request.target, error);
+                                                     lower, request.target, error, stage);
   if (mlir::failed(build))
     return fail(error);
   if (request.output == BackendOutput::Library) {
@@ -104,10 +118,33 @@ int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
       --size; // PTX text, without the terminating NUL the driver needs
     return write(request.outputPath, build->library.data(), size);
   }
+  // What a rank needs on its device; an artifact that cannot fit is not
+  // written.
+  const ArtifactMemory memory =
+      artifactMemory(Artifact::fromBytes(build->artifact, request.outputPath));
+  std::ostringstream plan;
+  const bool fits = printMemoryPlan(plan, memory, request.deviceBytes, request.reserveBytes);
+  const std::string heading =
+      "memory per rank" +
+      (request.deviceBytes
+           ? " (" + llvm::formatv("{0:F2}", double(*request.deviceBytes) / double(1ull << 30)).str() +
+                 " GiB a device)"
+           : std::string()) +
+      ":\n";
+  if (!fits) {
+    llvm::errs() << heading << plan.str();
+    return fail("the artifact does not fit its device (see the memory plan above): use more "
+                "ranks (--tp/--ep), NVFP4 experts, a smaller --max-prefill-tokens or "
+                "--decode-batch, or name the device's memory with --device-memory");
+  }
   if (int rc = write(request.outputPath, build->artifact.data(), build->artifact.size()))
     return rc;
-  if (request.report)
+  stage("artifact: " + std::to_string(build->artifact.size()) + " bytes written to " +
+        request.outputPath);
+  if (request.report) {
     report(*build, request.target, request.outputPath);
+    llvm::outs() << heading << plan.str();
+  }
   return 0;
 }
 

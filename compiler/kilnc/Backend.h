@@ -8,6 +8,7 @@
 #include "mlir/IR/BuiltinOps.h"
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 namespace kiln {
@@ -21,6 +22,12 @@ struct BackendRequest {
   int64_t maxPrefillTokens = 64;
   int64_t decodeBatch = 1; // conversations of the decode_batch entry (1: none)
   bool report = false;
+  // The device an artifact must fit, per rank (unset: not checked), and what
+  // is kept for the runtime.
+  std::optional<uint64_t> deviceBytes;
+  uint64_t reserveBytes = 0;
+  // Stage lines on stderr.
+  bool progress = false;
   const muse_spark::Config *config = nullptr;
   muse_spark::WeightFormat format = muse_spark::WeightFormat::BF16;
 };

@@ -138,9 +138,16 @@ cl::opt<bool> noFuse("no-fuse",
                      cl::cat(kilncCategory));
 
 cl::opt<double> deviceMemory("device-memory",
-                             cl::desc("GiB of memory per device for the --report's memory plan "
-                                      "(default 141: an H200)"),
+                             cl::desc("GiB of memory per device: the --report's memory plan, and "
+                                      "with --target the size an artifact's rank must fit "
+                                      "(default 141, an H200; with --target the chip's: sm_90 "
+                                      "141, sm_100 268 (B300), gfx942 178 (MI300X), gfx950 268 "
+                                      "(MI355X); x86 unchecked)"),
                              cl::init(141.0), cl::cat(kilncCategory));
+cl::opt<bool> progressLines("progress",
+                            cl::desc("Print a line as each stage ends (on by default when "
+                                     "stderr is a terminal)"),
+                            cl::cat(kilncCategory));
 cl::opt<double> reserveMemory("reserve-memory",
                               cl::desc("GiB per device kept for activations and the runtime "
                                        "(default 8)"),
@@ -264,11 +271,21 @@ int main(int argc, char **argv) {
   options.format = format;
   // Generation reads the last token's logits only: a target computes just those.
   options.lastTokenLogits = lastTokenLogits || backend;
-  bool showProgress = isatty(STDERR_FILENO);
+  const bool terminal = isatty(STDERR_FILENO);
+  const bool showProgress = terminal || progressLines;
   options.progress = [&](int64_t done, int64_t total) {
-    if (showProgress)
+    if (terminal)
       llvm::errs() << "\rkilnc: building layer " << done << "/" << total
                    << (done == total ? "\n" : "");
+  };
+  auto stageStart = std::chrono::steady_clock::now();
+  auto stage = [&](const std::string &what) {
+    if (!showProgress)
+      return;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - stageStart).count();
+    llvm::errs() << "kilnc: " << what << " (" << llvm::formatv("{0:F1}", seconds) << " s)\n";
+    stageStart = std::chrono::steady_clock::now();
   };
   auto start = std::chrono::steady_clock::now();
   mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardGraph(context, config, options);
@@ -276,6 +293,7 @@ int main(int argc, char **argv) {
   stats.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (mlir::failed(mlir::verify(*module)))
     return fail("the graph built for " + config.name + " does not verify (see above)");
+  stage("graph: " + std::to_string(config.numHiddenLayers) + " layers of " + config.name);
 
   mlir::PassManager pm(&context);
   if (mlir::failed(mlir::applyPassManagerCLOptions(pm)))
@@ -290,6 +308,8 @@ int main(int argc, char **argv) {
   if (mlir::failed(pm.run(*module)))
     return fail("the graph pipeline failed (see above)");
   stats.peakRssKiB = peakRssKiB();
+  stage("graph pipeline for " + std::to_string(layout.devices()) +
+        (layout.devices() == 1 ? " device" : " devices"));
 
   if (report) {
     mlir::FailureOr<ParameterBudget> budget = countParameters(*module, config, format);
@@ -327,6 +347,18 @@ int main(int argc, char **argv) {
     request.report = report;
     request.config = &config;
     request.format = format;
+    request.progress = showProgress;
+    request.reserveBytes = uint64_t(reserveMemory * double(1ull << 30));
+    // The chip's memory unless --device-memory names another; x86 runs in
+    // the host's memory, unchecked unless named.
+    double gib = deviceMemory;
+    if (deviceMemory.getNumOccurrences() == 0)
+      gib = target == Target::Sm100 || target == Target::Gfx950 ? 268.0
+            : target == Target::Gfx942                         ? 178.0
+            : target == Target::X86                            ? 0.0
+                                                               : 141.0;
+    if (gib > 0)
+      request.deviceBytes = uint64_t(gib * double(1ull << 30));
     if (target == Target::Sm90 || target == Target::Sm100)
       request.target = {kiln::TargetChoice::Nvptx, target == Target::Sm90 ? "sm_90" : "sm_100"};
     if (target == Target::Gfx942 || target == Target::Gfx950)

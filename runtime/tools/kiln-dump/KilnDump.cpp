@@ -1,5 +1,7 @@
 #include "runtime/tools/kiln-dump/KilnDump.h"
 
+#include "runtime/artifact/ArtifactMemory.h"
+
 #include <cstdio>
 #include <map>
 #include <ostream>
@@ -15,7 +17,7 @@ constexpr const char *kUsage =
     "version, target, model, parallel layout and comm groups, weight\n"
     "bindings, KV caches, kernels and, per entry point, its token limit,\n"
     "arena, steps, launches by the graph op they implement (fused ops\n"
-    "included) and collectives by kind.\n"
+    "included) and collectives by kind, and what one rank needs in memory.\n"
     "The artifact is verified first; a bad one is reported in one line.\n"
     "\n"
     "  --weights   list every weight binding\n"
@@ -331,6 +333,9 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options,
       << " global, " << sliding
       << " sliding); K+V bytes per token: " << globalBytes << " global, "
       << slidingBytes << " sliding (up to their windows)\n";
+
+  out << "memory per rank:\n";
+  printMemoryPlan(out, artifactMemory(artifact), std::nullopt, 0);
 
   const fb::KernelLibrary &library = *root.library();
   out << "kernels       " << artifact.numKernels() << ", library "

@@ -1,0 +1,94 @@
+#include "runtime/artifact/ArtifactMemory.h"
+
+#include "runtime/core/DType.h"
+
+#include <algorithm>
+#include <cstdio>
+
+namespace kiln {
+namespace fb = kiln::artifact;
+namespace {
+
+std::string gib(uint64_t bytes) {
+  char text[48];
+  std::snprintf(text, sizeof(text), "%.2f GiB", double(bytes) / double(1ull << 30));
+  return text;
+}
+
+std::string mib(uint64_t bytes) {
+  char text[48];
+  std::snprintf(text, sizeof(text), "%.1f MiB", double(bytes) / double(1ull << 20));
+  return text;
+}
+
+} // namespace
+
+ArtifactMemory artifactMemory(const Artifact &artifact) {
+  const fb::Artifact &root = artifact.root();
+  ArtifactMemory memory;
+  if (const auto *weights = root.weights())
+    for (const fb::WeightBinding *weight : *weights)
+      memory.weightBytes += weight->bytes();
+  for (const fb::EntryPoint *entry : *root.entry_points()) {
+    memory.conversations = std::max<int64_t>(memory.conversations, entry->sequences());
+    memory.arenaBytes += entry->arena_bytes();
+    if (!memory.arenas.empty())
+      memory.arenas += ", ";
+    memory.arenas += (entry->name() ? entry->name()->str() : std::string("?")) + " " +
+                     std::to_string(entry->max_tokens()) +
+                     (entry->max_tokens() == 1 ? " token " : " tokens ") +
+                     mib(entry->arena_bytes());
+  }
+  if (const auto *caches = root.kv_caches())
+    for (const fb::KvCache *cache : *caches) {
+      const DType dtype = toDType(cache->dtype());
+      memory.kvDtype = dtypeName(dtype);
+      const uint64_t perToken = 2ull * cache->kv_heads() * cache->head_dim() * dtypeSize(dtype);
+      if (cache->window() == 0) {
+        memory.globalKvBytesPerToken += perToken;
+      } else {
+        memory.slidingKvBytesPerToken += perToken;
+        memory.slidingKvBytes += perToken * cache->window();
+      }
+    }
+  memory.slidingKvBytes *= static_cast<uint64_t>(memory.conversations);
+  return memory;
+}
+
+int64_t kvTokensThatFit(const ArtifactMemory &memory, uint64_t deviceBytes,
+                        uint64_t reserveBytes) {
+  const int64_t left = static_cast<int64_t>(deviceBytes) - static_cast<int64_t>(memory.weightBytes) -
+                       static_cast<int64_t>(memory.arenaBytes) -
+                       static_cast<int64_t>(memory.slidingKvBytes) -
+                       static_cast<int64_t>(reserveBytes);
+  if (left < 0)
+    return -1;
+  return memory.globalKvBytesPerToken ? left / static_cast<int64_t>(memory.globalKvBytesPerToken)
+                                      : left;
+}
+
+bool printMemoryPlan(std::ostream &out, const ArtifactMemory &memory,
+                     std::optional<uint64_t> deviceBytes, uint64_t reserveBytes) {
+  out << "  weights               " << gib(memory.weightBytes) << " (" << memory.weightBytes
+      << " bytes)\n"
+      << "  activation arenas     " << gib(memory.arenaBytes) << " (" << memory.arenas << ")\n"
+      << "  KV per token          " << memory.globalKvBytesPerToken << " bytes in global layers, "
+      << memory.slidingKvBytesPerToken << " in sliding layers (" << memory.kvDtype
+      << "); sliding rings full: " << gib(memory.slidingKvBytes) << " for "
+      << memory.conversations << (memory.conversations == 1 ? " conversation\n" : " conversations\n");
+  if (!deviceBytes)
+    return true;
+  out << "  reserved              " << gib(reserveBytes) << " (runtime, collectives)\n";
+  const int64_t tokens = kvTokensThatFit(memory, *deviceBytes, reserveBytes);
+  if (tokens < 0) {
+    out << "  does not fit: weights " << gib(memory.weightBytes) << " + arenas "
+        << gib(memory.arenaBytes) << " + sliding KV " << gib(memory.slidingKvBytes)
+        << " + reserve " << gib(reserveBytes) << " > " << gib(*deviceBytes) << "\n";
+    return false;
+  }
+  out << "  KV tokens that fit    " << tokens << " (global layers' context, all conversations, in "
+      << gib(static_cast<uint64_t>(tokens) * memory.globalKvBytesPerToken) << ")\n";
+  return true;
+}
+
+} // namespace kiln
