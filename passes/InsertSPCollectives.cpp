@@ -106,13 +106,15 @@ struct InsertSPCollectives final : impl::InsertSPCollectivesBase<InsertSPCollect
         return op->emitOpError() << "sums an expert-parallel stage whose tokens would differ "
                                     "between ranks under SP: run kiln-form-megamoe first, so "
                                     "the dispatch reaches every rank's tokens";
+      // A dynamic token count is the caller's to split evenly (a target's
+      // sequence-parallel entry takes whole multiples of TP).
       if (auto attention = llvm::dyn_cast<AttentionOp>(op)) {
         int64_t tokens = llvm::cast<RankedTensorType>(attention.getQ().getType()).getDimSize(0);
-        if (ShapedType::isDynamic(tokens) || tokens % tp != 0)
+        if (!ShapedType::isDynamic(tokens) && tokens % tp != 0)
           return attention.emitOpError()
                  << "sequence parallelism over " << tp
                  << " ranks needs a static token count divisible by " << tp << ", got "
-                 << (ShapedType::isDynamic(tokens) ? std::string("?") : std::to_string(tokens));
+                 << tokens;
       }
       return WalkResult::advance();
     });

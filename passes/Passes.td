@@ -193,10 +193,11 @@ def InsertSPCollectives : Pass<"kiln-insert-sp-collectives", "mlir::ModuleOp"> {
     %q = kiln.linear %all, %wq : ...
     ```
 
-    Refused, with the reason: IR without a @tp grid, a token count that TP
-    does not divide, a pooler split by `kiln-shard-pooler`, and an unfused
-    expert-parallel stage (its sum over the expert group assumes every rank
-    holds the same tokens).
+    Refused, with the reason: IR without a @tp grid, a static token count
+    that TP does not divide (a dynamic one is the caller's to split evenly: a
+    target's `prefill_sp` entry takes multiples of TP), a pooler split by
+    `kiln-shard-pooler`, and an unfused expert-parallel stage (its sum over
+    the expert group assumes every rank holds the same tokens).
   }];
   let statistics = [
     Statistic<"numScatters", "reduce-scatters", "All-reduces turned into reduce-scatters">,

@@ -123,6 +123,7 @@ mlir::FailureOr<fb::Offset<art::EntryPoint>> Writer::entry(plan::EntryOp op) {
                             : kind == "tokens" ? art::ScalarKind::Tokens
                             : kind == "past"   ? art::ScalarKind::PastTokens
                             : kind == "group"  ? art::ScalarKind::GroupIndex
+                            : kind == "seq"    ? art::ScalarKind::SequenceTokens
                             : kind == "part"   ? art::ScalarKind::Part
                                                : art::ScalarKind::Parts;
         scalars.push_back(art::CreateScalar(fbb, k, number));
@@ -166,7 +167,8 @@ mlir::FailureOr<fb::Offset<art::EntryPoint>> Writer::entry(plan::EntryOp op) {
   }
   return art::CreateEntryPoint(fbb, fbb.CreateString(op.getSymName().str()), op.getMaxTokens(),
                                op.getArenaBytes().value_or(0), fbb.CreateVector(steps), &logitsRows,
-                               static_cast<uint32_t>(op.getSequences().value_or(0)));
+                               static_cast<uint32_t>(op.getSequences().value_or(0)),
+                               static_cast<uint32_t>(op.getTokenSplit().value_or(0)));
 }
 
 mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &library) {

@@ -28,6 +28,8 @@ struct BackendRequest {
   uint64_t reserveBytes = 0;
   // Stage lines on stderr.
   bool progress = false;
+  // The graph after the pipeline with sequence parallelism (null: none).
+  mlir::ModuleOp spGraph;
   const muse_spark::Config *config = nullptr;
   muse_spark::WeightFormat format = muse_spark::WeightFormat::BF16;
 };

@@ -233,6 +233,11 @@ int main(int argc, char **argv) {
   if (sp && tp < 2)
     return fail("--sp splits tokens over the TP group: it needs --tp of at least 2");
   kiln::Layout layout{tp, ep, sp, !noFuse};
+  // A target gets the layout without SP for decode and prefill remainders,
+  // and the SP graph for its "prefill_sp" entry.
+  kiln::Layout graphLayout = layout;
+  if (target != Target::None && sp)
+    graphLayout.sp = false;
   Emit what = emit;
   if (target != Target::None && emit.getNumOccurrences() == 0)
     what = Emit::Artifact;
@@ -240,9 +245,9 @@ int main(int argc, char **argv) {
                  what == Emit::Artifact;
   if (backend && target == Target::None)
     return fail("--emit=plan, kernels, library and artifact need a --target");
-  if (backend && sp)
-    return fail("--sp shapes --emit=graph only for now: targets take --tp and --ep (sequence "
-                "parallelism's token collectives do not reach targets yet)");
+  if (backend && sp && ep > 1)
+    return fail("--sp with a --target takes --tp only for now: the expert dispatch between "
+                "ranks holding different tokens is not in targets yet");
   if (maxPrefillTokens < 1)
     return fail("--max-prefill-tokens must be at least 1");
   if (decodeBatch < 1 || decodeBatch > 1024)
@@ -304,9 +309,17 @@ int main(int argc, char **argv) {
   if (what == Emit::Model)
     pm.addPass(kiln::createVerifyWeights());
   else
-    kiln::buildGraphPipeline(pm, layout);
+    kiln::buildGraphPipeline(pm, graphLayout);
   if (mlir::failed(pm.run(*module)))
     return fail("the graph pipeline failed (see above)");
+  mlir::OwningOpRef<mlir::ModuleOp> spModule;
+  if (graphLayout.sp != layout.sp) {
+    spModule = buildForwardGraph(context, config, options);
+    mlir::PassManager spPm(&context);
+    kiln::buildGraphPipeline(spPm, layout);
+    if (mlir::failed(spPm.run(*spModule)))
+      return fail("the sequence-parallel graph pipeline failed (see above)");
+  }
   stats.peakRssKiB = peakRssKiB();
   stage("graph pipeline for " + std::to_string(layout.devices()) +
         (layout.devices() == 1 ? " device" : " devices"));
@@ -347,6 +360,7 @@ int main(int argc, char **argv) {
     request.report = report;
     request.config = &config;
     request.format = format;
+    request.spGraph = spModule ? *spModule : mlir::ModuleOp();
     request.progress = showProgress;
     request.reserveBytes = uint64_t(reserveMemory * double(1ull << 30));
     // The chip's memory unless --device-memory names another; x86 runs in

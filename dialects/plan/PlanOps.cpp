@@ -106,10 +106,11 @@ LogicalResult LaunchOp::verify() {
       continue;
     auto [kind, value] = scalar.split(':');
     int64_t number;
-    if ((kind != "const" && kind != "tokens" && kind != "past" && kind != "group") ||
+    if ((kind != "const" && kind != "tokens" && kind != "past" && kind != "group" &&
+         kind != "seq") ||
         value.getAsInteger(10, number))
       return emitOpError() << "scalar '" << scalar
-                           << "' must be const:N, tokens:N, past:N, group:N, part or parts";
+                           << "' must be const:N, tokens:N, past:N, group:N, seq:N, part or parts";
   }
   if (getMaxParts() < 1)
     return emitOpError() << "max_parts must be at least 1";
@@ -128,6 +129,13 @@ LogicalResult EntryOp::verify() {
     return emitOpError() << "sequences (" << *sequences
                          << ") must be at least 2 and equal max_tokens (" << getMaxTokens()
                          << "): token t continues conversation t";
+  if (std::optional<int64_t> split = getTokenSplit()) {
+    if (*split < 2)
+      return emitOpError() << "token_split must be at least 2, got " << *split;
+    if (getSequences())
+      return emitOpError() << "splits a batched entry's tokens: token_split and sequences "
+                              "exclude each other";
+  }
   return success();
 }
 

@@ -18,6 +18,9 @@ def Plan_EntryOp : Plan_Op<"entry", [Symbol, SingleBlock, NoTerminator,
     `arena_bytes` is set by `plan-assign-offsets`. With `sequences` = N the
     call's token t is the next token of conversation t of N (batched decode):
     it sits at positions[t], and KV cache bindings hold all N conversations.
+    With `token_split` = S (sequence parallelism) S ranks share a call of
+    S * T tokens, T each; the inputs and whole-sequence buffers have S * T
+    rows, and "seq:N" scalars count them.
 
     ```mlir
     plan.entry @decode {max_tokens = 1 : i64} {
@@ -28,6 +31,7 @@ def Plan_EntryOp : Plan_Op<"entry", [Symbol, SingleBlock, NoTerminator,
   }];
   let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$max_tokens,
                        OptionalAttr<I64Attr>:$sequences,
+                       OptionalAttr<I64Attr>:$token_split,
                        OptionalAttr<I64Attr>:$arena_bytes);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
@@ -95,7 +99,8 @@ def Plan_LaunchOp : Plan_Op<"launch"> {
     Calls `kernel` (a `func.func` of the kernel module) with the buffers in
     order, then the scalars. A scalar is "const:N", "tokens:N" (T + N),
     "past:N" (cached tokens + N), "group:N" (this rank's index in comm group
-    N), "part" or "parts". On a CPU the runtime may
+    N), "seq:N" (the whole sequence's tokens of a split entry + N), "part" or
+    "parts". On a CPU the runtime may
     split the launch into up to `max_parts` concurrent parts; on a GPU it
     launches `grid` blocks (which may grow with T) of `block` threads, and
     kernels have no part/parts scalars.

@@ -567,6 +567,12 @@ private:
         fail(where + ".name: duplicated");
       if (entry.max_tokens() < 1)
         fail(where + ".max_tokens: must be >= 1");
+      if (entry.token_split() > 1 &&
+          (entry.sequences() != 0 ||
+           static_cast<int32_t>(entry.token_split()) > root_.layout()->world()))
+        fail(where + ".token_split " + std::to_string(entry.token_split()) +
+             ": splits one conversation's tokens over at most layout.world ranks (" +
+             std::to_string(root_.layout()->world()) + "), never a batched entry's");
       if (const fb::Dim *rows = entry.logits_rows()) {
         int64_t value;
         if (!tryEvaluate(*rows, entry.max_tokens(), value))

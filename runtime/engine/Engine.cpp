@@ -60,6 +60,7 @@ struct LaunchPlan {
   std::vector<int64_t> scalarConstants;
   std::optional<fb::Dim> grid; // GPU launches
   bool readsPast = false;      // has a PastTokens scalar
+  int64_t split = 1;           // its entry's token split (SequenceTokens)
   // The arguments of the current call.
   std::vector<BufferArgument> arguments;
   std::vector<int64_t> scalarValues;
@@ -84,6 +85,9 @@ struct EntryPlan {
   std::string name;
   int64_t maxTokens = 1;
   int64_t sequences = 0; // EntryPoint.sequences: token t continues conversation t
+  // EntryPoint.token_split: the ranks that share a call's tokens (sequence
+  // parallelism); a call of T takes split * T tokens.
+  int64_t split = 1;
   DeviceMemory arena;
   fb::Dim logitsRows{1, 0, 1};
   std::vector<StepPlan> steps;
@@ -121,6 +125,7 @@ struct Engine::Impl {
   EntryPlan *prefillEntry = nullptr;
   EntryPlan *decodeEntry = nullptr;
   EntryPlan *batchEntry = nullptr; // decode_batch
+  EntryPlan *splitEntry = nullptr; // prefill_sp: tokens split over the TP group
   // Conversations the caches hold (the decode_batch entry's batch, or 1),
   // each one's tokens so far, and the one the next one-conversation call
   // continues.
@@ -251,7 +256,8 @@ void Engine::Impl::allocateBuffers() {
   // the most rows any entry point writes.
   int64_t maxTokens = 1, maxRows = 1;
   for (const fb::EntryPoint *entry : *artifact->entry_points()) {
-    maxTokens = std::max<int64_t>(maxTokens, entry->max_tokens());
+    maxTokens = std::max<int64_t>(maxTokens, int64_t(entry->max_tokens()) *
+                                                 std::max<int64_t>(1, entry->token_split()));
     if (entry->logits_rows())
       maxRows = std::max(maxRows,
                          evaluate(*entry->logits_rows(), entry->max_tokens()));
@@ -353,6 +359,7 @@ LaunchPlan Engine::Impl::planLaunch(const fb::Launch &launch,
       plan.readsPast |= scalar->kind() == fb::ScalarKind::PastTokens;
     }
   spec.scalarKinds = plan.scalarKinds;
+  plan.split = entry.split;
   spec.maxParts = launch.max_parts();
   spec.block = launch.block();
   if (launch.grid()) {
@@ -375,6 +382,7 @@ void Engine::Impl::planEntries() {
     entry.name = source.name()->str();
     entry.maxTokens = source.max_tokens();
     entry.sequences = source.sequences();
+    entry.split = std::max<int64_t>(1, source.token_split());
     if (entry.sequences && (entry.sequences != entry.maxTokens || entry.sequences < 2))
       fail("entry point '" + entry.name + "': sequences " + std::to_string(entry.sequences) +
            " must be at least 2 and equal max_tokens (" + std::to_string(entry.maxTokens) + ")");
@@ -419,6 +427,8 @@ void Engine::Impl::planEntries() {
       decodeEntry = &entry;
     else if (entry.sequences)
       batchEntry = &entry;
+    else if (entry.split > 1)
+      splitEntry = &entry;
   }
   if (!prefillEntry && !decodeEntry)
     fail("no entry point 'prefill' or 'decode'");
@@ -641,6 +651,9 @@ LaunchCall Engine::Impl::evaluateLaunch(LaunchPlan &launch,
     case fb::ScalarKind::PastTokens:
       value = past[current] + launch.scalarConstants[s];
       break;
+    case fb::ScalarKind::SequenceTokens: // the whole sequence's rows
+      value = tokens * launch.split + launch.scalarConstants[s];
+      break;
     case fb::ScalarKind::GroupIndex:
       value = memberships.at(static_cast<size_t>(launch.scalarConstants[s])).index;
       break;
@@ -716,17 +729,20 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count,
       positions[t] = static_cast<int32_t>(past[t]);
     }
   } else {
+    // A split entry's call of T takes split * T tokens, all in the inputs.
+    const int64_t n = count * entry.split;
+    positions = ids + n;
     const int64_t before = past[current];
-    if (before + count > contextLength)
+    if (before + n > contextLength)
       throw RuntimeError("the context is full: " + std::to_string(before) + " tokens + " +
-                         std::to_string(count) + " new exceed " + std::to_string(contextLength) +
+                         std::to_string(n) + " new exceed " + std::to_string(contextLength) +
                          " (raise the context length)");
-    for (int64_t t = 0; t < count; ++t) {
+    for (int64_t t = 0; t < n; ++t) {
       ids[t] = tokens[t];
       positions[t] = static_cast<int32_t>(before + t);
     }
   }
-  const uint64_t inputBytes = static_cast<uint64_t>(count) * 4;
+  const uint64_t inputBytes = static_cast<uint64_t>(count * entry.split) * 4;
   backend->upload(inputs[0].address(), ids, inputBytes);
   backend->upload(inputs[1].address(), positions, inputBytes);
   // A recorded step keeps the addresses and T it was recorded with:
@@ -755,7 +771,7 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count,
     for (int64_t t = 0; t < count; ++t)
       ++past[t];
   else
-    past[current] += count;
+    past[current] += count * entry.split;
 }
 
 std::vector<float> Engine::Impl::lastLogits(const EntryPlan &entry,
@@ -839,14 +855,27 @@ std::vector<float> Engine::prefill(int64_t conversation, const std::vector<int32
     throw RuntimeError("the prompt's " + std::to_string(total) +
                        " tokens do not fit the context (" + std::to_string(used) + " of " +
                        std::to_string(impl.contextLength) + " used)");
-  EntryPlan &entry = impl.prefillEntry ? *impl.prefillEntry : *impl.decodeEntry;
+  EntryPlan &whole = impl.prefillEntry ? *impl.prefillEntry : *impl.decodeEntry;
+  EntryPlan *entry = &whole;
   int64_t done = 0, chunk = 0;
   while (done < total) {
-    chunk = std::min(entry.maxTokens, total - done);
-    impl.run(entry, tokens.data() + done, chunk, false);
+    // Sequence parallelism takes chunks of a multiple of its split; the
+    // rest goes through the whole-sequence prefill.
+    EntryPlan *split = impl.splitEntry;
+    if (split && total - done >= split->split) {
+      const int64_t local = std::min(split->maxTokens, (total - done) / split->split);
+      impl.run(*split, tokens.data() + done, local, false);
+      entry = split;
+      chunk = local;
+      done += local * split->split;
+      continue;
+    }
+    entry = &whole;
+    chunk = std::min(whole.maxTokens, total - done);
+    impl.run(whole, tokens.data() + done, chunk, false);
     done += chunk;
   }
-  return impl.lastLogits(entry, chunk);
+  return impl.lastLogits(*entry, chunk);
 }
 
 std::vector<float> Engine::decode(int64_t conversation, int32_t token) {

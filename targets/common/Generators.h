@@ -74,6 +74,10 @@ KernelSpec combine(int64_t k, int64_t latent);
 // (id - member * localCount for its block, -1 for other ranks' experts);
 // scalars: tokens, the rank's index in its expert group (group:N).
 KernelSpec localExperts(int64_t k, int64_t localCount);
+// Sequence parallelism: out [T, width] = rows member * T .. member * T + T - 1
+// of the whole sequence `in`; scalars: tokens (T), the rank's index in its
+// TP group (group:N).
+KernelSpec sliceRows(int64_t width);
 // Decodes a stack of NVFP4 matrices into bf16 (the dequantised weight that
 // an unfused expert stage reads).
 KernelSpec nvfp4Dequant(int64_t matrices, int64_t rows, int64_t cols);

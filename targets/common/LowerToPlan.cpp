@@ -58,9 +58,11 @@ public:
 
 private:
   plan::DimAttr fixed(int64_t n) { return plan::DimAttr::get(ctx, n, 0, 1); }
-  plan::DimAttr rows(int64_t perToken = 1) {
-    return plan::DimAttr::get(ctx, 0, perToken, kTileRows * perToken);
-  }
+  // An activation's rows: T of them (padded to the tile height), or in a
+  // split entry's whole-sequence ops (rowScale = the split) split * T.
+  plan::DimAttr rows() { return plan::DimAttr::get(ctx, 0, rowScale, kTileRows * rowScale); }
+  // Exactly T (or split * T) rows, for collectives over tokens.
+  plan::DimAttr exactRows(int64_t scale) { return plan::DimAttr::get(ctx, 0, scale, 1); }
   ArrayAttr shapeAttr(ArrayRef<plan::DimAttr> dims) {
     return b.getArrayAttr(SmallVector<Attribute>(dims.begin(), dims.end()));
   }
@@ -136,6 +138,10 @@ private:
   OpBuilder b;
   int64_t entryMaxTokens = 1;
   int64_t entrySequences = 0; // EntryInfo::sequences of the entry being lowered
+  int64_t entrySplit = 1;     // EntryInfo::split of the entry being lowered
+  // The rows of the op being lowered: 1 (T) or, for a split entry's
+  // whole-sequence ops, entrySplit.
+  int64_t rowScale = 1;
   Location loc = UnknownLoc::get(ctx);
   LoweredModel model;
   llvm::StringMap<size_t> kernelIndex;
@@ -155,15 +161,22 @@ void Lowering::launch(const KernelSpec &kernel, ArrayRef<Buf> buffers, ArrayRef<
   SmallVector<Value> operands;
   for (const Buf &buffer : buffers)
     operands.push_back(buffer.value);
-  LaunchShape shape = hooks.shape(work, entryMaxTokens);
+  LaunchShape shape = hooks.shape(work, entryMaxTokens * rowScale);
   SmallVector<Attribute> scalarAttrs;
-  for (StringRef s : scalars)
-    if (!(shape.gridBlocks && (s == "part" || s == "parts"))) // GPU threads know their part
+  for (StringRef s : scalars) {
+    if (shape.gridBlocks && (s == "part" || s == "parts")) // GPU threads know their part
+      continue;
+    // A whole-sequence op of a split entry counts split * T rows.
+    if (rowScale > 1 && s.starts_with("tokens:"))
+      scalarAttrs.push_back(b.getStringAttr("seq:" + s.drop_front(7).str()));
+    else
       scalarAttrs.push_back(b.getStringAttr(s));
+  }
   plan::DimAttr grid;
   IntegerAttr block;
   if (shape.gridBlocks) {
-    grid = plan::DimAttr::get(ctx, shape.gridBlocks->constant, shape.gridBlocks->perToken, 1);
+    grid = plan::DimAttr::get(ctx, shape.gridBlocks->constant,
+                              shape.gridBlocks->perToken * rowScale, 1);
     block = b.getI64IntegerAttr(shape.blockThreads);
   }
   plan::LaunchOp::create(b, loc, FlatSymbolRefAttr::get(ctx, kernel.name), operands,
@@ -325,6 +338,11 @@ LogicalResult Lowering::lowerOp(Operation *op) {
     what = name.getName().str();
   else
     what = op->getName().getStringRef().str();
+  // Whole sequence or this rank's share: as its activations are.
+  rowScale = 1;
+  for (Value operand : op->getOperands())
+    if (auto it = values.find(operand); it != values.end() && !it->second.shape.empty())
+      rowScale = std::max(rowScale, it->second.shape[0].getPerToken());
   auto width = [](Value v) { return llvm::cast<RankedTensorType>(v.getType()).getShape().back(); };
   auto dims3 = [&](Value v) {
     auto t = llvm::cast<RankedTensorType>(v.getType());
@@ -553,10 +571,22 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       })
       .Case([&](MegaMoEOp o) { return lowerMegaMoE(o, what); })
       .Case([&](shard::AllSliceOp o) -> LogicalResult {
-        if (!o.getInput().getDefiningOp<WeightOp>())
-          return o.emitOpError() << "slices an activation: targets slice only weights (sequence "
-                                    "parallelism does not reach targets yet)";
-        return success(); // bound where used
+        if (o.getInput().getDefiningOp<WeightOp>())
+          return success(); // bound where used
+        // Sequence parallelism: this rank's rows of the whole sequence.
+        if (entrySplit == 1 || o.getSliceAxis() != 0 || rowScale != entrySplit)
+          return o.emitOpError() << "slices an activation other than by tokens in a "
+                                    "sequence-parallel entry";
+        FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), o.getGridAxes());
+        if (failed(group))
+          return failure();
+        int64_t n = width(o.getInput());
+        rowScale = 1;
+        Buf y = alloc({n}, f32);
+        launch(sliceRows(n), {act(o.getInput()), y},
+               {"tokens:0", "group:" + std::to_string(*group), "part", "parts"}, Work{0, 1}, what);
+        values[o.getResult()] = y;
+        return success();
       })
       .Case([&](shard::AllReduceOp o) -> LogicalResult {
         if (o.getReduction() != shard::ReductionKind::Sum)
@@ -572,21 +602,57 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       .Case([&](shard::AllGatherOp o) -> LogicalResult {
         auto out = llvm::cast<RankedTensorType>(o.getResult().getType());
         int64_t axis = o.getGatherAxis().getSExtValue();
-        if (axis == 0)
-          return o.emitOpError() << "gathers tokens: sequence parallelism does not reach targets "
-                                    "yet";
         FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), o.getGridAxes());
         if (failed(group))
           return failure();
         const Buf &in = act(o.getInput());
+        if (axis == 0) {
+          // Sequence parallelism: every rank's T rows, exactly, one after
+          // another into the whole sequence's buffer.
+          if (entrySplit == 1 || rowScale != 1)
+            return o.emitOpError() << "gathers tokens outside a sequence-parallel entry";
+          SmallVector<plan::DimAttr> local = in.shape, whole = in.shape;
+          local[0] = exactRows(1);
+          whole[0] = exactRows(entrySplit);
+          rowScale = entrySplit;
+          SmallVector<plan::DimAttr> padded = in.shape;
+          padded[0] = rows();
+          Buf out = allocShape(padded, in.elem);
+          plan::CollectiveOp::create(b, loc, b.getStringAttr("all_gather"),
+                                     view(in, local).value, view(out, whole).value,
+                                     b.getI64IntegerAttr(*group), b.getI64IntegerAttr(0),
+                                     b.getStringAttr(what));
+          values[o.getResult()] = out;
+          return success();
+        }
         SmallVector<plan::DimAttr> shape = in.shape;
         shape[axis] = fixed(out.getDimSize(axis));
         values[o.getResult()] = collective("all_gather", in, shape, *group, axis, what);
         return success();
       })
       .Case([&](shard::ReduceScatterOp o) -> LogicalResult {
-        return o.emitOpError() << "scatters tokens: sequence parallelism does not reach targets "
-                                  "yet";
+        // Sequence parallelism: the sum of the whole sequence, each rank
+        // keeping its T rows.
+        if (entrySplit == 1 || o.getScatterAxis() != 0 || rowScale != entrySplit)
+          return o.emitOpError() << "scatters other than tokens, or outside a sequence-parallel "
+                                    "entry";
+        FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), o.getGridAxes());
+        if (failed(group))
+          return failure();
+        const Buf &in = act(o.getInput());
+        SmallVector<plan::DimAttr> whole = in.shape, local = in.shape;
+        whole[0] = exactRows(entrySplit);
+        local[0] = exactRows(1);
+        rowScale = 1;
+        SmallVector<plan::DimAttr> padded = in.shape;
+        padded[0] = rows();
+        Buf out = allocShape(padded, in.elem);
+        plan::CollectiveOp::create(b, loc, b.getStringAttr("reduce_scatter"),
+                                   view(in, whole).value, view(out, local).value,
+                                   b.getI64IntegerAttr(*group), b.getI64IntegerAttr(0),
+                                   b.getStringAttr(what));
+        values[o.getResult()] = out;
+        return success();
       })
       .Case([&](LocalExpertsOp o) -> LogicalResult {
         return o.emitOpError() << "feeds the unfused expert kernels, which do not skip other "
@@ -658,6 +724,10 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
   // reach targets yet).
   Buf indices = act(o.getIndices());
   std::optional<int64_t> expertGroup;
+  if (o.getGridAttr() && entrySplit > 1)
+    return o.emitOpError() << "spans ranks holding different tokens (sequence parallelism): "
+                              "the expert dispatch between them is not in targets yet; use SP "
+                              "with TP only";
   if (o.getGridAttr()) {
     FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), *o.getGridAxes());
     if (failed(group))
@@ -756,17 +826,24 @@ LogicalResult Lowering::lowerEntry(func::FuncOp forward, const EntryInfo &entry)
                                   b.getI64IntegerAttr(entry.maxTokens),
                                   entry.sequences ? b.getI64IntegerAttr(entry.sequences)
                                                   : IntegerAttr(),
+                                  entry.split > 1 ? b.getI64IntegerAttr(entry.split)
+                                                  : IntegerAttr(),
                                   IntegerAttr());
   op.getBody().emplaceBlock();
   b.setInsertionPointToStart(&op.getBody().front());
   entryMaxTokens = entry.maxTokens;
   entrySequences = entry.sequences;
+  entrySplit = entry.split;
+  rowScale = 1;
   values.clear();
   bound.clear();
   attentionLayer = 0;
   loc = forward.getLoc();
-  ids = binding("input", 0, {plan::DimAttr::get(ctx, 0, 1, 1)}, b.getI32Type());
-  positions = binding("input", 1, {plan::DimAttr::get(ctx, 0, 1, 1)}, b.getI32Type());
+  // A split entry's inputs hold the whole sequence.
+  ids = binding("input", 0, {exactRows(entrySplit)}, b.getI32Type());
+  positions = binding("input", 1, {exactRows(entrySplit)}, b.getI32Type());
+  values[forward.getArgument(0)] = ids;
+  values[forward.getArgument(1)] = positions;
   for (Operation &inner : forward.getBody().front())
     if (failed(lowerOp(&inner)))
       return failure();
@@ -793,6 +870,20 @@ FailureOr<LoweredModel> Lowering::run() {
   for (const EntryInfo &entry : model.entries)
     if (failed(lowerEntry(forward, entry)))
       return failure();
+  if (options.spGraph) {
+    // Each rank takes 1/split of a prefill chunk.
+    ModuleOp spGraph = options.spGraph;
+    auto spForward = spGraph.lookupSymbol<func::FuncOp>("forward");
+    auto grid = spGraph.lookupSymbol<shard::GridOp>("tp");
+    if (!spForward || !grid)
+      return spGraph.emitError() << "the sequence-parallel graph needs @forward and the "
+                                            "tp grid";
+    EntryInfo sp{"prefill_sp", 1, false, 0, grid.getShape()[1] * grid.getShape()[2]};
+    sp.maxTokens = std::max<int64_t>(1, options.maxPrefillTokens / sp.split);
+    model.entries.push_back(sp);
+    if (failed(lowerEntry(spForward, sp)))
+      return failure();
+  }
   model.commGroups = groups.all();
   SmallVector<Attribute> groupAttrs;
   for (const CommGroupInfo &group : model.commGroups)

@@ -50,6 +50,9 @@ struct EntryInfo {
   // 0: the call's tokens continue one conversation. N: token t is the next
   // token of conversation t of N (batched decode), at positions[t].
   int64_t sequences = 0;
+  // Sequence parallelism (the "prefill_sp" entry, from the SP graph): the
+  // ranks that share a call's tokens; T is each rank's share.
+  int64_t split = 1;
 };
 
 struct LoweredModel {
@@ -67,6 +70,10 @@ struct LowerOptions {
   // Conversations a `decode_batch` entry point steps at once; 1: no such
   // entry.
   int64_t decodeBatch = 1;
+  // The same model after the graph pipeline with sequence parallelism: it
+  // becomes a "prefill_sp" entry whose calls split their tokens over the TP
+  // group (null: none).
+  mlir::ModuleOp spGraph;
 };
 
 // The graph must hold one `func.func @forward(ids, positions) -> logits` with

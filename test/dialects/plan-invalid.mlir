@@ -17,7 +17,7 @@ plan.entry @kind attributes {max_tokens = 1 : i64} {
 
 plan.entry @scalar attributes {max_tokens = 1 : i64} {
   %a = plan.alloc [#plan.dim<1, 0, 1>] f32
-  // expected-error @+1 {{scalar 'tokens' must be const:N, tokens:N, past:N, group:N, part or parts}}
+  // expected-error @+1 {{scalar 'tokens' must be const:N, tokens:N, past:N, group:N, seq:N, part or parts}}
   plan.launch @k(%a) scalars ["tokens"] {max_parts = 1 : i64, op = "x"}
 }
 
@@ -60,4 +60,16 @@ module attributes {plan.comm_groups = [{name = "tp[1]", ranks = array<i64: 0, 1>
     // expected-error @+1 {{kind must be all_reduce, all_gather or reduce_scatter, got 'broadcast'}}
     plan.collective "broadcast" %x to %y group 0 axis 0 {op = "o_proj"}
   }
+}
+
+// -----
+
+// expected-error @+1 {{token_split must be at least 2, got 1}}
+plan.entry @split attributes {max_tokens = 8 : i64, token_split = 1 : i64} {
+}
+
+// -----
+
+// expected-error @+1 {{token_split and sequences exclude each other}}
+plan.entry @both attributes {max_tokens = 8 : i64, sequences = 8 : i64, token_split = 2 : i64} {
 }

@@ -214,6 +214,9 @@ void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
   out << "entry point   " << text(entry.name()) << ": max_tokens " << tokens;
   if (entry.sequences())
     out << " (token t continues conversation t of " << entry.sequences() << ")";
+  if (entry.token_split() > 1)
+    out << " (sequence parallel: a call takes " << entry.token_split()
+        << " x T tokens, T a rank)";
   out << ", arena " << bytesText(entry.arena_bytes());
   if (const fb::Dim *rows = entry.logits_rows()) {
     const int64_t first = evaluate(*rows, 1), last = evaluate(*rows, tokens);

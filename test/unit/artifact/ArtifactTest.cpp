@@ -143,6 +143,17 @@ TEST(ArtifactTest, CollectivesLoadInAMultiRankArtifact) {
                                     "not exist (the artifact has 1");
 }
 
+TEST(ArtifactTest, TokenSplitNeedsItsRanks) {
+  TestArtifact a = minimalArtifact();
+  a.entryPoints[0].tokenSplit = 2;
+  EXPECT_CONTAINS_ALL(loadError(a), ".token_split 2: splits one conversation's tokens over at "
+                                    "most layout.world ranks (1)");
+  a.tp = a.world = 2;
+  EXPECT_NO_THROW(Artifact::fromBytes(serialize(a), kSource));
+  a.entryPoints[0].sequences = a.entryPoints[0].maxTokens;
+  EXPECT_CONTAINS_ALL(loadError(a), "never a batched entry's");
+}
+
 TEST(ArtifactTest, CommGroupsPartitionTheWorld) {
   TestArtifact a = minimalArtifact();
   a.ep = a.world = 4;

@@ -62,6 +62,7 @@ struct TestEntryPoint {
   std::vector<TestStep> steps;
   std::optional<fb::Dim> logitsRows;
   uint32_t sequences = 0; // batched decode: token t continues conversation t
+  uint32_t tokenSplit = 0; // sequence parallelism: ranks sharing a call's tokens
 };
 
 struct TestWeight {
@@ -224,7 +225,8 @@ inline std::vector<uint8_t> serialize(const TestArtifact &a) {
         steps.push_back(detail::buildStep(fbb, step));
       built.push_back(fb::CreateEntryPointDirect(
           fbb, entry.name.c_str(), entry.maxTokens, entry.arenaBytes, &steps,
-          entry.logitsRows ? &*entry.logitsRows : nullptr, entry.sequences));
+          entry.logitsRows ? &*entry.logitsRows : nullptr, entry.sequences,
+          entry.tokenSplit));
     }
     entryPoints = fbb.CreateVector(built);
   }
