@@ -147,7 +147,8 @@ struct Engine::Impl {
   }
 
   void createBackend(const EngineOptions &options);
-  void checkLayout(const EngineOptions &options);
+  // A multi-rank artifact: this process's rank and its comm groups.
+  void joinLayout(const EngineOptions &options);
   CollectivePlan planCollective(const fb::Collective &collective, const EntryPlan &entry,
                                 const std::string &where) const;
   void connectRanks();
@@ -188,7 +189,7 @@ void Engine::Impl::createBackend(const EngineOptions &options) {
     backend = CpuBackend::create(artifact, *pool);
 }
 
-void Engine::Impl::checkLayout(const EngineOptions &options) {
+void Engine::Impl::joinLayout(const EngineOptions &options) {
   const fb::Layout &layout = *artifact->layout();
   if (layout.world() == 1)
     return;
@@ -201,7 +202,9 @@ void Engine::Impl::checkLayout(const EngineOptions &options) {
          ", one process each: start it with kiln-run --nproc " + std::to_string(layout.world()) +
          ", or set KILN_RANK, KILN_WORLD_SIZE and KILN_RENDEZVOUS in each process");
   if (info->world != layout.world())
-    fail("the artifact runs on " + shape + ", but this job has " + std::to_string(info->world));
+    fail("the artifact runs on " + shape + ", but this job has " + std::to_string(info->world) +
+         ": start " + std::to_string(layout.world()) + " processes, or rebuild it for " +
+         std::to_string(info->world) + " ranks (kilnc --tp/--ep)");
   rank = *info;
   if (const auto *specs = artifact->comm_groups())
     for (const fb::CommGroup *group : *specs) {
@@ -811,7 +814,7 @@ std::unique_ptr<Engine> Engine::create(Artifact artifact,
   // Cheap checks first, weights (the slow part) last.
   impl->pool = std::make_unique<ThreadPool>(options.threads);
   impl->createBackend(options);
-  impl->checkLayout(options);
+  impl->joinLayout(options);
   impl->parseModel(options);
   impl->backend->loadKernels(impl->artifact);
   impl->allocateBuffers();

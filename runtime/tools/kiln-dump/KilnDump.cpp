@@ -3,6 +3,7 @@
 #include "runtime/artifact/ArtifactMemory.h"
 
 #include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <ostream>
 
@@ -119,6 +120,14 @@ std::string scalarText(const fb::Scalar &scalar) {
     return "part";
   case fb::ScalarKind::Parts:
     return "parts";
+  case fb::ScalarKind::GroupIndex:
+    return "rank in comm group " + std::to_string(scalar.value());
+  case fb::ScalarKind::SequenceTokens:
+    return scalar.value() ? "split x T " + std::string(scalar.value() < 0 ? "- " : "+ ") +
+                                std::to_string(std::abs(scalar.value()))
+                          : "split x T";
+  default:
+    break;
   }
   return "?";
 }
