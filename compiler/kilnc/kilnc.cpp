@@ -236,8 +236,10 @@ int main(int argc, char **argv) {
   // A target gets the layout without SP for decode and prefill remainders,
   // and the SP graph for its "prefill_sp" entry.
   kiln::Layout graphLayout = layout;
-  if (target != Target::None && sp)
+  if (target != Target::None && sp) {
     graphLayout.sp = false;
+    graphLayout.splitPooler = false;
+  }
   Emit what = emit;
   if (target != Target::None && emit.getNumOccurrences() == 0)
     what = Emit::Artifact;
@@ -245,9 +247,9 @@ int main(int argc, char **argv) {
                  what == Emit::Artifact;
   if (backend && target == Target::None)
     return fail("--emit=plan, kernels, library and artifact need a --target");
-  if (backend && sp && ep > 1)
-    return fail("--sp with a --target takes --tp only for now: the expert dispatch between "
-                "ranks holding different tokens is not in targets yet");
+  if (backend && sp && ep > 1 && ep != tp)
+    return fail("--sp with a --target and --ep needs --ep equal to --tp: the experts' dispatch "
+                "gathers the tokens of the ranks that share them");
   if (maxPrefillTokens < 1)
     return fail("--max-prefill-tokens must be at least 1");
   if (decodeBatch < 1 || decodeBatch > 1024)

@@ -12,7 +12,7 @@ void buildGraphPipeline(mlir::OpPassManager &pm, const Layout &layout) {
     pm.addPass(createShard(ShardOptions{layout.tp, layout.ep}));
   if (layout.fuse)
     pm.addPass(createFuseNormResidual());
-  if (layout.tp > 1 && !layout.sp)
+  if (layout.tp > 1 && !layout.sp && layout.splitPooler)
     pm.addPass(createShardPooler());
   if (layout.fuse)
     pm.addPass(createFormMegaMoE());

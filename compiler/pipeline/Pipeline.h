@@ -15,6 +15,10 @@ struct Layout {
   int64_t ep = 1;  // expert-parallel ranks (MoE)
   bool sp = false; // sequence parallelism over the TP group
   bool fuse = true; // norm/residual and MegaMoE fusion (off: every op stays as built)
+  // Split the pooler over TP (kiln-shard-pooler) where SP allows it. Off for
+  // a target's non-SP graph beside an SP one: both entries then bind the
+  // same whole pooler instead of a sliced copy as well.
+  bool splitPooler = true;
   int64_t devices() const { return tp > ep ? tp : ep; }
 };
 

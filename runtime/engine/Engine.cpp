@@ -454,9 +454,13 @@ CollectivePlan Engine::Impl::planCollective(const fb::Collective &collective,
   plan.source = planBuffer(*collective.source(), entry, where + " (collective): source");
   plan.destination =
       planBuffer(*collective.destination(), entry, where + " (collective): destination");
-  for (const BufferArg *arg : {&plan.source, &plan.destination})
-    if (arg->elementSize != 4 || arg->kind != fb::BufferKind::Arena)
-      fail(where + " (collective): collectives exchange f32 activations in the arena");
+  // Sums are of f32; a gather copies any 4-byte elements (expert choices).
+  const bool sums = plan.kind != fb::CollectiveKind::AllGather;
+  for (const fb::BufferRef *ref : {collective.source(), collective.destination()})
+    if (ref->kind() != fb::BufferKind::Arena ||
+        !(ref->dtype() == fb::DType::F32 || (!sums && ref->dtype() == fb::DType::I32)))
+      fail(where + " (collective): collectives exchange activations in the arena: f32 (sums) "
+                   "or 4-byte elements (gathers)");
   plan.groupSize = groups.at(static_cast<size_t>(plan.group)).size;
   if (plan.kind == fb::CollectiveKind::ReduceScatter && plan.axis != 0)
     fail(where + " (collective): reduce_scatter splits axis 0 only");

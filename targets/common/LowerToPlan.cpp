@@ -120,6 +120,11 @@ private:
   // A plan.collective from `source` into a new buffer of `shape`.
   Buf collective(StringRef kind, const Buf &source, ArrayRef<plan::DimAttr> shape, int64_t group,
                  int64_t axis, StringRef what);
+  // Sequence parallelism's token collectives: every rank's T rows, exactly,
+  // into the whole sequence (rowScale becomes the split), and the sum of the
+  // whole sequence, each rank keeping its T rows (rowScale becomes 1).
+  Buf gatherTokens(const Buf &in, int64_t group, StringRef what);
+  Buf scatterTokens(const Buf &in, int64_t group, StringRef what);
   LogicalResult lowerMegaMoE(MegaMoEOp o, StringRef what);
 
   LogicalResult lowerEntry(func::FuncOp forward, const EntryInfo &entry);
@@ -137,6 +142,9 @@ private:
   const TargetHooks &hooks;
   OpBuilder b;
   int64_t entryMaxTokens = 1;
+  // The most rows the op being lowered sees: its entry's max tokens, times
+  // the split for a split entry's whole-sequence ops.
+  int64_t maxRows() const { return entryMaxTokens * rowScale; }
   int64_t entrySequences = 0; // EntryInfo::sequences of the entry being lowered
   int64_t entrySplit = 1;     // EntryInfo::split of the entry being lowered
   // The rows of the op being lowered: 1 (T) or, for a split entry's
@@ -161,7 +169,7 @@ void Lowering::launch(const KernelSpec &kernel, ArrayRef<Buf> buffers, ArrayRef<
   SmallVector<Value> operands;
   for (const Buf &buffer : buffers)
     operands.push_back(buffer.value);
-  LaunchShape shape = hooks.shape(work, entryMaxTokens * rowScale);
+  LaunchShape shape = hooks.shape(work, maxRows());
   SmallVector<Attribute> scalarAttrs;
   for (StringRef s : scalars) {
     if (shape.gridBlocks && (s == "part" || s == "parts")) // GPU threads know their part
@@ -272,13 +280,13 @@ Buf Lowering::collective(StringRef kind, const Buf &source, ArrayRef<plan::DimAt
 
 bool Lowering::launchFewTokensGemv(int64_t n, int64_t k, const Buf &x, const Buf &w, const Buf &y,
                                    StringRef what) {
-  if (!hooks.isGpu() || entryMaxTokens < 2 || entryMaxTokens > kGemvTokens)
+  if (!hooks.isGpu() || maxRows() < 2 || maxRows() > kGemvTokens)
     return false;
-  if (blockGemvFits(k, entryMaxTokens))
-    launch(linearBlockTokens(n, k, entryMaxTokens), {x, w, y}, {"tokens:0", "part", "parts"},
+  if (blockGemvFits(k, maxRows()))
+    launch(linearBlockTokens(n, k, maxRows()), {x, w, y}, {"tokens:0", "part", "parts"},
            blockGemvWork(n), what);
   else if (warpGemvFits(k))
-    launch(linearWarpTokens(n, k, std::min(entryMaxTokens, kGemvGroup)), {x, w, y},
+    launch(linearWarpTokens(n, k, std::min(maxRows(), kGemvGroup)), {x, w, y},
            {"tokens:0", "part", "parts"}, Work{warp::kWarp * n, 0}, what);
   else
     return false;
@@ -291,7 +299,7 @@ LogicalResult Lowering::lowerLinear(Value input, Value weightValue, Value result
   Buf x = act(input);
   Buf y = alloc({n}, b.getF32Type());
   values[result] = y;
-  if (auto matrix = hooks.matrixGemm(n, k, entryMaxTokens);
+  if (auto matrix = hooks.matrixGemm(n, k, maxRows());
       matrix && wType.getElementType().isBF16()) {
     FailureOr<Buf> w = weight(weightValue, Transform::None);
     if (failed(w))
@@ -509,7 +517,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         int64_t qHeads = q.getDimSize(1), kvHeads = k.getDimSize(1), dim = q.getDimSize(2);
         if (hooks.isGpu() && warpAttentionFits(dim)) {
           // A batched entry's tokens each decode one conversation: split like decode.
-          int64_t splits = attentionSplits(window, entrySequences ? 1 : entryMaxTokens);
+          int64_t splits = attentionSplits(window, entrySequences ? 1 : maxRows());
           Buf partial = alloc({qHeads, splits, dim + 4}, f32);
           SmallVector<Buf> split = {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc};
           SmallVector<Buf> append = {act(o.getK()), act(o.getV()), kc, vc};
@@ -607,22 +615,9 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           return failure();
         const Buf &in = act(o.getInput());
         if (axis == 0) {
-          // Sequence parallelism: every rank's T rows, exactly, one after
-          // another into the whole sequence's buffer.
           if (entrySplit == 1 || rowScale != 1)
             return o.emitOpError() << "gathers tokens outside a sequence-parallel entry";
-          SmallVector<plan::DimAttr> local = in.shape, whole = in.shape;
-          local[0] = exactRows(1);
-          whole[0] = exactRows(entrySplit);
-          rowScale = entrySplit;
-          SmallVector<plan::DimAttr> padded = in.shape;
-          padded[0] = rows();
-          Buf out = allocShape(padded, in.elem);
-          plan::CollectiveOp::create(b, loc, b.getStringAttr("all_gather"),
-                                     view(in, local).value, view(out, whole).value,
-                                     b.getI64IntegerAttr(*group), b.getI64IntegerAttr(0),
-                                     b.getStringAttr(what));
-          values[o.getResult()] = out;
+          values[o.getResult()] = gatherTokens(in, *group, what);
           return success();
         }
         SmallVector<plan::DimAttr> shape = in.shape;
@@ -639,19 +634,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), o.getGridAxes());
         if (failed(group))
           return failure();
-        const Buf &in = act(o.getInput());
-        SmallVector<plan::DimAttr> whole = in.shape, local = in.shape;
-        whole[0] = exactRows(entrySplit);
-        local[0] = exactRows(1);
-        rowScale = 1;
-        SmallVector<plan::DimAttr> padded = in.shape;
-        padded[0] = rows();
-        Buf out = allocShape(padded, in.elem);
-        plan::CollectiveOp::create(b, loc, b.getStringAttr("reduce_scatter"),
-                                   view(in, whole).value, view(out, local).value,
-                                   b.getI64IntegerAttr(*group), b.getI64IntegerAttr(0),
-                                   b.getStringAttr(what));
-        values[o.getResult()] = out;
+        values[o.getResult()] = scatterTokens(act(o.getInput()), *group, what);
         return success();
       })
       .Case([&](LocalExpertsOp o) -> LogicalResult {
@@ -712,27 +695,64 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       });
 }
 
+Buf Lowering::gatherTokens(const Buf &in, int64_t group, StringRef what) {
+  SmallVector<plan::DimAttr> local = in.shape, whole = in.shape;
+  local[0] = exactRows(1);
+  whole[0] = exactRows(entrySplit);
+  rowScale = entrySplit;
+  SmallVector<plan::DimAttr> padded = in.shape;
+  padded[0] = rows();
+  Buf out = allocShape(padded, in.elem);
+  plan::CollectiveOp::create(b, loc, b.getStringAttr("all_gather"), view(in, local).value,
+                             view(out, whole).value, b.getI64IntegerAttr(group),
+                             b.getI64IntegerAttr(0), b.getStringAttr(what));
+  return out;
+}
+
+Buf Lowering::scatterTokens(const Buf &in, int64_t group, StringRef what) {
+  SmallVector<plan::DimAttr> whole = in.shape, local = in.shape;
+  whole[0] = exactRows(entrySplit);
+  local[0] = exactRows(1);
+  rowScale = 1;
+  SmallVector<plan::DimAttr> padded = in.shape;
+  padded[0] = rows();
+  Buf out = allocShape(padded, in.elem);
+  plan::CollectiveOp::create(b, loc, b.getStringAttr("reduce_scatter"), view(in, whole).value,
+                             view(out, local).value, b.getI64IntegerAttr(group),
+                             b.getI64IntegerAttr(0), b.getStringAttr(what));
+  return out;
+}
+
 LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
   Type f32 = b.getF32Type();
   auto gate = llvm::cast<RankedTensorType>(o.getGate().getType());
   int64_t experts = gate.getDimSize(0), inter = gate.getDimSize(1), latent = gate.getDimSize(2);
   int64_t k = llvm::cast<RankedTensorType>(o.getIndices().getType()).getDimSize(1);
   // Expert parallelism: this rank computes its own experts' share of
-  // every token (the others' indices become -1, which the expert
-  // kernels skip), then the expert group sums the shares. Every rank
-  // of the group holds the same tokens (sequence parallelism does not
-  // reach targets yet).
-  Buf indices = act(o.getIndices());
+  // every token (the others' indices become -1, which the expert kernels
+  // skip), then the expert group sums the shares. Where the group's ranks
+  // hold different tokens (sequence parallelism), each first gathers the
+  // group's tokens, their choices and weights, and the sum is scattered back
+  // to the tokens' ranks: the dispatch and the combine.
+  Buf input = act(o.getInput()), indices = act(o.getIndices()), weights = act(o.getWeights());
   std::optional<int64_t> expertGroup;
-  if (o.getGridAttr() && entrySplit > 1)
-    return o.emitOpError() << "spans ranks holding different tokens (sequence parallelism): "
-                              "the expert dispatch between them is not in targets yet; use SP "
-                              "with TP only";
+  bool dispatch = false;
   if (o.getGridAttr()) {
     FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), *o.getGridAxes());
     if (failed(group))
       return failure();
     expertGroup = *group;
+    if (entrySplit > 1) {
+      if (groups.all()[*group].size != entrySplit)
+        return o.emitOpError() << "spans an expert group of " << groups.all()[*group].size
+                               << " ranks while " << entrySplit
+                               << " share the tokens: sequence parallelism with expert "
+                                  "parallelism needs EP = TP";
+      dispatch = true;
+      input = gatherTokens(input, *group, what);
+      indices = gatherTokens(indices, *group, what);
+      weights = gatherTokens(weights, *group, what);
+    }
     Buf local = alloc({k}, b.getI32Type());
     launch(localExperts(k, experts), {indices, local},
            {"tokens:0", ("group:" + std::to_string(*group)), "part", "parts"}, Work{0, 1},
@@ -740,11 +760,13 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
     indices = local;
   }
   auto finish = [&](const Buf &y) {
-    values[o.getResult()] =
-        expertGroup ? collective("all_reduce", y, y.shape, *expertGroup, 0, what) : y;
+    values[o.getResult()] = dispatch      ? scatterTokens(y, *expertGroup, what)
+                            : expertGroup ? collective("all_reduce", y, y.shape, *expertGroup, 0,
+                                                       what)
+                                          : y;
     return success();
   };
-  SmallVector<Buf> args = {act(o.getInput()), indices, act(o.getWeights())};
+  SmallVector<Buf> args = {input, indices, weights};
   bool nvfp4 = bool(o.getGate().getDefiningOp<Nvfp4DequantOp>());
   SmallVector<SmallVector<Buf>> projections; // gate, up, down: 1 or 3 buffers each
   for (Value stack : {o.getGate(), o.getUp(), o.getDown()}) {
@@ -769,8 +791,8 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
   args.push_back(*pn);
   Buf y = alloc({latent}, f32);
   std::optional<TargetHooks::MatrixExperts> matrix =
-      entryMaxTokens > 1
-          ? hooks.matrixExperts(experts, k, inter, latent, nvfp4, entryMaxTokens)
+      maxRows() > 1
+          ? hooks.matrixExperts(experts, k, inter, latent, nvfp4, maxRows())
           : std::nullopt;
   if (matrix || (hooks.isGpu() && warpMoEFits(inter, latent))) {
     Buf h = alloc({k, inter}, f32), yk = alloc({k, latent}, f32);
@@ -782,7 +804,7 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
       Buf items = allocShape({fixed(matrix->itemWords)}, i32);
       launch(matrix->lists, {indices, meta, tiles, items},
              {"tokens:0", "part", "parts"}, matrix->listsWork, what);
-      SmallVector<Buf> up = {act(o.getInput()), meta, tiles, items};
+      SmallVector<Buf> up = {input, meta, tiles, items};
       up.append(projections[0]);
       up.append(projections[1]);
       up.push_back(h);
@@ -793,7 +815,7 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
       launch(matrix->down, down, {"part", "parts"}, matrix->downWork, what);
     } else {
       // Decode: the products spread over warps, a few rows each.
-      SmallVector<Buf> up = {act(o.getInput()), indices};
+      SmallVector<Buf> up = {input, indices};
       up.append(projections[0]);
       up.append(projections[1]);
       up.push_back(h);
@@ -808,7 +830,7 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
     Buf scales = alloc({k}, f32);
     int64_t threads = rowBlockThreads(latent);
     launch(expertScalesBlock(k, latent, o.getEps().convertToDouble()),
-           {yk, act(o.getWeights()), scales}, {"tokens:0", "part", "parts"},
+           {yk, weights, scales}, {"tokens:0", "part", "parts"},
            Work{0, k * threads, threads}, what);
     launch(expertCombineThreads(experts, k, latent), {yk, indices, scales, *pn, y},
            {"tokens:0", "part", "parts"}, Work{0, latent / 4}, what);
