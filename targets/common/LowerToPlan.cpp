@@ -124,6 +124,9 @@ private:
   // into the whole sequence (rowScale becomes the split), and the sum of the
   // whole sequence, each rank keeping its T rows (rowScale becomes 1).
   Buf gatherTokens(const Buf &in, int64_t group, StringRef what);
+  // Both: exactly T rows a rank from fromScale x T to toScale x T.
+  Buf tokenCollective(StringRef kind, const Buf &in, int64_t fromScale, int64_t toScale,
+                      int64_t group, StringRef what);
   Buf scatterTokens(const Buf &in, int64_t group, StringRef what);
   LogicalResult lowerMegaMoE(MegaMoEOp o, StringRef what);
 
@@ -695,32 +698,26 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       });
 }
 
-Buf Lowering::gatherTokens(const Buf &in, int64_t group, StringRef what) {
-  SmallVector<plan::DimAttr> local = in.shape, whole = in.shape;
-  local[0] = exactRows(1);
-  whole[0] = exactRows(entrySplit);
-  rowScale = entrySplit;
-  SmallVector<plan::DimAttr> padded = in.shape;
+Buf Lowering::tokenCollective(StringRef kind, const Buf &in, int64_t fromScale, int64_t toScale,
+                              int64_t group, StringRef what) {
+  SmallVector<plan::DimAttr> from = in.shape, to = in.shape, padded = in.shape;
+  from[0] = exactRows(fromScale);
+  to[0] = exactRows(toScale);
+  rowScale = toScale;
   padded[0] = rows();
   Buf out = allocShape(padded, in.elem);
-  plan::CollectiveOp::create(b, loc, b.getStringAttr("all_gather"), view(in, local).value,
-                             view(out, whole).value, b.getI64IntegerAttr(group),
+  plan::CollectiveOp::create(b, loc, b.getStringAttr(kind), view(in, from).value,
+                             view(out, to).value, b.getI64IntegerAttr(group),
                              b.getI64IntegerAttr(0), b.getStringAttr(what));
   return out;
 }
 
+Buf Lowering::gatherTokens(const Buf &in, int64_t group, StringRef what) {
+  return tokenCollective("all_gather", in, 1, entrySplit, group, what);
+}
+
 Buf Lowering::scatterTokens(const Buf &in, int64_t group, StringRef what) {
-  SmallVector<plan::DimAttr> whole = in.shape, local = in.shape;
-  whole[0] = exactRows(entrySplit);
-  local[0] = exactRows(1);
-  rowScale = 1;
-  SmallVector<plan::DimAttr> padded = in.shape;
-  padded[0] = rows();
-  Buf out = allocShape(padded, in.elem);
-  plan::CollectiveOp::create(b, loc, b.getStringAttr("reduce_scatter"), view(in, whole).value,
-                             view(out, local).value, b.getI64IntegerAttr(group),
-                             b.getI64IntegerAttr(0), b.getStringAttr(what));
-  return out;
+  return tokenCollective("reduce_scatter", in, entrySplit, 1, group, what);
 }
 
 LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {

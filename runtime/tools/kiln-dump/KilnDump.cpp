@@ -236,24 +236,20 @@ void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
   out << "\n              " << launches + copies + collectives
       << " steps: " << launches << " launch, " << copies << " copy, "
       << collectives << " collective\n";
-  if (!byOp.empty()) {
-    out << "              launches by op:";
+  // "name count, name count, ..." on one line, if there are any.
+  auto counts = [&](const char *label, const std::map<std::string, size_t> &byName) {
+    if (byName.empty())
+      return;
+    out << "              " << label << ":";
     const char *separator = " ";
-    for (const auto &[op, count] : byOp) {
-      out << separator << op << " " << count;
+    for (const auto &[name, count] : byName) {
+      out << separator << name << " " << count;
       separator = ", ";
     }
     out << "\n";
-  }
-  if (!byKind.empty()) {
-    out << "              collectives by kind:";
-    const char *separator = " ";
-    for (const auto &[kind, count] : byKind) {
-      out << separator << kind << " " << count;
-      separator = ", ";
-    }
-    out << "\n";
-  }
+  };
+  counts("launches by op", byOp);
+  counts("collectives by kind", byKind);
   if (!options.steps)
     return;
   out << "  steps (shapes at T=" << tokens << "):\n";
