@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fcntl.h>
+#include <sstream>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <thread>
@@ -15,6 +16,19 @@ namespace kiln {
 namespace {
 
 std::vector<pid_t> children;
+
+// Ranks share this stream's file: each line goes out in one write, so that
+// lines of different processes do not interleave.
+struct Line {
+  std::ostream &out;
+  std::ostringstream text;
+  explicit Line(std::ostream &out) : out(out) {}
+  ~Line() { out << text.str() << std::flush; }
+  template <typename T> Line &operator<<(const T &value) {
+    text << value;
+    return *this;
+  }
+};
 
 // KILN_COMM_TIMEOUT plus a margin: by then every rank has seen the failure.
 double graceSeconds() {
@@ -57,7 +71,7 @@ int launchRanks(const std::string &program, const std::vector<std::string> &args
   for (int rank = 0; rank < ranks; ++rank) {
     const pid_t pid = ::fork();
     if (pid < 0) {
-      err << program << ": error: cannot start rank " << rank << ": " << std::strerror(errno) << "\n";
+      Line(err) << program << ": error: cannot start rank " << rank << ": " << std::strerror(errno) << "\n";
       forward(SIGTERM);
       for (pid_t child : children)
         ::waitpid(child, nullptr, 0);
@@ -79,7 +93,7 @@ int launchRanks(const std::string &program, const std::vector<std::string> &args
       std::_Exit(127);
     }
     children.push_back(pid);
-    err << program << ": rank " << rank << " of " << ranks << " is pid " << pid << "\n";
+    Line(err) << program << ": rank " << rank << " of " << ranks << " is pid " << pid << "\n";
   }
   struct sigaction action {};
   action.sa_handler = forward;
@@ -104,7 +118,7 @@ int launchRanks(const std::string &program, const std::vector<std::string> &args
           std::chrono::steady_clock::now() - failedAt > std::chrono::duration<double>(grace)) {
         for (size_t r = 0; r < children.size(); ++r)
           if (running[r]) {
-            err << program << ": rank " << r << " (pid " << children[r]
+            Line(err) << program << ": rank " << r << " (pid " << children[r]
                 << ") did not stop within " << grace << " s of the failure: killing it\n";
             ::kill(children[r], SIGKILL);
           }
@@ -124,11 +138,11 @@ int launchRanks(const std::string &program, const std::vector<std::string> &args
     int failure = 0;
     if (WIFSIGNALED(status)) {
       if (!killed)
-        err << program << ": rank " << rank << " (pid " << pid << ") was killed by signal "
+        Line(err) << program << ": rank " << rank << " (pid " << pid << ") was killed by signal "
             << WTERMSIG(status) << " (" << strsignal(WTERMSIG(status)) << ")\n";
       failure = 1;
     } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
-      err << program << ": rank " << rank << " (pid " << pid << ") exited with status "
+      Line(err) << program << ": rank " << rank << " (pid " << pid << ") exited with status "
           << WEXITSTATUS(status) << "\n";
       failure = WEXITSTATUS(status);
     }

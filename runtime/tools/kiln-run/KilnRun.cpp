@@ -15,6 +15,7 @@
 #include <limits>
 #include <map>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 
 namespace kiln {
@@ -320,12 +321,14 @@ int run(const Options &options, std::ostream &out, std::ostream &err,
       engine->worldSize() > 1 ? " (rank " + std::to_string(engine->rank()) + " of " +
                                     std::to_string(engine->worldSize()) + ")"
                               : "";
-  err << "kiln-run: " << (modelName ? modelName->str() : "model") << ranks << " for "
+  std::ostringstream line; // one write: ranks share stderr
+  line << "kiln-run: " << (modelName ? modelName->str() : "model") << ranks << " for "
       << describeTarget(*loaded->target()) << ": "
       << humanBytes(engine->weightBytes()) << " of weights loaded in "
       << seconds << " s; " << runsOn << ", context "
       << engine->contextLength() << ", KV cache "
       << humanBytes(engine->kvCacheBytes()) << "\n";
+  err << line.str() << std::flush;
 
   std::vector<int32_t> generated;
   generated.reserve(static_cast<size_t>(options.maxNewTokens));
@@ -388,8 +391,9 @@ int kilnRunMain(const std::vector<std::string> &args, std::ostream &out,
   } catch (const std::exception &error) {
     out << std::flush;
     const char *rank = std::getenv("KILN_RANK");
-    err << "kiln-run: error: " << (rank && *rank ? "rank " + std::string(rank) + ": " : "")
-        << oneLine(error.what()) << "\n";
+    err << ("kiln-run: error: " + (rank && *rank ? "rank " + std::string(rank) + ": " : "") +
+            oneLine(error.what()) + "\n")
+        << std::flush;
     // A failed collective leaves work on the device that waits for a lost
     // peer; exiting now skips teardown that would wait for it.
     if (dynamic_cast<const CollectiveError *>(&error)) {
