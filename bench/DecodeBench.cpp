@@ -21,17 +21,19 @@
 // PyTorch's 8192^3 matmul rate from the same run).
 #include "runtime/artifact/Artifact.h"
 #include "runtime/artifact/kiln_artifact_generated.h"
+#include "runtime/comm/RankLauncher.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "runtime/engine/Engine.h"
 
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <cstdlib>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <stdexcept>
 #include <string>
@@ -49,6 +51,7 @@ struct Options {
   int steps = 32;
   double tensorTflops = 0;
   std::string json;
+  int nproc = 1;
 };
 
 [[noreturn]] void usage(const char *why, int status = 2) {
@@ -61,7 +64,9 @@ struct Options {
                "  --steps N       decode steps timed, and batched steps with a decode_batch entry\n"
                "                  (default 32)\n"
                "  --tensor-tflops R  measured bf16 tensor-core TFLOP/s: prints the prefill roofline\n"
-               "  --json FILE     also write the figures as JSON\n",
+               "  --json FILE     also write the figures as JSON (rank 0's)\n"
+               "  --nproc N       a multi-rank artifact: N processes on this machine, one per\n"
+               "                  GPU (as kiln-run --nproc); rank 0 prints its figures\n",
                why);
   std::exit(status);
 }
@@ -87,6 +92,8 @@ Options parse(int argc, char **argv) {
       o.tensorTflops = std::stod(value());
     else if (a == "--json")
       o.json = value();
+    else if (a == "--nproc")
+      o.nproc = std::stoi(value());
     else if (!a.empty() && a[0] == '-')
       usage(("unknown option " + a).c_str());
     else if (o.artifact.empty())
@@ -251,6 +258,10 @@ double median(std::vector<double> v) {
 
 int main(int argc, char **argv) {
   Options options = parse(argc, argv);
+  if (options.nproc > 1)
+    return kiln::launchRanks("kiln-bench-decode",
+                             kiln::withoutNproc(std::vector<std::string>(argv + 1, argv + argc)),
+                             options.nproc, std::cerr);
   try {
     kiln::EngineOptions engineOptions;
     engineOptions.weights = options.weights;
@@ -400,7 +411,7 @@ int main(int argc, char **argv) {
                   "--decode-batch N)\n");
     }
 
-    if (!options.json.empty()) {
+    if (!options.json.empty() && engine->rank() == 0) {
       nlohmann::json out;
       out["device"] = engine->device();
       out["copy_bandwidth_GBps"] = bandwidth / 1e9;

@@ -31,7 +31,7 @@ ArtifactMemory artifactMemory(const Artifact &artifact) {
       memory.weightBytes += weight->bytes();
   for (const fb::EntryPoint *entry : *root.entry_points()) {
     memory.conversations = std::max<int64_t>(memory.conversations, entry->sequences());
-    memory.arenaBytes += entry->arena_bytes();
+    memory.arenaBytes = std::max<uint64_t>(memory.arenaBytes, entry->arena_bytes());
     if (!memory.arenas.empty())
       memory.arenas += ", ";
     memory.arenas += (entry->name() ? entry->name()->str() : std::string("?")) + " " +
@@ -71,7 +71,8 @@ bool printMemoryPlan(std::ostream &out, const ArtifactMemory &memory,
                      std::optional<uint64_t> deviceBytes, uint64_t reserveBytes) {
   out << "  weights               " << gib(memory.weightBytes) << " (" << memory.weightBytes
       << " bytes)\n"
-      << "  activation arenas     " << gib(memory.arenaBytes) << " (" << memory.arenas << ")\n"
+      << "  activation arena      " << gib(memory.arenaBytes) << " (the largest entry point's: "
+      << memory.arenas << ")\n"
       << "  KV per token          " << memory.globalKvBytesPerToken << " bytes in global layers, "
       << memory.slidingKvBytesPerToken << " in sliding layers (" << memory.kvDtype
       << "); sliding rings full: " << gib(memory.slidingKvBytes) << " for "
@@ -81,7 +82,7 @@ bool printMemoryPlan(std::ostream &out, const ArtifactMemory &memory,
   out << "  reserved              " << gib(reserveBytes) << " (runtime, collectives)\n";
   const int64_t tokens = kvTokensThatFit(memory, *deviceBytes, reserveBytes);
   if (tokens < 0) {
-    out << "  does not fit: weights " << gib(memory.weightBytes) << " + arenas "
+    out << "  does not fit: weights " << gib(memory.weightBytes) << " + arena "
         << gib(memory.arenaBytes) << " + sliding KV " << gib(memory.slidingKvBytes)
         << " + reserve " << gib(reserveBytes) << " > " << gib(*deviceBytes) << "\n";
     return false;

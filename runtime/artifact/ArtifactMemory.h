@@ -1,6 +1,6 @@
 // What one rank of an artifact needs in device memory, read from the artifact
-// alone: its weight pieces, the activation arena of every entry point (the
-// runtime allocates each), the KV cache per token of context (global layers,
+// alone: its weight pieces, the activation arena (the runtime allocates one,
+// for the largest entry point), the KV cache per token of context (global layers,
 // for every conversation) and the sliding layers' rings, full. kilnc prints it
 // and refuses an artifact that cannot fit; kiln-dump prints it.
 #pragma once
@@ -16,7 +16,7 @@ namespace kiln {
 
 struct ArtifactMemory {
   uint64_t weightBytes = 0;
-  uint64_t arenaBytes = 0;            // every entry point's arena
+  uint64_t arenaBytes = 0;            // the largest entry point's arena (they share one)
   std::string arenas;                 // "prefill 64 tokens 12.0 MiB, decode 1 token 1.2 MiB"
   uint64_t globalKvBytesPerToken = 0; // K and V of every global layer, one conversation
   uint64_t slidingKvBytesPerToken = 0;

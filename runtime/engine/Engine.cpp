@@ -88,7 +88,7 @@ struct EntryPlan {
   // EntryPoint.token_split: the ranks that share a call's tokens (sequence
   // parallelism); a call of T takes split * T tokens.
   int64_t split = 1;
-  DeviceMemory arena;
+  uint64_t arenaBytes = 0; // its planned arena (in the engine's shared one)
   fb::Dim logitsRows{1, 0, 1};
   std::vector<StepPlan> steps;
   // Decode calls on a backend that records: the first runs the steps, the
@@ -121,6 +121,9 @@ struct Engine::Impl {
   std::vector<DeviceMemory> kv;         // per KvCache buffer index
   DeviceMemory inputs[2];               // token ids, positions
   DeviceMemory logits;
+  // One arena for every entry point, sized for the largest: calls never
+  // overlap, and a call's arena contents start undefined.
+  DeviceMemory arena;
   std::vector<EntryPlan> entries;
   EntryPlan *prefillEntry = nullptr;
   EntryPlan *decodeEntry = nullptr;
@@ -324,7 +327,7 @@ uint64_t Engine::Impl::capacity(const BufferArg &arg,
                                 const EntryPlan &entry) const {
   switch (arg.kind) {
   case fb::BufferKind::Arena:
-    return entry.arena.size();
+    return entry.arenaBytes;
   case fb::BufferKind::Weight:
     return weightCapacity.at(arg.index);
   case fb::BufferKind::KvCache:
@@ -379,6 +382,11 @@ LaunchPlan Engine::Impl::planLaunch(const fb::Launch &launch,
 void Engine::Impl::planEntries() {
   const auto &entryPoints = *artifact->entry_points();
   entries.resize(entryPoints.size());
+  uint64_t arenaBytes = 0;
+  for (const fb::EntryPoint *source : entryPoints)
+    arenaBytes = std::max<uint64_t>(arenaBytes, source->arena_bytes());
+  arena = DeviceMemory::allocate(*backend, arenaBytes,
+                                 "activation arena (the largest entry point's)");
   for (flatbuffers::uoffset_t e = 0; e < entryPoints.size(); ++e) {
     const fb::EntryPoint &source = *entryPoints.Get(e);
     EntryPlan &entry = entries[e];
@@ -389,9 +397,7 @@ void Engine::Impl::planEntries() {
     if (entry.sequences && (entry.sequences != entry.maxTokens || entry.sequences < 2))
       fail("entry point '" + entry.name + "': sequences " + std::to_string(entry.sequences) +
            " must be at least 2 and equal max_tokens (" + std::to_string(entry.maxTokens) + ")");
-    entry.arena = DeviceMemory::allocate(
-        *backend, source.arena_bytes(),
-        "arena of entry point '" + entry.name + "'");
+    entry.arenaBytes = source.arena_bytes();
     if (source.logits_rows())
       entry.logitsRows = *source.logits_rows();
     const int64_t rowsAtMax = evaluate(entry.logitsRows, entry.maxTokens);
@@ -604,7 +610,7 @@ void Engine::Impl::resolveAddresses() {
       DeviceAddress base = 0;
       switch (arg.kind) {
       case fb::BufferKind::Arena:
-        base = entry.arena.address();
+        base = arena.address();
         break;
       case fb::BufferKind::Weight:
         base = weights.at(arg.index).address();
@@ -1016,11 +1022,6 @@ uint64_t Engine::kvCacheBytes() const {
 int Engine::rank() const { return impl_->rank.rank; }
 int Engine::worldSize() const { return impl_->rank.world; }
 
-uint64_t Engine::arenaBytes() const {
-  uint64_t bytes = 0;
-  for (const EntryPlan &entry : impl_->entries)
-    bytes += entry.arena.size();
-  return bytes;
-}
+uint64_t Engine::arenaBytes() const { return impl_->arena.size(); }
 
 } // namespace kiln

@@ -122,6 +122,7 @@ public:
   std::string device() const;
   uint64_t weightBytes() const;
   uint64_t kvCacheBytes() const;
+  // The activation arena every entry point shares: the largest one's.
   uint64_t arenaBytes() const;
   // This process's rank and the job's size (0 and 1 for one rank).
   int rank() const;
