@@ -12,7 +12,8 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
   exit 77 # ctest's SKIP_RETURN_CODE for the gpu-end-to-end test
 fi
 for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln small-nvfp4.reference \
-  small-bf16.sm_90.kiln small-bf16.reference small-bf16.tp2ep2.sm_90.kiln tiny-nvfp4.tp2ep2.sm_90.kiln; do
+  small-bf16.sm_90.kiln small-bf16.reference small-bf16.tp2ep2.sm_90.kiln small-bf16.tp2ep2sp.sm_90.kiln \
+  tiny-nvfp4.tp2ep2.sm_90.kiln; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -45,7 +46,7 @@ if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   for format in bf16 nvfp4; do
     "$BIN/kiln-check" "$DATA/small-$format.sm_90.kiln" --weights synthetic:3 \
       --prompt-ids "$(seq -s, 1 24)" --steps 32 --write "$work/small-$format.one-gpu" >/dev/null || status=1
-    for layout in tp2 ep2 tp2ep2; do
+    for layout in tp2 ep2 tp2ep2 tp2sp tp2ep2sp; do
       echo "== small $format $layout, 2 GPUs, against the interpreter"
       "$BIN/kiln-check" "$DATA/small-$format.$layout.sm_90.kiln" --weights synthetic:3 \
         --reference "$DATA/small-$format.reference" --nproc 2 2>"$work/err" || { status=1; cat "$work/err"; }

@@ -40,9 +40,9 @@ done
 # Two GPUs: one artifact for both ranks, in each parallel layout.
 for format in nvfp4 bf16; do
   quant=$([ $format = bf16 ] && echo none || echo nvfp4)
-  for layout in tp2 ep2 tp2ep2; do
+  for layout in tp2 ep2 tp2ep2 tp2sp tp2ep2sp; do
     kiln_log "small $format $layout: sm_90 artifact for 2 ranks"
-    flags=$(echo "$layout" | sed 's/tp2/--tp=2 /; s/ep2/--ep=2/')
+    flags=$(echo "$layout" | sed 's/tp2/--tp=2 /; s/ep2/--ep=2 /; s/sp$/--sp/')
     # shellcheck disable=SC2086
     "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=$quant --decode-batch=8 $flags \
       -o "$OUT/small-$format.$layout.sm_90.kiln"
