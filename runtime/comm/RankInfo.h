@@ -10,6 +10,9 @@
 //   KILN_RENDEZVOUS              a path no other job uses (required)
 //   KILN_COMM_TIMEOUT            seconds a collective may wait for the others
 //                                (default 60)
+//   KILN_LOCAL_RANK              the GPU of this rank (kiln-run, kiln-check)
+//   KILN_LOCAL_WORLD_SIZE        ranks on this machine: a CPU rank's default
+//                                threads are the machine's divided by it
 #pragma once
 
 #include <optional>

@@ -81,6 +81,7 @@ int launchRanks(const std::string &program, const std::vector<std::string> &args
       ::setenv("KILN_RANK", std::to_string(rank).c_str(), 1);
       ::setenv("KILN_LOCAL_RANK", std::to_string(rank).c_str(), 1);
       ::setenv("KILN_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
+      ::setenv("KILN_LOCAL_WORLD_SIZE", std::to_string(ranks).c_str(), 1);
       ::setenv("KILN_RENDEZVOUS", rendezvous.c_str(), 1);
       if (rank > 0) {
         const int null = ::open("/dev/null", O_WRONLY);

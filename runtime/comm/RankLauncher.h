@@ -1,8 +1,8 @@
-// kiln-run --nproc N (and kiln-check's): starts N processes of this program
-// on this machine,
-// one per rank of a multi-rank artifact, each with KILN_RANK, KILN_WORLD_SIZE,
-// KILN_LOCAL_RANK (its GPU) and a fresh KILN_RENDEZVOUS in its environment,
-// then waits for all of them. Rank 0's output is the run's; the other ranks'
+// kiln-run --nproc N (and kiln-check's, kiln-bench-decode's): starts N
+// processes of this program on this machine, one per rank of a multi-rank
+// artifact, each with KILN_RANK, KILN_WORLD_SIZE, KILN_LOCAL_RANK (its GPU),
+// KILN_LOCAL_WORLD_SIZE and a fresh KILN_RENDEZVOUS in its environment, then
+// waits for all of them. Rank 0's output is the run's; the other ranks'
 // standard output is discarded, their errors pass through. A rank that dies
 // is reported by the launcher, and the others stop at their next collective
 // (runtime/comm); one still running KILN_COMM_TIMEOUT + 5 s after the first

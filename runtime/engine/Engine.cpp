@@ -11,7 +11,9 @@
 #include "runtime/hip/HipBackend.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <optional>
+#include <thread>
 #include <variant>
 
 namespace kiln {
@@ -806,6 +808,18 @@ void Engine::Impl::checkTokens(const int32_t *tokens, int64_t count) const {
                          std::to_string(vocab - 1));
 }
 
+// Threads for the pool: as asked, else the machine's shared by the ranks
+// started on it (KILN_LOCAL_WORLD_SIZE): CPU ranks that oversubscribe the
+// cores stall each other at every collective.
+static int threadsFor(const EngineOptions &options) {
+  if (options.threads > 0)
+    return options.threads;
+  const char *local = std::getenv("KILN_LOCAL_WORLD_SIZE");
+  const int ranks = local && *local ? std::atoi(local) : 1;
+  const int hardware = static_cast<int>(std::thread::hardware_concurrency());
+  return ranks > 1 ? std::max(1, hardware / ranks) : 0;
+}
+
 int64_t defaultContextLength(const muse_spark::Config &config) {
   return std::min<int64_t>(kDefaultContextLength, config.maxPositionEmbeddings);
 }
@@ -822,7 +836,7 @@ std::unique_ptr<Engine> Engine::create(Artifact artifact,
                                        const EngineOptions &options) {
   auto impl = std::make_unique<Impl>(std::move(artifact));
   // Cheap checks first, weights (the slow part) last.
-  impl->pool = std::make_unique<ThreadPool>(options.threads);
+  impl->pool = std::make_unique<ThreadPool>(threadsFor(options));
   impl->createBackend(options);
   impl->joinLayout(options);
   impl->parseModel(options);
