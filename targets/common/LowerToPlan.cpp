@@ -1,16 +1,12 @@
+// The lowering of one rank's ops and of the entry points; what spans ranks is
+// in LowerRanks.cpp, the state they share in Lowering.h.
 #include "targets/common/LowerToPlan.h"
 
 #include "dialects/kiln/CheckpointDType.h"
-#include "dialects/kiln/KilnOps.h"
-#include "dialects/plan/PlanOps.h"
-#include "targets/common/Generators.h"
+#include "targets/common/Lowering.h"
 #include "targets/common/WarpSnippets.h"
 
-#include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
-#include "mlir/IR/Builders.h"
-#include "llvm/ADT/DenseMap.h"
-#include "llvm/ADT/StringMap.h"
 #include "llvm/ADT/TypeSwitch.h"
 
 #include <algorithm>
@@ -20,7 +16,6 @@ using namespace mlir;
 namespace kiln::kernels {
 namespace {
 
-constexpr int64_t kTileRows = 16; // activation rows are padded to AMX tile height
 // Entry points of at most kGemvTokens tokens (batched decode) get GEMVs that
 // share each weight load among their tokens: the block GEMV, or where k does
 // not fit it a warp per row over kGemvGroup tokens at a time (4 f32 rows of a
@@ -42,128 +37,10 @@ int64_t attentionSplits(int64_t window, int64_t maxTokens) {
   return maxTokens > 1 ? std::min<int64_t>(splits, 4) : splits;
 }
 
-// A buffer of the plan with its shape, as the lowering tracks it.
-struct Buf {
-  Value value;
-  SmallVector<plan::DimAttr> shape;
-  Type elem;
-};
 
-class Lowering {
-public:
-  Lowering(ModuleOp graph, const LowerOptions &options, const TargetHooks &hooks)
-      : ctx(graph.getContext()), graph(graph), options(options), hooks(hooks), b(ctx) {}
+} // namespace
 
-  FailureOr<LoweredModel> run();
-
-private:
-  plan::DimAttr fixed(int64_t n) { return plan::DimAttr::get(ctx, n, 0, 1); }
-  // An activation's rows: T of them (padded to the tile height), or in a
-  // split entry's whole-sequence ops (rowScale = the split) split * T.
-  plan::DimAttr rows() { return plan::DimAttr::get(ctx, 0, rowScale, kTileRows * rowScale); }
-  // Exactly T (or split * T) rows, for collectives over tokens.
-  plan::DimAttr exactRows(int64_t scale) { return plan::DimAttr::get(ctx, 0, scale, 1); }
-  ArrayAttr shapeAttr(ArrayRef<plan::DimAttr> dims) {
-    return b.getArrayAttr(SmallVector<Attribute>(dims.begin(), dims.end()));
-  }
-  // An activation with a token dimension first: [T (padded), rest...].
-  Buf alloc(ArrayRef<int64_t> rest, Type elem) {
-    SmallVector<plan::DimAttr> dims = {rows()};
-    for (int64_t d : rest)
-      dims.push_back(fixed(d));
-    return allocShape(dims, elem);
-  }
-  Buf allocShape(ArrayRef<plan::DimAttr> dims, Type elem) {
-    auto op = plan::AllocOp::create(b, loc, plan::BufferType::get(ctx), shapeAttr(dims),
-                                   TypeAttr::get(elem), IntegerAttr());
-    return {op.getBuffer(), SmallVector<plan::DimAttr>(dims), elem};
-  }
-  Buf view(const Buf &source, ArrayRef<plan::DimAttr> dims, int64_t byteOffset = 0) {
-    auto op = plan::ViewOp::create(b, loc, plan::BufferType::get(ctx), source.value,
-                                   b.getI64IntegerAttr(byteOffset),
-                                   shapeAttr(dims), TypeAttr::get(source.elem));
-    return {op.getView(), SmallVector<plan::DimAttr>(dims), source.elem};
-  }
-  Buf binding(StringRef kind, int64_t index, ArrayRef<plan::DimAttr> dims, Type elem) {
-    auto op = plan::BindingOp::create(b, loc, plan::BufferType::get(ctx), b.getStringAttr(kind),
-                                     b.getI64IntegerAttr(index), shapeAttr(dims),
-                                     TypeAttr::get(elem));
-    return {op.getBuffer(), SmallVector<plan::DimAttr>(dims), elem};
-  }
-  // Launches `kernel` over `work` independent pieces (rows, columns, heads).
-  void launch(const KernelSpec &kernel, ArrayRef<Buf> buffers, ArrayRef<StringRef> scalars,
-              Work work, StringRef what);
-
-  // The activation a graph value lives in.
-  Buf &act(Value v) { return values[v]; }
-  // An expert stack: a bf16 weight as the checkpoint has it, or the bf16
-  // output of an NVFP4 decode.
-  FailureOr<Buf> stackOf(Value v) {
-    if (v.getDefiningOp<WeightOp>())
-      return weight(v, Transform::None);
-    return act(v);
-  }
-  // The weight buffer of a kiln.weight, bound (and its binding recorded) on
-  // first use in this entry.
-  FailureOr<Buf> weight(Value v, Transform transform);
-
-  // Whether a row-wise op of this width gets the GPU row kernels.
-  bool gpuRows(int64_t width) const { return hooks.isGpu() && gpuRowsFit(width); }
-  // A block of row-kernel threads per token.
-  static Work rowBlock(int64_t width) {
-    int64_t threads = rowBlockThreads(width);
-    return Work{0, threads, threads};
-  }
-
-  // The comm group of the ranks of `grid` along `axes`.
-  FailureOr<int64_t> commGroup(Operation *user, FlatSymbolRefAttr grid, ArrayRef<int16_t> axes);
-  // A plan.collective from `source` into a new buffer of `shape`.
-  Buf collective(StringRef kind, const Buf &source, ArrayRef<plan::DimAttr> shape, int64_t group,
-                 int64_t axis, StringRef what);
-  // Sequence parallelism's token collectives: every rank's T rows, exactly,
-  // into the whole sequence (rowScale becomes the split), and the sum of the
-  // whole sequence, each rank keeping its T rows (rowScale becomes 1).
-  Buf gatherTokens(const Buf &in, int64_t group, StringRef what);
-  // Both: exactly T rows a rank from fromScale x T to toScale x T.
-  Buf tokenCollective(StringRef kind, const Buf &in, int64_t fromScale, int64_t toScale,
-                      int64_t group, StringRef what);
-  Buf scatterTokens(const Buf &in, int64_t group, StringRef what);
-  LogicalResult lowerMegaMoE(MegaMoEOp o, StringRef what);
-
-  LogicalResult lowerEntry(func::FuncOp forward, const EntryInfo &entry);
-  LogicalResult lowerOp(Operation *op);
-  LogicalResult lowerLinear(Value input, Value weightValue, Value result, StringRef what);
-  // y = x · Wᵀ (bf16 [n, k]) on a GPU for entry points of 2 to kGemvTokens
-  // tokens (batched decode), sharing each weight load among the tokens;
-  // false where no such kernel fits.
-  bool launchFewTokensGemv(int64_t n, int64_t k, const Buf &x, const Buf &w, const Buf &y,
-                           StringRef what);
-
-  MLIRContext *ctx;
-  ModuleOp graph;
-  const LowerOptions &options;
-  const TargetHooks &hooks;
-  OpBuilder b;
-  int64_t entryMaxTokens = 1;
-  // The most rows the op being lowered sees: its entry's max tokens, times
-  // the split for a split entry's whole-sequence ops.
-  int64_t maxRows() const { return entryMaxTokens * rowScale; }
-  int64_t entrySequences = 0; // EntryInfo::sequences of the entry being lowered
-  int64_t entrySplit = 1;     // EntryInfo::split of the entry being lowered
-  // The rows of the op being lowered: 1 (T) or, for a split entry's
-  // whole-sequence ops, entrySplit.
-  int64_t rowScale = 1;
-  Location loc = UnknownLoc::get(ctx);
-  LoweredModel model;
-  llvm::StringMap<size_t> kernelIndex;
-  llvm::StringMap<int64_t> weightIndex; // binding key -> index
-  llvm::DenseMap<Value, Buf> values;    // per entry
-  llvm::DenseMap<Value, Buf> bound;     // weights bound in this entry
-  CommGroups groups;
-  int64_t world = 1; // max(tp, ep) of the graph's kiln.layout
-  Buf ids, positions;
-  int64_t attentionLayer = 0;
-};
+namespace lowering {
 
 void Lowering::launch(const KernelSpec &kernel, ArrayRef<Buf> buffers, ArrayRef<StringRef> scalars,
                       Work work, StringRef what) {
@@ -251,34 +128,6 @@ FailureOr<Buf> Lowering::weight(Value v, Transform transform) {
   Buf buffer = binding("weight", it->second, dims, elem);
   bound[v] = buffer;
   return buffer;
-}
-
-FailureOr<int64_t> Lowering::commGroup(Operation *user, FlatSymbolRefAttr gridName,
-                                       ArrayRef<int16_t> axes) {
-  auto grid = SymbolTable::lookupNearestSymbolFrom<shard::GridOp>(user, gridName);
-  if (!grid)
-    return user->emitOpError() << "names no shard.grid " << gridName;
-  std::vector<int64_t> shape(grid.getShape().begin(), grid.getShape().end());
-  int64_t devices = 1;
-  for (int64_t d : shape)
-    devices *= d;
-  if (llvm::any_of(shape, [](int64_t d) { return d <= 0; }) || devices != world)
-    return user->emitOpError() << "runs on grid " << gridName << " of " << devices
-                               << " devices; the plan is for " << world << " ranks";
-  std::vector<int64_t> along(axes.begin(), axes.end());
-  for (int64_t a : along)
-    if (a < 0 || a >= static_cast<int64_t>(shape.size()))
-      return user->emitOpError() << "names axis " << a << " of grid " << gridName;
-  return groups.add(partitionGrid(gridName.getValue().str(), shape, along));
-}
-
-Buf Lowering::collective(StringRef kind, const Buf &source, ArrayRef<plan::DimAttr> shape,
-                         int64_t group, int64_t axis, StringRef what) {
-  Buf out = allocShape(shape, source.elem);
-  plan::CollectiveOp::create(b, loc, b.getStringAttr(kind), source.value, out.value,
-                             b.getI64IntegerAttr(group), b.getI64IntegerAttr(axis),
-                             b.getStringAttr(what));
-  return out;
 }
 
 bool Lowering::launchFewTokensGemv(int64_t n, int64_t k, const Buf &x, const Buf &w, const Buf &y,
@@ -581,70 +430,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         return success();
       })
       .Case([&](MegaMoEOp o) { return lowerMegaMoE(o, what); })
-      .Case([&](shard::AllSliceOp o) -> LogicalResult {
-        if (o.getInput().getDefiningOp<WeightOp>())
-          return success(); // bound where used
-        // Sequence parallelism: this rank's rows of the whole sequence.
-        if (entrySplit == 1 || o.getSliceAxis() != 0 || rowScale != entrySplit)
-          return o.emitOpError() << "slices an activation other than by tokens in a "
-                                    "sequence-parallel entry";
-        FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), o.getGridAxes());
-        if (failed(group))
-          return failure();
-        int64_t n = width(o.getInput());
-        rowScale = 1;
-        Buf y = alloc({n}, f32);
-        launch(sliceRows(n), {act(o.getInput()), y},
-               {"tokens:0", "group:" + std::to_string(*group), "part", "parts"}, Work{0, 1}, what);
-        values[o.getResult()] = y;
-        return success();
-      })
-      .Case([&](shard::AllReduceOp o) -> LogicalResult {
-        if (o.getReduction() != shard::ReductionKind::Sum)
-          return o.emitOpError() << "reduces with " << shard::stringifyReductionKind(o.getReduction())
-                                 << ": targets all-reduce by sum";
-        FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), o.getGridAxes());
-        if (failed(group))
-          return failure();
-        const Buf &in = act(o.getInput());
-        values[o.getResult()] = collective("all_reduce", in, in.shape, *group, 0, what);
-        return success();
-      })
-      .Case([&](shard::AllGatherOp o) -> LogicalResult {
-        auto out = llvm::cast<RankedTensorType>(o.getResult().getType());
-        int64_t axis = o.getGatherAxis().getSExtValue();
-        FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), o.getGridAxes());
-        if (failed(group))
-          return failure();
-        const Buf &in = act(o.getInput());
-        if (axis == 0) {
-          if (entrySplit == 1 || rowScale != 1)
-            return o.emitOpError() << "gathers tokens outside a sequence-parallel entry";
-          values[o.getResult()] = gatherTokens(in, *group, what);
-          return success();
-        }
-        SmallVector<plan::DimAttr> shape = in.shape;
-        shape[axis] = fixed(out.getDimSize(axis));
-        values[o.getResult()] = collective("all_gather", in, shape, *group, axis, what);
-        return success();
-      })
-      .Case([&](shard::ReduceScatterOp o) -> LogicalResult {
-        // Sequence parallelism: the sum of the whole sequence, each rank
-        // keeping its T rows.
-        if (entrySplit == 1 || o.getScatterAxis() != 0 || rowScale != entrySplit)
-          return o.emitOpError() << "scatters other than tokens, or outside a sequence-parallel "
-                                    "entry";
-        FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), o.getGridAxes());
-        if (failed(group))
-          return failure();
-        values[o.getResult()] = scatterTokens(act(o.getInput()), *group, what);
-        return success();
-      })
-      .Case([&](LocalExpertsOp o) -> LogicalResult {
-        return o.emitOpError() << "feeds the unfused expert kernels, which do not skip other "
-                                  "ranks' experts: compile expert parallelism with fusion "
-                                  "(without --no-fuse)";
-      })
+      .Case<shard::AllSliceOp, shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
+            LocalExpertsOp>([&](Operation *o) { return lowerShardOp(o, what); })
       .Case([&](LogitsOp o) -> LogicalResult {
         auto head = llvm::cast<RankedTensorType>(o.getHead().getType());
         int64_t vocab = head.getDimSize(0), hidden = head.getDimSize(1);
@@ -696,28 +483,6 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         return other->emitOpError() << "has no " << hooks.name()
                                     << " kernel (targets run single-rank graphs)";
       });
-}
-
-Buf Lowering::tokenCollective(StringRef kind, const Buf &in, int64_t fromScale, int64_t toScale,
-                              int64_t group, StringRef what) {
-  SmallVector<plan::DimAttr> from = in.shape, to = in.shape, padded = in.shape;
-  from[0] = exactRows(fromScale);
-  to[0] = exactRows(toScale);
-  rowScale = toScale;
-  padded[0] = rows();
-  Buf out = allocShape(padded, in.elem);
-  plan::CollectiveOp::create(b, loc, b.getStringAttr(kind), view(in, from).value,
-                             view(out, to).value, b.getI64IntegerAttr(group),
-                             b.getI64IntegerAttr(0), b.getStringAttr(what));
-  return out;
-}
-
-Buf Lowering::gatherTokens(const Buf &in, int64_t group, StringRef what) {
-  return tokenCollective("all_gather", in, 1, entrySplit, group, what);
-}
-
-Buf Lowering::scatterTokens(const Buf &in, int64_t group, StringRef what) {
-  return tokenCollective("reduce_scatter", in, entrySplit, 1, group, what);
 }
 
 LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
@@ -915,11 +680,11 @@ FailureOr<LoweredModel> Lowering::run() {
   return std::move(model);
 }
 
-} // namespace
+} // namespace lowering
 
 FailureOr<LoweredModel> lowerToPlan(ModuleOp graph, const LowerOptions &options,
                                     const TargetHooks &hooks) {
-  return Lowering(graph, options, hooks).run();
+  return lowering::Lowering(graph, options, hooks).run();
 }
 
 } // namespace kiln::kernels

@@ -1,0 +1,149 @@
+// The lowering of a graph to a plan, shared by its files: LowerToPlan.cpp
+// (the ops of one rank, entry points) and LowerRanks.cpp (what spans ranks:
+// shard ops, token collectives, comm groups). Private to targets/common.
+#pragma once
+
+#include "dialects/kiln/KilnOps.h"
+#include "dialects/plan/PlanOps.h"
+#include "targets/common/CommGroups.h"
+#include "targets/common/Generators.h"
+#include "targets/common/LowerToPlan.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/StringMap.h"
+
+namespace kiln::kernels::lowering {
+
+using namespace mlir;
+
+constexpr int64_t kTileRows = 16; // activation rows are padded to AMX tile height
+
+// A buffer of the plan with its shape, as the lowering tracks it.
+struct Buf {
+  Value value;
+  SmallVector<plan::DimAttr> shape;
+  Type elem;
+};
+
+class Lowering {
+public:
+  Lowering(ModuleOp graph, const LowerOptions &options, const TargetHooks &hooks)
+      : ctx(graph.getContext()), graph(graph), options(options), hooks(hooks), b(ctx) {}
+
+  FailureOr<LoweredModel> run();
+
+private:
+  plan::DimAttr fixed(int64_t n) { return plan::DimAttr::get(ctx, n, 0, 1); }
+  // An activation's rows: T of them (padded to the tile height), or in a
+  // split entry's whole-sequence ops (rowScale = the split) split * T.
+  plan::DimAttr rows() { return plan::DimAttr::get(ctx, 0, rowScale, kTileRows * rowScale); }
+  // Exactly T (or split * T) rows, for collectives over tokens.
+  plan::DimAttr exactRows(int64_t scale) { return plan::DimAttr::get(ctx, 0, scale, 1); }
+  ArrayAttr shapeAttr(ArrayRef<plan::DimAttr> dims) {
+    return b.getArrayAttr(SmallVector<Attribute>(dims.begin(), dims.end()));
+  }
+  // An activation with a token dimension first: [T (padded), rest...].
+  Buf alloc(ArrayRef<int64_t> rest, Type elem) {
+    SmallVector<plan::DimAttr> dims = {rows()};
+    for (int64_t d : rest)
+      dims.push_back(fixed(d));
+    return allocShape(dims, elem);
+  }
+  Buf allocShape(ArrayRef<plan::DimAttr> dims, Type elem) {
+    auto op = plan::AllocOp::create(b, loc, plan::BufferType::get(ctx), shapeAttr(dims),
+                                   TypeAttr::get(elem), IntegerAttr());
+    return {op.getBuffer(), SmallVector<plan::DimAttr>(dims), elem};
+  }
+  Buf view(const Buf &source, ArrayRef<plan::DimAttr> dims, int64_t byteOffset = 0) {
+    auto op = plan::ViewOp::create(b, loc, plan::BufferType::get(ctx), source.value,
+                                   b.getI64IntegerAttr(byteOffset),
+                                   shapeAttr(dims), TypeAttr::get(source.elem));
+    return {op.getView(), SmallVector<plan::DimAttr>(dims), source.elem};
+  }
+  Buf binding(StringRef kind, int64_t index, ArrayRef<plan::DimAttr> dims, Type elem) {
+    auto op = plan::BindingOp::create(b, loc, plan::BufferType::get(ctx), b.getStringAttr(kind),
+                                     b.getI64IntegerAttr(index), shapeAttr(dims),
+                                     TypeAttr::get(elem));
+    return {op.getBuffer(), SmallVector<plan::DimAttr>(dims), elem};
+  }
+  // Launches `kernel` over `work` independent pieces (rows, columns, heads).
+  void launch(const KernelSpec &kernel, ArrayRef<Buf> buffers, ArrayRef<StringRef> scalars,
+              Work work, StringRef what);
+
+  // The activation a graph value lives in.
+  Buf &act(Value v) { return values[v]; }
+  // An expert stack: a bf16 weight as the checkpoint has it, or the bf16
+  // output of an NVFP4 decode.
+  FailureOr<Buf> stackOf(Value v) {
+    if (v.getDefiningOp<WeightOp>())
+      return weight(v, Transform::None);
+    return act(v);
+  }
+  // The weight buffer of a kiln.weight, bound (and its binding recorded) on
+  // first use in this entry.
+  FailureOr<Buf> weight(Value v, Transform transform);
+
+  // Whether a row-wise op of this width gets the GPU row kernels.
+  bool gpuRows(int64_t width) const { return hooks.isGpu() && gpuRowsFit(width); }
+  // A block of row-kernel threads per token.
+  static Work rowBlock(int64_t width) {
+    int64_t threads = rowBlockThreads(width);
+    return Work{0, threads, threads};
+  }
+
+  // The comm group of the ranks of `grid` along `axes`.
+  FailureOr<int64_t> commGroup(Operation *user, FlatSymbolRefAttr grid, ArrayRef<int16_t> axes);
+  // A plan.collective from `source` into a new buffer of `shape`.
+  Buf collective(StringRef kind, const Buf &source, ArrayRef<plan::DimAttr> shape, int64_t group,
+                 int64_t axis, StringRef what);
+  // Sequence parallelism's token collectives: every rank's T rows, exactly,
+  // into the whole sequence (rowScale becomes the split), and the sum of the
+  // whole sequence, each rank keeping its T rows (rowScale becomes 1).
+  Buf gatherTokens(const Buf &in, int64_t group, StringRef what);
+  // Both: exactly T rows a rank from fromScale x T to toScale x T.
+  Buf tokenCollective(StringRef kind, const Buf &in, int64_t fromScale, int64_t toScale,
+                      int64_t group, StringRef what);
+  Buf scatterTokens(const Buf &in, int64_t group, StringRef what);
+  LogicalResult lowerMegaMoE(MegaMoEOp o, StringRef what);
+  // shard.all_slice, all_reduce, all_gather, reduce_scatter and
+  // kiln.local_experts (LowerRanks.cpp).
+  LogicalResult lowerShardOp(Operation *op, StringRef what);
+
+  LogicalResult lowerEntry(func::FuncOp forward, const EntryInfo &entry);
+  LogicalResult lowerOp(Operation *op);
+  LogicalResult lowerLinear(Value input, Value weightValue, Value result, StringRef what);
+  // y = x · Wᵀ (bf16 [n, k]) on a GPU for entry points of 2 to kGemvTokens
+  // tokens (batched decode), sharing each weight load among the tokens;
+  // false where no such kernel fits.
+  bool launchFewTokensGemv(int64_t n, int64_t k, const Buf &x, const Buf &w, const Buf &y,
+                           StringRef what);
+
+  MLIRContext *ctx;
+  ModuleOp graph;
+  const LowerOptions &options;
+  const TargetHooks &hooks;
+  OpBuilder b;
+  int64_t entryMaxTokens = 1;
+  // The most rows the op being lowered sees: its entry's max tokens, times
+  // the split for a split entry's whole-sequence ops.
+  int64_t maxRows() const { return entryMaxTokens * rowScale; }
+  int64_t entrySequences = 0; // EntryInfo::sequences of the entry being lowered
+  int64_t entrySplit = 1;     // EntryInfo::split of the entry being lowered
+  // The rows of the op being lowered: 1 (T) or, for a split entry's
+  // whole-sequence ops, entrySplit.
+  int64_t rowScale = 1;
+  Location loc = UnknownLoc::get(ctx);
+  LoweredModel model;
+  llvm::StringMap<size_t> kernelIndex;
+  llvm::StringMap<int64_t> weightIndex; // binding key -> index
+  llvm::DenseMap<Value, Buf> values;    // per entry
+  llvm::DenseMap<Value, Buf> bound;     // weights bound in this entry
+  CommGroups groups;
+  int64_t world = 1; // max(tp, ep) of the graph's kiln.layout
+  Buf ids, positions;
+  int64_t attentionLayer = 0;
+};
+
+} // namespace kiln::kernels::lowering
