@@ -1,11 +1,12 @@
+// Loading an artifact, binding its weights, planning and running its entry
+// points; the multi-rank parts are in EngineRanks.cpp, the state in
+// EngineImpl.h.
 #include "runtime/engine/Engine.h"
 
-#include "models/muse_spark/Config.h"
 #include "runtime/cpu/RuntimeError.h"
-#include "runtime/cpu/ThreadPool.h"
 #include "runtime/cuda/CudaBackend.h"
-#include "runtime/engine/Backend.h"
 #include "runtime/engine/CpuBackend.h"
+#include "runtime/engine/EngineImpl.h"
 #include "runtime/engine/KvCache.h"
 #include "runtime/engine/WeightSource.h"
 #include "runtime/hip/HipBackend.h"
@@ -17,7 +18,6 @@
 #include <variant>
 
 namespace kiln {
-namespace fb = kiln::artifact;
 
 namespace {
 
@@ -27,163 +27,7 @@ constexpr int64_t kDefaultContextLength = 4096;
 // memory at once.
 constexpr uint64_t kBindBatchBytes = uint64_t{1} << 30;
 
-// One buffer argument of a step, resolved to memory once everything is
-// allocated.
-struct BufferArg {
-  fb::BufferKind kind = fb::BufferKind::Arena;
-  uint32_t index = 0;
-  uint64_t offset = 0;
-  std::vector<fb::Dim> dims;
-  int64_t slots = -1; // KvCache: replaces dims[0]
-  // KvCache in a one-conversation entry: the bytes of one conversation's
-  // cache; a call for conversation c adds c times this to the address.
-  uint64_t conversationBytes = 0;
-  int64_t elementSize = 1;
-  DeviceAddress address = 0; // the buffer's base + offset
-};
-
-// The evaluated shape at `tokens` into `sizes`; returns the byte count.
-int64_t evaluateArg(const BufferArg &arg, int64_t tokens, int64_t *sizes) {
-  int64_t bytes = arg.elementSize;
-  for (size_t d = 0; d < arg.dims.size(); ++d) {
-    const int64_t size =
-        d == 0 && arg.slots >= 0 ? arg.slots : evaluate(arg.dims[d], tokens);
-    sizes[d] = size;
-    bytes *= size;
-  }
-  return bytes;
-}
-
-struct LaunchPlan {
-  std::unique_ptr<PreparedLaunch> prepared;
-  std::string kernel, op; // names, for profiles
-  std::vector<BufferArg> buffers;
-  std::vector<fb::ScalarKind> scalarKinds;
-  std::vector<int64_t> scalarConstants;
-  std::optional<fb::Dim> grid; // GPU launches
-  bool readsPast = false;      // has a PastTokens scalar
-  int64_t split = 1;           // its entry's token split (SequenceTokens)
-  // The arguments of the current call.
-  std::vector<BufferArgument> arguments;
-  std::vector<int64_t> scalarValues;
-};
-
-struct CopyPlan {
-  BufferArg source, destination;
-};
-
-struct CollectivePlan {
-  fb::CollectiveKind kind = fb::CollectiveKind::AllReduce;
-  BufferArg source, destination;
-  int group = 0;
-  int axis = 0;
-  int groupSize = 1;
-  std::string what; // "all_reduce for 'op' (entry point 'decode', steps[3])"
-};
-
-using StepPlan = std::variant<LaunchPlan, CopyPlan, CollectivePlan>;
-
-struct EntryPlan {
-  std::string name;
-  int64_t maxTokens = 1;
-  int64_t sequences = 0; // EntryPoint.sequences: token t continues conversation t
-  // EntryPoint.token_split: the ranks that share a call's tokens (sequence
-  // parallelism); a call of T takes split * T tokens.
-  int64_t split = 1;
-  uint64_t arenaBytes = 0; // its planned arena (in the engine's shared one)
-  fb::Dim logitsRows{1, 0, 1};
-  std::vector<StepPlan> steps;
-  // Decode calls on a backend that records: the first runs the steps, the
-  // second records and replays them, later ones replay.
-  int64_t decodeCalls = 0;
-  std::unique_ptr<Recording> recording;
-};
-
-std::string quoted(const flatbuffers::String *text) {
-  return text ? "'" + text->str() + "'" : std::string("(none)");
-}
-
 } // namespace
-
-struct Engine::Impl {
-  Artifact artifact;
-  muse_spark::Config config;
-  int64_t vocab = 0;
-  int64_t contextLength = 0;
-  // Declared before the memory and plans, so that it outlives them.
-  std::unique_ptr<ThreadPool> pool;
-  std::unique_ptr<Backend> backend;
-  // The collectives among the job's ranks: declared before the entry
-  // points, whose CUDA graphs hold NCCL work, so that it outlives them
-  // (NCCL's communicator waits for such graphs to go).
-  std::unique_ptr<Collectives> comm;
-  std::vector<DeviceMemory> weights;
-  std::vector<uint64_t> weightCapacity; // binding bytes, known before binding
-  std::vector<int64_t> kvSlots;         // per cache
-  std::vector<DeviceMemory> kv;         // per KvCache buffer index
-  DeviceMemory inputs[2];               // token ids, positions
-  DeviceMemory logits;
-  // One arena for every entry point, sized for the largest: calls never
-  // overlap, and a call's arena contents start undefined.
-  DeviceMemory arena;
-  std::vector<EntryPlan> entries;
-  EntryPlan *prefillEntry = nullptr;
-  EntryPlan *decodeEntry = nullptr;
-  EntryPlan *batchEntry = nullptr; // decode_batch
-  EntryPlan *splitEntry = nullptr; // prefill_sp: tokens split over the TP group
-  // Conversations the caches hold (the decode_batch entry's batch, or 1),
-  // each one's tokens so far, and the one the next one-conversation call
-  // continues.
-  int64_t conversations = 1;
-  std::vector<int64_t> past;
-  int64_t current = 0;
-  std::vector<int32_t> hostInputs; // a call's ids, then its positions
-  // Multi-rank: this rank, where it sits in each comm group and the
-  // staging buffer of gathers along an inner axis.
-  RankInfo rank;
-  std::vector<CommGroupSpec> groups;
-  std::vector<GroupMembership> memberships;
-  DeviceMemory gatherStaging;
-
-  explicit Impl(Artifact loaded) : artifact(std::move(loaded)) {}
-
-  [[noreturn]] void fail(const std::string &reason) const {
-    throw RuntimeError(artifact.source() + ": " + reason);
-  }
-
-  void createBackend(const EngineOptions &options);
-  // A multi-rank artifact: this process's rank and its comm groups.
-  void joinLayout(const EngineOptions &options);
-  CollectivePlan planCollective(const fb::Collective &collective, const EntryPlan &entry,
-                                const std::string &where) const;
-  void connectRanks();
-  void runCollective(CollectivePlan &collective, int64_t tokens);
-  void parseModel(const EngineOptions &options);
-  void allocateBuffers();
-  void planEntries();
-  LaunchPlan planLaunch(const fb::Launch &launch, const EntryPlan &entry,
-                        const std::string &where) const;
-  BufferArg planBuffer(const fb::BufferRef &ref, const EntryPlan &entry,
-                       const std::string &where) const;
-  uint64_t capacity(const BufferArg &arg, const EntryPlan &entry) const;
-  void bindAllWeights(const EngineOptions &options);
-  void resolveAddresses();
-
-  void run(EntryPlan &entry, const int32_t *tokens, int64_t count,
-           bool decodeCall, StepClock *clock = nullptr);
-  // With a clock: a mark before the first launch and after each.
-  void runSteps(EntryPlan &entry, int64_t tokens, StepClock *clock = nullptr);
-  LaunchCall evaluateLaunch(LaunchPlan &launch, int64_t tokens) const;
-  void updateRecording(EntryPlan &entry, int64_t tokens);
-  std::vector<float> lastLogits(const EntryPlan &entry, int64_t tokens);
-  void checkTokens(const int32_t *tokens, int64_t count) const;
-  // One call of the decode_batch entry for conversations 0 .. n-1.
-  void runBatch(const std::vector<int32_t> &tokens, StepClock *clock);
-  // Throws unless 0 <= conversation < conversations.
-  void checkConversation(int64_t conversation) const;
-  // The conversation one-conversation calls continue from now on.
-  void select(int64_t conversation);
-};
 
 void Engine::Impl::createBackend(const EngineOptions &options) {
   if (artifact->target()->kind() == fb::TargetKind::NVPTX)
@@ -192,34 +36,6 @@ void Engine::Impl::createBackend(const EngineOptions &options) {
     backend = createHipBackend(artifact, options.device);
   else
     backend = CpuBackend::create(artifact, *pool);
-}
-
-void Engine::Impl::joinLayout(const EngineOptions &options) {
-  const fb::Layout &layout = *artifact->layout();
-  if (layout.world() == 1)
-    return;
-  const std::string shape = std::to_string(layout.world()) + " ranks (tp " +
-                            std::to_string(layout.tp()) + ", ep " + std::to_string(layout.ep()) +
-                            ")";
-  std::optional<RankInfo> info = options.rank ? options.rank : rankFromEnvironment();
-  if (!info)
-    fail("the artifact runs on " + shape +
-         ", one process each: start it with kiln-run --nproc " + std::to_string(layout.world()) +
-         ", or set KILN_RANK, KILN_WORLD_SIZE and KILN_RENDEZVOUS in each process");
-  if (info->world != layout.world())
-    fail("the artifact runs on " + shape + ", but this job has " + std::to_string(info->world) +
-         ": start " + std::to_string(layout.world()) + " processes, or rebuild it for " +
-         std::to_string(info->world) + " ranks (kilnc --tp/--ep)");
-  rank = *info;
-  if (const auto *specs = artifact->comm_groups())
-    for (const fb::CommGroup *group : *specs) {
-      CommGroupSpec spec;
-      spec.name = group->name() ? group->name()->str() : std::string();
-      spec.size = static_cast<int>(group->size());
-      spec.ranks.assign(group->ranks()->begin(), group->ranks()->end());
-      memberships.push_back(membershipOf(spec, rank.rank));
-      groups.push_back(std::move(spec));
-    }
 }
 
 void Engine::Impl::parseModel(const EngineOptions &options) {
@@ -443,98 +259,6 @@ void Engine::Impl::planEntries() {
   }
   if (!prefillEntry && !decodeEntry)
     fail("no entry point 'prefill' or 'decode'");
-}
-
-CollectivePlan Engine::Impl::planCollective(const fb::Collective &collective,
-                                            const EntryPlan &entry,
-                                            const std::string &where) const {
-  CollectivePlan plan;
-  plan.kind = collective.kind();
-  plan.group = static_cast<int>(collective.comm_group());
-  plan.axis = collective.axis();
-  plan.what = std::string(plan.kind == fb::CollectiveKind::AllReduce      ? "all_reduce"
-                          : plan.kind == fb::CollectiveKind::AllGather     ? "all_gather"
-                          : plan.kind == fb::CollectiveKind::ReduceScatter ? "reduce_scatter"
-                                                                           : "all_to_all") +
-              " for " + quoted(collective.op()) + " (" + where + ")";
-  if (plan.kind == fb::CollectiveKind::AllToAll)
-    fail(where + ": all_to_all is not implemented by the runtime");
-  plan.source = planBuffer(*collective.source(), entry, where + " (collective): source");
-  plan.destination =
-      planBuffer(*collective.destination(), entry, where + " (collective): destination");
-  // Sums are of f32; a gather copies any 4-byte elements (expert choices).
-  const bool sums = plan.kind != fb::CollectiveKind::AllGather;
-  for (const fb::BufferRef *ref : {collective.source(), collective.destination()})
-    if (ref->kind() != fb::BufferKind::Arena ||
-        !(ref->dtype() == fb::DType::F32 || (!sums && ref->dtype() == fb::DType::I32)))
-      fail(where + " (collective): collectives exchange activations in the arena: f32 (sums) "
-                   "or 4-byte elements (gathers)");
-  plan.groupSize = groups.at(static_cast<size_t>(plan.group)).size;
-  if (plan.kind == fb::CollectiveKind::ReduceScatter && plan.axis != 0)
-    fail(where + " (collective): reduce_scatter splits axis 0 only");
-  return plan;
-}
-
-void Engine::Impl::connectRanks() {
-  if (rank.world == 1)
-    return;
-  // The largest input any collective takes, and the largest gather along an
-  // inner axis (staged whole, then spread into the destination's columns).
-  uint64_t capacity = 0, staging = 0;
-  for (EntryPlan &entry : entries)
-    for (StepPlan &step : entry.steps)
-      if (auto *collective = std::get_if<CollectivePlan>(&step)) {
-        int64_t sizes[memref::kMaxRank];
-        const uint64_t from =
-            static_cast<uint64_t>(evaluateArg(collective->source, entry.maxTokens, sizes));
-        const uint64_t to =
-            static_cast<uint64_t>(evaluateArg(collective->destination, entry.maxTokens, sizes));
-        capacity = std::max(capacity, from);
-        if (collective->kind == fb::CollectiveKind::AllGather && collective->axis > 0)
-          staging = std::max(staging, to);
-      }
-  comm = backend->connect(rank, groups, capacity);
-  if (staging)
-    gatherStaging = DeviceMemory::allocate(*backend, staging, "all-gather staging");
-}
-
-void Engine::Impl::runCollective(CollectivePlan &collective, int64_t tokens) {
-  int64_t sizes[memref::kMaxRank];
-  const int64_t fromBytes = evaluateArg(collective.source, tokens, sizes);
-  const int64_t toBytes = evaluateArg(collective.destination, tokens, sizes);
-  const DeviceAddress from = collective.source.address, to = collective.destination.address;
-  switch (collective.kind) {
-  case fb::CollectiveKind::AllReduce:
-    comm->allReduce(collective.group, from, to, static_cast<uint64_t>(fromBytes / 4),
-                    collective.what);
-    return;
-  case fb::CollectiveKind::ReduceScatter:
-    comm->reduceScatter(collective.group, from, to, static_cast<uint64_t>(toBytes / 4),
-                        collective.what);
-    return;
-  case fb::CollectiveKind::AllGather:
-    break;
-  default:
-    fail(collective.what + ": not implemented");
-  }
-  if (collective.axis == 0) {
-    comm->allGather(collective.group, from, to, static_cast<uint64_t>(fromBytes / 4),
-                    collective.what);
-    return;
-  }
-  // Along an inner axis: the members' inputs land one after another in the
-  // staging buffer, then each goes to its columns: `outer` rows of `chunk`
-  // bytes, member m's at m * chunk within each destination row.
-  uint64_t outer = 1;
-  for (int d = 0; d < collective.axis; ++d)
-    outer *= static_cast<uint64_t>(sizes[d]);
-  const uint64_t piece = static_cast<uint64_t>(fromBytes);
-  const uint64_t chunk = piece / outer;
-  const uint64_t members = static_cast<uint64_t>(collective.groupSize);
-  comm->allGather(collective.group, from, gatherStaging.address(), piece / 4, collective.what);
-  for (uint64_t m = 0; m < members; ++m)
-    backend->copy2D(to + m * chunk, chunk * members, gatherStaging.address() + m * piece, chunk,
-                    chunk, outer);
 }
 
 void Engine::Impl::bindAllWeights(const EngineOptions &options) {

@@ -1,0 +1,189 @@
+// The engine's state and plans, shared by Engine.cpp (loading, binding,
+// running steps) and EngineRanks.cpp (the rank of a multi-rank job and its
+// collective steps). Private to runtime/engine.
+#pragma once
+
+#include "models/muse_spark/Config.h"
+#include "runtime/cpu/ThreadPool.h"
+#include "runtime/engine/Backend.h"
+#include "runtime/engine/Engine.h"
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace kiln {
+namespace fb = kiln::artifact;
+
+namespace engine {
+
+// One buffer argument of a step, resolved to memory once everything is
+// allocated.
+struct BufferArg {
+  fb::BufferKind kind = fb::BufferKind::Arena;
+  uint32_t index = 0;
+  uint64_t offset = 0;
+  std::vector<fb::Dim> dims;
+  int64_t slots = -1; // KvCache: replaces dims[0]
+  // KvCache in a one-conversation entry: the bytes of one conversation's
+  // cache; a call for conversation c adds c times this to the address.
+  uint64_t conversationBytes = 0;
+  int64_t elementSize = 1;
+  DeviceAddress address = 0; // the buffer's base + offset
+};
+
+// The evaluated shape at `tokens` into `sizes`; returns the byte count.
+inline int64_t evaluateArg(const BufferArg &arg, int64_t tokens, int64_t *sizes) {
+  int64_t bytes = arg.elementSize;
+  for (size_t d = 0; d < arg.dims.size(); ++d) {
+    const int64_t size =
+        d == 0 && arg.slots >= 0 ? arg.slots : evaluate(arg.dims[d], tokens);
+    sizes[d] = size;
+    bytes *= size;
+  }
+  return bytes;
+}
+
+struct LaunchPlan {
+  std::unique_ptr<PreparedLaunch> prepared;
+  std::string kernel, op; // names, for profiles
+  std::vector<BufferArg> buffers;
+  std::vector<fb::ScalarKind> scalarKinds;
+  std::vector<int64_t> scalarConstants;
+  std::optional<fb::Dim> grid; // GPU launches
+  bool readsPast = false;      // has a PastTokens scalar
+  int64_t split = 1;           // its entry's token split (SequenceTokens)
+  // The arguments of the current call.
+  std::vector<BufferArgument> arguments;
+  std::vector<int64_t> scalarValues;
+};
+
+struct CopyPlan {
+  BufferArg source, destination;
+};
+
+struct CollectivePlan {
+  fb::CollectiveKind kind = fb::CollectiveKind::AllReduce;
+  BufferArg source, destination;
+  int group = 0;
+  int axis = 0;
+  int groupSize = 1;
+  std::string what; // "all_reduce for 'op' (entry point 'decode', steps[3])"
+};
+
+using StepPlan = std::variant<LaunchPlan, CopyPlan, CollectivePlan>;
+
+struct EntryPlan {
+  std::string name;
+  int64_t maxTokens = 1;
+  int64_t sequences = 0; // EntryPoint.sequences: token t continues conversation t
+  // EntryPoint.token_split: the ranks that share a call's tokens (sequence
+  // parallelism); a call of T takes split * T tokens.
+  int64_t split = 1;
+  uint64_t arenaBytes = 0; // its planned arena (in the engine's shared one)
+  fb::Dim logitsRows{1, 0, 1};
+  std::vector<StepPlan> steps;
+  // Decode calls on a backend that records: the first runs the steps, the
+  // second records and replays them, later ones replay.
+  int64_t decodeCalls = 0;
+  std::unique_ptr<Recording> recording;
+};
+
+inline std::string quoted(const flatbuffers::String *text) {
+  return text ? "'" + text->str() + "'" : std::string("(none)");
+}
+
+} // namespace engine
+
+using engine::BufferArg;
+using engine::CollectivePlan;
+using engine::CopyPlan;
+using engine::EntryPlan;
+using engine::evaluateArg;
+using engine::LaunchPlan;
+using engine::quoted;
+using engine::StepPlan;
+
+struct Engine::Impl {
+  Artifact artifact;
+  muse_spark::Config config;
+  int64_t vocab = 0;
+  int64_t contextLength = 0;
+  // Declared before the memory and plans, so that it outlives them.
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Backend> backend;
+  // The collectives among the job's ranks: declared before the entry
+  // points, whose CUDA graphs hold NCCL work, so that it outlives them
+  // (NCCL's communicator waits for such graphs to go).
+  std::unique_ptr<Collectives> comm;
+  std::vector<DeviceMemory> weights;
+  std::vector<uint64_t> weightCapacity; // binding bytes, known before binding
+  std::vector<int64_t> kvSlots;         // per cache
+  std::vector<DeviceMemory> kv;         // per KvCache buffer index
+  DeviceMemory inputs[2];               // token ids, positions
+  DeviceMemory logits;
+  // One arena for every entry point, sized for the largest: calls never
+  // overlap, and a call's arena contents start undefined.
+  DeviceMemory arena;
+  std::vector<EntryPlan> entries;
+  EntryPlan *prefillEntry = nullptr;
+  EntryPlan *decodeEntry = nullptr;
+  EntryPlan *batchEntry = nullptr; // decode_batch
+  EntryPlan *splitEntry = nullptr; // prefill_sp: tokens split over the TP group
+  // Conversations the caches hold (the decode_batch entry's batch, or 1),
+  // each one's tokens so far, and the one the next one-conversation call
+  // continues.
+  int64_t conversations = 1;
+  std::vector<int64_t> past;
+  int64_t current = 0;
+  std::vector<int32_t> hostInputs; // a call's ids, then its positions
+  // Multi-rank: this rank, where it sits in each comm group and the
+  // staging buffer of gathers along an inner axis.
+  RankInfo rank;
+  std::vector<CommGroupSpec> groups;
+  std::vector<GroupMembership> memberships;
+  DeviceMemory gatherStaging;
+
+  explicit Impl(Artifact loaded) : artifact(std::move(loaded)) {}
+
+  [[noreturn]] void fail(const std::string &reason) const {
+    throw RuntimeError(artifact.source() + ": " + reason);
+  }
+
+  void createBackend(const EngineOptions &options);
+  // A multi-rank artifact: this process's rank and its comm groups.
+  void joinLayout(const EngineOptions &options);
+  CollectivePlan planCollective(const fb::Collective &collective, const EntryPlan &entry,
+                                const std::string &where) const;
+  void connectRanks();
+  void runCollective(CollectivePlan &collective, int64_t tokens);
+  void parseModel(const EngineOptions &options);
+  void allocateBuffers();
+  void planEntries();
+  LaunchPlan planLaunch(const fb::Launch &launch, const EntryPlan &entry,
+                        const std::string &where) const;
+  BufferArg planBuffer(const fb::BufferRef &ref, const EntryPlan &entry,
+                       const std::string &where) const;
+  uint64_t capacity(const BufferArg &arg, const EntryPlan &entry) const;
+  void bindAllWeights(const EngineOptions &options);
+  void resolveAddresses();
+
+  void run(EntryPlan &entry, const int32_t *tokens, int64_t count,
+           bool decodeCall, StepClock *clock = nullptr);
+  // With a clock: a mark before the first launch and after each.
+  void runSteps(EntryPlan &entry, int64_t tokens, StepClock *clock = nullptr);
+  LaunchCall evaluateLaunch(LaunchPlan &launch, int64_t tokens) const;
+  void updateRecording(EntryPlan &entry, int64_t tokens);
+  std::vector<float> lastLogits(const EntryPlan &entry, int64_t tokens);
+  void checkTokens(const int32_t *tokens, int64_t count) const;
+  // One call of the decode_batch entry for conversations 0 .. n-1.
+  void runBatch(const std::vector<int32_t> &tokens, StepClock *clock);
+  // Throws unless 0 <= conversation < conversations.
+  void checkConversation(int64_t conversation) const;
+  // The conversation one-conversation calls continue from now on.
+  void select(int64_t conversation);
+};
+
+} // namespace kiln
