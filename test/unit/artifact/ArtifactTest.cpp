@@ -3,6 +3,7 @@
 // ArtifactError naming the file and the field; atomic writes; kiln-dump.
 #include "runtime/artifact/Artifact.h"
 #include "runtime/artifact/ArtifactFile.h"
+#include "runtime/artifact/ArtifactMemory.h"
 #include "runtime/tools/kiln-dump/KilnDump.h"
 
 #include "test/unit/artifact/ArtifactTestUtil.h"
@@ -141,6 +142,25 @@ TEST(ArtifactTest, CollectivesLoadInAMultiRankArtifact) {
       TestCollective{fb::CollectiveKind::AllReduce, y, y, 1, 0};
   EXPECT_CONTAINS_ALL(loadError(a), "steps[6] (collective).comm_group: comm group 1 does "
                                     "not exist (the artifact has 1");
+}
+
+TEST(ArtifactTest, MemoryPlanOfARank) {
+  TestArtifact a = minimalArtifact(); // one global layer: 2 KV heads x 16, bf16
+  a.kvCaches.push_back({1, 8, 2, 16, fb::DType::BF16}); // a sliding ring of 8
+  const Artifact artifact = Artifact::fromBytes(serialize(a), kSource);
+  const ArtifactMemory memory = artifactMemory(artifact);
+  EXPECT_EQ(memory.weightBytes, 64u * 128 * 2);
+  EXPECT_EQ(memory.arenaBytes, 32u * 256 * 2); // the larger entry's: prefill's
+  EXPECT_EQ(memory.globalKvBytesPerToken, 2u * 2 * 16 * 2);
+  EXPECT_EQ(memory.slidingKvBytesPerToken, 2u * 2 * 16 * 2);
+  EXPECT_EQ(memory.slidingKvBytes, 8u * 2 * 2 * 16 * 2);
+  const uint64_t fixedBytes = memory.weightBytes + memory.arenaBytes + memory.slidingKvBytes;
+  // What is left after the reserve holds that many tokens of global KV.
+  EXPECT_EQ(kvTokensThatFit(memory, fixedBytes + 1000 + 128 * 10, 1000), 10);
+  EXPECT_EQ(kvTokensThatFit(memory, fixedBytes + 999, 1000), -1);
+  std::ostringstream out;
+  EXPECT_FALSE(printMemoryPlan(out, memory, fixedBytes, 1));
+  EXPECT_CONTAINS_ALL(out.str(), "does not fit: weights", "+ reserve 0.00 GiB");
 }
 
 TEST(ArtifactTest, TokenSplitNeedsItsRanks) {
