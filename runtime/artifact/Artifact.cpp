@@ -990,7 +990,8 @@ void checkTarget(const Artifact &artifact, fb::TargetKind expected,
     return;
   if (std::string reason = supports(target); !reason.empty())
     fail(artifact.source(), "artifact is for " + describeTarget(target) +
-                                ", which this machine cannot run: " + reason);
+                                ", which this machine cannot run: " + reason +
+                                " (rebuild it for this machine's chip: kilnc --target)");
 }
 
 std::vector<std::string>

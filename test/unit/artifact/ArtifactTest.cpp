@@ -369,7 +369,7 @@ TEST(ArtifactTest, CheckTargetAsksAboutChipAndFeatures) {
   EXPECT_EQ(errorOf([&] { checkTarget(artifact, fb::TargetKind::X86, noAmx); }),
             "test.kiln: artifact is for x86 sapphirerapids (amx-bf16, "
             "avx512bf16), which this machine cannot run: the CPU lacks "
-            "amx-bf16");
+            "amx-bf16 (rebuild it for this machine's chip: kilnc --target)");
 }
 
 TEST(ArtifactTest, LibraryFormatMustSuitTheTarget) {

@@ -139,7 +139,7 @@ TEST_F(HipBackendTest, RefusesAnotherChipNamingBoth) {
             "gpu.kiln: artifact is for amdgcn gfx950, which this machine "
             "cannot run: device 0 (AMD Instinct MI300X) is "
             "gfx942:sramecc+:xnack-; gfx950 code runs only on gfx950 "
-            "devices");
+            "devices (rebuild it for this machine's chip: kilnc --target)");
   // The gfx942 build of the same model runs there.
   EXPECT_NO_THROW(create(amdgcnArtifact(
       amdgcnTestArtifact(elfBytes(elfFor(kMachGfx942)), "gfx942"))));
@@ -151,7 +151,8 @@ TEST_F(HipBackendTest, RefusesAnXnackModeTheDeviceLacks) {
   EXPECT_EQ(createError(amdgcnArtifact(a)),
             "gpu.kiln: artifact is for amdgcn gfx950 (+xnack), which this "
             "machine cannot run: device 0 (AMD Instinct MI355X) is "
-            "gfx950:sramecc+:xnack-; its code needs xnack+ (feature +xnack)");
+            "gfx950:sramecc+:xnack-; its code needs xnack+ (feature +xnack) "
+            "(rebuild it for this machine's chip: kilnc --target)");
 }
 
 TEST_F(HipBackendTest, NoDeviceIsOneLine) {
