@@ -266,10 +266,8 @@ int main(int argc, char **argv) {
     kiln::EngineOptions engineOptions;
     engineOptions.weights = options.weights;
     engineOptions.contextLength = options.context + options.steps + 8;
-    // A multi-rank artifact: one process per rank (kiln-run --nproc's
-    // environment), each on GPU KILN_LOCAL_RANK.
-    const char *localRank = std::getenv("KILN_LOCAL_RANK");
-    engineOptions.device = localRank && *localRank ? std::atoi(localRank) : 0;
+    // A multi-rank artifact: one process per rank, each on its GPU
+    // (EngineOptions::device's default).
     int lastTenth = -1;
     auto loadStart = Clock::now();
     engineOptions.progress = [&](uint64_t done, uint64_t total) {
@@ -289,7 +287,7 @@ int main(int argc, char **argv) {
                 double(engine->weightBytes()) / double(1ull << 30), msSince(loadStart) / 1e3);
 
     const bool nvidia = artifact->target()->kind() == fb::TargetKind::NVPTX;
-    const double bandwidth = nvidia ? copyBandwidth(engineOptions.device) : 0.0;
+    const double bandwidth = nvidia ? copyBandwidth(kiln::localRank()) : 0.0;
     if (nvidia)
       std::printf("yardstick device-to-device copy: %.0f GB/s (bytes read + written)\n",
                   bandwidth / 1e9);

@@ -59,4 +59,15 @@ std::optional<RankInfo> rankFromEnvironment() {
   return info;
 }
 
+int localRank() {
+  const char *value = std::getenv("KILN_LOCAL_RANK");
+  return value && *value ? std::atoi(value) : 0;
+}
+
+int localWorldSize() {
+  const char *value = std::getenv("KILN_LOCAL_WORLD_SIZE");
+  const int ranks = value && *value ? std::atoi(value) : 1;
+  return ranks > 0 ? ranks : 1;
+}
+
 } // namespace kiln

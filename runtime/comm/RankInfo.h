@@ -32,4 +32,9 @@ struct RankInfo {
 // the world, no rendezvous path).
 std::optional<RankInfo> rankFromEnvironment();
 
+// KILN_LOCAL_RANK (this rank's GPU on its machine), else 0; and
+// KILN_LOCAL_WORLD_SIZE (the ranks on this machine), else 1.
+int localRank();
+int localWorldSize();
+
 } // namespace kiln

@@ -29,11 +29,16 @@ constexpr uint64_t kBindBatchBytes = uint64_t{1} << 30;
 
 } // namespace
 
+// The GPU: as asked, else this rank's on its machine.
+static int deviceFor(const EngineOptions &options) {
+  return options.device >= 0 ? options.device : localRank();
+}
+
 void Engine::Impl::createBackend(const EngineOptions &options) {
   if (artifact->target()->kind() == fb::TargetKind::NVPTX)
-    backend = createCudaBackend(artifact, options.device);
+    backend = createCudaBackend(artifact, deviceFor(options));
   else if (artifact->target()->kind() == fb::TargetKind::AMDGCN)
-    backend = createHipBackend(artifact, options.device);
+    backend = createHipBackend(artifact, deviceFor(options));
   else
     backend = CpuBackend::create(artifact, *pool);
 }
@@ -538,8 +543,7 @@ void Engine::Impl::checkTokens(const int32_t *tokens, int64_t count) const {
 static int threadsFor(const EngineOptions &options) {
   if (options.threads > 0)
     return options.threads;
-  const char *local = std::getenv("KILN_LOCAL_WORLD_SIZE");
-  const int ranks = local && *local ? std::atoi(local) : 1;
+  const int ranks = localWorldSize();
   const int hardware = static_cast<int>(std::thread::hardware_concurrency());
   return ranks > 1 ? std::max(1, hardware / ranks) : 0;
 }

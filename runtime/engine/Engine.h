@@ -52,8 +52,9 @@ struct EngineOptions {
   int64_t contextLength = 0;
   // Threads for parallel launches and weight loading; 0: all hardware threads.
   int threads = 0;
-  // The GPU (CUDA or HIP device ordinal) an nvptx or amdgcn artifact runs on.
-  int device = 0;
+  // The GPU (CUDA or HIP device ordinal) an nvptx or amdgcn artifact runs on;
+  // -1: KILN_LOCAL_RANK (a rank started by --nproc), else 0.
+  int device = -1;
   // Weight loading progress (bytes done, total).
   BindProgress progress;
   // This process's rank in a multi-rank job (an artifact of layout.world >

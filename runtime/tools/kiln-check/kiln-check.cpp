@@ -171,10 +171,6 @@ int main(int argc, char **argv) {
   if (nproc > 1)
     return launchRanks("kiln-check", withoutNproc(std::vector<std::string>(argv + 1, argv + argc)),
                        nproc, std::cerr);
-  if (device < 0) {
-    const char *local = std::getenv("KILN_LOCAL_RANK");
-    device = local && *local ? std::atoi(local) : 0;
-  }
   try {
     EngineOptions options;
     options.weights = weights;

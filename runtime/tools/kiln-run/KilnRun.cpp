@@ -291,10 +291,6 @@ int run(const Options &options, std::ostream &out, std::ostream &err,
   engineOptions.contextLength = options.context;
   engineOptions.threads = options.threads;
   engineOptions.device = options.device;
-  if (engineOptions.device < 0) {
-    const char *local = std::getenv("KILN_LOCAL_RANK");
-    engineOptions.device = local && *local ? std::atoi(local) : 0;
-  }
   engineOptions.progress = [&](uint64_t done, uint64_t total) {
     bar.update(done, total);
   };
