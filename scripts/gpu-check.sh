@@ -56,6 +56,13 @@ if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
         --nproc 2 2>"$work/err" || { status=1; cat "$work/err"; }
     done
   done
+  if command -v compute-sanitizer >/dev/null; then
+    # The persistent MegaMoE kernel, storing into the other rank's memory.
+    echo "== compute-sanitizer, tiny nvfp4 tp2ep2, 2 GPUs"
+    compute-sanitizer --tool memcheck --target-processes all --error-exitcode 3 \
+      "$BIN/kiln-run" "$DATA/tiny-nvfp4.tp2ep2.sm_90.kiln" --weights "$DATA/tiny-nvfp4" \
+      --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 --max-new-tokens 8 --nproc 2 2>&1 | tail -4 || status=1
+  fi
   for mode in kill stop; do
     echo "== tiny nvfp4 tp2ep2, 2 GPUs: rank 1 ${mode}ed mid-decode"
     PATH="$BIN:$PATH" "$(dirname "$0")/rank-failure.sh" $mode "$DATA/tiny-nvfp4.tp2ep2.sm_90.kiln" \

@@ -25,6 +25,8 @@ art::DType dtypeOf(mlir::Type t) {
     return art::DType::F32;
   if (t.isSignlessInteger(32))
     return art::DType::I32;
+  if (t.isSignlessInteger(64))
+    return art::DType::I64;
   if (t.isSignlessInteger(8) || t.isUnsignedInteger(8))
     return art::DType::U8;
   return art::DType::F64; // not produced by the x86 lowering; Artifact checks catch it
@@ -37,6 +39,8 @@ art::BufferKind bindingKind(llvm::StringRef kind) {
     return art::BufferKind::KvCache;
   if (kind == "input")
     return art::BufferKind::Input;
+  if (kind == "exchange")
+    return art::BufferKind::Exchange;
   return art::BufferKind::Output;
 }
 
@@ -221,7 +225,8 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
   for (const kernels::CommGroupInfo &g : model.commGroups) {
     std::vector<int32_t> ranks(g.ranks.begin(), g.ranks.end());
     groups.push_back(art::CreateCommGroup(fbb, fbb.CreateString(g.name),
-                                          static_cast<uint32_t>(g.size), fbb.CreateVector(ranks)));
+                                          static_cast<uint32_t>(g.size), fbb.CreateVector(ranks),
+                                          static_cast<uint64_t>(g.exchangeBytes)));
   }
   auto root = art::CreateArtifact(fbb, version, target, modelTable, layout, info.rank,
                                   fbb.CreateVector(weights), fbb.CreateVector(caches),

@@ -64,6 +64,7 @@ int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
   kernels::LowerOptions lower;
   lower.maxPrefillTokens = request.maxPrefillTokens;
   lower.decodeBatch = request.decodeBatch;
+  lower.peerExchange = request.peerExchange;
   lower.spGraph = request.spGraph;
   if (request.output == BackendOutput::Plan || request.output == BackendOutput::Kernels) {
     mlir::FailureOr<kernels::LoweredModel> lowered =

@@ -94,6 +94,18 @@ cl::opt<int64_t> decodeBatch(
              "token each in one call (default 1: none)"),
     cl::init(1), cl::cat(kilncCategory));
 
+enum class MoEExchange { Peer, Collective };
+cl::opt<MoEExchange> moeExchange(
+    "moe-exchange",
+    cl::desc("How expert parallelism combines in decode on GPUs (default peer)"),
+    cl::init(MoEExchange::Peer),
+    cl::values(clEnumValN(MoEExchange::Peer, "peer",
+                          "inside one persistent MegaMoE kernel, through the expert group's "
+                          "peer memory (NVLink; nvptx only, others fall back)"),
+               clEnumValN(MoEExchange::Collective, "collective",
+                          "separate expert kernels, then an all-reduce (NCCL)")),
+    cl::cat(kilncCategory));
+
 cl::opt<std::string> outputPath("o", cl::desc("Output file ('-' for stdout)"),
                                 cl::value_desc("file"), cl::init("-"), cl::cat(kilncCategory));
 
@@ -359,6 +371,7 @@ int main(int argc, char **argv) {
     request.outputPath = outputPath;
     request.maxPrefillTokens = maxPrefillTokens;
     request.decodeBatch = decodeBatch;
+    request.peerExchange = moeExchange == MoEExchange::Peer;
     request.report = report;
     request.config = &config;
     request.format = format;

@@ -76,10 +76,28 @@ LogicalResult AllocOp::verify() {
 
 LogicalResult BindingOp::verify() {
   StringRef kind = getKind();
-  if (kind != "weight" && kind != "kv" && kind != "input" && kind != "output")
-    return emitOpError() << "kind must be weight, kv, input or output, got '" << kind << "'";
+  if (kind != "weight" && kind != "kv" && kind != "input" && kind != "output" &&
+      kind != "exchange")
+    return emitOpError() << "kind must be weight, kv, input, output or exchange, got '" << kind
+                         << "'";
   if (getIndex() < 0)
     return emitOpError() << "index must not be negative";
+  if (kind == "exchange") {
+    // The members' addresses: one i64 per member of the comm group.
+    auto module = (*this)->getParentOfType<ModuleOp>();
+    auto groups = module ? module->getAttrOfType<ArrayAttr>("plan.comm_groups") : ArrayAttr();
+    int64_t count = groups ? static_cast<int64_t>(groups.size()) : 0;
+    if (getIndex() >= count)
+      return emitOpError() << "names comm group " << getIndex() << ", but the module's "
+                           << "plan.comm_groups has " << count;
+    auto group = llvm::dyn_cast<DictionaryAttr>(groups[getIndex()]);
+    auto size = group ? group.getAs<IntegerAttr>("size") : IntegerAttr();
+    auto dim = getShape().size() == 1 ? llvm::dyn_cast<DimAttr>(getShape()[0]) : DimAttr();
+    if (!size || !dim || dim.getPerToken() != 0 || dim.getConstant() != size.getInt() ||
+        !getElementType().isSignlessInteger(64))
+      return emitOpError() << "an exchange table is [members] i64, one address per member of "
+                              "its comm group";
+  }
   return verifyShape(*this, getShape(), getElementType());
 }
 

@@ -80,7 +80,9 @@ def Plan_BindingOp : Plan_Op<"binding", [Pure]> {
   let description = [{
     `kind` is "weight" (index into the artifact's weight bindings), "kv"
     (cache index / 2, K if even, V if odd), "input" (0 ids, 1 positions) or
-    "output" (0 logits).
+    "output" (0 logits), or "exchange" (comm group `index`: its members'
+    exchange memory addresses, [members] i64; a plan.view's byte offset
+    selects a site within each member's memory).
 
     ```mlir
     %w = plan.binding "weight" 3 [#plan.dim<256, 0, 1>] bf16

@@ -793,6 +793,24 @@ private:
       if (ref.dtype() != fb::DType::F32 || rank != 2)
         fail(where + ": the logits output is rank-2 F32");
       break;
+    case fb::BufferKind::Exchange: {
+      const size_t count = sizeOf(root_.comm_groups());
+      if (ref.index() >= count)
+        fail(where + ".index: Exchange names comm group " + index + ", but the artifact has " +
+             std::to_string(count));
+      const fb::CommGroup &group = *root_.comm_groups()->Get(ref.index());
+      int64_t members = -1;
+      if (rank == 1)
+        tryEvaluate(*ref.shape()->Get(0), maxTokens, members);
+      if (ref.dtype() != fb::DType::I64 || rank != 1 || members != group.size())
+        fail(where + ": an exchange table is [" + std::to_string(group.size()) +
+             "] I64, one address per member of comm group " + index);
+      if (ref.offset() % 256 != 0 || ref.offset() >= group.exchange_bytes())
+        fail(where + ".offset " + std::to_string(ref.offset()) + ": not a 256-byte aligned site "
+             "within comm group " + index + "'s " + std::to_string(group.exchange_bytes()) +
+             " exchange bytes");
+      break;
+    }
     }
   }
 

@@ -52,6 +52,9 @@ ArtifactMemory artifactMemory(const Artifact &artifact) {
       }
     }
   memory.slidingKvBytes *= static_cast<uint64_t>(memory.conversations);
+  if (const auto *groups = root.comm_groups())
+    for (const fb::CommGroup *group : *groups)
+      memory.exchangeBytes += group->exchange_bytes();
   return memory;
 }
 
@@ -60,6 +63,7 @@ int64_t kvTokensThatFit(const ArtifactMemory &memory, uint64_t deviceBytes,
   const int64_t left = static_cast<int64_t>(deviceBytes) - static_cast<int64_t>(memory.weightBytes) -
                        static_cast<int64_t>(memory.arenaBytes) -
                        static_cast<int64_t>(memory.slidingKvBytes) -
+                       static_cast<int64_t>(memory.exchangeBytes) -
                        static_cast<int64_t>(reserveBytes);
   if (left < 0)
     return -1;
@@ -77,6 +81,9 @@ bool printMemoryPlan(std::ostream &out, const ArtifactMemory &memory,
       << memory.slidingKvBytesPerToken << " in sliding layers (" << memory.kvDtype
       << "); sliding rings full: " << gib(memory.slidingKvBytes) << " for "
       << memory.conversations << (memory.conversations == 1 ? " conversation\n" : " conversations\n");
+  if (memory.exchangeBytes)
+    out << "  peer exchange         " << mib(memory.exchangeBytes)
+        << " (the MegaMoE kernels' slots in this rank's memory)\n";
   if (!deviceBytes)
     return true;
   out << "  reserved              " << gib(reserveBytes) << " (runtime, collectives)\n";
@@ -84,6 +91,7 @@ bool printMemoryPlan(std::ostream &out, const ArtifactMemory &memory,
   if (tokens < 0) {
     out << "  does not fit: weights " << gib(memory.weightBytes) << " + arena "
         << gib(memory.arenaBytes) << " + sliding KV " << gib(memory.slidingKvBytes)
+        << (memory.exchangeBytes ? " + exchange " + gib(memory.exchangeBytes) : std::string())
         << " + reserve " << gib(reserveBytes) << " > " << gib(*deviceBytes) << "\n";
     return false;
   }

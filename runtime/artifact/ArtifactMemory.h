@@ -23,6 +23,7 @@ struct ArtifactMemory {
   uint64_t slidingKvBytes = 0;        // every sliding ring full, all conversations
   std::string kvDtype;                // "f32"
   int64_t conversations = 1;          // the decode_batch entry's, or 1
+  uint64_t exchangeBytes = 0;         // peer exchange memory, every comm group's
 };
 
 ArtifactMemory artifactMemory(const Artifact &artifact);

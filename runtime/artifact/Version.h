@@ -14,6 +14,6 @@ constexpr uint32_t kSchemaMajor = 1;
 // 1: Launch.grid and Launch.block (GPU targets); 2: EntryPoint.sequences;
 // 3: one artifact for every rank (comm_groups, Collective.comm_group,
 // WeightBinding.slice_group, the GroupIndex scalar).
-constexpr uint32_t kSchemaMinor = 3;
+constexpr uint32_t kSchemaMinor = 4;
 
 } // namespace kiln::artifact

@@ -6,6 +6,7 @@
 #include "runtime/cuda/KernelParams.h"
 #include "runtime/cuda/NvptxArtifact.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -25,14 +26,15 @@ constexpr size_t kJitLogBytes = 16 * 1024;
 class CudaLaunch final : public PreparedLaunch {
 public:
   CudaLaunch(CUfunction kernel, unsigned threads, std::string step,
-             KernelParams storage)
+             KernelParams storage, unsigned resident)
       : function(kernel), block(threads), where(std::move(step)),
-        params(std::move(storage)) {}
+        params(std::move(storage)), maxGrid(resident) {}
 
   CUfunction function;
   unsigned block;
   std::string where;
   KernelParams params;
+  unsigned maxGrid; // persistent kernels: the blocks resident at once; else 0
 };
 
 // The driver's log on one line: lines joined with "; ".
@@ -163,6 +165,9 @@ CudaBackend::~CudaBackend() {
       api.cuEventDestroy(event);
   if (module_)
     api.cuModuleUnload(module_);
+  for (CUdeviceptr peer : peerMemory_)
+    if (api.cuIpcCloseMemHandle)
+      api.cuIpcCloseMemHandle(peer);
   api.cuDevicePrimaryCtxRelease(handle_);
 }
 
@@ -278,6 +283,8 @@ void CudaBackend::loadKernels(const Artifact &artifact) {
           source_ + ": kernel '" + name + "' (not in the PTX module?)");
     functions_.push_back(function);
     kernelNames_.push_back(name);
+    const std::string tiling = kernel->tiling() ? kernel->tiling()->str() : std::string();
+    persistent_.push_back(tiling.find("\"kind\": \"persistent\"") != std::string::npos);
   }
 }
 
@@ -309,16 +316,37 @@ std::unique_ptr<PreparedLaunch> CudaBackend::prepare(const LaunchSpec &spec) {
     throw RuntimeError(where + ": a grid of " + std::to_string(spec.maxGrid) +
                        " blocks at max_tokens; " + onDevice +
                        " allows at most " + std::to_string(device_.maxGridX));
+  // A persistent kernel's blocks wait for each other: all of them must be
+  // resident at once, so its grid stays within what the SMs hold (its loops
+  // stride over the work, whatever the grid).
+  unsigned resident = 0;
+  if (persistent_.at(spec.kernel)) {
+    const CudaApi &api = driver_->api();
+    if (!api.cuOccupancyMaxActiveBlocksPerMultiprocessor)
+      throw RuntimeError(where + ": the CUDA driver lacks "
+                                 "cuOccupancyMaxActiveBlocksPerMultiprocessor, which "
+                                 "persistent kernels need");
+    int perSm = 0, sms = 0;
+    check(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, function,
+                                                          static_cast<int>(spec.block), 0),
+          "cuOccupancyMaxActiveBlocksPerMultiprocessor", where);
+    check(api.cuDeviceGetAttribute(&sms, kAttrMultiprocessorCount, handle_),
+          "cuDeviceGetAttribute", where + ": multiprocessor count");
+    if (perSm < 1 || sms < 1)
+      throw RuntimeError(where + ": no block of " + std::to_string(spec.block) +
+                         " threads of this persistent kernel fits on an SM of " + onDevice);
+    resident = static_cast<unsigned>(perSm * sms);
+  }
   return std::make_unique<CudaLaunch>(
       function, spec.block, spec.where,
-      KernelParams(spec.ranks, spec.scalarKinds.size()));
+      KernelParams(spec.ranks, spec.scalarKinds.size()), resident);
 }
 
 void CudaBackend::launch(PreparedLaunch &prepared, const LaunchCall &call) {
   auto &launch = static_cast<CudaLaunch &>(prepared);
   enter();
   launch.params.pack(call.buffers, call.scalars);
-  const auto grid = static_cast<unsigned>(call.grid);
+  const unsigned grid = launchGrid(prepared, call);
   check(driver_->api().cuLaunchKernel(launch.function, grid, 1, 1,
                                       launch.block, 1, 1, 0, stream_,
                                       launch.params.pointers(), nullptr),
@@ -327,6 +355,59 @@ void CudaBackend::launch(PreparedLaunch &prepared, const LaunchCall &call) {
     capture_->push_back(CapturedLaunch{&prepared, capturedNode(),
                                        launch.function, grid, launch.block,
                                        launch.where, launch.params});
+}
+
+unsigned launchGrid(const PreparedLaunch &prepared, const LaunchCall &call) {
+  const auto &launch = static_cast<const CudaLaunch &>(prepared);
+  const auto grid = static_cast<unsigned>(call.grid);
+  return launch.maxGrid ? std::min(grid, launch.maxGrid) : grid;
+}
+
+std::vector<DeviceAddress> CudaBackend::sharePeerMemory(Collectives &comm, int group, int index,
+                                                        int size, DeviceAddress local,
+                                                        uint64_t bytes,
+                                                        const std::string &what) {
+  enter();
+  const CudaApi &api = driver_->api();
+  if (!api.cuIpcGetMemHandle || !api.cuIpcOpenMemHandle)
+    throw RuntimeError(what + ": the CUDA driver lacks cuIpcGetMemHandle/cuIpcOpenMemHandle, "
+                              "which the MegaMoE exchange needs (or rebuild with kilnc "
+                              "--moe-exchange=collective)");
+  IpcMemHandle mine{};
+  check(api.cuIpcGetMemHandle(&mine, local), "cuIpcGetMemHandle",
+        what + " (" + std::to_string(bytes) + " bytes)");
+  // The handles travel by the group's own all-gather (16 words each).
+  const uint64_t handleBytes = sizeof(IpcMemHandle);
+  const DeviceAddress staging = allocate(handleBytes * (size + 1), what + ": IPC handles");
+  std::vector<IpcMemHandle> handles(static_cast<size_t>(size));
+  try {
+    upload(staging, &mine, handleBytes);
+    comm.allGather(group, staging, staging + handleBytes, handleBytes / 4,
+                   "all_gather of IPC handles for " + what);
+    synchronize();
+    download(handles.data(), staging + handleBytes, handleBytes * handles.size());
+  } catch (...) {
+    release(staging);
+    throw;
+  }
+  release(staging);
+  std::vector<DeviceAddress> addresses(static_cast<size_t>(size));
+  for (int m = 0; m < size; ++m) {
+    if (m == index) {
+      addresses[m] = local;
+      continue;
+    }
+    CUdeviceptr peer = 0;
+    check(api.cuIpcOpenMemHandle(&peer, handles[m], kIpcLazyEnablePeerAccess),
+          "cuIpcOpenMemHandle_v2",
+          what + ": member " + std::to_string(m) + "'s memory on device " +
+              std::to_string(device_.ordinal) +
+              " (the GPUs need peer access, such as NVLink; or rebuild with kilnc "
+              "--moe-exchange=collective)");
+    peerMemory_.push_back(peer);
+    addresses[m] = peer;
+  }
+  return addresses;
 }
 
 CUgraphNode CudaBackend::capturedNode() {

@@ -43,6 +43,10 @@ namespace cuda {
 struct CapturedLaunch;
 class NcclCollectives;
 
+// The grid `call` runs `launch` (a CudaBackend's) with: the call's, kept to
+// the blocks resident at once for a persistent kernel.
+unsigned launchGrid(const PreparedLaunch &launch, const LaunchCall &call);
+
 // A collective on the stream, marked by an event recorded after it.
 struct CollectiveMark {
   CUevent event = nullptr;
@@ -91,6 +95,12 @@ public:
   // A recording's collectives, in flight again when it is replayed.
   void replayedCollectives(const std::vector<CollectiveMark> &marks);
 
+  // Through CUDA IPC: this rank's handle goes to the group by an
+  // all-gather; the others' are opened with peer access enabled.
+  std::vector<DeviceAddress> sharePeerMemory(Collectives &comm, int group, int index, int size,
+                                             DeviceAddress local, uint64_t bytes,
+                                             const std::string &what) override;
+
   void loadKernels(const Artifact &artifact) override;
   std::unique_ptr<PreparedLaunch> prepare(const LaunchSpec &spec) override;
   void launch(PreparedLaunch &launch, const LaunchCall &call) override;
@@ -138,6 +148,11 @@ private:
   CUmodule module_ = nullptr;
   std::vector<CUfunction> functions_;
   std::vector<std::string> kernelNames_;
+  // Kernels whose blocks wait for each other (tiling "persistent"): their
+  // grid is kept to the blocks that are resident at once.
+  std::vector<bool> persistent_;
+  // Other ranks' memory opened through IPC, closed as the backend goes.
+  std::vector<CUdeviceptr> peerMemory_;
   // Set by the first error; every later call refuses with it.
   std::string stopped_;
   // While recording: the launches captured so far.

@@ -139,6 +139,11 @@ std::shared_ptr<const CudaDriver> CudaDriver::load(const std::string &library) {
   resolve(handle, api.cuStreamQuery, "cuStreamQuery");
   resolve(handle, api.cuEventQuery, "cuEventQuery");
   resolve(handle, api.cuMemcpy2DAsync, "cuMemcpy2DAsync_v2");
+  resolve(handle, api.cuIpcGetMemHandle, "cuIpcGetMemHandle");
+  resolve(handle, api.cuIpcOpenMemHandle, "cuIpcOpenMemHandle_v2", "cuIpcOpenMemHandle");
+  resolve(handle, api.cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
+  resolve(handle, api.cuOccupancyMaxActiveBlocksPerMultiprocessor,
+          "cuOccupancyMaxActiveBlocksPerMultiprocessor");
 
   // cuDriverGetVersion works before cuInit.
   if (api.cuDriverGetVersion)

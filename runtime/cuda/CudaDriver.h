@@ -48,10 +48,17 @@ constexpr CUresult kErrorNoDevice = 100;    // CUDA_ERROR_NO_DEVICE
 // CUdevice_attribute.
 constexpr int kAttrMaxThreadsPerBlock = 1;
 constexpr int kAttrMaxGridDimX = 5;
+constexpr int kAttrMultiprocessorCount = 16;
 constexpr int kAttrComputeCapabilityMajor = 75;
 constexpr int kAttrComputeCapabilityMinor = 76;
 // CUfunction_attribute.
 constexpr int kFuncAttrMaxThreadsPerBlock = 0;
+// cuIpcOpenMemHandle flags: CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS.
+constexpr unsigned kIpcLazyEnablePeerAccess = 1;
+// CUipcMemHandle.
+struct IpcMemHandle {
+  char reserved[64];
+};
 // CUjit_option.
 constexpr int kJitErrorLogBuffer = 5;
 constexpr int kJitErrorLogBufferSizeBytes = 6;
@@ -172,6 +179,14 @@ struct CudaApi {
   CUresult (*cuStreamQuery)(CUstream stream);
   CUresult (*cuEventQuery)(CUevent event);
   CUresult (*cuMemcpy2DAsync)(const Memcpy2D *copy, CUstream stream); // _v2
+  // Peer exchange memory and persistent kernels: null where the driver
+  // lacks them.
+  CUresult (*cuIpcGetMemHandle)(IpcMemHandle *handle, CUdeviceptr address);
+  CUresult (*cuIpcOpenMemHandle)(CUdeviceptr *address, IpcMemHandle handle,
+                                 unsigned flags); // _v2
+  CUresult (*cuIpcCloseMemHandle)(CUdeviceptr address);
+  CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *blocks, CUfunction function,
+                                                          int blockSize, size_t sharedBytes);
 };
 
 // No usable driver or device: a one-line reason ("no CUDA driver

@@ -38,7 +38,7 @@ void CudaGraph::update(PreparedLaunch &launch, const LaunchCall &call) {
     throw std::logic_error("update of a launch the recording does not hold");
   CapturedLaunch &captured = launches_[found->second];
   const bool changed = captured.params.pack(call.buffers, call.scalars);
-  const auto grid = static_cast<unsigned>(call.grid);
+  const unsigned grid = launchGrid(launch, call);
   if (!changed && grid == captured.grid)
     return;
   backend_.enter();

@@ -131,6 +131,15 @@ public:
                                                std::vector<CommGroupSpec> groups,
                                                uint64_t capacityBytes);
 
+  // Peer exchange (schema 1.4's Exchange buffers): makes this rank's
+  // `local` memory (allocate()d, `bytes`) reachable by the other members of
+  // comm group `group` of `comm`, and returns every member's address of
+  // theirs as this device sees it, in group order (this rank's is `local`).
+  // A collective of the group: every member calls it at the same point.
+  virtual std::vector<DeviceAddress> sharePeerMemory(Collectives &comm, int group, int index,
+                                                     int size, DeviceAddress local,
+                                                     uint64_t bytes, const std::string &what);
+
   // Loads the artifact's kernel library and resolves every kernel; a missing
   // one is an error here, before any launch.
   virtual void loadKernels(const Artifact &artifact) = 0;
@@ -180,6 +189,15 @@ inline std::unique_ptr<StepClock> Backend::clock() {
 inline std::unique_ptr<Collectives> Backend::connect(const RankInfo &, std::vector<CommGroupSpec>,
                                                    uint64_t) {
   throw RuntimeError(description() + " runs single-rank artifacts only");
+}
+
+inline std::vector<DeviceAddress> Backend::sharePeerMemory(Collectives &, int, int, int,
+                                                           DeviceAddress, uint64_t,
+                                                           const std::string &what) {
+  throw RuntimeError(what + ": " + description() +
+                     " cannot share memory with other ranks' kernels (the artifact's MegaMoE "
+                     "exchanges through peer memory: rebuild it with kilnc --moe-exchange="
+                     "collective)");
 }
 
 inline std::unique_ptr<Recording>

@@ -131,6 +131,10 @@ BufferArg Engine::Impl::planBuffer(const fb::BufferRef &ref,
       fail(where + ": logits of width " + std::to_string(width) +
            ", but the vocabulary has " + std::to_string(vocab) + " tokens");
   }
+  // An exchange table's offset is its site in the members' memory; the
+  // artifact's checks have placed it.
+  if (arg.kind == fb::BufferKind::Exchange)
+    return arg;
   // Sizes only grow with T: both ends of 1..max_tokens bound every call.
   const uint64_t available = capacity(arg, entry);
   for (int64_t tokens : {int64_t{1}, entry.maxTokens}) {
@@ -159,6 +163,8 @@ uint64_t Engine::Impl::capacity(const BufferArg &arg,
     return inputs[arg.index].size();
   case fb::BufferKind::Output:
     return logits.size();
+  case fb::BufferKind::Exchange:
+    break;
   }
   return 0;
 }
@@ -355,6 +361,9 @@ void Engine::Impl::resolveAddresses() {
       case fb::BufferKind::Output:
         base = logits.address();
         break;
+      case fb::BufferKind::Exchange:
+        arg.address = exchangeTable(arg.index, arg.offset);
+        return;
       }
       arg.address = base ? base + arg.offset : 0;
     };

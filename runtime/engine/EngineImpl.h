@@ -8,6 +8,7 @@
 #include "runtime/engine/Backend.h"
 #include "runtime/engine/Engine.h"
 
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -145,6 +146,12 @@ struct Engine::Impl {
   std::vector<CommGroupSpec> groups;
   std::vector<GroupMembership> memberships;
   DeviceMemory gatherStaging;
+  // Peer exchange (Exchange buffers): this rank's memory per comm group
+  // (empty where the group has none), the members' addresses of theirs, and
+  // a device table of those addresses per (group, site offset).
+  std::vector<DeviceMemory> exchangeMemory;
+  std::vector<std::vector<DeviceAddress>> exchangePeers;
+  std::map<std::pair<uint32_t, uint64_t>, DeviceMemory> exchangeTables;
 
   explicit Impl(Artifact loaded) : artifact(std::move(loaded)) {}
 
@@ -158,6 +165,9 @@ struct Engine::Impl {
   CollectivePlan planCollective(const fb::Collective &collective, const EntryPlan &entry,
                                 const std::string &where) const;
   void connectRanks();
+  // The table of the members' exchange addresses at site `offset` of
+  // group `group`'s exchange memory (EngineRanks.cpp).
+  DeviceAddress exchangeTable(uint32_t group, uint64_t offset);
   void runCollective(CollectivePlan &collective, int64_t tokens);
   void parseModel(const EngineOptions &options);
   void allocateBuffers();

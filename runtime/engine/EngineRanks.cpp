@@ -86,6 +86,37 @@ void Engine::Impl::connectRanks() {
   comm = backend->connect(rank, groups, capacity);
   if (staging)
     gatherStaging = DeviceMemory::allocate(*backend, staging, "all-gather staging");
+  // Every member provides its groups' exchange memory, zeroed (the kernels'
+  // counters and flags start at 0), before any kernel may write to it.
+  exchangeMemory.resize(groups.size());
+  exchangePeers.resize(groups.size());
+  for (size_t g = 0; g < groups.size(); ++g) {
+    const uint64_t bytes = artifact->comm_groups()->Get(static_cast<uint32_t>(g))->exchange_bytes();
+    if (bytes == 0)
+      continue;
+    const std::string what = "exchange memory of comm group " + std::to_string(g) + " '" +
+                             groups[g].name + "'";
+    exchangeMemory[g] = DeviceMemory::allocate(*backend, bytes, what);
+    exchangePeers[g] = backend->sharePeerMemory(*comm, static_cast<int>(g),
+                                                memberships[g].index, groups[g].size,
+                                                exchangeMemory[g].address(), bytes, what);
+  }
+}
+
+DeviceAddress Engine::Impl::exchangeTable(uint32_t group, uint64_t offset) {
+  if (group >= exchangePeers.size() || exchangePeers[group].empty())
+    fail("an Exchange buffer of comm group " + std::to_string(group) +
+         ", which has no exchange memory in this job");
+  auto [found, added] = exchangeTables.try_emplace({group, offset});
+  if (added) {
+    std::vector<uint64_t> table;
+    for (DeviceAddress member : exchangePeers[group])
+      table.push_back(member + offset);
+    const uint64_t bytes = table.size() * sizeof(uint64_t);
+    found->second = DeviceMemory::allocate(*backend, bytes, "exchange table");
+    backend->upload(found->second.address(), table.data(), bytes);
+  }
+  return found->second.address();
 }
 
 void Engine::Impl::runCollective(CollectivePlan &collective, int64_t tokens) {

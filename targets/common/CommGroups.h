@@ -15,6 +15,9 @@ struct CommGroupInfo {
   std::string name;           // "tp[1, 2]": the grid and axes that first made it
   int64_t size = 1;           // ranks per group
   std::vector<int64_t> ranks; // every rank once, group after group
+  // Peer-visible memory each member provides for kernels that exchange
+  // through it (sites of 256-byte multiples, one after another).
+  int64_t exchangeBytes = 0;
 };
 
 // The partition of the ranks of a grid of `shape` (ranks numbered row-major)
@@ -27,6 +30,12 @@ public:
   // The index of `group`'s partition, added if new.
   int64_t add(CommGroupInfo group);
   const std::vector<CommGroupInfo> &all() const { return groups_; }
+  // Reserves `bytes` of group `group`'s exchange memory; returns the offset.
+  int64_t reserveExchange(int64_t group, int64_t bytes) {
+    int64_t offset = groups_[group].exchangeBytes;
+    groups_[group].exchangeBytes += bytes;
+    return offset;
+  }
 
 private:
   std::vector<CommGroupInfo> groups_;

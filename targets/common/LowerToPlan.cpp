@@ -515,11 +515,6 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
       indices = gatherTokens(indices, *group, what);
       weights = gatherTokens(weights, *group, what);
     }
-    Buf local = alloc({k}, b.getI32Type());
-    launch(localExperts(k, experts), {indices, local},
-           {"tokens:0", ("group:" + std::to_string(*group)), "part", "parts"}, Work{0, 1},
-           what);
-    indices = local;
   }
   auto finish = [&](const Buf &y) {
     values[o.getResult()] = dispatch      ? scatterTokens(y, *expertGroup, what)
@@ -552,6 +547,35 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
     return failure();
   args.push_back(*pn);
   Buf y = alloc({latent}, f32);
+  double eps = o.getEps().convertToDouble();
+  if (expertGroup && !dispatch && options.peerExchange) {
+    // One persistent kernel that also combines across the group.
+    int64_t members = groups.all()[*expertGroup].size;
+    if (std::optional<TargetHooks::PeerMegaMoE> peer = hooks.peerMegaMoE(
+            {experts, k, inter, latent, eps, nvfp4, members, maxRows()})) {
+      int64_t site = groups.reserveExchange(*expertGroup, peer->siteBytes);
+      Buf table = binding("exchange", *expertGroup, {fixed(members)}, b.getI64Type());
+      SmallVector<Buf> peerArgs = args;
+      peerArgs.push_back(alloc({k, inter}, f32));
+      peerArgs.push_back(alloc({k, latent}, f32));
+      peerArgs.push_back(view(table, table.shape, site));
+      peerArgs.push_back(y);
+      launch(peer->kernel, peerArgs,
+             {"tokens:0", "group:" + std::to_string(*expertGroup), "part", "parts"}, peer->work,
+             what);
+      values[o.getResult()] = y;
+      return success();
+    }
+  }
+  if (expertGroup) {
+    // This rank's experts renumbered from 0, the others' -1.
+    Buf local = alloc({k}, b.getI32Type());
+    launch(localExperts(k, experts), {indices, local},
+           {"tokens:0", ("group:" + std::to_string(*expertGroup)), "part", "parts"}, Work{0, 1},
+           what);
+    indices = local;
+    args[1] = local;
+  }
   std::optional<TargetHooks::MatrixExperts> matrix =
       maxRows() > 1
           ? hooks.matrixExperts(experts, k, inter, latent, nvfp4, maxRows())
@@ -591,7 +615,7 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
     }
     Buf scales = alloc({k}, f32);
     int64_t threads = rowBlockThreads(latent);
-    launch(expertScalesBlock(k, latent, o.getEps().convertToDouble()),
+    launch(expertScalesBlock(k, latent, eps),
            {yk, weights, scales}, {"tokens:0", "part", "parts"},
            Work{0, k * threads, threads}, what);
     launch(expertCombineThreads(experts, k, latent), {yk, indices, scales, *pn, y},
@@ -599,7 +623,7 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
     return finish(y);
   }
   args.push_back(y);
-  launch(megaMoE(experts, k, inter, latent, o.getEps().convertToDouble(), nvfp4), args,
+  launch(megaMoE(experts, k, inter, latent, eps, nvfp4), args,
          {"tokens:0", "part", "parts"}, Work{0, 1}, what);
   return finish(y);
 }
@@ -674,7 +698,8 @@ FailureOr<LoweredModel> Lowering::run() {
     groupAttrs.push_back(b.getDictionaryAttr(
         {b.getNamedAttr("name", b.getStringAttr(group.name)),
          b.getNamedAttr("size", b.getI64IntegerAttr(group.size)),
-         b.getNamedAttr("ranks", b.getDenseI64ArrayAttr(group.ranks))}));
+         b.getNamedAttr("ranks", b.getDenseI64ArrayAttr(group.ranks)),
+         b.getNamedAttr("exchange_bytes", b.getI64IntegerAttr(group.exchangeBytes))}));
   if (!groupAttrs.empty())
     model.plan.get()->setAttr("plan.comm_groups", b.getArrayAttr(groupAttrs));
   return std::move(model);

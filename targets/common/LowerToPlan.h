@@ -74,6 +74,10 @@ struct LowerOptions {
   // becomes a "prefill_sp" entry whose calls split their tokens over the TP
   // group (null: none).
   mlir::ModuleOp spGraph;
+  // Expert parallelism's combine for few-token entry points: through the
+  // expert group's peer memory inside one persistent MegaMoE kernel, where
+  // the target has one (true), or as an all-reduce after separate kernels.
+  bool peerExchange = true;
 };
 
 // The graph must hold one `func.func @forward(ids, positions) -> logits` with

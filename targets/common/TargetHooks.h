@@ -27,6 +27,15 @@ struct LaunchShape {
   int64_t blockThreads = 0;                  // GPU: threads per block
 };
 
+// A MegaMoE stage split over an expert group: `experts` of them on each of
+// `members` ranks, for entry points of up to `maxRows` tokens.
+struct PeerMegaMoEShape {
+  int64_t experts, k, intermediate, latent;
+  double eps;
+  bool nvfp4;
+  int64_t members, maxRows;
+};
+
 class TargetHooks {
 public:
   virtual ~TargetHooks() = default;
@@ -61,6 +70,21 @@ public:
   virtual std::optional<MatrixExperts> matrixExperts(int64_t /*experts*/, int64_t /*k*/,
                                                      int64_t /*intermediate*/, int64_t /*latent*/,
                                                      bool /*nvfp4*/, int64_t /*maxTokens*/) const {
+    return std::nullopt;
+  }
+  // Expert parallelism's MegaMoE stage for entry points of few tokens as one
+  // persistent kernel per rank that also combines across the expert group
+  // through peer memory (targets/nvptx/PeerMegaMoE.h): its arguments are
+  // (z, idx with global expert ids, weights, gate, up, down, post_norm, h,
+  // yk, the members' exchange addresses, y; T, this rank's index in the
+  // group), it needs `siteBytes` of exchange memory a launch site; or none,
+  // and the separate kernels plus an all-reduce serve.
+  struct PeerMegaMoE {
+    KernelSpec kernel;
+    Work work;
+    int64_t siteBytes = 0;
+  };
+  virtual std::optional<PeerMegaMoE> peerMegaMoE(const PeerMegaMoEShape & /*shape*/) const {
     return std::nullopt;
   }
   // The shape of a launch with `work` pieces, for entry points of up to

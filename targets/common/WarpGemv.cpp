@@ -13,35 +13,6 @@
 namespace kiln::kernels {
 namespace {
 
-// The arguments of one expert projection [E, out, in] and its rows
-// (%e, %<o>) for each name in `rows`.
-struct ExpertProjection {
-  std::string args;
-  std::vector<warp::WeightRow> rows;
-  std::string globalLoad;
-};
-
-ExpertProjection expertProjection(const std::string &w, int64_t experts, int64_t out, int64_t in,
-                                  bool nvfp4, const std::vector<std::string> &rowNames) {
-  std::string E = str(experts), O = str(out);
-  ExpertProjection p;
-  if (!nvfp4) {
-    std::string type = "memref<" + E + "x" + O + "x" + str(in) + "xbf16>";
-    p.args = "%" + w + ": " + type;
-    for (const std::string &o : rowNames)
-      p.rows.push_back({"%" + w, type, "%e, " + o, "", "", ""});
-    return p;
-  }
-  std::string type = "memref<" + E + "x" + O + "x" + str(in / 2) + "xi8>";
-  std::string scales = "memref<" + E + "x" + O + "x" + str(in / 16) + "xi8>";
-  std::string global = "memref<" + E + "xf32>";
-  p.args = "%" + w + ": " + type + ", %" + w + "_s: " + scales + ", %" + w + "_g: " + global;
-  p.globalLoad = "    %" + w + "_glob = memref.load %" + w + "_g[%e] : " + global + "\n";
-  for (const std::string &o : rowNames)
-    p.rows.push_back({"%" + w, type, "%e, " + o, "%" + w + "_s", scales, "%" + w + "_glob"});
-  return p;
-}
-
 // The head of an expert-stage loop: a warp per (token t, selected expert j,
 // group of `rowsPerWarp` output rows %o0 ..), %e the expert. The kernel
 // defines %groups (groups a selected expert), %per_token and the index
@@ -241,8 +212,8 @@ KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, in
   std::string name = "expert_gateup_warp_" + str(experts) + "e_top" + str(k) + "_" +
                      str(intermediate) + "x" + str(latent) + formatSuffix(nvfp4);
   std::string zt = "memref<?x" + str(latent) + "xf32>";
-  ExpertProjection gate = expertProjection("gate", experts, intermediate, latent, nvfp4, {"%o0", "%o1"});
-  ExpertProjection up = expertProjection("up", experts, intermediate, latent, nvfp4, {"%o0", "%o1"});
+  warp::ExpertProjection gate = warp::expertProjection("gate", experts, intermediate, latent, nvfp4, {"%o0", "%o1"});
+  warp::ExpertProjection up = warp::expertProjection("up", experts, intermediate, latent, nvfp4, {"%o0", "%o1"});
   std::vector<warp::WeightRow> rows = gate.rows;
   rows.insert(rows.end(), up.rows.begin(), up.rows.end());
   std::string body = fillTemplate(R"(
@@ -265,19 +236,7 @@ func.func @@@name@@(%z: @@zt@@, %idx: memref<?x@@K@@xi32>, @@gargs@@, @@uargs@@,
     %lead = arith.cmpi eq, %lane, %c0 : index
     scf.if %lead {
       // h = silu(gate z) * (up z)
-      %ng0 = arith.negf %g0 : f32
-      %ex0 = math.exp %ng0 : f32
-      %den0 = arith.addf %one_f, %ex0 : f32
-      %sig0 = arith.divf %g0, %den0 : f32
-      %h0 = arith.mulf %sig0, %u0 : f32
-      memref.store %h0, %h[%t, %j, %o0] : memref<?x@@K@@x@@I@@xf32>
-      %ng1 = arith.negf %g1 : f32
-      %ex1 = math.exp %ng1 : f32
-      %den1 = arith.addf %one_f, %ex1 : f32
-      %sig1 = arith.divf %g1, %den1 : f32
-      %h1 = arith.mulf %sig1, %u1 : f32
-      memref.store %h1, %h[%t, %j, %o1] : memref<?x@@K@@x@@I@@xf32>
-    }
+@@swiglu@@    }
   }
   return
 }
@@ -300,7 +259,8 @@ func.func @@@name@@(%z: @@zt@@, %idx: memref<?x@@K@@xi32>, @@gargs@@, @@uargs@@,
                                    {"s0", warp::warpSum("gd0", "g0")},
                                    {"s1", warp::warpSum("gd1", "g1")},
                                    {"s2", warp::warpSum("ud0", "u0")},
-                                   {"s3", warp::warpSum("ud1", "u1")}});
+                                   {"s3", warp::warpSum("ud1", "u1")},
+                                   {"swiglu", warp::swiGluStore("%h", "memref<?x" + str(k) + "x" + str(intermediate) + "xf32>")}});
   return KernelSpec{name, "kiln.megamoe",
                     "{\"kind\": \"warp-gemv" + formatSuffix(nvfp4) +
                         "\", \"parallel\": \"tokens*experts_per_token*intermediate\", \"rows_per_warp\": 2}",
@@ -313,8 +273,8 @@ KernelSpec expertDownWarp(int64_t experts, int64_t k, int64_t intermediate, int6
   std::string name = "expert_down_warp_" + str(experts) + "e_top" + str(k) + "_" +
                      str(latent) + "x" + str(intermediate) + formatSuffix(nvfp4);
   std::string ht = "memref<?x" + str(k) + "x" + str(intermediate) + "xf32>";
-  ExpertProjection down =
-      expertProjection("down", experts, latent, intermediate, nvfp4, {"%o0", "%o1", "%o2", "%o3"});
+  warp::ExpertProjection down =
+      warp::expertProjection("down", experts, latent, intermediate, nvfp4, {"%o0", "%o1", "%o2", "%o3"});
   std::string stores;
   for (int r = 0; r < 4; ++r)
     stores += "      memref.store %y" + std::to_string(r) + ", %y[%t, %j, %o" + std::to_string(r) +

@@ -275,4 +275,40 @@ std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::s
   return text;
 }
 
+ExpertProjection expertProjection(const std::string &w, int64_t experts, int64_t out, int64_t in,
+                                  bool nvfp4, const std::vector<std::string> &rowNames) {
+  std::string E = str(experts), O = str(out);
+  ExpertProjection p;
+  if (!nvfp4) {
+    std::string type = "memref<" + E + "x" + O + "x" + str(in) + "xbf16>";
+    p.args = "%" + w + ": " + type;
+    for (const std::string &o : rowNames)
+      p.rows.push_back({"%" + w, type, "%e, " + o, "", "", ""});
+    return p;
+  }
+  std::string type = "memref<" + E + "x" + O + "x" + str(in / 2) + "xi8>";
+  std::string scales = "memref<" + E + "x" + O + "x" + str(in / 16) + "xi8>";
+  std::string global = "memref<" + E + "xf32>";
+  p.args = "%" + w + ": " + type + ", %" + w + "_s: " + scales + ", %" + w + "_g: " + global;
+  p.globalLoad = "    %" + w + "_glob = memref.load %" + w + "_g[%e] : " + global + "\n";
+  for (const std::string &o : rowNames)
+    p.rows.push_back({"%" + w, type, "%e, " + o, "%" + w + "_s", scales, "%" + w + "_glob"});
+  return p;
+}
+
+std::string swiGluStore(const std::string &h, const std::string &hType) {
+  std::string text;
+  for (const char *r : {"0", "1"})
+    text += fillTemplate(R"(
+      %ng@@r@@ = arith.negf %g@@r@@ : f32
+      %ex@@r@@ = math.exp %ng@@r@@ : f32
+      %den@@r@@ = arith.addf %one_f, %ex@@r@@ : f32
+      %sig@@r@@ = arith.divf %g@@r@@, %den@@r@@ : f32
+      %h@@r@@ = arith.mulf %sig@@r@@, %u@@r@@ : f32
+      memref.store %h@@r@@, @@h@@[%t, %j, %o@@r@@] : @@ht@@
+)",
+                         {{"r", r}, {"h", h}, {"ht", hType}});
+  return text;
+}
+
 } // namespace kiln::kernels::warp

@@ -53,4 +53,20 @@ std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::s
                     const std::string &xType, const std::string &xIdx, int64_t k,
                     const std::vector<std::string> &outs, const std::string &offset = "");
 
+// The arguments of one expert projection stack [E, out, in] (bf16, or NVFP4
+// codes, block scales and per-expert global scales, named after `w`) and a
+// WeightRow (%e, o) for each o in `rowNames`; NVFP4 adds `globalLoad`, the
+// line that defines %<w>_glob for expert %e.
+struct ExpertProjection {
+  std::string args;
+  std::vector<WeightRow> rows;
+  std::string globalLoad;
+};
+ExpertProjection expertProjection(const std::string &w, int64_t experts, int64_t out, int64_t in,
+                                  bool nvfp4, const std::vector<std::string> &rowNames);
+
+// SwiGLU of a warp's two gate rows %g0, %g1 and up rows %u0, %u1: stores
+// silu(g) * u to `h`[%t, %j, %o0] and [.., %o1]; needs %one_f (1.0 : f32).
+std::string swiGluStore(const std::string &h, const std::string &hType);
+
 } // namespace kiln::kernels::warp

@@ -2,6 +2,7 @@
 
 #include "targets/nvptx/MmaExperts.h"
 #include "targets/nvptx/MmaGemm.h"
+#include "targets/nvptx/PeerMegaMoE.h"
 
 #include <algorithm>
 
@@ -31,6 +32,14 @@ NvptxHooks::matrixExperts(int64_t experts, int64_t k, int64_t intermediate, int6
   return MatrixExperts{mmaExpertLists(s),      mmaExpertGateUp(s),      mmaExpertDown(s),
                        mmaExpertListsWork(s),  mmaExpertGateUpWork(s),  mmaExpertDownWork(s),
                        experts + 2,            2 * s.maxTiles(),        s.maxItems()};
+}
+
+std::optional<kernels::TargetHooks::PeerMegaMoE>
+NvptxHooks::peerMegaMoE(const kernels::PeerMegaMoEShape &shape) const {
+  if (shape.maxRows >= kMatrixMinTokens || !peerMegaMoEFits(shape))
+    return std::nullopt;
+  return PeerMegaMoE{nvptx::peerMegaMoE(shape), peerMegaMoEWork(shape),
+                     peerSiteLayout(shape).bytes};
 }
 
 // A fixed amount of work: blocks of up to 128 threads covering it. Work that

@@ -18,6 +18,7 @@ public:
   std::optional<MatrixExperts> matrixExperts(int64_t experts, int64_t k, int64_t intermediate,
                                              int64_t latent, bool nvfp4,
                                              int64_t maxTokens) const override;
+  std::optional<PeerMegaMoE> peerMegaMoE(const kernels::PeerMegaMoEShape &shape) const override;
   kernels::LaunchShape shape(kernels::Work work, int64_t maxTokens) const override;
 };
 

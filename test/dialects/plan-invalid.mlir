@@ -9,8 +9,26 @@ plan.entry @zero attributes {max_tokens = 1 : i64} {
 // -----
 
 plan.entry @kind attributes {max_tokens = 1 : i64} {
-  // expected-error @+1 {{kind must be weight, kv, input or output, got 'scratch'}}
+  // expected-error @+1 {{kind must be weight, kv, input, output or exchange, got 'scratch'}}
   %a = plan.binding "scratch" 0 [#plan.dim<1, 0, 1>] f32
+}
+
+// -----
+
+module attributes {plan.comm_groups = [{exchange_bytes = 512 : i64, name = "tp[1, 2]", ranks = array<i64: 0, 1>, size = 2 : i64}]} {
+  plan.entry @exchange_group attributes {max_tokens = 1 : i64} {
+    // expected-error @+1 {{names comm group 1, but the module's plan.comm_groups has 1}}
+    %a = plan.binding "exchange" 1 [#plan.dim<2, 0, 1>] i64
+  }
+}
+
+// -----
+
+module attributes {plan.comm_groups = [{exchange_bytes = 512 : i64, name = "tp[1, 2]", ranks = array<i64: 0, 1>, size = 2 : i64}]} {
+  plan.entry @exchange_shape attributes {max_tokens = 1 : i64} {
+    // expected-error @+1 {{an exchange table is [members] i64, one address per member of its comm group}}
+    %a = plan.binding "exchange" 0 [#plan.dim<4, 0, 1>] i64
+  }
 }
 
 // -----

@@ -97,6 +97,9 @@ std::string bufferText(const Artifact &artifact, const fb::BufferRef &ref,
   case fb::BufferKind::Output:
     name = "output.logits";
     break;
+  case fb::BufferKind::Exchange:
+    name = "exchange[group " + index + "]";
+    break;
   }
   if (ref.offset() != 0 || ref.kind() == fb::BufferKind::Arena)
     name += "+" + std::to_string(ref.offset());
@@ -305,6 +308,8 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options,
       for (flatbuffers::uoffset_t r = 0; r < group.ranks()->size(); ++r)
         out << (r && r % size == 0 ? " /" : "") << " " << group.ranks()->Get(r);
       out << ")";
+      if (group.exchange_bytes())
+        out << ", " << group.exchange_bytes() << " bytes of peer exchange a member";
     }
     out << "\n";
   }

@@ -174,6 +174,32 @@ TEST(ArtifactTest, TokenSplitNeedsItsRanks) {
   EXPECT_CONTAINS_ALL(loadError(a), "never a batched entry's");
 }
 
+TEST(ArtifactTest, ExchangeTablesNameAGroupWithExchangeMemory) {
+  // An Exchange buffer: the [members] I64 table of comm group `index`'s
+  // exchange memory, `offset` a 256-byte aligned site within it.
+  TestArtifact a = minimalArtifact();
+  a.ep = a.world = 2;
+  a.commGroups = {{"ep[1]", 2, {0, 1}, 1024}};
+  TestBuffer &table = launchOf(a, 0, 1).buffers[5];
+  table = {fb::BufferKind::Exchange, 0, 512, {fixed(2)}, fb::DType::I64};
+  EXPECT_NO_THROW(Artifact::fromBytes(serialize(a), kSource));
+  table.offset = 1024;
+  EXPECT_CONTAINS_ALL(loadError(a), ".offset 1024: not a 256-byte aligned site within comm group "
+                                    "0's 1024 exchange bytes");
+  table.offset = 100;
+  EXPECT_CONTAINS_ALL(loadError(a), ".offset 100: not a 256-byte aligned site");
+  table.offset = 0;
+  table.shape = {fixed(3)};
+  EXPECT_CONTAINS_ALL(loadError(a), "an exchange table is [2] I64, one address per member of "
+                                    "comm group 0");
+  table.shape = {fixed(2)};
+  table.dtype = fb::DType::I32;
+  EXPECT_CONTAINS_ALL(loadError(a), "an exchange table is [2] I64");
+  table.dtype = fb::DType::I64;
+  a.commGroups[0].exchangeBytes = 0;
+  EXPECT_CONTAINS_ALL(loadError(a), "within comm group 0's 0 exchange bytes");
+}
+
 TEST(ArtifactTest, CommGroupsPartitionTheWorld) {
   TestArtifact a = minimalArtifact();
   a.ep = a.world = 4;
@@ -480,8 +506,12 @@ TEST(ArtifactTest, OtherBufferIndicesAndTypes) {
   launchOf(a, 0, 1).buffers[5].index = 1;
   EXPECT_CONTAINS_ALL(loadError(a), "Output index 1 out of range");
   a = minimalArtifact();
-  launchOf(a, 0, 1).buffers[5].kind = static_cast<fb::BufferKind>(5);
-  EXPECT_CONTAINS_ALL(loadError(a), "buffers[5].kind: unknown buffer kind 5");
+  launchOf(a, 0, 1).buffers[5].kind = static_cast<fb::BufferKind>(6);
+  EXPECT_CONTAINS_ALL(loadError(a), "buffers[5].kind: unknown buffer kind 6");
+  a = minimalArtifact();
+  launchOf(a, 0, 1).buffers[5].kind = fb::BufferKind::Exchange;
+  EXPECT_CONTAINS_ALL(loadError(a), "buffers[5].index: Exchange names comm group 0, but the "
+                                    "artifact has 0");
 }
 
 TEST(ArtifactTest, BufferShapesAndDtypes) {

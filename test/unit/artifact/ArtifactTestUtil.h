@@ -51,6 +51,7 @@ struct TestCommGroup {
   std::string name;
   uint32_t size = 1;
   std::vector<int32_t> ranks;
+  uint64_t exchangeBytes = 0;
 };
 
 using TestStep = std::variant<TestLaunch, TestCopy, TestCollective>;
@@ -234,7 +235,8 @@ inline std::vector<uint8_t> serialize(const TestArtifact &a) {
   std::vector<flatbuffers::Offset<fb::CommGroup>> groups;
   for (const TestCommGroup &group : a.commGroups)
     groups.push_back(
-        fb::CreateCommGroupDirect(fbb, group.name.c_str(), group.size, &group.ranks));
+        fb::CreateCommGroupDirect(fbb, group.name.c_str(), group.size, &group.ranks,
+                                  group.exchangeBytes));
   auto root =
       fb::CreateArtifact(fbb, version, target, model, layout, a.rank,
                          fbb.CreateVector(weights), fbb.CreateVector(caches),
