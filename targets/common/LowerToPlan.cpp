@@ -557,7 +557,7 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
       Buf table = binding("exchange", *expertGroup, {fixed(members)}, b.getI64Type());
       SmallVector<Buf> peerArgs = args;
       peerArgs.push_back(alloc({k, inter}, f32));
-      peerArgs.push_back(alloc({k, latent}, f32));
+      peerArgs.push_back(alloc({k, latent / 4}, f32)); // sums of squares, 4 rows each
       peerArgs.push_back(view(table, table.shape, site));
       peerArgs.push_back(y);
       launch(peer->kernel, peerArgs,

@@ -76,7 +76,8 @@ public:
   // persistent kernel per rank that also combines across the expert group
   // through peer memory (targets/nvptx/PeerMegaMoE.h): its arguments are
   // (z, idx with global expert ids, weights, gate, up, down, post_norm, h,
-  // yk, the members' exchange addresses, y; T, this rank's index in the
+  // [T, k, latent / 4] f32 scratch, the members' exchange addresses, y; T,
+  // this rank's index in the
   // group), it needs `siteBytes` of exchange memory a launch site; or none,
   // and the separate kernels plus an all-reduce serve.
   struct PeerMegaMoE {

@@ -12,7 +12,7 @@ using kernels::fillTemplate;
 using kernels::str;
 namespace warp = kernels::warp;
 
-constexpr int64_t kThreads = 256; // eight warps a block
+constexpr int64_t kThreads = 128; // four warps a block
 constexpr int64_t kWarps = kThreads / 32;
 
 int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
@@ -61,6 +61,12 @@ std::string loadVolatile4(const std::string &out, const std::string &address) {
     @@o@@ = vector.from_elements @@o@@_0, @@o@@_1, @@o@@_2, @@o@@_3 : vector<4xf32>
 )",
                       {{"o", out}, {"a", address}});
+}
+
+// %<out> (f32) from the 4 bytes at i64 `address`, bypassing L1.
+std::string loadVolatile1(const std::string &out, const std::string &address) {
+  return "    " + out + " = llvm.inline_asm has_side_effects \"ld.volatile.global.f32 $0, [$1];\", " +
+         "\"=f,l,~{memory}\" " + address + " : (i64) -> f32\n";
 }
 
 // Waits until the u64 at `address` reaches `target` (acquire at `scope`).
@@ -117,7 +123,8 @@ PeerSiteLayout peerSiteLayout(const kernels::PeerMegaMoEShape &s) {
   PeerSiteLayout layout;
   int64_t pairs = s.maxRows * s.k;
   layout.flags = align256(layout.pairs + pairs * 8);
-  layout.data = align256(layout.flags + 2 * pairs * 8);
+  layout.coefs = align256(layout.flags + 2 * pairs * 8);
+  layout.data = align256(layout.coefs + 2 * pairs * 4);
   layout.bytes = align256(layout.data + 2 * pairs * s.latent * 4);
   return layout;
 }
@@ -144,7 +151,7 @@ kernels::KernelSpec peerMegaMoE(const kernels::PeerMegaMoEShape &s) {
   const PeerSiteLayout layout = peerSiteLayout(s);
   const std::string zt = "memref<?x" + str(L) + "xf32>", it = "memref<?x" + str(K) + "xi32>";
   const std::string ht = "memref<?x" + str(K) + "x" + str(I) + "xf32>";
-  const std::string ykt = "memref<?x" + str(K) + "x" + str(L) + "xf32>";
+  const std::string sqt = "memref<?x" + str(K) + "x" + str(L / 4) + "xf32>";
   const std::string pnt = "memref<" + str(E) + "x" + str(L) + "xbf16>";
   warp::ExpertProjection gate = warp::expertProjection("gate", E, I, L, s.nvfp4, {"%o0", "%o1"});
   warp::ExpertProjection up = warp::expertProjection("up", E, I, L, s.nvfp4, {"%o0", "%o1"});
@@ -153,14 +160,9 @@ kernels::KernelSpec peerMegaMoE(const kernels::PeerMegaMoEShape &s) {
   std::vector<warp::WeightRow> gateUpRows = gate.rows;
   gateUpRows.insert(gateUpRows.end(), up.rows.begin(), up.rows.end());
 
-  std::string downStores;
-  for (int r = 0; r < 4; ++r)
-    downStores += "        memref.store %y" + std::to_string(r) + ", %yk[%t, %j, %o" +
-                  std::to_string(r) + "] : " + ykt + "\n";
-
   std::string body = fillTemplate(R"(
 func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs@@, @@uargs@@,
-                    @@dargs@@, %pn: @@pnt@@, %h: @@ht@@, %yk: @@ykt@@,
+                    @@dargs@@, %pn: @@pnt@@, %h: @@ht@@, %ssq: @@sqt@@,
                     %peers: memref<@@M@@xi64>, %y: @@zt@@, %rows_i: i64, %member: i64,
                     %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface,
@@ -183,6 +185,7 @@ func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs
   %widthf = arith.constant @@Lf@@ : f32
   %eps = arith.constant @@eps@@ : f32
   %zero_v = arith.constant dense<0.0> : vector<4xf32>
+  %zero_f = arith.constant 0.0 : f32
   %c0_i32 = arith.constant 0 : i32
   %w32 = arith.constant 32 : i32
   %c0_i64 = arith.constant 0 : i64
@@ -192,8 +195,10 @@ func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs
   %c8_i64 = arith.constant 8 : i64
   %pairs_off = arith.constant @@pairs@@ : i64
   %flags_off = arith.constant @@flags@@ : i64
+  %coefs_off = arith.constant @@coefs@@ : i64
   %data_off = arith.constant @@data@@ : i64
   %flags_parity = arith.constant @@flagsParity@@ : i64
+  %coefs_parity = arith.constant @@coefsParity@@ : i64
   %data_parity = arith.constant @@dataParity@@ : i64
   %experts_i32 = arith.constant @@E@@ : i32
   %tid = gpu.thread_id x
@@ -207,8 +212,8 @@ func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs
   %first_e = arith.muli %member_i32, %experts_i32 : i32
   %site = memref.load %peers[%member_x] : memref<@@M@@xi64>
   %pairs_at = arith.addi %site, %pairs_off : i64
-  %yk_x = memref.extract_aligned_pointer_as_index %yk : @@ykt@@ -> index
-  %yk_at = arith.index_cast %yk_x : index to i64
+  %ssq_x = memref.extract_aligned_pointer_as_index %ssq : @@sqt@@ -> index
+  %ssq_at = arith.index_cast %ssq_x : index to i64
   // This site's launches so far: its grid-barrier count over the grid,
   // which no block of this launch can have completed yet.
 @@seen@@  %blocks_i64 = arith.index_cast %nblocks : index to i64
@@ -217,6 +222,8 @@ func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs
   %parity = arith.remui %epoch, %c2_i64 : i64
   %flags_p = arith.muli %parity, %flags_parity : i64
   %flags_base = arith.addi %flags_off, %flags_p : i64
+  %coefs_p = arith.muli %parity, %coefs_parity : i64
+  %coefs_base = arith.addi %coefs_off, %coefs_p : i64
   %data_p = arith.muli %parity, %data_parity : i64
   %data_base = arith.addi %data_off, %data_p : i64
   %items1 = arith.muli %rows, %per1 : index
@@ -237,15 +244,43 @@ func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs
 @@barrier@@  }
   gpu.barrier
 
-  // 3. Down rows; the warp that completes a pair sends its contribution.
+  // 3. Down rows, four a warp, each sent to every member as soon as it is
+  // computed (times the expert's post-norm); the warp that completes a pair
+  // adds its rows' sums of squares and sends the pair's coefficient
+  // (routing weight / RMS) and flag.
 @@loop2@@@@dglob@@@@dot2@@@@d0@@@@d1@@@@d2@@@@d3@@
     %pair = arith.muli %t, %kk : index
     %pair_j = arith.addi %pair, %j : index
     %pair_i64 = arith.index_cast %pair_j : index to i64
     %last = scf.if %lead -> (i32) {
-@@downStores@@
+      %pb = vector.load %pn[%e, %o0] {alignment = 8} : @@pnt@@, vector<4xbf16>
+      %pf = arith.extf %pb : vector<4xbf16> to vector<4xf32>
+      %u0_p = vector.extract %pf[0] : f32 from vector<4xf32>
+      %u1_p = vector.extract %pf[1] : f32 from vector<4xf32>
+      %u2_p = vector.extract %pf[2] : f32 from vector<4xf32>
+      %u3_p = vector.extract %pf[3] : f32 from vector<4xf32>
+      %u0 = arith.mulf %y0, %u0_p : f32
+      %u1 = arith.mulf %y1, %u1_p : f32
+      %u2 = arith.mulf %y2, %u2_p : f32
+      %u3 = arith.mulf %y3, %u3_p : f32
+      %q0 = arith.mulf %y0, %y0 : f32
+      %q01 = math.fma %y1, %y1, %q0 : f32
+      %q012 = math.fma %y2, %y2, %q01 : f32
+      %q = math.fma %y3, %y3, %q012 : f32
+      memref.store %q, %ssq[%t, %j, %group] : @@sqt@@
+      %row_at = arith.muli %pair_j, %width : index
+      %el_at = arith.addi %row_at, %o0 : index
+      %el_i64 = arith.index_cast %el_at : index to i64
+      %el_b = arith.muli %el_i64, %c4_i64 : i64
+      %to = arith.addi %data_base, %el_b : i64
+      scf.for %m = %c0 to %mm step %c1 {
+        %peer = memref.load %peers[%m] : memref<@@M@@xi64>
+        %pa = arith.addi %peer, %to : i64
+        llvm.inline_asm has_side_effects "st.global.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f,~{memory}" %pa, %u0, %u1, %u2, %u3 : (i64, f32, f32, f32, f32) -> ()
+      }
       %pair_b = arith.muli %pair_i64, %c8_i64 : i64
       %pair_at = arith.addi %pairs_at, %pair_b : i64
+      // System scope: the rows just stored to the members come first.
 @@count@@      %count = arith.addi %old, %c1_i64 : i64
       %full = arith.cmpi eq, %count, %groups2_i64 : i64
       scf.if %full {
@@ -259,17 +294,16 @@ func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs
     %is_last = arith.cmpi ne, %last_w, %c0_i32 : i32
     scf.if %is_last {
 @@fenceGpu@@
-      %row_at = arith.muli %pair_j, %width : index
-      %sqv = scf.for %c = %lane4 to %width step %c128 iter_args(%s = %zero_v) -> (vector<4xf32>) {
-        %ce = arith.addi %row_at, %c : index
-        %ce_i64 = arith.index_cast %ce : index to i64
-        %cb = arith.muli %ce_i64, %c4_i64 : i64
-        %ca = arith.addi %yk_at, %cb : i64
+      %sq_row = arith.muli %pair_j, %groups2 : index
+      %sqs = scf.for %g = %lane to %groups2 step %c32 iter_args(%s = %zero_f) -> (f32) {
+        %ge = arith.addi %sq_row, %g : index
+        %ge_i64 = arith.index_cast %ge : index to i64
+        %gb = arith.muli %ge_i64, %c4_i64 : i64
+        %ga = arith.addi %ssq_at, %gb : i64
 @@loadSq@@
-        %n = vector.fma %v, %v, %s : vector<4xf32>
-        scf.yield %n : vector<4xf32>
+        %n = arith.addf %s, %v : f32
+        scf.yield %n : f32
       }
-      %sq = vector.reduction <add>, %sqv : vector<4xf32> into f32
 @@sumSq@@
       %mean = arith.divf %ss, %widthf : f32
       %me = arith.addf %mean, %eps : f32
@@ -277,35 +311,14 @@ func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs
       %inv = arith.divf %one_f, %rms : f32
       %wj = memref.load %wts[%t, %j] : memref<?x@@K@@xf32>
       %coef = arith.mulf %wj, %inv : f32
-      %coef_v = vector.broadcast %coef : f32 to vector<4xf32>
-      %row_i64 = arith.index_cast %row_at : index to i64
-      %row_b = arith.muli %row_i64, %c4_i64 : i64
-      %slot = arith.addi %data_base, %row_b : i64
-      scf.for %c = %lane4 to %width step %c128 {
-        %ce = arith.addi %row_at, %c : index
-        %ce_i64 = arith.index_cast %ce : index to i64
-        %cb = arith.muli %ce_i64, %c4_i64 : i64
-        %ca = arith.addi %yk_at, %cb : i64
-@@loadOut@@
-        %pb = vector.load %pn[%e, %c] {alignment = 8} : @@pnt@@, vector<4xbf16>
-        %pf = arith.extf %pb : vector<4xbf16> to vector<4xf32>
-        %yn = arith.mulf %v, %pf : vector<4xf32>
-        %out = arith.mulf %yn, %coef_v : vector<4xf32>
-        %x0 = vector.extract %out[0] : f32 from vector<4xf32>
-        %x1 = vector.extract %out[1] : f32 from vector<4xf32>
-        %x2 = vector.extract %out[2] : f32 from vector<4xf32>
-        %x3 = vector.extract %out[3] : f32 from vector<4xf32>
-        %c_i64 = arith.index_cast %c : index to i64
-        %c_b = arith.muli %c_i64, %c4_i64 : i64
-        %to = arith.addi %slot, %c_b : i64
+      scf.if %lead {
+        %coef_b = arith.muli %pair_i64, %c4_i64 : i64
+        %coef_o = arith.addi %coefs_base, %coef_b : i64
         scf.for %m = %c0 to %mm step %c1 {
           %peer = memref.load %peers[%m] : memref<@@M@@xi64>
-          %pa = arith.addi %peer, %to : i64
-          llvm.inline_asm has_side_effects "st.global.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f,~{memory}" %pa, %x0, %x1, %x2, %x3 : (i64, f32, f32, f32, f32) -> ()
+          %ca = arith.addi %peer, %coef_o : i64
+          llvm.inline_asm has_side_effects "st.global.f32 [$0], $1;", "l,f,~{memory}" %ca, %coef : (i64, f32) -> ()
         }
-      }
-@@warpSync@@
-      scf.if %lead {
 @@fenceSys@@
         %flag_b = arith.muli %pair_i64, %c8_i64 : i64
         %flag_o = arith.addi %flags_base, %flag_b : i64
@@ -318,7 +331,7 @@ func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs
     }
   }
 
-  // 4. y = the sum of a token's k contributions, in choice order.
+  // 4. y = sum over a token's k choices, in order, of coefficient x rows.
   scf.for %item = %warp to %items3 step %warps {
     %t = arith.divui %item, %chunks : index
     %chunk = arith.remui %item, %chunks : index
@@ -337,14 +350,20 @@ func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs
 @@warpSync@@
     %acc = scf.for %j = %c0 to %kk step %c1 iter_args(%a = %zero_v) -> (vector<4xf32>) {
       %pj = arith.addi %tk, %j : index
+      %pj_i64 = arith.index_cast %pj : index to i64
+      %cb = arith.muli %pj_i64, %c4_i64 : i64
+      %co = arith.addi %coefs_base, %cb : i64
+      %ca = arith.addi %site, %co : i64
+@@loadCoef@@
+      %cv = vector.broadcast %v : f32 to vector<4xf32>
       %pw = arith.muli %pj, %width : index
       %pc = arith.addi %pw, %c : index
       %pc_i64 = arith.index_cast %pc : index to i64
       %pb = arith.muli %pc_i64, %c4_i64 : i64
       %po = arith.addi %data_base, %pb : i64
       %pa = arith.addi %site, %po : i64
-@@loadSum@@
-      %n = arith.addf %a, %v : vector<4xf32>
+@@loadRows@@
+      %n = vector.fma %rv, %cv, %a : vector<4xf32>
       scf.yield %n : vector<4xf32>
     }
     vector.store %acc, %y[%t, %c] {alignment = 16} : @@zt@@, vector<4xf32>
@@ -356,7 +375,7 @@ func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs
                                    {"zt", zt},
                                    {"it", it},
                                    {"ht", ht},
-                                   {"ykt", ykt},
+                                   {"sqt", sqt},
                                    {"pnt", pnt},
                                    {"K", str(K)},
                                    {"E", str(E)},
@@ -373,7 +392,9 @@ func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs
                                    {"pairs", str(layout.pairs)},
                                    {"flags", str(layout.flags)},
                                    {"data", str(layout.data)},
+                                   {"coefs", str(layout.coefs)},
                                    {"flagsParity", str(R * K * 8)},
+                                   {"coefsParity", str(R * K * 4)},
                                    {"dataParity", str(R * K * L * 4)},
                                    {"gargs", gate.args},
                                    {"uargs", up.args},
@@ -400,18 +421,17 @@ func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs
                                    {"d1", warp::warpSum("yd1", "y1")},
                                    {"d2", warp::warpSum("yd2", "y2")},
                                    {"d3", warp::warpSum("yd3", "y3")},
-                                   {"downStores", downStores},
-                                   {"count", asmAdd64("%old", "%pair_at", "acq_rel.gpu")},
+                                   {"count", asmAdd64("%old", "%pair_at", "acq_rel.sys")},
                                    {"reset", asmStore64("%pair_at", "%c0_i64", "relaxed.gpu")},
                                    {"fenceGpu", asmFence("gpu")},
                                    {"fenceSys", asmFence("sys")},
                                    {"warpSync", asmWarpSync()},
-                                   {"loadSq", loadVolatile4("%v", "%ca")},
-                                   {"loadOut", loadVolatile4("%v", "%ca")},
-                                   {"sumSq", warp::warpSum("sq", "ss")},
+                                   {"loadSq", loadVolatile1("%v", "%ga")},
+                                   {"loadCoef", loadVolatile1("%v", "%ca")},
+                                   {"sumSq", warp::warpSum("sqs", "ss")},
                                    {"flag", asmStore64("%fa", "%stamp", "relaxed.sys")},
                                    {"wait", spinUntil("%flag", "%fa", "%stamp", "sys")},
-                                   {"loadSum", loadVolatile4("%v", "%pa")}});
+                                   {"loadRows", loadVolatile4("%rv", "%pa")}});
   return kernels::KernelSpec{name, "kiln.megamoe",
                              "{\"kind\": \"persistent\", \"exchange\": \"peer\", \"members\": " +
                                  str(s.members) + ", \"site_bytes\": " + str(layout.bytes) + "}",

@@ -7,21 +7,24 @@
 //   1. gate/up with SwiGLU for this rank's (token, choice) pairs (others'
 //      choices are skipped, not computed against a stand-in expert);
 //   2. one grid barrier (h complete);
-//   3. down, four rows a warp; the warp that finishes a pair's last rows
-//      (a per-pair arrival counter) takes the pair's RMSNorm scale, applies
-//      routing weight and post-norm, and stores the pair's contribution into
-//      every member's exchange slot with a flag, while the rank's other warps
-//      are still in their down rows and the peers in theirs;
-//   4. each output chunk waits for its token's k flags and sums the k
-//      contributions in choice order, so every member gets the same bits.
+//   3. down, four rows a warp: each warp stores its rows, times the expert's
+//      post-norm, straight into every member's exchange slots while the
+//      other warps (and the peers) still compute, and leaves its rows' sum
+//      of squares; the warp that completes a pair (a per-pair arrival
+//      counter) sums those in order and sends the pair's coefficient,
+//      routing weight / RMS, and raises its flag at every member;
+//   4. each output chunk waits for its token's k flags and sums coefficient
+//      x rows over the k choices in order, so every member gets the same
+//      bits.
 //
-// The exchange region (one per rank, `siteBytes` at the site's offset, laid
-// out by peerSiteLayout) holds the grid-barrier count, the pair counters,
-// and two parity copies of the flags and contributions: a launch's parity is
-// its launch count mod 2, read from the barrier count, so consecutive
-// launches of a site never share slots and nothing is reset between steps.
-// Peer memory is written with plain stores then a system-scope release of the
-// flag; the reader acquires the flag and reads the slots with volatile loads.
+// The exchange region (one per rank, `bytes` at the site's offset, laid out
+// by peerSiteLayout) holds the grid-barrier count, the pair counters, and two
+// parity copies of the flags, coefficients and rows: a launch's parity is its
+// launch count mod 2, read from the barrier count, so consecutive launches of
+// a site never share slots and nothing is reset between steps. Peer memory
+// is written with plain stores, ordered by system-scope release (the pair
+// counter's, then a fence before the flag); the reader acquires the flags
+// and reads the slots with volatile loads.
 #pragma once
 
 #include "targets/common/KernelSpec.h"
@@ -34,7 +37,8 @@ namespace kiln::nvptx {
 struct PeerSiteLayout {
   int64_t pairs = 256;  // u64 arrival counter per (row, choice)
   int64_t flags = 0;    // u64 [2][rows][k]
-  int64_t data = 0;     // f32 [2][rows][k][latent]
+  int64_t coefs = 0;    // f32 [2][rows][k]: routing weight / RMS
+  int64_t data = 0;     // f32 [2][rows][k][latent]: post-norm x down rows
   int64_t bytes = 0;    // the site, a multiple of 256
 };
 PeerSiteLayout peerSiteLayout(const kernels::PeerMegaMoEShape &shape);
