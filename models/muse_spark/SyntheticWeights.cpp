@@ -214,6 +214,20 @@ double syntheticNormal(std::string_view streamName, uint64_t seed,
   return normalAt(streamKey(streamName, seed), index);
 }
 
+uint64_t syntheticStreamKey(std::string_view streamName, uint64_t seed) {
+  return streamKey(streamName, seed);
+}
+
+SyntheticDistribution syntheticDistribution(const Config &config, const TensorSpec &spec) {
+  const Distribution dist = distributionFor(config, spec);
+  return {dist.mean, dist.stddev};
+}
+
+SyntheticNvfp4Module syntheticNvfp4Module(const Config &config, const TensorSpec &spec) {
+  const auto [rows, cols] = nvfp4ModuleShape(config, spec, syntheticStreamName(spec.name));
+  return {rows, cols, {0.0, 1.0 / std::sqrt(static_cast<double>(cols))}};
+}
+
 void synthesizeTensor(const Config &config, const TensorSpec &spec,
                       uint64_t seed, uint8_t *out) {
   switch (spec.dtype) {

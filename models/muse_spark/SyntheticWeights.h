@@ -65,4 +65,20 @@ std::string syntheticStreamName(std::string_view tensorName);
 double syntheticNormal(std::string_view streamName, uint64_t seed,
                        uint64_t index);
 
+// What a generator elsewhere (the runtime's device kernels) needs to make
+// the same bytes: a stream's key; a BF16 tensor's distribution; an NVFP4
+// piece's module, its [out, in] and the distribution quantised (mean 0,
+// stddev 1/sqrt(in)). Throw std::invalid_argument as synthesizeTensor does.
+struct SyntheticDistribution {
+  double mean = 0;
+  double stddev = 1;
+};
+uint64_t syntheticStreamKey(std::string_view streamName, uint64_t seed);
+SyntheticDistribution syntheticDistribution(const Config &config, const TensorSpec &spec);
+struct SyntheticNvfp4Module {
+  int64_t rows = 0, cols = 0;
+  SyntheticDistribution distribution;
+};
+SyntheticNvfp4Module syntheticNvfp4Module(const Config &config, const TensorSpec &spec);
+
 } // namespace kiln::muse_spark

@@ -7,6 +7,8 @@
 #include "runtime/cuda/CudaBackend.h"
 #include "runtime/engine/CpuBackend.h"
 #include "runtime/engine/EngineImpl.h"
+
+#include "runtime/engine/DeviceSynthesis.h"
 #include "runtime/engine/KvCache.h"
 #include "runtime/engine/WeightSource.h"
 #include "runtime/hip/HipBackend.h"
@@ -310,6 +312,19 @@ void Engine::Impl::bindAllWeights(const EngineOptions &options) {
       model.weight_format() ? model.weight_format()->str() : std::string());
   // Every tensor is checked before any is bound.
   checkWeights(specs, *source);
+
+  const std::optional<uint64_t> seed = syntheticSeed(options.weights);
+  const bool gpu = artifact->target()->kind() != fb::TargetKind::X86;
+  const bool onDevice =
+      seed && (options.synthesis == EngineOptions::Synthesis::Device ||
+               (options.synthesis == EngineOptions::Synthesis::Auto && gpu &&
+                hasSynthesisKernels(artifact)));
+  if (onDevice) {
+    weights = synthesizeWeights(*backend, artifact, config, *seed, specs, *source, pool.get(),
+                                static_cast<uint32_t>(pool ? pool->numThreads() : 1),
+                                options.progress);
+    return;
+  }
 
   uint64_t total = 0, done = 0;
   for (const WeightSpec &spec : specs)

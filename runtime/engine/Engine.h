@@ -57,6 +57,11 @@ struct EngineOptions {
   int device = -1;
   // Weight loading progress (bytes done, total).
   BindProgress progress;
+  // Where `synthetic:SEED` weights are generated: Auto is on the device for
+  // GPU artifacts that carry the synthesis kernels (the same bytes, without
+  // host generation and upload), on the host otherwise.
+  enum class Synthesis { Auto, Host, Device };
+  Synthesis synthesis = Synthesis::Auto;
   // This process's rank in a multi-rank job (an artifact of layout.world >
   // 1: every rank runs it, with its share of the weights). Unset: from the
   // environment (runtime/comm/RankInfo.h; kiln-run --nproc sets it).

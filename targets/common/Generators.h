@@ -42,6 +42,12 @@ std::string floatLiteral(double value);
 // A dense f32 lookup table of decode(0 .. count-1) as a memref.global.
 std::string lookupTable(const std::string &name, int count, float (*decode)(uint8_t));
 
+// Synthetic weights generated where they live, bit for bit the host's
+// (SynthesisKernels.cpp; the runtime launches them, no plan step does).
+KernelSpec synthesizeBf16();
+KernelSpec synthesizeNvfp4Amax();
+KernelSpec synthesizeNvfp4Quant();
+
 // Elementwise and norms (ElementwiseKernels.cpp).
 KernelSpec castToBf16(int64_t width);
 KernelSpec embed(int64_t vocab, int64_t hidden);

@@ -692,6 +692,11 @@ FailureOr<LoweredModel> Lowering::run() {
     if (failed(lowerEntry(spForward, sp)))
       return failure();
   }
+  // The kernels that synthesise `synthetic:SEED` weights on the device.
+  for (const KernelSpec &kernel :
+       {synthesizeBf16(), synthesizeNvfp4Amax(), synthesizeNvfp4Quant()})
+    if (kernelIndex.try_emplace(kernel.name, model.kernels.size()).second)
+      model.kernels.push_back(kernel);
   model.commGroups = groups.all();
   SmallVector<Attribute> groupAttrs;
   for (const CommGroupInfo &group : model.commGroups)

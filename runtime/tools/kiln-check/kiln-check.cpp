@@ -42,6 +42,9 @@ void usage() {
                "  --max-near-ties N  how many such steps may differ (default 2)\n"
                "  --batch-steps N    with a decode_batch entry: greedy steps of the batched\n"
                "                     check (default 16; 0 skips it)\n"
+               "  --synthesize W     where synthetic:SEED weights are made: host, or device (the\n"
+               "                     artifact's synthesis kernels, the same bytes); default: device\n"
+               "                     for GPU artifacts, host for x86\n"
                "  --device N         the GPU (default: KILN_LOCAL_RANK, else 0)\n"
                "  --nproc N          a multi-rank artifact: N processes, one per rank (as\n"
                "                     kiln-run --nproc); rank 0 reports\n");
@@ -122,6 +125,7 @@ int main(int argc, char **argv) {
   std::string artifact, weights, referencePath, writePath, prompt;
   double tolerance = 0.02, nearTie = 0.01;
   int maxNearTies = 2, steps = 0, device = -1, batchSteps = 16, nproc = 1;
+  EngineOptions::Synthesis synthesis = EngineOptions::Synthesis::Auto;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
     auto value = [&]() -> std::string {
@@ -152,6 +156,15 @@ int main(int argc, char **argv) {
       maxNearTies = std::atoi(value().c_str());
     } else if (arg == "--batch-steps") {
       batchSteps = std::atoi(value().c_str());
+    } else if (arg == "--synthesize") {
+      const std::string where = value();
+      if (where != "host" && where != "device") {
+        std::fprintf(stderr, "kiln-check: --synthesize takes host or device, not '%s'\n",
+                     where.c_str());
+        return 2;
+      }
+      synthesis = where == "host" ? EngineOptions::Synthesis::Host
+                                  : EngineOptions::Synthesis::Device;
     } else if (arg == "--device") {
       device = std::atoi(value().c_str());
     } else if (arg == "--nproc") {
@@ -175,6 +188,7 @@ int main(int argc, char **argv) {
     EngineOptions options;
     options.weights = weights;
     options.device = device;
+    options.synthesis = synthesis;
     std::unique_ptr<Engine> engine = Engine::load(artifact, options);
 
     if (!writePath.empty()) {
