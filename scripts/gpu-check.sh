@@ -25,10 +25,26 @@ check() {
   "$BIN/kiln-check" "$DATA/$1.sm_90.kiln" --weights "$2" --reference "$DATA/$1.reference" \
     "${@:3}" || status=1
 }
+work=$(mktemp -d)
+# synthetic:SEED made on the GPU by the artifact's synthesis kernels (the
+# default there) against the host generator: the same bytes, hence the same
+# logits and tokens bit for bit.
+synthesis() { # name, then kiln-check's extra arguments
+  local name=$1
+  shift
+  echo "== $name: synthetic weights on the device against the host generator"
+  for where in host device; do
+    "$BIN/kiln-check" "$DATA/$name.sm_90.kiln" --weights synthetic:3 --prompt-ids "$(seq -s, 1 12)" \
+      --steps 8 --synthesize $where --write "$work/$name.$where" "$@" >/dev/null || status=1
+  done
+  cmp "$work/$name.host" "$work/$name.device" && echo "identical" || status=1
+}
 check tiny-bf16 "$DATA/tiny-bf16"
 check tiny-nvfp4 "$DATA/tiny-nvfp4"
 check small-nvfp4 synthetic:3
 check small-bf16 synthetic:3
+synthesis small-nvfp4
+synthesis small-bf16
 if command -v compute-sanitizer >/dev/null; then
   for format in bf16 nvfp4; do
     echo "== compute-sanitizer, tiny $format"
@@ -42,7 +58,7 @@ fi
 # then a rank killed and a rank stopped mid-decode must stop the job.
 if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
   export KILN_NCCL_LIBRARY=${KILN_NCCL_LIBRARY:-$(python3 -c 'import nvidia.nccl, os; print(os.path.join(nvidia.nccl.__path__[0], "lib", "libnccl.so.2"))' 2>/dev/null)}
-  work=$(mktemp -d)
+  synthesis small-nvfp4.tp2ep2 --nproc 2
   for format in bf16 nvfp4; do
     "$BIN/kiln-check" "$DATA/small-$format.sm_90.kiln" --weights synthetic:3 \
       --prompt-ids "$(seq -s, 1 24)" --steps 32 --write "$work/small-$format.one-gpu" >/dev/null || status=1
@@ -72,9 +88,9 @@ if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
     grep -q "launcher exit status: 1" "$work/$mode.out" && grep -q "stopped within 20 s" "$work/$mode.out" &&
       grep -q "error: rank 0: .* for '" "$work/$mode.out" || { status=1; echo "(not as expected)"; }
   done
-  rm -rf "$work"
 else
   echo "gpu-check: one GPU: the two-GPU checks are skipped"
 fi
+rm -rf "$work"
 echo "gpu-check: $([ $status = 0 ] && echo PASS || echo FAIL)"
 exit $status

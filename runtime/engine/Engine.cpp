@@ -334,19 +334,33 @@ void Engine::Impl::bindAllWeights(const EngineOptions &options) {
     progress = [&](uint64_t batchDone, uint64_t) {
       options.progress(done + batchDone, total);
     };
-  weights.reserve(specs.size());
+  // Bindings in the order their first tensors lie in the checkpoint: shard
+  // by shard, each front to back (synthetic weights: the artifact's order).
+  std::vector<size_t> order(specs.size());
+  std::vector<std::optional<std::pair<size_t, uint64_t>>> where(specs.size());
+  for (size_t i = 0; i < specs.size(); ++i) {
+    order[i] = i;
+    where[i] = source->storageOrder(tensorNames(specs[i]).front());
+  }
+  std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) {
+    if (where[a] && where[b])
+      return *where[a] < *where[b];
+    return where[a].has_value() && !where[b].has_value();
+  });
+  weights.resize(specs.size());
   for (size_t first = 0; first < specs.size();) {
     size_t end = first + 1;
-    uint64_t batchBytes = specs[first].bytes;
-    while (end < specs.size() && batchBytes + specs[end].bytes <= kBindBatchBytes)
-      batchBytes += specs[end++].bytes;
-    const std::vector<WeightSpec> batch(specs.begin() + first,
-                                        specs.begin() + end);
+    uint64_t batchBytes = specs[order[first]].bytes;
+    while (end < specs.size() && batchBytes + specs[order[end]].bytes <= kBindBatchBytes)
+      batchBytes += specs[order[end++]].bytes;
+    std::vector<WeightSpec> batch;
+    for (size_t k = first; k < end; ++k)
+      batch.push_back(specs[order[k]]);
     std::vector<AlignedBuffer> bound =
         bindWeights(batch, *source, pool.get(), progress);
     for (size_t i = 0; i < bound.size(); ++i) {
       const uint64_t size = bound[i].size();
-      weights.emplace_back(
+      weights[order[first + i]] = DeviceMemory(
           *backend,
           backend->adopt(std::move(bound[i]), "weight '" + batch[i].name + "'"),
           size);

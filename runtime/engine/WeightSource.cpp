@@ -36,6 +36,15 @@ public:
     return checkpoint_.find(name).bytes;
   }
 
+  std::optional<std::pair<size_t, uint64_t>> storageOrder(const std::string &name) const override {
+    const CheckpointTensor tensor = checkpoint_.find(name);
+    if (!tensor)
+      return std::nullopt;
+    const std::vector<SafetensorsFile> &files = checkpoint_.files();
+    const size_t file = static_cast<size_t>(tensor.file - files.data());
+    return std::make_pair(file, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(tensor.bytes.data)));
+  }
+
 private:
   Checkpoint checkpoint_;
 };

@@ -32,6 +32,12 @@ public:
   // several threads at once (each with its own scratch).
   virtual ByteView read(const std::string &name,
                         std::vector<uint8_t> &scratch) const = 0;
+  // Where a tensor's bytes lie in the source's storage, as an order: (file,
+  // position in it). Binding in this order reads a checkpoint shard by
+  // shard, front to back; none for sources without files.
+  virtual std::optional<std::pair<size_t, uint64_t>> storageOrder(const std::string &) const {
+    return std::nullopt;
+  }
 };
 
 // Opens a checkpoint directory (see Checkpoint); RuntimeError if unreadable.
