@@ -35,6 +35,9 @@ public:
   std::string where;
   KernelParams params;
   unsigned maxGrid; // persistent kernels: the blocks resident at once; else 0
+  // It waits for other ranks' stores (peer exchange): watched as a
+  // collective, under this name; empty if not.
+  std::string exchange;
 };
 
 // The driver's log on one line: lines joined with "; ".
@@ -285,6 +288,7 @@ void CudaBackend::loadKernels(const Artifact &artifact) {
     kernelNames_.push_back(name);
     const std::string tiling = kernel->tiling() ? kernel->tiling()->str() : std::string();
     persistent_.push_back(tiling.find("\"kind\": \"persistent\"") != std::string::npos);
+    exchanges_.push_back(tiling.find("\"exchange\": \"peer\"") != std::string::npos);
   }
 }
 
@@ -320,6 +324,7 @@ std::unique_ptr<PreparedLaunch> CudaBackend::prepare(const LaunchSpec &spec) {
   // resident at once, so its grid stays within what the SMs hold (its loops
   // stride over the work, whatever the grid).
   unsigned resident = 0;
+  const bool exchanges = exchanges_.at(spec.kernel);
   if (persistent_.at(spec.kernel)) {
     const CudaApi &api = driver_->api();
     if (!api.cuOccupancyMaxActiveBlocksPerMultiprocessor)
@@ -337,9 +342,13 @@ std::unique_ptr<PreparedLaunch> CudaBackend::prepare(const LaunchSpec &spec) {
                          " threads of this persistent kernel fits on an SM of " + onDevice);
     resident = static_cast<unsigned>(perSm * sms);
   }
-  return std::make_unique<CudaLaunch>(
+  auto launch = std::make_unique<CudaLaunch>(
       function, spec.block, spec.where,
       KernelParams(spec.ranks, spec.scalarKinds.size()), resident);
+  if (exchanges)
+    launch->exchange = "peer exchange for '" + kernelNames_.at(spec.kernel) + "' (" +
+                       spec.where + ")";
+  return launch;
 }
 
 void CudaBackend::launch(PreparedLaunch &prepared, const LaunchCall &call) {
@@ -355,6 +364,10 @@ void CudaBackend::launch(PreparedLaunch &prepared, const LaunchCall &call) {
     capture_->push_back(CapturedLaunch{&prepared, capturedNode(),
                                        launch.function, grid, launch.block,
                                        launch.where, launch.params});
+  // A kernel that waits for the other ranks stalls as a collective would
+  // when one of them dies: the watchdog names it.
+  if (!launch.exchange.empty() && nccl_)
+    markCollective(launch.exchange);
 }
 
 unsigned launchGrid(const PreparedLaunch &prepared, const LaunchCall &call) {

@@ -151,6 +151,8 @@ private:
   // Kernels whose blocks wait for each other (tiling "persistent"): their
   // grid is kept to the blocks that are resident at once.
   std::vector<bool> persistent_;
+  // Kernels that exchange through peer memory (tiling "exchange": "peer").
+  std::vector<bool> exchanges_;
   // Other ranks' memory opened through IPC, closed as the backend goes.
   std::vector<CUdeviceptr> peerMemory_;
   // Set by the first error; every later call refuses with it.
