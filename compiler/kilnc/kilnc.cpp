@@ -349,7 +349,7 @@ int main(int argc, char **argv) {
     for (const kiln::PassEffect &effect : effects)
       llvm::outs() << "  " << kiln::describe(effect) << "\n";
     if (what == Emit::Graph) {
-      kiln::RankMemory memory = kiln::rankMemory(*module, /*kvBytesPerElement=*/2);
+      kiln::RankMemory memory = kiln::rankMemory(*module, kiln::kRuntimeKvBytesPerElement);
       if (!kiln::printRankMemory(llvm::outs(), memory, int64_t(deviceMemory * (1ll << 30)),
                                  int64_t(reserveMemory * (1ll << 30)),
                                  layout.devices() == 1 ? "one device" : "each of " +

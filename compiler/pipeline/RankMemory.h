@@ -26,6 +26,10 @@ struct RankMemory {
 // kvBytesPerElement: 2 for a bf16 cache, 1 for fp8.
 RankMemory rankMemory(mlir::ModuleOp graph, int64_t kvBytesPerElement);
 
+// The runtime keeps K and V in f32 (docs/runtime-abi.md, "KV caches"): the
+// element size the graph-level plan counts, as the artifact's plan does.
+constexpr int64_t kRuntimeKvBytesPerElement = 4;
+
 // Prints the memory plan of one rank on a device of `deviceBytes`, reserving
 // `reserveBytes` (activations, runtime); returns false, after printing why,
 // when the weights alone do not fit.
