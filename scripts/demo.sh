@@ -17,7 +17,7 @@ kiln_log "compiling $CONFIG (TP8/EP8/SP, NVFP4 experts, 8192-token prefill) to g
 ARTIFACT="$KILN_BUILD/$RUN_CONFIG.x86.kiln"
 kiln_log "compiling $RUN_CONFIG for this CPU: $ARTIFACT"
 "$KILN_BUILD/bin/kilnc" "$RUN_CONFIG" --target=x86 -o "$ARTIFACT"
-"$KILN_BUILD/bin/kiln-dump" "$ARTIFACT" | head -n 8
+"$KILN_BUILD/bin/kiln-dump" "$ARTIFACT" | sed -n 1,8p # sed reads it all: no SIGPIPE
 kiln_log "running $RUN_CONFIG: 32 tokens from a 24-token prompt, synthetic weights (seed 1)"
 "$KILN_BUILD/bin/kiln-run" "$ARTIFACT" --weights synthetic:1 \
   --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24 --max-new-tokens 32
