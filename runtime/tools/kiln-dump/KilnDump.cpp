@@ -18,7 +18,8 @@ constexpr const char *kUsage =
     "version, target, model, parallel layout and comm groups, weight\n"
     "bindings, KV caches, kernels and, per entry point, its token limit,\n"
     "arena, steps, launches by the graph op they implement (fused ops\n"
-    "included) and collectives by kind, and what one rank needs in memory.\n"
+    "included), collectives by kind and launches that exchange through peer\n"
+    "memory, and what one rank needs in memory.\n"
     "The artifact is verified first; a bad one is reported in one line.\n"
     "\n"
     "  --weights   list every weight binding\n"
@@ -199,8 +200,9 @@ void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
                     const DumpOptions &options, std::ostream &out) {
   size_t launches = 0, copies = 0, collectives = 0;
   // Launches by the graph op their kernel implements (fused ops included),
-  // collectives by kind.
-  std::map<std::string, size_t> byOp, byKind;
+  // collectives by kind, and launches that exchange through peer memory
+  // (the combine of the peer MegaMoE kernel) by op.
+  std::map<std::string, size_t> byOp, byKind, exchanging;
   const auto *kernels = artifact->kernels();
   const auto *steps = entry.steps();
   for (flatbuffers::uoffset_t i = 0; steps && i < steps->size(); ++i) {
@@ -208,8 +210,16 @@ void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
     case fb::Step::Launch: {
       ++launches;
       const fb::Launch *launch = steps->Get(i)->step_as_Launch();
-      if (kernels && launch->kernel() < kernels->size())
-        ++byOp[text(kernels->Get(launch->kernel())->op())];
+      if (kernels && launch->kernel() < kernels->size()) {
+        const std::string op = text(kernels->Get(launch->kernel())->op());
+        ++byOp[op];
+        if (const auto *buffers = launch->buffers())
+          for (const fb::BufferRef *buffer : *buffers)
+            if (buffer->kind() == fb::BufferKind::Exchange) {
+              ++exchanging[op];
+              break;
+            }
+      }
       break;
     }
     case fb::Step::Copy:
@@ -253,6 +263,7 @@ void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
   };
   counts("launches by op", byOp);
   counts("collectives by kind", byKind);
+  counts("peer exchanges in", exchanging);
   if (!options.steps)
     return;
   out << "  steps (shapes at T=" << tokens << "):\n";
