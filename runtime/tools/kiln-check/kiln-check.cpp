@@ -181,6 +181,11 @@ int main(int argc, char **argv) {
     usage();
     return 2;
   }
+  if (synthesis != EngineOptions::Synthesis::Auto && weights.rfind("synthetic:", 0) != 0) {
+    std::fprintf(stderr, "kiln-check: --synthesize applies to synthetic:SEED weights, not '%s'\n",
+                 weights.c_str());
+    return 2;
+  }
   if (nproc > 1)
     return launchRanks("kiln-check", withoutNproc(std::vector<std::string>(argv + 1, argv + argc)),
                        nproc, std::cerr);
