@@ -1,8 +1,21 @@
 #include "targets/amdgcn/AmdgcnHooks.h"
 
+#include "targets/amdgcn/MfmaGemm.h"
+
 #include <algorithm>
 
 namespace kiln::amdgcn {
+
+// Entry points of fewer tokens (decode, batched decode) stream the weights
+// through the warp GEMVs, as on NVIDIA: a 32-row tile holding a few rows
+// would be bound by its loads.
+std::optional<kernels::TargetHooks::MatrixGemm>
+AmdgcnHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens) const {
+  constexpr int64_t kMatrixMinTokens = 32;
+  if (maxTokens < kMatrixMinTokens || !mfmaGemmFits(n, k))
+    return std::nullopt;
+  return MatrixGemm{mfmaGemm(n, k), mfmaGemmWork(n, maxTokens)};
+}
 
 // A fixed amount of work: blocks of up to 256 threads (four wavefronts)
 // covering it. Work that grows with T: one wavefront per piece per token.

@@ -1,6 +1,7 @@
-// The AMDGCN target's answers to the shared lowering: the vector GEMM (no
-// MFMA tiling yet) and one thread per piece of work, in blocks of whole
-// 64-lane wavefronts (CDNA's wave size on gfx942 and gfx950).
+// The AMDGCN target's answers to the shared lowering: prefill GEMMs on
+// matrix cores (MfmaGemm.h), the shared warp kernels elsewhere, and one
+// thread per piece of work, in blocks of whole 64-lane wavefronts (CDNA's
+// wave size on gfx942 and gfx950).
 #pragma once
 
 #include "targets/common/TargetHooks.h"
@@ -14,6 +15,7 @@ public:
   std::optional<kernels::KernelSpec> tiledGemm(int64_t, int64_t) const override {
     return std::nullopt;
   }
+  std::optional<MatrixGemm> matrixGemm(int64_t n, int64_t k, int64_t maxTokens) const override;
   kernels::LaunchShape shape(kernels::Work work, int64_t maxTokens) const override;
 };
 
