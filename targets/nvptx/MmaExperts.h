@@ -16,6 +16,7 @@
 // result depends on its own row only, so the outputs do not depend on it.
 #pragma once
 
+#include "targets/common/ExpertLists.h"
 #include "targets/common/KernelSpec.h"
 #include "targets/common/TargetHooks.h"
 
@@ -23,15 +24,7 @@
 
 namespace kiln::nvptx {
 
-struct MmaExpertsShape {
-  int64_t experts, k, intermediate, latent;
-  bool nvfp4;
-  int64_t maxTokens;
-  int64_t maxItems() const { return maxTokens * k; }
-  // Tiles of 128 items an expert grouping can need: every expert may end
-  // with a partial tile.
-  int64_t maxTiles() const { return (maxItems() + 127) / 128 + experts; }
-};
+using MmaExpertsShape = kernels::ExpertTileShape;
 
 bool mmaExpertsFit(const MmaExpertsShape &shape);
 kernels::KernelSpec mmaExpertLists(const MmaExpertsShape &shape);

@@ -1,0 +1,43 @@
+// The expert stage's grouping of prefill items for matrix-core kernels: a
+// kernel that lists the (token, choice) items by expert, and the tiles of 128
+// of an expert's items that the targets' tile kernels then take
+// (targets/nvptx/MmaExperts.h, targets/amdgcn/MfmaExperts.h).
+//
+//   meta:  E + 2 words: each expert's first position in `items`, the total,
+//          then the tile count;
+//   tiles: (expert, first row) pairs;
+//   items: item t*k + j, grouped by expert (their order within an expert
+//          comes from shared-memory atomics; results do not depend on it).
+// Choices of -1 (another rank's experts) are not listed.
+#pragma once
+
+#include "targets/common/KernelSpec.h"
+#include "targets/common/TargetHooks.h"
+
+#include <cstdint>
+#include <string>
+
+namespace kiln::kernels {
+
+struct ExpertTileShape {
+  int64_t experts, k, intermediate, latent;
+  bool nvfp4;
+  int64_t maxTokens;
+  int64_t maxItems() const { return maxTokens * k; }
+  // Tiles of 128 items an expert grouping can need: every expert may end
+  // with a partial tile.
+  int64_t maxTiles() const { return (maxItems() + 127) / 128 + experts; }
+};
+
+constexpr int64_t kExpertTileRows = 128;
+
+// "64e_top8_1024x1024_t64_nvfp4": the shape in kernel names.
+std::string expertShapeSuffix(const ExpertTileShape &shape);
+// The lists as kernel arguments: "%meta: ..., %tiles: ..., %items: ...".
+std::string expertListArgs(const ExpertTileShape &shape);
+// The lists kernel (one block of 1024 threads) and whether it fits.
+bool expertListsFit(const ExpertTileShape &shape);
+KernelSpec expertLists(const ExpertTileShape &shape);
+Work expertListsWork(const ExpertTileShape &shape);
+
+} // namespace kiln::kernels
