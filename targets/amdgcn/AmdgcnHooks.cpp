@@ -1,20 +1,39 @@
 #include "targets/amdgcn/AmdgcnHooks.h"
 
+#include "targets/amdgcn/MfmaExperts.h"
 #include "targets/amdgcn/MfmaGemm.h"
 
 #include <algorithm>
 
 namespace kiln::amdgcn {
 
+namespace {
+
 // Entry points of fewer tokens (decode, batched decode) stream the weights
 // through the warp GEMVs, as on NVIDIA: a 32-row tile holding a few rows
 // would be bound by its loads.
+constexpr int64_t kMatrixMinTokens = 32;
+
+} // namespace
+
 std::optional<kernels::TargetHooks::MatrixGemm>
 AmdgcnHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens) const {
-  constexpr int64_t kMatrixMinTokens = 32;
   if (maxTokens < kMatrixMinTokens || !mfmaGemmFits(n, k))
     return std::nullopt;
   return MatrixGemm{mfmaGemm(n, k), mfmaGemmWork(n, maxTokens)};
+}
+
+std::optional<kernels::TargetHooks::MatrixExperts>
+AmdgcnHooks::matrixExperts(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
+                           bool nvfp4, int64_t maxTokens) const {
+  kernels::ExpertTileShape s{experts, k, intermediate, latent, nvfp4, maxTokens};
+  if (maxTokens < kMatrixMinTokens || !mfmaExpertsFit(s))
+    return std::nullopt;
+  return MatrixExperts{kernels::expertLists(s),      mfmaExpertGateUp(s),
+                       mfmaExpertDown(s),            kernels::expertListsWork(s),
+                       mfmaExpertGateUpWork(s),      mfmaExpertDownWork(s),
+                       experts + 2,                  2 * s.maxTiles(),
+                       s.maxItems()};
 }
 
 // A fixed amount of work: blocks of up to 256 threads (four wavefronts)

@@ -1,5 +1,6 @@
-// The AMDGCN target's answers to the shared lowering: prefill GEMMs on
-// matrix cores (MfmaGemm.h), the shared warp kernels elsewhere, and one
+// The AMDGCN target's answers to the shared lowering: prefill's GEMMs and
+// expert stage on matrix cores (MfmaGemm.h, MfmaExperts.h), the shared warp
+// kernels elsewhere, and one
 // thread per piece of work, in blocks of whole 64-lane wavefronts (CDNA's
 // wave size on gfx942 and gfx950).
 #pragma once
@@ -16,6 +17,9 @@ public:
     return std::nullopt;
   }
   std::optional<MatrixGemm> matrixGemm(int64_t n, int64_t k, int64_t maxTokens) const override;
+  std::optional<MatrixExperts> matrixExperts(int64_t experts, int64_t k, int64_t intermediate,
+                                             int64_t latent, bool nvfp4,
+                                             int64_t maxTokens) const override;
   kernels::LaunchShape shape(kernels::Work work, int64_t maxTokens) const override;
 };
 
