@@ -131,8 +131,6 @@ std::string tileHead(const ExpertTileShape &s, int64_t colTiles) {
   %ck = arith.constant @@k@@ : index
   %zero_i32 = arith.constant 0 : i32
   %zero_acc = arith.constant dense<0.0> : vector<16xf32>
-  %col_tiles = arith.constant @@col_tiles@@ : index
-  %tile_count_at = arith.constant @@count_at@@ : index
   %tid = gpu.thread_id x
   %bid = gpu.block_id x
   %wave = arith.divui %tid, %c64 : index
@@ -140,28 +138,9 @@ std::string tileHead(const ExpertTileShape &s, int64_t colTiles) {
   %l32 = arith.remui %lane, %c32 : index
   %half = arith.divui %lane, %c32 : index
   %half4 = arith.muli %half, %c4 : index
-  %tile = arith.divui %bid, %col_tiles : index
-  %nt = arith.remui %bid, %col_tiles : index
-  %tile_count_i = memref.load %meta[%tile_count_at] : memref<@@meta@@xi32>
-  %tile_count = arith.index_cast %tile_count_i : i32 to index
-  %live = arith.cmpi ult, %tile, %tile_count : index
+@@tile@@
   scf.if %live {
-    %tile2 = arith.muli %tile, %c2 : index
-    %tile2b = arith.addi %tile2, %c1 : index
-    %e_i = memref.load %tiles[%tile2] : memref<@@tw@@xi32>
-    %r0_i = memref.load %tiles[%tile2b] : memref<@@tw@@xi32>
-    %e = arith.index_cast %e_i : i32 to index
-    %r0 = arith.index_cast %r0_i : i32 to index
-    %e1 = arith.addi %e, %c1 : index
-    %first_i = memref.load %meta[%e] : memref<@@meta@@xi32>
-    %end_i = memref.load %meta[%e1] : memref<@@meta@@xi32>
-    %first = arith.index_cast %first_i : i32 to index
-    %end = arith.index_cast %end_i : i32 to index
-    %base = arith.addi %first, %r0 : index
-    %left = arith.subi %end, %base : index
-    %rows_in = arith.minui %left, %c128 : index
-    %last_in = arith.subi %rows_in, %c1 : index
-    %w0 = arith.muli %wave, %c32 : index
+@@items@@    %w0 = arith.muli %wave, %c32 : index
     %wave_live = arith.cmpi ult, %w0, %rows_in : index
     scf.if %wave_live {
     %lrow_at = arith.addi %w0, %l32 : index
@@ -175,10 +154,8 @@ std::string tileHead(const ExpertTileShape &s, int64_t colTiles) {
     %col = arith.addi %n0, %l32 : index
 )",
                       {{"k", str(s.k)},
-                       {"col_tiles", str(colTiles)},
-                       {"count_at", str(s.experts + 1)},
-                       {"meta", str(s.experts + 2)},
-                       {"tw", str(2 * s.maxTiles())},
+                       {"tile", kernels::expertTileOfBlock(s, colTiles)},
+                       {"items", kernels::expertTileItems(s)},
                        {"mi", str(s.maxItems())}});
 }
 

@@ -40,4 +40,12 @@ bool expertListsFit(const ExpertTileShape &shape);
 KernelSpec expertLists(const ExpertTileShape &shape);
 Work expertListsWork(const ExpertTileShape &shape);
 
+// How a tile kernel reads the lists (MLIR text). Function level, with %bid
+// the block: its tile %tile and column tile %nt of `colTiles`, and %live
+// when the tile exists. Then inside %live (needs %c1, %c2, %c128): the
+// tile's expert %e, its first item position %base, its rows %rows_in and
+// %last_in.
+std::string expertTileOfBlock(const ExpertTileShape &shape, int64_t colTiles);
+std::string expertTileItems(const ExpertTileShape &shape);
+
 } // namespace kiln::kernels

@@ -114,44 +114,10 @@ constexpr const char *kNvfp4Constants = R"(
     %fold = arith.constant 4194304.0 : f32
 )";
 
-// Function level: the block's tile (%tile, column tile %nt) from the
-// grouping's tile count.
-std::string tileSetup(const MmaExpertsShape &s, int64_t colTiles) {
+// Inside the live region (after kernels::expertTileItems): this thread's
+// staging item (token %lt, slot %lj).
+std::string stagingItem(const MmaExpertsShape &s) {
   return fillTemplate(R"(
-  %col_tiles = arith.constant @@col_tiles@@ : index
-  %tile_count_at = arith.constant @@count_at@@ : index
-  %tile = arith.divui %bid, %col_tiles : index
-  %nt = arith.remui %bid, %col_tiles : index
-  %tile_count_i = memref.load %meta[%tile_count_at] : memref<@@meta@@xi32>
-  %tile_count = arith.index_cast %tile_count_i : i32 to index
-  %live = arith.cmpi ult, %tile, %tile_count : index
-)",
-                      {{"col_tiles", str(colTiles)},
-                       {"count_at", str(s.experts + 1)},
-                       {"meta", str(s.experts + 2)}});
-}
-
-// Inside the live region: the tile's expert %e, its first item position
-// %base and row count %rows_in, and this thread's staging item (token %lt,
-// slot %lj).
-std::string tileRows(const MmaExpertsShape &s) {
-  return fillTemplate(R"(
-    %ck = arith.constant @@k@@ : index
-    %tile2 = arith.muli %tile, %c2 : index
-    %tile2b = arith.addi %tile2, %c1 : index
-    %e_i = memref.load %tiles[%tile2] : memref<@@tw@@xi32>
-    %r0_i = memref.load %tiles[%tile2b] : memref<@@tw@@xi32>
-    %e = arith.index_cast %e_i : i32 to index
-    %r0 = arith.index_cast %r0_i : i32 to index
-    %e1 = arith.addi %e, %c1 : index
-    %first_i = memref.load %meta[%e] : memref<@@meta@@xi32>
-    %end_i = memref.load %meta[%e1] : memref<@@meta@@xi32>
-    %first = arith.index_cast %first_i : i32 to index
-    %end = arith.index_cast %end_i : i32 to index
-    %base = arith.addi %first, %r0 : index
-    %left = arith.subi %end, %base : index
-    %rows_in = arith.minui %left, %c128 : index
-    %last_in = arith.subi %rows_in, %c1 : index
     %lrow_in = arith.minui %lrow, %last_in : index
     %lpos = arith.addi %base, %lrow_in : index
     %litem_i = memref.load %items[%lpos] : memref<@@mi@@xi32>
@@ -159,10 +125,7 @@ std::string tileRows(const MmaExpertsShape &s) {
     %lt = arith.divui %litem, %ck : index
     %lj = arith.remui %litem, %ck : index
 )",
-                      {{"k", str(s.k)},
-                       {"tw", str(2 * s.maxTiles())},
-                       {"meta", str(s.experts + 2)},
-                       {"mi", str(s.maxItems())}});
+                      {{"mi", str(s.maxItems())}});
 }
 
 // The epilogue's row: for mma row `row` of the tile, whether it holds an
@@ -231,9 +194,10 @@ kernels::KernelSpec mmaExpertGateUp(const MmaExpertsShape &s) {
       "%z: " + zt + ", " + kernels::expertListArgs(s) + ", " + gate.args + ", " + up.args + ", %h: " + ht;
   kernel.tiling = "kind = \"mma-expert-gateup\", tile = [128, 128, 32], block = 256 : i64";
   kernel.k = s.latent;
-  kernel.setup = tileSetup(s, s.intermediate / kGateUpCols);
+  kernel.setup = kernels::expertTileOfBlock(s, s.intermediate / kGateUpCols);
   // Tile row r: gate (r % 32 < 16) or up, column 64 nt + 16 (r / 32) + r % 16.
-  kernel.rows = tileRows(s) + (s.nvfp4 ? kNvfp4Constants : "") + R"(
+  kernel.rows = "\n    %ck = arith.constant " + str(s.k) + " : index" + kernels::expertTileItems(s) +
+                stagingItem(s) + (s.nvfp4 ? kNvfp4Constants : "") + R"(
     %bw = arith.divui %lrow, %c32 : index
     %bin = arith.remui %lrow, %c32 : index
     %is_up = arith.cmpi uge, %bin, %c16 : index
@@ -313,8 +277,9 @@ kernels::KernelSpec mmaExpertDown(const MmaExpertsShape &s) {
   kernel.args = "%hin: " + ht + ", " + kernels::expertListArgs(s) + ", " + down.args + ", %y: " + yt;
   kernel.tiling = "kind = \"mma-expert-down\", tile = [128, 128, 32], block = 256 : i64";
   kernel.k = s.intermediate;
-  kernel.setup = tileSetup(s, s.latent / kMmaTileN);
-  kernel.rows = tileRows(s) + (s.nvfp4 ? kNvfp4Constants : "") + R"(
+  kernel.setup = kernels::expertTileOfBlock(s, s.latent / kMmaTileN);
+  kernel.rows = "\n    %ck = arith.constant " + str(s.k) + " : index" + kernels::expertTileItems(s) +
+                stagingItem(s) + (s.nvfp4 ? kNvfp4Constants : "") + R"(
     %bcol0 = arith.muli %nt, %c128 : index
     %brow = arith.addi %bcol0, %lrow : index
 )";
