@@ -1,5 +1,7 @@
 #include "targets/amdgcn/MfmaExperts.h"
 
+#include "targets/amdgcn/MfmaGemm.h"
+
 #include "targets/common/WarpSnippets.h"
 
 #include <functional>
@@ -90,29 +92,6 @@ constexpr const char *kNvfp4Constants = R"(
   %scale_mag_shift = arith.constant 7 : i16
   %fold = arith.constant 4194304.0 : f32
 )";
-
-// The lane's A operand: 4 activations of row %arow_t(, %arow_j) at %kk, split
-// into bf16 parts %a_hi, %a_lo (vector<4xi16>).
-std::string activationOperand(const std::string &x, const std::string &type,
-                              const std::string &rowIdx) {
-  return fillTemplate(R"(
-      %xv = vector.load @@x@@[@@row@@, %kk] {alignment = 16} : @@t@@, vector<4xf32>
-      %hi = arith.truncf %xv : vector<4xf32> to vector<4xbf16>
-      %hi_f = arith.extf %hi : vector<4xbf16> to vector<4xf32>
-      %rest = arith.subf %xv, %hi_f : vector<4xf32>
-      %lo = arith.truncf %rest : vector<4xf32> to vector<4xbf16>
-      %a_hi = vector.bitcast %hi : vector<4xbf16> to vector<4xi16>
-      %a_lo = vector.bitcast %lo : vector<4xbf16> to vector<4xi16>
-)",
-                      {{"x", x}, {"t", type}, {"row", rowIdx}});
-}
-
-std::string mfma(const std::string &out, const std::string &a, const std::string &b,
-                 const std::string &c) {
-  return "      " + out + " = rocdl.mfma.f32.32x32x8bf16.1k " + a + ", " + b + ", " + c +
-         ", %zero_i32, %zero_i32, %zero_i32 : (vector<4xi16>, vector<4xi16>, vector<16xf32>, i32, "
-         "i32, i32) -> vector<16xf32>\n";
-}
 
 // Everything up to the k loop: the block's tile of 128 items of expert %e
 // (from the lists), column tile %nt of `colTiles`, this wave's 32 items from
@@ -236,13 +215,13 @@ func.func @@@name@@(%z: @@zt@@, @@lists@@, @@gargs@@, @@uargs@@, %h: @@ht@@, %pa
                                    {"nvfp4", s.nvfp4 ? kNvfp4Constants : ""},
                                    {"head", tileHead(s, s.intermediate / kTile)},
                                    {"globals", globals},
-                                   {"a", activationOperand("%z", zt, "%t")},
+                                   {"a", mfmaActivation("%z", zt, "%t", "%kk")},
                                    {"gb", weightOperand("gate", gate, s.nvfp4)},
                                    {"ub", weightOperand("up", up, s.nvfp4)},
-                                   {"m1", mfma("%ag1", "%a_hi", "%gate_b", "%ag")},
-                                   {"m2", mfma("%ag2", "%a_lo", "%gate_b", "%ag1")},
-                                   {"m3", mfma("%au1", "%a_hi", "%up_b", "%au")},
-                                   {"m4", mfma("%au2", "%a_lo", "%up_b", "%au1")},
+                                   {"m1", mfmaStep("%ag1", "%a_hi", "%gate_b", "%ag")},
+                                   {"m2", mfmaStep("%ag2", "%a_lo", "%gate_b", "%ag1")},
+                                   {"m3", mfmaStep("%au1", "%a_hi", "%up_b", "%au")},
+                                   {"m4", mfmaStep("%au2", "%a_lo", "%up_b", "%au1")},
                                    {"stores", forEachResult(
                                                   [&](const std::string &R) {
                                                     return fillTemplate(R"(
@@ -297,10 +276,10 @@ func.func @@@name@@(%hin: @@ht@@, @@lists@@, @@dargs@@, %y: @@yt@@, %part: i64, 
                                    {"nvfp4", s.nvfp4 ? kNvfp4Constants : ""},
                                    {"head", tileHead(s, s.latent / kTile)},
                                    {"globals", globals},
-                                   {"a", activationOperand("%hin", ht, "%t, %j")},
+                                   {"a", mfmaActivation("%hin", ht, "%t, %j", "%kk")},
                                    {"db", weightOperand("down", down, s.nvfp4)},
-                                   {"m1", mfma("%ad1", "%a_hi", "%down_b", "%ad")},
-                                   {"m2", mfma("%ad2", "%a_lo", "%down_b", "%ad1")},
+                                   {"m1", mfmaStep("%ad1", "%a_hi", "%down_b", "%ad")},
+                                   {"m2", mfmaStep("%ad2", "%a_lo", "%down_b", "%ad1")},
                                    {"stores", forEachResult(
                                                   [&](const std::string &R) {
                                                     return fillTemplate(R"(

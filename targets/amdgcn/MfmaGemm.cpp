@@ -14,6 +14,27 @@ int64_t tiles(int64_t n) { return (n + kTile - 1) / kTile; }
 
 } // namespace
 
+std::string mfmaActivation(const std::string &x, const std::string &type, const std::string &row,
+                           const std::string &k) {
+  return fillTemplate(R"(
+      %xv = vector.load @@x@@[@@row@@, @@k@@] {alignment = 16} : @@t@@, vector<4xf32>
+      %hi = arith.truncf %xv : vector<4xf32> to vector<4xbf16>
+      %hi_f = arith.extf %hi : vector<4xbf16> to vector<4xf32>
+      %rest = arith.subf %xv, %hi_f : vector<4xf32>
+      %lo = arith.truncf %rest : vector<4xf32> to vector<4xbf16>
+      %a_hi = vector.bitcast %hi : vector<4xbf16> to vector<4xi16>
+      %a_lo = vector.bitcast %lo : vector<4xbf16> to vector<4xi16>
+)",
+                      {{"x", x}, {"t", type}, {"row", row}, {"k", k}});
+}
+
+std::string mfmaStep(const std::string &out, const std::string &a, const std::string &b,
+                     const std::string &c) {
+  return "      " + out + " = rocdl.mfma.f32.32x32x8bf16.1k " + a + ", " + b + ", " + c +
+         ", %zero_i32, %zero_i32, %zero_i32 : (vector<4xi16>, vector<4xi16>, vector<16xf32>, i32, "
+         "i32, i32) -> vector<16xf32>\n";
+}
+
 bool mfmaGemmFits(int64_t n, int64_t k) { return k % kStepK == 0 && n >= 1; }
 
 kernels::Work mfmaGemmWork(int64_t n, int64_t maxTokens) {
@@ -77,18 +98,9 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@yt@@, %rows_i: i64, %part: i64
     %col_ok = arith.cmpi ult, %col, %ndim : index
     %acc = scf.for %kk = %c0 to %kdim step %c8 iter_args(%a = %zero_acc) -> (vector<16xf32>) {
       %k0 = arith.addi %kk, %half4 : index
-      %xv = vector.load %x[%arow, %k0] {alignment = 16} : @@xt@@, vector<4xf32>
-      %hi = arith.truncf %xv : vector<4xf32> to vector<4xbf16>
-      %hi_f = arith.extf %hi : vector<4xbf16> to vector<4xf32>
-      %rest = arith.subf %xv, %hi_f : vector<4xf32>
-      %lo = arith.truncf %rest : vector<4xf32> to vector<4xbf16>
-      %hi_i = vector.bitcast %hi : vector<4xbf16> to vector<4xi16>
-      %lo_i = vector.bitcast %lo : vector<4xbf16> to vector<4xi16>
-      %wv = vector.load %w[%brow, %k0] {alignment = 8} : @@wt@@, vector<4xbf16>
+@@a@@      %wv = vector.load %w[%brow, %k0] {alignment = 8} : @@wt@@, vector<4xbf16>
       %w_i = vector.bitcast %wv : vector<4xbf16> to vector<4xi16>
-      %a1 = rocdl.mfma.f32.32x32x8bf16.1k %hi_i, %w_i, %a, %zero_i32, %zero_i32, %zero_i32 : (vector<4xi16>, vector<4xi16>, vector<16xf32>, i32, i32, i32) -> vector<16xf32>
-      %a2 = rocdl.mfma.f32.32x32x8bf16.1k %lo_i, %w_i, %a1, %zero_i32, %zero_i32, %zero_i32 : (vector<4xi16>, vector<4xi16>, vector<16xf32>, i32, i32, i32) -> vector<16xf32>
-      scf.yield %a2 : vector<16xf32>
+@@m1@@@@m2@@      scf.yield %a2 : vector<16xf32>
     }
 @@stores@@
   }
@@ -103,6 +115,9 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@yt@@, %rows_i: i64, %part: i64
                                    {"n", str(n)},
                                    {"n_last", str(n - 1)},
                                    {"col_tiles", str(tiles(n))},
+                                   {"a", mfmaActivation("%x", xt, "%arow", "%k0")},
+                                   {"m1", mfmaStep("%a1", "%a_hi", "%w_i", "%a")},
+                                   {"m2", mfmaStep("%a2", "%a_lo", "%w_i", "%a1")},
                                    {"stores", stores}});
   return kernels::KernelSpec{name, "kiln.linear",
                              "{\"kind\": \"mfma-gemm\", \"tile\": [32, 32, 8], \"block\": 64}", body};

@@ -17,11 +17,21 @@
 #include "targets/common/TargetHooks.h"
 
 #include <cstdint>
+#include <string>
 
 namespace kiln::amdgcn {
 
 bool mfmaGemmFits(int64_t n, int64_t k);
 kernels::KernelSpec mfmaGemm(int64_t n, int64_t k);
 kernels::Work mfmaGemmWork(int64_t n, int64_t maxTokens);
+
+// MLIR text the MFMA kernels share. The lane's A operand: 4 f32 activations
+// of `x` (memref `type`) at row indices `row` and column index `k`, split
+// into bf16 parts %a_hi and %a_lo (vector<4xi16>).
+std::string mfmaActivation(const std::string &x, const std::string &type, const std::string &row,
+                           const std::string &k);
+// `out` = a · b + c through v_mfma_f32_32x32x8_bf16 (needs %zero_i32).
+std::string mfmaStep(const std::string &out, const std::string &a, const std::string &b,
+                     const std::string &c);
 
 } // namespace kiln::amdgcn
