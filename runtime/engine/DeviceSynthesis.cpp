@@ -37,9 +37,13 @@ int64_t bitsOf(double value) {
   return bits;
 }
 
-bool endsWith(const std::string &text, const std::string &suffix) {
-  return text.size() >= suffix.size() &&
-         text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+// Tensor `name` of a spec, as the synthetic scheme describes tensors.
+muse_spark::TensorSpec tensorOf(const std::string &name, const WeightSpec &spec) {
+  muse_spark::TensorSpec tensor{};
+  tensor.name = name;
+  tensor.shape = spec.shape;
+  tensor.dtype = spec.dtype;
+  return tensor;
 }
 
 // The piece of a [rows, cols] tensor a spec keeps: its rows and columns and
@@ -97,7 +101,7 @@ public:
     uint64_t at = 0;
     for (const std::string &name : tensorNames(spec)) {
       const muse_spark::SyntheticDistribution dist =
-          muse_spark::syntheticDistribution(config_, {name, spec.shape, spec.dtype});
+          muse_spark::syntheticDistribution(config_, tensorOf(name, spec));
       const uint64_t key =
           muse_spark::syntheticStreamKey(muse_spark::syntheticStreamName(name), seed_);
       run(*bf16_, {buffer(out + at, count)},
@@ -119,7 +123,7 @@ public:
     uint64_t at = 0, scaleAt = 0;
     for (size_t e = 0; e < names.size(); ++e) {
       const muse_spark::SyntheticNvfp4Module module =
-          muse_spark::syntheticNvfp4Module(config_, {names[e], spec.shape, spec.dtype});
+          muse_spark::syntheticNvfp4Module(config_, tensorOf(names[e], spec));
       if (spec.shape[0] != module.rows || spec.shape[1] * 2 != module.cols)
         return false;
       const std::optional<Piece> piece = pieceOf(spec, module.rows, module.cols);
@@ -243,8 +247,8 @@ std::vector<DeviceMemory> synthesizeWeights(Backend &backend, const Artifact &ar
   std::map<std::string, size_t> byName;
   for (size_t i = 0; i < specs.size(); ++i)
     byName.emplace(specs[i].name, i);
-  auto sibling = [&](const std::string &name, const std::string &suffix) -> const size_t * {
-    const std::string module = name.substr(0, name.size() - std::strlen(".weight"));
+  // Another tensor of the same NVFP4 module ("...gate_proj" + suffix).
+  auto sibling = [&](const std::string &module, const std::string &suffix) -> const size_t * {
     auto it = byName.find(module + suffix);
     return it == byName.end() ? nullptr : &it->second;
   };
@@ -259,9 +263,10 @@ std::vector<DeviceMemory> synthesizeWeights(Backend &backend, const Artifact &ar
       const WeightSpec &spec = specs[i];
       if (spec.dtype == DType::BF16) {
         covered[i] = synthesizer.bf16(spec, out[i].address());
-      } else if (spec.dtype == DType::U8 && endsWith(spec.name, ".weight")) {
-        const size_t *scales = sibling(spec.name, ".weight_scale");
-        const size_t *globals = sibling(spec.name, ".weight_scale_2");
+      } else if (const std::string module = muse_spark::syntheticStreamName(spec.name);
+                 spec.dtype == DType::U8 && spec.name == module + ".weight") {
+        const size_t *scales = sibling(module, ".weight_scale");
+        const size_t *globals = sibling(module, ".weight_scale_2");
         covered[i] = synthesizer.nvfp4(spec, out[i].address(), scales ? &specs[*scales] : nullptr,
                                        scales ? out[*scales].address() : 0,
                                        globals ? out[*globals].address() : 0);
