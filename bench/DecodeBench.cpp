@@ -10,7 +10,9 @@
 // prefill call launch by launch (CUDA events), and measures the
 // device-to-device copy bandwidth with a 2 GiB copy. An artifact with a
 // decode_batch entry (kilnc --decode-batch N) also gets N conversations of
-// `context` tokens each, stepped `steps` times together, with their roofline
+// `context` tokens each, stepped `steps` times together (each step's greedy
+// tokens chosen on the device; also timed with every row's logits copied to
+// the host), with their roofline
 // (the experts N tokens touch under uniform routing, N KV caches) and a
 // profile of one batched step. The roofline of a decode step is the bytes it must read
 // (every weight once, except the embedding table's one row and the experts the
@@ -28,6 +30,7 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -359,7 +362,7 @@ int main(int argc, char **argv) {
 
     // Batched decode: every conversation prefilled to the same context, then
     // one token each per decode_batch call.
-    double batchMs = 0, batchRooflineMs = 0;
+    double batchMs = 0, batchLogitsMs = 0, batchRooflineMs = 0;
     const int64_t batch = engine->conversations();
     if (batch > 1) {
       engine->reset();
@@ -373,7 +376,11 @@ int main(int argc, char **argv) {
       }
       std::printf("prefill   %lld conversations of %lld tokens in %.1f s\n", (long long)batch,
                   (long long)options.context, msSince(fillStart) / 1e3);
-      auto stepBatch = [&] {
+      // A step as a greedy serving loop runs it: the tokens chosen where
+      // the logits are (Engine::decodeBatchGreedy), only they come back.
+      auto stepBatch = [&] { tokens = engine->decodeBatchGreedy(tokens); };
+      // The same step returning every row's logits to the host, chosen there.
+      auto stepBatchLogits = [&] {
         std::vector<float> rows = engine->decodeBatch(tokens);
         for (int64_t c = 0; c < batch; ++c)
           tokens[size_t(c)] = int32_t(
@@ -383,18 +390,28 @@ int main(int argc, char **argv) {
       for (int i = 0; i < 2; ++i) // direct, then recorded
         stepBatch();
       const int64_t batchPast = engine->pastTokens(0);
-      std::vector<double> batchSteps;
-      for (int i = 0; i < options.steps; ++i) {
-        auto start = Clock::now();
-        stepBatch();
-        batchSteps.push_back(msSince(start));
-      }
+      auto timeSteps = [&](const std::function<void()> &step, int count) {
+        std::vector<double> times;
+        for (int i = 0; i < count; ++i) {
+          auto start = Clock::now();
+          step();
+          times.push_back(msSince(start));
+        }
+        return times;
+      };
+      const std::vector<double> batchSteps = timeSteps(stepBatch, options.steps);
       batchMs = median(batchSteps);
       std::printf("decode    batch %lld, KV length %lld each: %.3f ms a step median of %d (min "
-                  "%.3f): %.1f tokens/s per user, %.1f tokens/s in all\n",
+                  "%.3f): %.1f tokens/s per user, %.1f tokens/s in all (greedy tokens chosen "
+                  "on the device)\n",
                   (long long)batch, (long long)batchPast, batchMs, options.steps,
                   *std::min_element(batchSteps.begin(), batchSteps.end()), 1e3 / batchMs,
                   double(batch) * 1e3 / batchMs);
+      const int logitSteps = std::max(2, options.steps / 4);
+      batchLogitsMs = median(timeSteps(stepBatchLogits, logitSteps));
+      std::printf("decode    batch %lld with every row's logits copied to the host and chosen "
+                  "there: %.3f ms a step median of %d\n",
+                  (long long)batch, batchLogitsMs, logitSteps);
       printProfile("one batched step", engine->profileDecodeBatch(tokens));
       if (nvidia) {
         const StepBytes batchBytes = decodeBytes(artifact, config, batchPast, batch);
@@ -425,6 +442,7 @@ int main(int argc, char **argv) {
       if (batch > 1) {
         out["decode_batch"] = batch;
         out["decode_batch_ms_per_step"] = batchMs;
+        out["decode_batch_logits_to_host_ms_per_step"] = batchLogitsMs;
         out["decode_batch_roofline_ms"] = batchRooflineMs;
       }
       for (const KernelRow &row : rows)

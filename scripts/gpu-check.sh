@@ -13,7 +13,7 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln small-nvfp4.reference \
   small-bf16.sm_90.kiln small-bf16.reference small-bf16.tp2ep2.sm_90.kiln small-bf16.tp2ep2sp.sm_90.kiln \
-  tiny-nvfp4.tp2ep2.sm_90.kiln; do
+  small-nvfp4.b64.sm_90.kiln small-nvfp4.b64.tp2ep2.sm_90.kiln tiny-nvfp4.tp2ep2.sm_90.kiln; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -43,6 +43,11 @@ check tiny-bf16 "$DATA/tiny-bf16"
 check tiny-nvfp4 "$DATA/tiny-nvfp4"
 check small-nvfp4 synthetic:3
 check small-bf16 synthetic:3
+# 64 conversations: the batched check steps them together (grouped expert
+# GEMVs, tensor-core head) against each alone.
+echo "== small-nvfp4, 64 conversations"
+"$BIN/kiln-check" "$DATA/small-nvfp4.b64.sm_90.kiln" --weights synthetic:3 \
+  --reference "$DATA/small-nvfp4.reference" || status=1
 synthesis small-nvfp4
 synthesis small-bf16
 if command -v compute-sanitizer >/dev/null; then
@@ -81,6 +86,9 @@ if [ "$(nvidia-smi -L | wc -l)" -ge 2 ]; then
       "$BIN/kiln-run" "$DATA/tiny-nvfp4.tp2ep2.sm_90.kiln" --weights "$DATA/tiny-nvfp4" \
       --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 --max-new-tokens 8 --nproc 2 2>&1 | tail -4 || status=1
   fi
+  echo "== small nvfp4 tp2ep2, 64 conversations, 2 GPUs, against the interpreter"
+  "$BIN/kiln-check" "$DATA/small-nvfp4.b64.tp2ep2.sm_90.kiln" --weights synthetic:3 \
+    --reference "$DATA/small-nvfp4.reference" --nproc 2 2>"$work/err" || { status=1; cat "$work/err"; }
   for mode in kill stop; do
     echo "== tiny nvfp4 tp2ep2, 2 GPUs: rank 1 ${mode}ed mid-decode"
     PATH="$BIN:$PATH" "$(dirname "$0")/rank-failure.sh" $mode "$DATA/tiny-nvfp4.tp2ep2.sm_90.kiln" \

@@ -48,6 +48,13 @@ for format in nvfp4 bf16; do
       -o "$OUT/small-$format.$layout.sm_90.kiln"
   done
 done
+# 64 conversations (small NVFP4, one GPU and TP2+EP2): batched decode's
+# expert stage as grouped GEMVs and its head on tensor cores.
+kiln_log "small nvfp4, 64 conversations: sm_90 artifacts for 1 and 2 ranks"
+"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=64 \
+  -o "$OUT/small-nvfp4.b64.sm_90.kiln"
+"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=64 --tp=2 --ep=2 \
+  -o "$OUT/small-nvfp4.b64.tp2ep2.sm_90.kiln"
 kiln_log "tiny nvfp4 tp2ep2: sm_90 artifact for 2 ranks (the rank failure checks)"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=nvfp4 --tp=2 --ep=2 \
   -o "$OUT/tiny-nvfp4.tp2ep2.sm_90.kiln"

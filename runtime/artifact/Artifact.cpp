@@ -917,6 +917,14 @@ const fb::EntryPoint *Artifact::findEntryPoint(std::string_view name) const {
   return nullptr;
 }
 
+std::optional<uint32_t> Artifact::findKernel(std::string_view name) const {
+  if (const auto *kernels = root_->kernels())
+    for (flatbuffers::uoffset_t i = 0; i < kernels->size(); ++i)
+      if (kernels->Get(i)->name() && kernels->Get(i)->name()->string_view() == name)
+        return i;
+  return std::nullopt;
+}
+
 const fb::EntryPoint &Artifact::entryPoint(std::string_view name) const {
   if (const fb::EntryPoint *entry = findEntryPoint(name))
     return *entry;

@@ -18,6 +18,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -63,6 +64,10 @@ public:
   // The entry point called `name`; an ArtifactError naming the ones there
   // are when it is missing.
   const artifact::EntryPoint &entryPoint(std::string_view name) const;
+  // The index of the kernel called `name` (its symbol, "kiln_..."), or none:
+  // for kernels the runtime launches itself (weight synthesis, greedy
+  // choice), which no plan step names.
+  std::optional<uint32_t> findKernel(std::string_view name) const;
 
 private:
   Artifact(std::vector<uint8_t> bytes, std::string source);

@@ -23,14 +23,6 @@ constexpr int64_t kMaxGpuGrid = 16384; // the kernels stride over the rest
 // longer parts.
 constexpr int64_t kAmaxGrid = 1024;
 
-std::optional<uint32_t> kernelIndex(const Artifact &artifact, const char *name) {
-  if (const auto *kernels = artifact->kernels())
-    for (flatbuffers::uoffset_t i = 0; i < kernels->size(); ++i)
-      if (kernels->Get(i)->name() && kernels->Get(i)->name()->str() == name)
-        return i;
-  return std::nullopt;
-}
-
 int64_t bitsOf(double value) {
   int64_t bits;
   std::memcpy(&bits, &value, sizeof bits);
@@ -164,7 +156,7 @@ public:
 private:
   std::unique_ptr<PreparedLaunch> prepare(const Artifact &artifact, const char *name,
                                           int buffers, int scalars) {
-    const std::optional<uint32_t> index = kernelIndex(artifact, name);
+    const std::optional<uint32_t> index = artifact.findKernel(name);
     if (!index)
       throw RuntimeError(artifact.source() + ": no kernel " + name +
                          " (rebuild the artifact with this kilnc to synthesise weights on "
@@ -232,8 +224,8 @@ std::optional<uint64_t> syntheticSeed(const std::string &weights) {
 }
 
 bool hasSynthesisKernels(const Artifact &artifact) {
-  return kernelIndex(artifact, kBf16Kernel) && kernelIndex(artifact, kAmaxKernel) &&
-         kernelIndex(artifact, kQuantKernel);
+  return artifact.findKernel(kBf16Kernel) && artifact.findKernel(kAmaxKernel) &&
+         artifact.findKernel(kQuantKernel);
 }
 
 std::vector<DeviceMemory> synthesizeWeights(Backend &backend, const Artifact &artifact,

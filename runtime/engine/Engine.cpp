@@ -8,8 +8,10 @@
 #include "runtime/engine/CpuBackend.h"
 #include "runtime/engine/EngineImpl.h"
 
+#include "runtime/engine/DeviceGreedy.h"
 #include "runtime/engine/DeviceSynthesis.h"
 #include "runtime/engine/KvCache.h"
+#include "runtime/engine/Sampler.h"
 #include "runtime/engine/WeightSource.h"
 #include "runtime/hip/HipBackend.h"
 
@@ -98,6 +100,7 @@ void Engine::Impl::allocateBuffers() {
   inputs[1] = DeviceMemory::allocate(*backend, inputBytes, "positions");
   logits = DeviceMemory::allocate(
       *backend, static_cast<uint64_t>(maxRows * vocab * 4), "logits");
+  greedy = DeviceGreedy::create(*backend, artifact, maxRows);
   hostInputs.assign(static_cast<size_t>(2 * maxTokens), 0);
 
   if (const auto *bindings = artifact->weights())
@@ -688,6 +691,20 @@ std::vector<float> Engine::decodeBatch(const std::vector<int32_t> &tokens) {
   impl.backend->download(result.data(), impl.logits.address(),
                          static_cast<uint64_t>(count * impl.vocab * 4));
   return result;
+}
+
+std::vector<int32_t> Engine::decodeBatchGreedy(const std::vector<int32_t> &tokens) {
+  Impl &impl = *impl_;
+  impl.runBatch(tokens, nullptr);
+  const auto count = static_cast<int64_t>(tokens.size());
+  if (impl.greedy)
+    return impl.greedy->choose(impl.logits.address(), count, impl.vocab);
+  std::vector<float> rows(static_cast<size_t>(count * impl.vocab));
+  impl.backend->download(rows.data(), impl.logits.address(), rows.size() * 4);
+  std::vector<int32_t> chosen(static_cast<size_t>(count));
+  for (int64_t c = 0; c < count; ++c)
+    chosen[size_t(c)] = argmax(rows.data() + c * impl.vocab, static_cast<size_t>(impl.vocab));
+  return chosen;
 }
 
 void Engine::Impl::runBatch(const std::vector<int32_t> &tokens, StepClock *clock) {

@@ -97,6 +97,10 @@ public:
   // conversations()), in one call of the decode_batch entry point; returns
   // the n rows of logits, n * vocabSize() floats.
   std::vector<float> decodeBatch(const std::vector<int32_t> &tokens);
+  // decodeBatch, returning each conversation's greedy next token (argmax of
+  // its logits) instead of the logits: on a GPU the artifact's greedy kernel
+  // chooses where the logits are and only n token ids come back.
+  std::vector<int32_t> decodeBatchGreedy(const std::vector<int32_t> &tokens);
 
   // One launch of a profile: its kernel, what it computes (the graph op's
   // name) and its time on the device.

@@ -6,6 +6,7 @@
 #include "models/muse_spark/Config.h"
 #include "runtime/cpu/ThreadPool.h"
 #include "runtime/engine/Backend.h"
+#include "runtime/engine/DeviceGreedy.h"
 #include "runtime/engine/Engine.h"
 
 #include <map>
@@ -125,6 +126,8 @@ struct Engine::Impl {
   std::vector<DeviceMemory> kv;         // per KvCache buffer index
   DeviceMemory inputs[2];               // token ids, positions
   DeviceMemory logits;
+  // Greedy choice where the logits are (null: on the host).
+  std::unique_ptr<DeviceGreedy> greedy;
   // One arena for every entry point, sized for the largest: calls never
   // overlap, and a call's arena contents start undefined.
   DeviceMemory arena;

@@ -48,6 +48,11 @@ KernelSpec synthesizeBf16();
 KernelSpec synthesizeNvfp4Amax();
 KernelSpec synthesizeNvfp4Quant();
 
+// GPU greedy decoding (GreedyKernel.cpp; the runtime launches it): each row
+// of the logits' best entry as a 64-bit key in keys[row] (zeroed first),
+// ordered like (logit, -index).
+KernelSpec greedyKeys();
+
 // Elementwise and norms (ElementwiseKernels.cpp).
 KernelSpec castToBf16(int64_t width);
 KernelSpec embed(int64_t vocab, int64_t hidden);

@@ -3,6 +3,7 @@
 #include "targets/common/LowerToPlan.h"
 
 #include "dialects/kiln/CheckpointDType.h"
+#include "targets/common/GroupedExperts.h"
 #include "targets/common/Lowering.h"
 #include "targets/common/WarpSnippets.h"
 
@@ -21,6 +22,9 @@ namespace {
 // not fit it a warp per row over kGemvGroup tokens at a time (4 f32 rows of a
 // full-width activation, 128 KiB, stay in L1; 8 do not).
 constexpr int64_t kGemvTokens = kBlockGemvTokens, kGemvGroup = 4;
+// Below this many items an expert on average, a GPU expert stage runs as
+// grouped warp GEMVs rather than tiles of 128 items (GroupedExperts.h).
+constexpr int64_t kGroupedItemsPerExpert = 16;
 
 // A block GEMV's launch: 8 warps per blockGemvRows() output rows.
 Work blockGemvWork(int64_t n) {
@@ -452,7 +456,14 @@ LogicalResult Lowering::lowerOp(Operation *op) {
             launch(*tiled, {xb, *w, y}, {"part", "parts"}, Work{vocab / 16, 0}, what);
             return;
           }
-          // Batched decode: every row, each weight load shared by the tokens.
+          // Batched decode: every row, each weight load shared by the tokens
+          // (tensor cores from a few dozen tokens).
+          if (auto matrix = hooks.matrixGemm(vocab, hidden, maxRows());
+              !last && matrix && head.getElementType().isBF16()) {
+            launch(matrix->kernel, {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"},
+                   matrix->work, what);
+            return;
+          }
           if (!last && launchFewTokensGemv(vocab, hidden, act(o.getInput()), *w, y, what))
             return;
           if (hooks.isGpu() && warpGemvFits(hidden))
@@ -576,29 +587,42 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
     indices = local;
     args[1] = local;
   }
+  // Batched decode spreads a few items over each expert: the tile kernels'
+  // 128-item tiles would be mostly empty, so the grouped warp kernels take
+  // entries that average fewer than kGroupedItemsPerExpert items an expert
+  // (over all ranks' experts: each rank lists only its own).
+  int64_t members = expertGroup ? groups.all()[*expertGroup].size : 1;
+  ExpertTileShape listShape{experts, k, inter, latent, nvfp4, maxRows()};
+  bool grouped = hooks.isGpu() && maxRows() > 1 && groupedExpertsFit(listShape);
   std::optional<TargetHooks::MatrixExperts> matrix =
-      maxRows() > 1
+      maxRows() > 1 && !(grouped && maxRows() * k < kGroupedItemsPerExpert * experts * members)
           ? hooks.matrixExperts(experts, k, inter, latent, nvfp4, maxRows())
           : std::nullopt;
-  if (matrix || (hooks.isGpu() && warpMoEFits(inter, latent))) {
+  if (matrix || grouped || (hooks.isGpu() && warpMoEFits(inter, latent))) {
     Buf h = alloc({k, inter}, f32), yk = alloc({k, latent}, f32);
-    if (matrix) {
-      // Prefill: items grouped by expert, then tiles of an expert's items.
+    if (matrix || grouped) {
+      // Items grouped by expert, then tiles of an expert's items (prefill)
+      // or warps over an expert's rows (batched decode).
       Type i32 = b.getI32Type();
-      Buf meta = allocShape({fixed(matrix->metaWords)}, i32);
-      Buf tiles = allocShape({fixed(matrix->tileWords)}, i32);
-      Buf items = allocShape({fixed(matrix->itemWords)}, i32);
-      launch(matrix->lists, {indices, meta, tiles, items},
-             {"tokens:0", "part", "parts"}, matrix->listsWork, what);
+      int64_t metaWords = matrix ? matrix->metaWords : experts + 2;
+      int64_t tileWords = matrix ? matrix->tileWords : 2 * listShape.maxTiles();
+      Buf meta = allocShape({fixed(metaWords)}, i32);
+      Buf tiles = allocShape({fixed(tileWords)}, i32);
+      Buf items = allocShape({fixed(matrix ? matrix->itemWords : listShape.maxItems())}, i32);
+      launch(matrix ? matrix->lists : expertLists(listShape), {indices, meta, tiles, items},
+             {"tokens:0", "part", "parts"},
+             matrix ? matrix->listsWork : expertListsWork(listShape), what);
       SmallVector<Buf> up = {input, meta, tiles, items};
       up.append(projections[0]);
       up.append(projections[1]);
       up.push_back(h);
-      launch(matrix->gateUp, up, {"part", "parts"}, matrix->gateUpWork, what);
+      launch(matrix ? matrix->gateUp : expertGateUpGrouped(listShape), up, {"part", "parts"},
+             matrix ? matrix->gateUpWork : expertGateUpGroupedWork(listShape), what);
       SmallVector<Buf> down = {h, meta, tiles, items};
       down.append(projections[2]);
       down.push_back(yk);
-      launch(matrix->down, down, {"part", "parts"}, matrix->downWork, what);
+      launch(matrix ? matrix->down : expertDownGrouped(listShape), down, {"part", "parts"},
+             matrix ? matrix->downWork : expertDownGroupedWork(listShape), what);
     } else {
       // Decode: the products spread over warps, a few rows each.
       SmallVector<Buf> up = {input, indices};
@@ -697,6 +721,9 @@ FailureOr<LoweredModel> Lowering::run() {
        {synthesizeBf16(), synthesizeNvfp4Amax(), synthesizeNvfp4Quant()})
     if (kernelIndex.try_emplace(kernel.name, model.kernels.size()).second)
       model.kernels.push_back(kernel);
+  // GPUs choose greedy tokens where the logits are.
+  if (hooks.isGpu() && kernelIndex.try_emplace(greedyKeys().name, model.kernels.size()).second)
+    model.kernels.push_back(greedyKeys());
   model.commGroups = groups.all();
   SmallVector<Attribute> groupAttrs;
   for (const CommGroupInfo &group : model.commGroups)

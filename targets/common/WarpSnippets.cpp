@@ -104,34 +104,47 @@ std::string nvfp4Chunk(const std::vector<WeightRow> &rows, const std::string &x,
                        const std::string &P, const std::string &C,
                        const std::vector<std::string> &acc,
                        const std::vector<std::string> &next) {
-  // x_m holds elements 4m .. 4m+3 of the lane's 32.
   std::string text = "      " + P + "xb = arith.muli " + at + ", " + C + "c2 : index\n" +
                      "      " + P + "sb = arith.divui " + at + ", " + C + "c8 : index\n";
-  for (int m = 0; m < 8; ++m) {
-    std::string idx = P + "xb";
-    if (m) {
-      text += "      " + P + "xo" + str(m) + " = arith.constant " + str(4 * m) + " : index\n" +
-              "      " + P + "xi" + str(m) + " = arith.addi " + P + "xb, " + P + "xo" + str(m) +
-              " : index\n";
-      idx = P + "xi" + str(m);
+  for (int m = 1; m < 8; ++m)
+    text += "      " + P + "xo" + str(m) + " = arith.constant " + str(4 * m) + " : index\n" +
+            "      " + P + "xi" + str(m) + " = arith.addi " + P + "xb, " + P + "xo" + str(m) +
+            " : index\n";
+  // The lane's 32 elements of vector row `idx`, as `V`X0 .. `V`X3: x_m holds
+  // elements 4m .. 4m+3, X_i[m] = element i + 4m, the order a shifted,
+  // bitcast word gives.
+  auto loadVector = [&](const std::string &idx, const std::string &V) {
+    std::string load;
+    for (int m = 0; m < 8; ++m)
+      load += "      " + V + "x" + str(m) + " = vector.load " + x + "[" + idx + ", " +
+              (m ? P + "xi" + str(m) : P + "xb") + "] {alignment = 16} : " + xType +
+              ", vector<4xf32>\n";
+    for (int i = 0; i < 4; ++i) {
+      std::string elems;
+      for (int m = 0; m < 8; ++m) {
+        std::string e = V + "e" + str(m) + "_" + str(i);
+        load += "      " + e + " = vector.extract " + V + "x" + str(m) + "[" + str(i) +
+                "] : f32 from vector<4xf32>\n";
+        elems += (m ? ", " : "") + e;
+      }
+      load += "      " + V + "X" + str(i) + " = vector.from_elements " + elems + " : vector<8xf32>\n";
     }
-    text += "      " + P + "x" + str(m) + " = vector.load " + x + "[" + xIdx + ", " + idx +
-            "] {alignment = 16} : " + xType + ", vector<4xf32>\n";
-  }
-  // X_i[m] = element i + 4m, the order a shifted, bitcast word gives.
-  for (int i = 0; i < 4; ++i) {
-    std::string elems;
-    for (int m = 0; m < 8; ++m) {
-      std::string e = P + "e" + str(m) + "_" + str(i);
-      text += "      " + e + " = vector.extract " + P + "x" + str(m) + "[" + str(i) +
-              "] : f32 from vector<4xf32>\n";
-      elems += (m ? ", " : "") + e;
-    }
-    text += "      " + P + "X" + str(i) + " = vector.from_elements " + elems + " : vector<8xf32>\n";
-  }
+    return load;
+  };
+  // Each distinct vector row and weight row is loaded (and decoded) once per
+  // chunk; the shared vector row first.
+  std::map<std::string, std::string> xs = {{xIdx, P}}, ws;
+  text += loadVector(xIdx, P);
   for (size_t r = 0; r < rows.size(); ++r) {
     std::string R = P + "r" + str(int64_t(r)) + "_";
-    text += fillTemplate(R"(
+    std::string idx = rows[r].xIdx.empty() ? xIdx : rows[r].xIdx;
+    auto [xv, newX] = xs.emplace(idx, P + "v" + str(int64_t(xs.size())) + "_");
+    if (newX)
+      text += loadVector(idx, xv->second);
+    auto [wd, newW] = ws.emplace(rows[r].w + "[" + rows[r].rowIdx + "]", R);
+    const std::string &W = wd->second;
+    if (newW) {
+      text += fillTemplate(R"(
       @@R@@wv = vector.load @@w@@[@@ri@@, @@at@@] {alignment = 16} : @@wt@@, vector<16xi8>
       @@R@@wi = vector.bitcast @@R@@wv : vector<16xi8> to vector<4xi32>
       @@R@@sv = vector.load @@s@@[@@ri@@, @@P@@sb] {alignment = 2} : @@st@@, vector<2xi8>
@@ -147,18 +160,17 @@ std::string nvfp4Chunk(const std::vector<WeightRow> &rows, const std::string &x,
       @@R@@s1 = vector.extract @@R@@sf[1] : f32 from vector<2xf32>
       @@R@@svec = vector.from_elements @@R@@s0, @@R@@s0, @@R@@s0, @@R@@s0, @@R@@s1, @@R@@s1, @@R@@s1, @@R@@s1 : vector<8xf32>
 )",
-                         {{"R", R}, {"P", P}, {"C", C}, {"w", rows[r].w}, {"ri", rows[r].rowIdx},
-                          {"at", at}, {"wt", rows[r].type}, {"s", rows[r].scales},
-                          {"st", rows[r].scalesType}});
-    std::string chain = C + "z";
-    for (int i = 0; i < 4; ++i) {
-      std::string I = str(i), src = R + "wi";
-      if (i) {
-        text += "      " + R + "t" + I + " = arith.shrui " + R + "wi, " + C + "sh" + str(4 * i) +
-                "n : vector<4xi32>\n";
-        src = R + "t" + I;
-      }
-      text += fillTemplate(R"(
+                           {{"R", R}, {"P", P}, {"C", C}, {"w", rows[r].w}, {"ri", rows[r].rowIdx},
+                            {"at", at}, {"wt", rows[r].type}, {"s", rows[r].scales},
+                            {"st", rows[r].scalesType}});
+      for (int i = 0; i < 4; ++i) {
+        std::string I = str(i), src = R + "wi";
+        if (i) {
+          text += "      " + R + "t" + I + " = arith.shrui " + R + "wi, " + C + "sh" + str(4 * i) +
+                  "n : vector<4xi32>\n";
+          src = R + "t" + I;
+        }
+        text += fillTemplate(R"(
       @@R@@lo@@I@@ = arith.andi @@src@@, @@C@@lo_mask : vector<4xi32>
       @@R@@los@@I@@ = arith.shli @@R@@lo@@I@@, @@C@@sh9 : vector<4xi32>
       @@R@@hi@@I@@ = arith.andi @@src@@, @@C@@hi_mask : vector<4xi32>
@@ -166,12 +178,18 @@ std::string nvfp4Chunk(const std::vector<WeightRow> &rows, const std::string &x,
       @@R@@p@@I@@ = arith.ori @@R@@los@@I@@, @@R@@his@@I@@ : vector<4xi32>
       @@R@@h@@I@@ = vector.bitcast @@R@@p@@I@@ : vector<4xi32> to vector<8xf16>
       @@R@@d@@I@@ = arith.extf @@R@@h@@I@@ : vector<8xf16> to vector<8xf32>
-      @@R@@q@@I@@ = vector.fma @@R@@d@@I@@, @@P@@X@@I@@, @@chain@@ : vector<8xf32>
 )",
-                           {{"R", R}, {"P", P}, {"C", C}, {"I", I}, {"src", src}, {"chain", chain}});
-      chain = R + "q" + I;
+                             {{"R", R}, {"C", C}, {"I", I}, {"src", src}});
+      }
     }
-    text += "      " + next[r] + " = vector.fma " + chain + ", " + R + "svec, " + acc[r] +
+    std::string chain = C + "z";
+    for (int i = 0; i < 4; ++i) {
+      std::string q = R + "q" + str(i);
+      text += "      " + q + " = vector.fma " + W + "d" + str(i) + ", " + xv->second + "X" +
+              str(i) + ", " + chain + " : vector<8xf32>\n";
+      chain = q;
+    }
+    text += "      " + next[r] + " = vector.fma " + chain + ", " + W + "svec, " + acc[r] +
             " : vector<8xf32>\n";
   }
   return text;

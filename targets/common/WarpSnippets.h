@@ -37,8 +37,8 @@ std::string warpSum(const std::string &in, const std::string &out, int64_t first
 struct WeightRow {
   std::string w, type, rowIdx;
   std::string scales, scalesType, global;
-  // BF16 only: the row of the vector this product reads, if not the shared
-  // one (a token of several: one weight row against several vectors).
+  // The row of the vector this product reads, if not the shared one (a token
+  // of several: one weight row against several vectors).
   std::string xIdx = "";
 };
 
