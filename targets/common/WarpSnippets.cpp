@@ -90,6 +90,10 @@ std::string nvfp4Constants(const std::string &P) {
     @@P@@s_mag = arith.constant dense<127> : vector<2xi16>
     @@P@@s_sh8 = arith.constant dense<8> : vector<2xi16>
     @@P@@s_sh7 = arith.constant dense<7> : vector<2xi16>
+    @@P@@g_sign = arith.constant dense<128> : vector<8xi16>
+    @@P@@g_mag = arith.constant dense<127> : vector<8xi16>
+    @@P@@g_sh8 = arith.constant dense<8> : vector<8xi16>
+    @@P@@g_sh7 = arith.constant dense<7> : vector<8xi16>
     @@P@@fold = arith.constant 4194304.0 : f32
 )",
                                   {{"P", P}});
@@ -99,20 +103,83 @@ std::string nvfp4Constants(const std::string &P) {
   return text;
 }
 
-std::string nvfp4Chunk(const std::vector<WeightRow> &rows, const std::string &x,
+// Grouped lanes: a row's 8 two-byte pieces of codes (group m at byte at +
+// 64 m) as `R`wi (vector<4xi32>, word w = groups 2w and 2w + 1, as a
+// Contiguous lane's 16 bytes), and the groups' 8 E4M3 scales (at at / 8 +
+// 8 m) as f32 `R`svec, times 2^8 like the Contiguous one's.
+std::string groupedWeightLoads(const WeightRow &row, const std::string &at, const std::string &P,
+                               const std::string &C, const std::string &R) {
+  std::string text, pieces, scales;
+  for (int m = 0; m < 8; ++m) {
+    std::string M = str(m);
+    std::string codeAt = m ? P + "ci" + M : at, scaleAt = m ? P + "si" + M : P + "sb";
+    text += "      " + R + "wp" + M + " = vector.load " + row.w + "[" + row.rowIdx + ", " + codeAt +
+            "] {alignment = 2} : " + row.type + ", vector<2xi8>\n";
+    text += "      " + R + "sp" + M + " = memref.load " + row.scales + "[" + row.rowIdx + ", " +
+            scaleAt + "] : " + row.scalesType + "\n";
+    scales += std::string(m ? ", " : "") + R + "sp" + M;
+  }
+  // Pairs of pieces, then the pairs' halves: 16 bytes in group order.
+  for (int w = 0; w < 4; ++w)
+    text += "      " + R + "wq" + str(w) + " = vector.shuffle " + R + "wp" + str(2 * w) + ", " + R +
+            "wp" + str(2 * w + 1) + " [0, 1, 2, 3] : vector<2xi8>, vector<2xi8>\n";
+  text += "      " + R + "wh0 = vector.shuffle " + R + "wq0, " + R +
+          "wq1 [0, 1, 2, 3, 4, 5, 6, 7] : vector<4xi8>, vector<4xi8>\n";
+  text += "      " + R + "wh1 = vector.shuffle " + R + "wq2, " + R +
+          "wq3 [0, 1, 2, 3, 4, 5, 6, 7] : vector<4xi8>, vector<4xi8>\n";
+  text += "      " + R + "wv = vector.shuffle " + R + "wh0, " + R +
+          "wh1 [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] : vector<8xi8>, vector<8xi8>\n";
+  text += fillTemplate(R"(
+      @@R@@wi = vector.bitcast @@R@@wv : vector<16xi8> to vector<4xi32>
+      @@R@@sv = vector.from_elements @@scales@@ : vector<8xi8>
+      @@R@@s16 = arith.extui @@R@@sv : vector<8xi8> to vector<8xi16>
+      @@R@@sg = arith.andi @@R@@s16, @@C@@g_sign : vector<8xi16>
+      @@R@@sgs = arith.shli @@R@@sg, @@C@@g_sh8 : vector<8xi16>
+      @@R@@sm = arith.andi @@R@@s16, @@C@@g_mag : vector<8xi16>
+      @@R@@sms = arith.shli @@R@@sm, @@C@@g_sh7 : vector<8xi16>
+      @@R@@sbits = arith.ori @@R@@sgs, @@R@@sms : vector<8xi16>
+      @@R@@sh = arith.bitcast @@R@@sbits : vector<8xi16> to vector<8xf16>
+      @@R@@svec = arith.extf @@R@@sh : vector<8xf16> to vector<8xf32>
+)",
+                       {{"R", R}, {"C", C}, {"scales", scales}});
+  return text;
+}
+
+// Lane layouts of an NVFP4 chunk (512 code bytes, 1024 elements): Contiguous
+// gives lane l elements 32 l .. 32 l + 31 (one 16-byte load of codes, but a
+// warp's loads of the vector then stride 128 bytes across lanes, 32 cache
+// lines an instruction); Grouped gives it 8 groups of 4, group m elements
+// 128 m + 4 l .. + 3, so that each load of the vector is 512 contiguous
+// bytes across the warp, and each of the codes (2 bytes a lane) and scales
+// 64 and 8. Grouped needs whole chunks.
+enum class Nvfp4Lanes { Contiguous, Grouped };
+
+std::string nvfp4Chunk(Nvfp4Lanes lanes, const std::vector<WeightRow> &rows, const std::string &x,
                        const std::string &xType, const std::string &xIdx, const std::string &at,
                        const std::string &P, const std::string &C,
                        const std::vector<std::string> &acc,
                        const std::vector<std::string> &next) {
+  const bool grouped = lanes == Nvfp4Lanes::Grouped;
+  // `at`: the lane's first code byte; its vector elements start at 2 at, its
+  // first scale at at / 8. Group m (Grouped) or word m (Contiguous) is
+  // `groupStep` elements further.
+  const int64_t groupStep = grouped ? 128 : 4;
   std::string text = "      " + P + "xb = arith.muli " + at + ", " + C + "c2 : index\n" +
                      "      " + P + "sb = arith.divui " + at + ", " + C + "c8 : index\n";
-  for (int m = 1; m < 8; ++m)
-    text += "      " + P + "xo" + str(m) + " = arith.constant " + str(4 * m) + " : index\n" +
-            "      " + P + "xi" + str(m) + " = arith.addi " + P + "xb, " + P + "xo" + str(m) +
-            " : index\n";
+  for (int m = 1; m < 8; ++m) {
+    text += "      " + P + "xo" + str(m) + " = arith.constant " + str(groupStep * m) +
+            " : index\n" + "      " + P + "xi" + str(m) + " = arith.addi " + P + "xb, " + P +
+            "xo" + str(m) + " : index\n";
+    if (grouped)
+      text += "      " + P + "co" + str(m) + " = arith.constant " + str(64 * m) + " : index\n" +
+              "      " + P + "ci" + str(m) + " = arith.addi " + at + ", " + P + "co" + str(m) +
+              " : index\n" + "      " + P + "so" + str(m) + " = arith.constant " + str(8 * m) +
+              " : index\n" + "      " + P + "si" + str(m) + " = arith.addi " + P + "sb, " + P +
+              "so" + str(m) + " : index\n";
+  }
   // The lane's 32 elements of vector row `idx`, as `V`X0 .. `V`X3: x_m holds
-  // elements 4m .. 4m+3, X_i[m] = element i + 4m, the order a shifted,
-  // bitcast word gives.
+  // the 4 elements of word (or group) m, X_i[m] = its element i, the order
+  // a shifted, bitcast word of codes gives.
   auto loadVector = [&](const std::string &idx, const std::string &V) {
     std::string load;
     for (int m = 0; m < 8; ++m)
@@ -144,7 +211,10 @@ std::string nvfp4Chunk(const std::vector<WeightRow> &rows, const std::string &x,
     auto [wd, newW] = ws.emplace(rows[r].w + "[" + rows[r].rowIdx + "]", R);
     const std::string &W = wd->second;
     if (newW) {
-      text += fillTemplate(R"(
+      if (grouped)
+        text += groupedWeightLoads(rows[r], at, P, C, R);
+      else
+        text += fillTemplate(R"(
       @@R@@wv = vector.load @@w@@[@@ri@@, @@at@@] {alignment = 16} : @@wt@@, vector<16xi8>
       @@R@@wi = vector.bitcast @@R@@wv : vector<16xi8> to vector<4xi32>
       @@R@@sv = vector.load @@s@@[@@ri@@, @@P@@sb] {alignment = 2} : @@st@@, vector<2xi8>
@@ -160,9 +230,9 @@ std::string nvfp4Chunk(const std::vector<WeightRow> &rows, const std::string &x,
       @@R@@s1 = vector.extract @@R@@sf[1] : f32 from vector<2xf32>
       @@R@@svec = vector.from_elements @@R@@s0, @@R@@s0, @@R@@s0, @@R@@s0, @@R@@s1, @@R@@s1, @@R@@s1, @@R@@s1 : vector<8xf32>
 )",
-                           {{"R", R}, {"P", P}, {"C", C}, {"w", rows[r].w}, {"ri", rows[r].rowIdx},
-                            {"at", at}, {"wt", rows[r].type}, {"s", rows[r].scales},
-                            {"st", rows[r].scalesType}});
+                             {{"R", R}, {"P", P}, {"C", C}, {"w", rows[r].w}, {"ri", rows[r].rowIdx},
+                              {"at", at}, {"wt", rows[r].type}, {"s", rows[r].scales},
+                              {"st", rows[r].scalesType}});
       for (int i = 0; i < 4; ++i) {
         std::string I = str(i), src = R + "wi";
         if (i) {
@@ -212,9 +282,11 @@ std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::s
                     const std::vector<std::string> &outs, const std::string &offset) {
   std::string P = "%" + outs.front() + "_";
   // A chunk: 256 elements for bf16 (16 bytes a lane), 512 code bytes
-  // (1024 elements) for NVFP4.
-  int64_t laneStep = nvfp4 ? 16 : 8, chunk = 32 * laneStep;
-  int64_t extent = nvfp4 ? k / 2 : k;
+  // (1024 elements) for NVFP4, its lanes Grouped where the rows are whole
+  // chunks. laneStep: where lane l's part starts, l laneStep.
+  int64_t extent = nvfp4 ? k / 2 : k, chunk = nvfp4 ? 512 : 256;
+  Nvfp4Lanes lanes = extent % chunk == 0 ? Nvfp4Lanes::Grouped : Nvfp4Lanes::Contiguous;
+  int64_t laneStep = !nvfp4 ? 8 : lanes == Nvfp4Lanes::Grouped ? 2 : 16;
   std::string text = "    " + P + "z = arith.constant dense<0.0> : vector<8xf32>\n" + "    " + P +
                      "ls = arith.constant " + str(laneStep) + " : index\n" + "    " + P +
                      (offset.empty() ? "lo" : "l0") + " = arith.muli %lane, " + P + "ls : index\n";
@@ -226,7 +298,14 @@ std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::s
     text = "    " + P + "two = arith.constant 2 : index\n" + text;
   if (nvfp4)
     text += nvfp4Constants(P);
-  auto chunkBody = nvfp4 ? nvfp4Chunk : bf16Chunk;
+  auto chunkBody = [&](const std::vector<WeightRow> &chunkRows, const std::string &vec,
+                       const std::string &vecType, const std::string &vecIdx,
+                       const std::string &at, const std::string &names,
+                       const std::string &constants, const std::vector<std::string> &from,
+                       const std::vector<std::string> &to) {
+    return nvfp4 ? nvfp4Chunk(lanes, chunkRows, vec, vecType, vecIdx, at, names, constants, from, to)
+                 : bf16Chunk(chunkRows, vec, vecType, vecIdx, at, names, constants, from, to);
+  };
   std::vector<std::string> acc, yields;
   std::string args, types;
   for (size_t r = 0; r < rows.size(); ++r) {

@@ -46,7 +46,9 @@ struct WeightRow {
 // at leading indices `xIdx`, `k` wide), defining f32 `%outs[r]`. The rows
 // share the vector's loads, so a warp reads it once for all of them. BF16:
 // needs k % 8 == 0 (lane l covers elements 256 c + 8 l .. +8); NVFP4: needs
-// k % 32 == 0 (lane l covers bytes 512 c + 16 l .. +16 of the codes).
+// k % 32 == 0 (with k % 1024 == 0 lane l covers elements 1024 c + 128 m + 4 l
+// .. +4 for m < 8, so that a warp's loads of the vector are contiguous;
+// otherwise bytes 512 c + 16 l .. +16 of the codes).
 // With `offset` (an index SSA value), the dot covers columns offset ..
 // offset + k of longer rows.
 std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::string &x,
