@@ -134,6 +134,17 @@ FailureOr<Buf> Lowering::weight(Value v, Transform transform) {
   return buffer;
 }
 
+void Lowering::launchMatrixGemm(const TargetHooks::MatrixGemm &gemm, int64_t n, const Buf &x,
+                                const Buf &w, const Buf &y, StringRef what) {
+  if (gemm.splits == 1) {
+    launch(gemm.kernel, {x, w, y}, {"tokens:0", "part", "parts"}, gemm.work, what);
+    return;
+  }
+  Buf partial = allocShape({fixed(gemm.splits), rows(), fixed(n)}, b.getF32Type());
+  launch(gemm.kernel, {x, w, partial}, {"tokens:0", "part", "parts"}, gemm.work, what);
+  launch(*gemm.sum, {partial, y}, {"tokens:0", "part", "parts"}, gemm.sumWork, what);
+}
+
 bool Lowering::launchFewTokensGemv(int64_t n, int64_t k, const Buf &x, const Buf &w, const Buf &y,
                                    StringRef what) {
   if (!hooks.isGpu() || maxRows() < 2 || maxRows() > kGemvTokens)
@@ -160,7 +171,7 @@ LogicalResult Lowering::lowerLinear(Value input, Value weightValue, Value result
     FailureOr<Buf> w = weight(weightValue, Transform::None);
     if (failed(w))
       return failure();
-    launch(matrix->kernel, {x, *w, y}, {"tokens:0", "part", "parts"}, matrix->work, what);
+    launchMatrixGemm(*matrix, n, x, *w, y, what);
     return success();
   }
   std::optional<KernelSpec> tiled =
@@ -460,8 +471,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           // (tensor cores from a few dozen tokens).
           if (auto matrix = hooks.matrixGemm(vocab, hidden, maxRows());
               !last && matrix && head.getElementType().isBF16()) {
-            launch(matrix->kernel, {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"},
-                   matrix->work, what);
+            launchMatrixGemm(*matrix, vocab, act(o.getInput()), *w, y, what);
             return;
           }
           if (!last && launchFewTokensGemv(vocab, hidden, act(o.getInput()), *w, y, what))

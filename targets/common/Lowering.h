@@ -117,6 +117,9 @@ private:
   // y = x · Wᵀ (bf16 [n, k]) on a GPU for entry points of 2 to kGemvTokens
   // tokens (batched decode), sharing each weight load among the tokens;
   // false where no such kernel fits.
+  // y = x · Wᵀ through the target's matrix-core GEMM, split-K included.
+  void launchMatrixGemm(const TargetHooks::MatrixGemm &gemm, int64_t n, const Buf &x,
+                        const Buf &w, const Buf &y, StringRef what);
   bool launchFewTokensGemv(int64_t n, int64_t k, const Buf &x, const Buf &w, const Buf &y,
                            StringRef what);
 

@@ -51,6 +51,11 @@ public:
   struct MatrixGemm {
     KernelSpec kernel;
     Work work;
+    // Split-K (splits > 1): the kernel writes [splits, T, n] partial sums
+    // (x, W, partial; T) and `sum` adds them into y (partial, y; T).
+    int64_t splits = 1;
+    std::optional<KernelSpec> sum;
+    Work sumWork;
   };
   virtual std::optional<MatrixGemm> matrixGemm(int64_t /*n*/, int64_t /*k*/,
                                                int64_t /*maxTokens*/) const {

@@ -200,11 +200,11 @@ func.func @@@name@@(@@args@@, %part: i64, %parts: i64)
 @@fragments@@
 @@prologue@@
     %zero = llvm.mlir.zero : @@acc_type@@
-    %res:@@carried@@ = scf.for %k0 = %c0 to %kdim step %c32 iter_args(@@acc_args@@, %pa0 = %p0_a0, %pa1 = %p0_a1, %pa2 = %p0_a2, %pa3 = %p0_a3, %pb0 = %p0_b0, %pb1 = %p0_b1) -> (@@acc_types@@, @@staged@@) {
+    %res:@@carried@@ = scf.for %k0 = @@k_begin@@ to @@k_end@@ step %c32 iter_args(@@acc_args@@, %pa0 = %p0_a0, %pa1 = %p0_a1, %pa2 = %p0_a2, %pa3 = %p0_a3, %pb0 = %p0_b0, %pb1 = %p0_b1) -> (@@acc_types@@, @@staged@@) {
 @@stores@@
       gpu.barrier
       %k_after = arith.addi %k0, %c32 : index
-      %k_next = arith.minui %k_after, %k_last : index
+      %k_next = arith.minui %k_after, @@k_final@@ : index
 @@load_next@@
 @@step@@
 @@finish_next@@
@@ -223,7 +223,8 @@ func.func @@@name@@(@@args@@, %part: i64, %parts: i64)
                              {"setup", kernel.setup},
                              {"rows", kernel.rows},
                              {"fragments", fragments},
-                             {"prologue", kernel.load("%p0_", "%c0") + kernel.finish("%p0_")},
+                             {"prologue", kernel.load("%p0_", kernel.kRange ? "%k_begin" : "%c0") +
+                                              kernel.finish("%p0_")},
                              {"stores", stageStores("%p")},
                              {"load_next", kernel.load("%nx_", "%k_next")},
                              {"step", mmaStep()},
@@ -237,7 +238,10 @@ func.func @@@name@@(@@args@@, %part: i64, %parts: i64)
                              {"carried", str(kSubM * kSubN + 6)},
                              {"st", "@@st@@"},
                              {"k", str(kernel.k)},
-                             {"k_last", str(kernel.k - kMmaTileK)}});
+                             {"k_last", str(kernel.k - kMmaTileK)},
+                             {"k_begin", kernel.kRange ? "%k_begin" : "%c0"},
+                             {"k_end", kernel.kRange ? "%k_end" : "%kdim"},
+                             {"k_final", kernel.kRange ? "%k_final" : "%k_last"}});
   return fillTemplate(text, {{"st", st}});
 }
 

@@ -31,6 +31,10 @@ struct MmaTileKernel {
   // Function level, after %tid and %bid: defines i1 %live (the block has a
   // tile) and what `rows` needs.
   std::string setup;
+  // Split-K: `setup` also defines the block's share of the reduction,
+  // %k_begin .. %k_end (whole k steps), and %k_final = %k_end - 32;
+  // otherwise a block covers 0 .. k.
+  bool kRange = false;
   // Inside the live region, after the thread's staging slot (%lrow: tile row
   // 0..127 it stages, %lk: its first element of a k step): defines what the
   // loads below use.

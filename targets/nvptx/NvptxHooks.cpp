@@ -20,7 +20,14 @@ std::optional<kernels::TargetHooks::MatrixGemm>
 NvptxHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens) const {
   if (maxTokens < kMatrixMinTokens || !mmaGemmFits(n, k))
     return std::nullopt;
-  return MatrixGemm{mmaGemm(n, k), mmaGemmWork(n, maxTokens)};
+  int64_t splits = mmaGemmSplits(n, k, maxTokens);
+  MatrixGemm gemm{mmaGemm(n, k, splits), mmaGemmWork(n, maxTokens, splits)};
+  if (splits > 1) {
+    gemm.splits = splits;
+    gemm.sum = mmaGemmSum(n, splits);
+    gemm.sumWork = mmaGemmSumWork(n);
+  }
+  return gemm;
 }
 
 std::optional<kernels::TargetHooks::MatrixExperts>
