@@ -268,7 +268,9 @@ int main(int argc, char **argv) {
   try {
     kiln::EngineOptions engineOptions;
     engineOptions.weights = options.weights;
-    engineOptions.contextLength = options.context + options.steps + 8;
+    // The prompt, then the timed steps, their warm-up and profile steps, and
+    // the batched steps timed with logits to the host (a quarter as many).
+    engineOptions.contextLength = options.context + options.steps + options.steps / 4 + 16;
     // A multi-rank artifact: one process per rank, each on its GPU
     // (EngineOptions::device's default).
     int lastTenth = -1;
