@@ -68,47 +68,53 @@ std::vector<warp::WeightRow> perItem(const std::vector<warp::WeightRow> &rows, b
 } // namespace
 
 bool groupedExpertsFit(const ExpertTileShape &s) {
+  // Whole groups of 2 and 4 rows.
   return expertListsFit(s) && warpMoEFits(s.intermediate, s.latent);
 }
 
 Work expertGateUpGroupedWork(const ExpertTileShape &s) {
-  return Work{warp::kWarp * s.experts * s.intermediate, 0};
+  return Work{warp::kWarp * s.experts * s.intermediate / 2, 0};
 }
 
 Work expertDownGroupedWork(const ExpertTileShape &s) {
-  return Work{warp::kWarp * s.experts * s.latent / 2, 0};
+  return Work{warp::kWarp * s.experts * s.latent / 4, 0};
 }
 
 KernelSpec expertGateUpGrouped(const ExpertTileShape &s) {
-  // A warp: row %grp of gate and of up, h = silu(gate z) * (up z) per item.
+  // A warp: rows 2 %grp and 2 %grp + 1 of gate and of up, h = silu(gate z) *
+  // (up z) per item.
   std::string name = "expert_gateup_grouped_" + expertShapeSuffix(s);
   std::string zt = "memref<?x" + str(s.latent) + "xf32>";
   std::string ht = "memref<?x" + str(s.k) + "x" + str(s.intermediate) + "xf32>";
   warp::ExpertProjection gate =
-      warp::expertProjection("gate", s.experts, s.intermediate, s.latent, s.nvfp4, {"%grp"});
+      warp::expertProjection("gate", s.experts, s.intermediate, s.latent, s.nvfp4, {"%o0", "%o1"});
   warp::ExpertProjection up =
-      warp::expertProjection("up", s.experts, s.intermediate, s.latent, s.nvfp4, {"%grp"});
+      warp::expertProjection("up", s.experts, s.intermediate, s.latent, s.nvfp4, {"%o0", "%o1"});
   std::vector<warp::WeightRow> rows = gate.rows;
   rows.insert(rows.end(), up.rows.begin(), up.rows.end());
   std::vector<std::string> outs;
   std::string sums;
   std::string stores;
+  // perItem's order: item 0's gate o0, o1, up o0, o1, then item 1's.
   for (int64_t i = 0; i < kGroupedItems; ++i) {
-    std::string I = str(i);
-    outs.push_back("gd" + I);
-    outs.push_back("ud" + I);
-    sums += warp::warpSum("gd" + I, "g" + I) + warp::warpSum("ud" + I, "u" + I);
-    stores += fillTemplate(R"(
-        scf.if %in@@I@@ {
-          %ng@@I@@ = arith.negf %g@@I@@ : f32
-          %ex@@I@@ = math.exp %ng@@I@@ : f32
-          %den@@I@@ = arith.addf %one_f, %ex@@I@@ : f32
-          %sig@@I@@ = arith.divf %g@@I@@, %den@@I@@ : f32
-          %h@@I@@ = arith.mulf %sig@@I@@, %u@@I@@ : f32
-          memref.store %h@@I@@, %h[%t@@I@@, %j@@I@@, %grp] : @@ht@@
-        }
+    std::string store;
+    for (const char *which : {"g", "u"})
+      for (int64_t r = 0; r < 2; ++r) {
+        std::string name = std::string(which) + str(r) + "_" + str(i);
+        outs.push_back(name + "d");
+        sums += warp::warpSum(name + "d", name);
+      }
+    for (int64_t r = 0; r < 2; ++r)
+      store += fillTemplate(R"(
+          %ng@@X@@ = arith.negf %g@@X@@ : f32
+          %ex@@X@@ = math.exp %ng@@X@@ : f32
+          %den@@X@@ = arith.addf %one_f, %ex@@X@@ : f32
+          %sig@@X@@ = arith.divf %g@@X@@, %den@@X@@ : f32
+          %h@@X@@ = arith.mulf %sig@@X@@, %u@@X@@ : f32
+          memref.store %h@@X@@, %h[%t@@I@@, %j@@I@@, %o@@R@@] : @@ht@@
 )",
-                           {{"I", I}, {"ht", ht}});
+                            {{"X", str(r) + "_" + str(i)}, {"I", str(i)}, {"R", str(r)}, {"ht", ht}});
+    stores += "        scf.if %in" + str(i) + " {" + store + "        }\n";
   }
   std::string body = fillTemplate(R"(
 func.func @@@name@@(%z: @@zt@@, @@lists@@, @@gargs@@, @@uargs@@, %h: @@ht@@, %part: i64, %parts: i64)
@@ -116,7 +122,11 @@ func.func @@@name@@(%z: @@zt@@, @@lists@@, @@gargs@@, @@uargs@@, %h: @@ht@@, %pa
                 kiln.tiling = {kind = "warp-gemv-grouped@@fmt@@", parallel = "experts*intermediate", items_per_pass = @@G@@ : i64}} {
 @@ids@@
   %one_f = arith.constant 1.0 : f32
-@@loop@@@@gglob@@
+  %c2 = arith.constant 2 : index
+@@loop@@
+      %o0 = arith.muli %grp, %c2 : index
+      %o1 = arith.addi %o0, %c1 : index
+@@gglob@@
 @@uglob@@
 @@dot@@
 @@sums@@
@@ -136,11 +146,12 @@ func.func @@@name@@(%z: @@zt@@, @@lists@@, @@gargs@@, @@uargs@@, %h: @@ht@@, %pa
                                    {"fmt", formatSuffix(s.nvfp4)},
                                    {"G", str(kGroupedItems)},
                                    {"ids", warp::warpIds()},
-                                   {"loop", groupedLoop(s, s.intermediate)},
+                                   {"loop", groupedLoop(s, s.intermediate / 2)},
                                    {"gglob", gate.globalLoad},
                                    {"uglob", up.globalLoad},
                                    {"dot", warp::rowsDot(perItem(rows, false), s.nvfp4, "%z", zt,
-                                                         "%t0", s.latent, outs)},
+                                                         "%t0", s.latent, outs, "",
+                                                         warp::Nvfp4Lanes::Grouped)},
                                    {"sums", sums},
                                    {"stores", stores}});
   return KernelSpec{name, "kiln.megamoe",
@@ -151,19 +162,20 @@ func.func @@@name@@(%z: @@zt@@, @@lists@@, @@gargs@@, @@uargs@@, %h: @@ht@@, %pa
 }
 
 KernelSpec expertDownGrouped(const ExpertTileShape &s) {
-  // A warp: rows 2 %grp and 2 %grp + 1 of down, y = down h per item.
+  // A warp: rows 4 %grp .. 4 %grp + 3 of down, y = down h per item.
   std::string name = "expert_down_grouped_" + expertShapeSuffix(s);
   std::string ht = "memref<?x" + str(s.k) + "x" + str(s.intermediate) + "xf32>";
   std::string yt = "memref<?x" + str(s.k) + "x" + str(s.latent) + "xf32>";
   warp::ExpertProjection down =
-      warp::expertProjection("down", s.experts, s.latent, s.intermediate, s.nvfp4, {"%o0", "%o1"});
+      warp::expertProjection("down", s.experts, s.latent, s.intermediate, s.nvfp4,
+                             {"%o0", "%o1", "%o2", "%o3"});
   std::vector<std::string> outs;
   std::string sums;
   std::string stores;
   for (int64_t i = 0; i < kGroupedItems; ++i) {
     std::string I = str(i);
     std::string store;
-    for (int64_t r = 0; r < 2; ++r) {
+    for (int64_t r = 0; r < 4; ++r) {
       std::string R = str(r);
       outs.push_back("yd" + R + "_" + I);
       sums += warp::warpSum("yd" + R + "_" + I, "y" + R + "_" + I);
@@ -178,9 +190,13 @@ func.func @@@name@@(%h: @@ht@@, @@lists@@, @@dargs@@, %y: @@yt@@, %part: i64, %p
                 kiln.tiling = {kind = "warp-gemv-grouped@@fmt@@", parallel = "experts*latent", items_per_pass = @@G@@ : i64}} {
 @@ids@@
   %c2 = arith.constant 2 : index
+  %c3 = arith.constant 3 : index
+  %c4 = arith.constant 4 : index
 @@loop@@
-      %o0 = arith.muli %grp, %c2 : index
+      %o0 = arith.muli %grp, %c4 : index
       %o1 = arith.addi %o0, %c1 : index
+      %o2 = arith.addi %o0, %c2 : index
+      %o3 = arith.addi %o0, %c3 : index
 @@glob@@
 @@dot@@
 @@sums@@
@@ -199,10 +215,11 @@ func.func @@@name@@(%h: @@ht@@, @@lists@@, @@dargs@@, %y: @@yt@@, %part: i64, %p
                                    {"fmt", formatSuffix(s.nvfp4)},
                                    {"G", str(kGroupedItems)},
                                    {"ids", warp::warpIds()},
-                                   {"loop", groupedLoop(s, s.latent / 2)},
+                                   {"loop", groupedLoop(s, s.latent / 4)},
                                    {"glob", down.globalLoad},
                                    {"dot", warp::rowsDot(perItem(down.rows, true), s.nvfp4, "%h", ht,
-                                                         "%t0, %j0", s.intermediate, outs)},
+                                                         "%t0, %j0", s.intermediate, outs, "",
+                                                         warp::Nvfp4Lanes::Grouped)},
                                    {"sums", sums},
                                    {"stores", stores}});
   return KernelSpec{name, "kiln.megamoe",

@@ -4,8 +4,10 @@
 // weights once per item (the per-item warp kernels of WarpGemv.cpp).
 //
 // Both kernels read the expert lists (ExpertLists.h) and give a warp one
-// expert's weight rows: gate/up a row of each, down two rows. The warp
-// streams its rows once for kGroupedItems of the expert's items at a time,
+// expert's weight rows: gate/up two rows of each, down four. The warp
+// streams its rows once for kGroupedItems of the expert's items at a time
+// (NVFP4 with Grouped lanes, WarpSnippets.h: each load of an item's vector
+// is contiguous across the warp),
 // so an expert with at most that many items is read from memory once;
 // experts without items cost a warp two loads of the lists. Results go where
 // the per-item kernels put them (h[t, j, :], y[t, j, :]), so the expert

@@ -145,15 +145,6 @@ std::string groupedWeightLoads(const WeightRow &row, const std::string &at, cons
   return text;
 }
 
-// Lane layouts of an NVFP4 chunk (512 code bytes, 1024 elements): Contiguous
-// gives lane l elements 32 l .. 32 l + 31 (one 16-byte load of codes, but a
-// warp's loads of the vector then stride 128 bytes across lanes, 32 cache
-// lines an instruction); Grouped gives it 8 groups of 4, group m elements
-// 128 m + 4 l .. + 3, so that each load of the vector is 512 contiguous
-// bytes across the warp, and each of the codes (2 bytes a lane) and scales
-// 64 and 8. Grouped needs whole chunks.
-enum class Nvfp4Lanes { Contiguous, Grouped };
-
 std::string nvfp4Chunk(Nvfp4Lanes lanes, const std::vector<WeightRow> &rows, const std::string &x,
                        const std::string &xType, const std::string &xIdx, const std::string &at,
                        const std::string &P, const std::string &C,
@@ -279,13 +270,15 @@ int64_t chunksPerStep(int64_t chunks, size_t rows, bool nvfp4) {
 
 std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::string &x,
                     const std::string &xType, const std::string &xIdx, int64_t k,
-                    const std::vector<std::string> &outs, const std::string &offset) {
+                    const std::vector<std::string> &outs, const std::string &offset,
+                    Nvfp4Lanes lanes) {
   std::string P = "%" + outs.front() + "_";
   // A chunk: 256 elements for bf16 (16 bytes a lane), 512 code bytes
-  // (1024 elements) for NVFP4, its lanes Grouped where the rows are whole
-  // chunks. laneStep: where lane l's part starts, l laneStep.
+  // (1024 elements) for NVFP4; Grouped lanes need whole chunks.
+  // laneStep: where lane l's part starts, l laneStep.
   int64_t extent = nvfp4 ? k / 2 : k, chunk = nvfp4 ? 512 : 256;
-  Nvfp4Lanes lanes = extent % chunk == 0 ? Nvfp4Lanes::Grouped : Nvfp4Lanes::Contiguous;
+  if (extent % chunk != 0)
+    lanes = Nvfp4Lanes::Contiguous;
   int64_t laneStep = !nvfp4 ? 8 : lanes == Nvfp4Lanes::Grouped ? 2 : 16;
   std::string text = "    " + P + "z = arith.constant dense<0.0> : vector<8xf32>\n" + "    " + P +
                      "ls = arith.constant " + str(laneStep) + " : index\n" + "    " + P +

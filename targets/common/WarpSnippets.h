@@ -42,18 +42,28 @@ struct WeightRow {
   std::string xIdx = "";
 };
 
+// Lane layouts of an NVFP4 chunk (512 code bytes, 1024 elements).
+// Contiguous: lane l takes elements 32 l .. 32 l + 31, one 16-byte load of
+// codes and one of scales, but each of a warp's 8 loads of the vector then
+// spans 32 cache lines. Grouped: lane l takes 8 groups of 4 elements, group m
+// at 128 m + 4 l, so each load of the vector is 512 contiguous bytes across
+// the warp, at the price of 8 two-byte loads of codes and 8 of scales a row.
+// Grouped pays where few weight rows share each vector (a warp over several
+// tokens' vectors: GroupedExperts.h); Contiguous where many rows share one.
+enum class Nvfp4Lanes { Contiguous, Grouped };
+
 // This lane's part of the dot of each row with one f32 vector (memref `xType`
 // at leading indices `xIdx`, `k` wide), defining f32 `%outs[r]`. The rows
 // share the vector's loads, so a warp reads it once for all of them. BF16:
 // needs k % 8 == 0 (lane l covers elements 256 c + 8 l .. +8); NVFP4: needs
-// k % 32 == 0 (with k % 1024 == 0 lane l covers elements 1024 c + 128 m + 4 l
-// .. +4 for m < 8, so that a warp's loads of the vector are contiguous;
-// otherwise bytes 512 c + 16 l .. +16 of the codes).
+// k % 32 == 0, lanes as `lanes` says (Grouped where k % 1024 == 0, else
+// Contiguous).
 // With `offset` (an index SSA value), the dot covers columns offset ..
 // offset + k of longer rows.
 std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::string &x,
                     const std::string &xType, const std::string &xIdx, int64_t k,
-                    const std::vector<std::string> &outs, const std::string &offset = "");
+                    const std::vector<std::string> &outs, const std::string &offset = "",
+                    Nvfp4Lanes lanes = Nvfp4Lanes::Contiguous);
 
 // The arguments of one expert projection stack [E, out, in] (bf16, or NVFP4
 // codes, block scales and per-expert global scales, named after `w`) and a
