@@ -142,6 +142,9 @@ KernelSpec expertCombineThreads(int64_t experts, int64_t k, int64_t latent);
 // > 0 (batched decode) token t continues conversation t of `sequences`, at
 // positions[t]; the kernels then also take the positions input.
 bool warpAttentionFits(int64_t headDim);
+// Query heads a split warp takes (a divisor of qHeads / kvHeads, at most 4):
+// its launch is Work{0, 32 * qHeads / that * splits}.
+int64_t attentionHeadsPerWarp(int64_t qHeads, int64_t kvHeads);
 KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
                               double scale, int64_t splits, int64_t sequences = 0);
 KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits);

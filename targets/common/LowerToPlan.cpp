@@ -396,7 +396,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           launch(attentionSplitWarp(qHeads, kvHeads, dim, window, o.getScale().convertToDouble(),
                                     splits, entrySequences),
                  split, {"tokens:0", "past:0", "part", "parts"},
-                 Work{0, warp::kWarp * qHeads * splits}, what);
+                 Work{0, warp::kWarp * qHeads / attentionHeadsPerWarp(qHeads, kvHeads) * splits},
+                 what);
           launch(attentionMergeWarp(qHeads, dim, splits), {partial, y},
                  {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * qHeads}, what);
           launch(kvAppendWarp(kvHeads, dim, entrySequences), append,

@@ -1,7 +1,9 @@
 // GPU attention in three launches, shaped for decode over a long KV cache:
-//  1. split: one warp per (token, query head, split of the visible keys)
-//     runs an online softmax over its keys, several keys per step (a key's
-//     head_dim/16 lanes each hold 16 dims), and writes (acc, max, sum);
+//  1. split: one warp per (token, up to 4 query heads of one KV head, split
+//     of the visible keys) runs an online softmax per query head over its
+//     keys, several keys per step (a key's head_dim/16 lanes each hold 16
+//     dims, each key read once for the warp's query heads), and writes (acc,
+//     max, sum) per query head;
 //  2. merge: one warp per (token, query head) rescales and sums the splits;
 //  3. append: the new tokens' K/V go into the cache (a ring of `window`
 //     slots on sliding layers), after every query has read the old contents.
@@ -20,28 +22,81 @@ namespace {
 // rows 16-byte aligned.
 int64_t partialWidth(int64_t headDim) { return headDim + 4; }
 
+// Query heads of one KV head a split warp takes together: each key and value
+// it loads serves all of them (GQA), where a warp per query head would read
+// the KV head's keys once per query head. More would not fit the registers:
+// each query head holds its query, accumulator and softmax state.
+constexpr int64_t kMaxHeadsPerWarp = 4;
+
 } // namespace
 
 bool warpAttentionFits(int64_t headDim) {
   return headDim % 16 == 0 && headDim / 16 <= 32 && 32 % (headDim / 16) == 0;
 }
 
+int64_t attentionHeadsPerWarp(int64_t qHeads, int64_t kvHeads) {
+  int64_t group = qHeads / kvHeads;
+  for (int64_t g = kMaxHeadsPerWarp; g > 1; --g)
+    if (group % g == 0)
+      return g;
+  return 1;
+}
+
 KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
                               double scale, int64_t splits, int64_t sequences) {
   int64_t lanesPerKey = headDim / 16, keysPerStep = 32 / lanesPerKey;
+  int64_t perWarp = attentionHeadsPerWarp(qHeads, kvHeads);
   std::string name = "attention_split_warp_" + str(qHeads) + "x" + str(kvHeads) + "x" +
                      str(headDim) + (window ? "_w" + str(window) : "_global") + "_s" + str(splits) +
-                     batchSuffix(sequences);
+                     (perWarp > 1 ? "_q" + str(perWarp) : "") + batchSuffix(sequences);
   std::string q = "memref<?x" + str(qHeads) + "x" + str(headDim) + "xf32>";
   std::string kv = "memref<?x" + str(kvHeads) + "x" + str(headDim) + "xf32>";
   std::string pt = "memref<?x" + str(qHeads) + "x" + str(splits) + "x" + str(partialWidth(headDim)) + "xf32>";
-  // Merging the key groups of a warp at the end: lanes lanesPerKey apart hold
-  // the same dims of different keys.
-  std::string merge;
-  for (int64_t offset = lanesPerKey; offset < 32; offset *= 2) {
-    std::string o = str(offset);
-    merge += fillTemplate(R"(
-    %mo@@o@@ = arith.constant @@o@@ : i32
+  // Per query head i of the warp's: its query, its online softmax step for
+  // a key (each key read once for all of them), and at the end the merge of
+  // the warp's key groups (lanes lanesPerKey apart hold the same dims of
+  // different keys) and its stores.
+  std::string queries, carried, carriedTypes, steps, yields, merges;
+  for (int64_t i = 0; i < perWarp; ++i) {
+    std::string I = str(i);
+    queries += fillTemplate(R"(
+    %hi@@I@@ = arith.constant @@I@@ : index
+    %head@@I@@ = arith.addi %h_first, %hi@@I@@ : index
+    %qv@@I@@ = vector.load %q[%t, %head@@I@@, %d0] {alignment = 16} : @@qt@@, vector<16xf32>
+)",
+                            {{"I", I}, {"qt", q}});
+    std::string sep = i ? ", " : "";
+    carried += sep + "%m" + I + " = %floor, %l" + I + " = %zero_f, %acc" + I + " = %zero_v";
+    carriedTypes += sep + "f32, f32, vector<16xf32>";
+    yields += sep + "%m_new" + I + ", %l_new" + I + ", %acc_new" + I;
+    steps += fillTemplate(R"(
+      %prod@@I@@ = arith.mulf %kv#0, %qv@@I@@ : vector<16xf32>
+      %dpart@@I@@ = vector.reduction <add>, %prod@@I@@ : vector<16xf32> into f32
+@@keysum@@
+      %sc@@I@@ = arith.mulf %dot@@I@@, %scale : f32
+      %mc@@I@@ = arith.maximumf %m@@I@@, %sc@@I@@ : f32
+      %m_new@@I@@ = arith.select %valid, %mc@@I@@, %m@@I@@ : f32
+      %dm@@I@@ = arith.subf %m@@I@@, %m_new@@I@@ : f32
+      %corr@@I@@ = math.exp %dm@@I@@ : f32
+      %ds@@I@@ = arith.subf %sc@@I@@, %m_new@@I@@ : f32
+      %ew@@I@@ = math.exp %ds@@I@@ : f32
+      %pw@@I@@ = arith.select %valid, %ew@@I@@, %zero_f : f32
+      %lc@@I@@ = arith.mulf %l@@I@@, %corr@@I@@ : f32
+      %l_new@@I@@ = arith.addf %lc@@I@@, %pw@@I@@ : f32
+      %corr_v@@I@@ = vector.broadcast %corr@@I@@ : f32 to vector<16xf32>
+      %pw_v@@I@@ = vector.broadcast %pw@@I@@ : f32 to vector<16xf32>
+      %ac@@I@@ = arith.mulf %acc@@I@@, %corr_v@@I@@ : vector<16xf32>
+      %acc_new@@I@@ = vector.fma %kv#1, %pw_v@@I@@, %ac@@I@@ : vector<16xf32>
+)",
+                          {{"I", I},
+                           {"keysum", warp::warpSum("dpart" + I, "dot" + I, 1, lanesPerKey)}});
+    // The merge across key groups: results 3i .. 3i + 2 of the loop.
+    std::string m = "%res#" + str(3 * i), l = "%res#" + str(3 * i + 1),
+                acc = "%res#" + str(3 * i + 2);
+    for (int64_t offset = lanesPerKey; offset < 32; offset *= 2) {
+      std::string o = str(offset) + "_" + I;
+      merges += fillTemplate(R"(
+    %mo@@o@@ = arith.constant @@off@@ : i32
     %m_x@@o@@, %m_ok@@o@@ = gpu.shuffle xor @@m@@, %mo@@o@@, %w32 : f32
     %l_x@@o@@, %l_ok@@o@@ = gpu.shuffle xor @@l@@, %mo@@o@@, %w32 : f32
     %m_n@@o@@ = arith.maximumf @@m@@, %m_x@@o@@ : f32
@@ -52,41 +107,49 @@ KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, 
     %la@@o@@ = arith.mulf @@l@@, %fa@@o@@ : f32
     %l_n@@o@@ = math.fma %l_x@@o@@, %fb@@o@@, %la@@o@@ : f32
 )",
-                          {{"o", o},
-                           {"m", offset == lanesPerKey ? "%res#0" : "%m_n" + str(offset / 2)},
-                           {"l", offset == lanesPerKey ? "%res#1" : "%l_n" + str(offset / 2)}});
-    std::string acc = offset == lanesPerKey ? "%res#2" : "%acc_n" + str(offset / 2);
-    std::string elems;
-    for (int d = 0; d < 16; ++d) {
-      std::string e = "%ae" + o + "_" + str(d);
-      merge += "    " + e + " = vector.extract " + acc + "[" + str(d) + "] : f32 from vector<16xf32>\n" +
-               "    " + e + "x, " + e + "ok = gpu.shuffle xor " + e + ", %mo" + o + ", %w32 : f32\n";
-      elems += (d ? ", " : "") + e + "x";
-    }
-    merge += fillTemplate(R"(
+                             {{"o", o}, {"off", str(offset)}, {"m", m}, {"l", l}});
+      std::string elems;
+      for (int d = 0; d < 16; ++d) {
+        std::string e = "%ae" + o + "_" + str(d);
+        merges += "    " + e + " = vector.extract " + acc + "[" + str(d) +
+                  "] : f32 from vector<16xf32>\n" + "    " + e + "x, " + e +
+                  "ok = gpu.shuffle xor " + e + ", %mo" + o + ", %w32 : f32\n";
+        elems += (d ? ", " : "") + e + "x";
+      }
+      merges += fillTemplate(R"(
     %acc_x@@o@@ = vector.from_elements @@elems@@ : vector<16xf32>
     %fav@@o@@ = vector.broadcast %fa@@o@@ : f32 to vector<16xf32>
     %fbv@@o@@ = vector.broadcast %fb@@o@@ : f32 to vector<16xf32>
     %acc_a@@o@@ = arith.mulf @@acc@@, %fav@@o@@ : vector<16xf32>
     %acc_n@@o@@ = vector.fma %acc_x@@o@@, %fbv@@o@@, %acc_a@@o@@ : vector<16xf32>
 )",
-                          {{"o", o}, {"elems", elems}, {"acc", acc}});
+                             {{"o", o}, {"elems", elems}, {"acc", acc}});
+      m = "%m_n" + o;
+      l = "%l_n" + o;
+      acc = "%acc_n" + o;
+    }
+    merges += fillTemplate(R"(
+    scf.if %first_group {
+      vector.store @@acc@@, %out[%t, %head@@I@@, %s, %d0] {alignment = 16} : @@pt@@, vector<16xf32>
+    }
+    scf.if %lead {
+      memref.store @@m@@, %out[%t, %head@@I@@, %s, %dim] : @@pt@@
+      memref.store @@l@@, %out[%t, %head@@I@@, %s, %dim1] : @@pt@@
+    }
+)",
+                           {{"I", I}, {"acc", acc}, {"m", m}, {"l", l}, {"pt", pt}});
   }
-  std::string last = lanesPerKey < 32 ? str(32 / 2) : "";
-  std::string mFinal = lanesPerKey < 32 ? "%m_n" + last : "%res#0";
-  std::string lFinal = lanesPerKey < 32 ? "%l_n" + last : "%res#1";
-  std::string accFinal = lanesPerKey < 32 ? "%acc_n" + last : "%res#2";
   std::string body = fillTemplate(R"(
 func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@@@positions@@, %out: @@pt@@,
                     %tokens: i64, %past_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface,
-                kiln.tiling = {kind = "warp-split-kv", parallel = "tokens*heads*splits", splits = @@S@@ : i64, window = @@W@@ : i64}} {
+                kiln.tiling = {kind = "warp-split-kv", parallel = "tokens*heads*splits", splits = @@S@@ : i64, window = @@W@@ : i64, heads_per_warp = @@PW@@ : i64}} {
 @@ids@@
   %lpk = arith.constant @@LPK@@ : index
   %kps = arith.constant @@KPS@@ : index
   %c16 = arith.constant 16 : index
-  %heads = arith.constant @@H@@ : index
   %group = arith.constant @@G@@ : index
+  %per_warp = arith.constant @@PW@@ : index
   %splits = arith.constant @@S@@ : index
   %per_token = arith.constant @@HS@@ : index
   %window = arith.constant @@W@@ : index
@@ -103,13 +166,17 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
   %g = arith.divui %lane, %lpk : index
   %li = arith.remui %lane, %lpk : index
   %d0 = arith.muli %li, %c16 : index
+  %first_group = arith.cmpi ult, %lane, %lpk : index
+  %lead = arith.cmpi eq, %lane, %c0 : index
   %items = arith.muli %t_count, %per_token : index
   scf.for %item = %warp to %items step %warps {
     %t = arith.divui %item, %per_token : index
     %rest = arith.remui %item, %per_token : index
-    %h = arith.divui %rest, %splits : index
+    %hg = arith.divui %rest, %splits : index
     %s = arith.remui %rest, %splits : index
-    %kvh = arith.divui %h, %group : index
+    // Query heads h_first .. + per_warp - 1, all of KV head kvh.
+    %h_first = arith.muli %hg, %per_warp : index
+    %kvh = arith.divui %h_first, %group : index
 @@state@@
     // Visible keys [lo, p]: p - window < j for sliding layers.
     %p1 = arith.addi %p, %c1 : index
@@ -127,8 +194,8 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
     %kb = arith.minui %kb0, %p1 : index
     %ke0 = arith.addi %kb, %chunk : index
     %ke = arith.minui %ke0, %p1 : index
-    %qv = vector.load %q[%t, %h, %d0] {alignment = 16} : @@qt@@, vector<16xf32>
-    %res:3 = scf.for %j0 = %kb to %ke step %kps iter_args(%m = %floor, %l = %zero_f, %acc = %zero_v) -> (f32, f32, vector<16xf32>) {
+@@queries@@
+    %res:@@NC@@ = scf.for %j0 = %kb to %ke step %kps iter_args(@@carried@@) -> (@@ctypes@@) {
       %j = arith.addi %j0, %g : index
       %valid = arith.cmpi ult, %j, %ke : index
       %jc = arith.select %valid, %j, %kb : index
@@ -146,35 +213,10 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
         %vr = vector.load %v[%t2, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
         scf.yield %kr, %vr : vector<16xf32>, vector<16xf32>
       }
-      %prod = arith.mulf %kv#0, %qv : vector<16xf32>
-      %dpart = vector.reduction <add>, %prod : vector<16xf32> into f32
-@@keysum@@
-      %sc = arith.mulf %dot, %scale : f32
-      %mc = arith.maximumf %m, %sc : f32
-      %m_new = arith.select %valid, %mc, %m : f32
-      %dm = arith.subf %m, %m_new : f32
-      %corr = math.exp %dm : f32
-      %ds = arith.subf %sc, %m_new : f32
-      %ew = math.exp %ds : f32
-      %pw = arith.select %valid, %ew, %zero_f : f32
-      %lc = arith.mulf %l, %corr : f32
-      %l_new = arith.addf %lc, %pw : f32
-      %corr_v = vector.broadcast %corr : f32 to vector<16xf32>
-      %pw_v = vector.broadcast %pw : f32 to vector<16xf32>
-      %ac = arith.mulf %acc, %corr_v : vector<16xf32>
-      %acc_new = vector.fma %kv#1, %pw_v, %ac : vector<16xf32>
-      scf.yield %m_new, %l_new, %acc_new : f32, f32, vector<16xf32>
+@@steps@@
+      scf.yield @@yields@@ : @@ctypes@@
     }
-@@merge@@
-    %first_group = arith.cmpi ult, %lane, %lpk : index
-    scf.if %first_group {
-      vector.store @@acc@@, %out[%t, %h, %s, %d0] {alignment = 16} : @@pt@@, vector<16xf32>
-    }
-    %lead = arith.cmpi eq, %lane, %c0 : index
-    scf.if %lead {
-      memref.store @@mf@@, %out[%t, %h, %s, %dim] : @@pt@@
-      memref.store @@lf@@, %out[%t, %h, %s, %dim1] : @@pt@@
-    }
+@@merges@@
   }
   return
 }
@@ -189,22 +231,25 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
                                    {"ids", warp::warpIds()},
                                    {"LPK", str(lanesPerKey)},
                                    {"KPS", str(keysPerStep)},
-                                   {"H", str(qHeads)},
                                    {"G", str(qHeads / kvHeads)},
+                                   {"PW", str(perWarp)},
                                    {"S", str(splits)},
-                                   {"HS", str(qHeads * splits)},
+                                   {"HS", str(qHeads / perWarp * splits)},
                                    {"W", str(window)},
                                    {"D", str(headDim)},
                                    {"D1", str(headDim + 1)},
                                    {"scale", floatLiteral(scale)},
-                                   {"keysum", warp::warpSum("dpart", "dot", 1, lanesPerKey)},
-                                   {"merge", merge},
-                                   {"acc", accFinal},
-                                   {"mf", mFinal},
-                                   {"lf", lFinal}});
+                                   {"queries", queries},
+                                   {"carried", carried},
+                                   {"ctypes", carriedTypes},
+                                   {"NC", str(3 * perWarp)},
+                                   {"steps", steps},
+                                   {"yields", yields},
+                                   {"merges", merges}});
   return KernelSpec{name, "kiln.attention",
                     "{\"kind\": \"warp-split-kv\", \"parallel\": \"tokens*heads*splits\", \"splits\": " +
-                        str(splits) + ", \"window\": " + str(window) + "}",
+                        str(splits) + ", \"window\": " + str(window) +
+                        ", \"heads_per_warp\": " + str(perWarp) + "}",
                     body};
 }
 
