@@ -500,6 +500,9 @@ void Engine::Impl::updateRecording(EntryPlan &entry, int64_t tokens) {
 
 void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count,
                        bool decodeCall, StepClock *clock) {
+  if (alone)
+    fail("rank " + std::to_string(rank.rank) + " of " + std::to_string(rank.world) +
+         " was loaded alone (EngineOptions::loadAlone): it runs only in its job");
   int32_t *ids = hostInputs.data();
   int32_t *positions = ids + count;
   if (entry.sequences) {

@@ -66,6 +66,12 @@ struct EngineOptions {
   // 1: every rank runs it, with its share of the weights). Unset: from the
   // environment (runtime/comm/RankInfo.h; kiln-run --nproc sets it).
   std::optional<RankInfo> rank;
+  // A multi-rank artifact's rank `rank` loaded by itself, without its job:
+  // its weights, KV caches, arena and exchange memory on this device, no
+  // communicators. It runs nothing (every call throws): what it shows is
+  // that the rank's share loads and fits, one rank at a time, where the
+  // job's devices are not all at hand.
+  bool loadAlone = false;
 };
 
 class Engine {

@@ -146,6 +146,7 @@ struct Engine::Impl {
   // Multi-rank: this rank, where it sits in each comm group and the
   // staging buffer of gathers along an inner axis.
   RankInfo rank;
+  bool alone = false; // EngineOptions::loadAlone
   std::vector<CommGroupSpec> groups;
   std::vector<GroupMembership> memberships;
   DeviceMemory gatherStaging;

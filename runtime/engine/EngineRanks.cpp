@@ -14,6 +14,9 @@ void Engine::Impl::joinLayout(const EngineOptions &options) {
   const std::string shape = std::to_string(layout.world()) + " ranks (tp " +
                             std::to_string(layout.tp()) + ", ep " + std::to_string(layout.ep()) +
                             ")";
+  if (options.loadAlone && !options.rank)
+    fail("loading a rank alone needs the rank (EngineOptions::rank)");
+  alone = options.loadAlone;
   std::optional<RankInfo> info = options.rank ? options.rank : rankFromEnvironment();
   if (!info)
     fail("the artifact runs on " + shape +
@@ -83,7 +86,10 @@ void Engine::Impl::connectRanks() {
         if (collective->kind == fb::CollectiveKind::AllGather && collective->axis > 0)
           staging = std::max(staging, to);
       }
-  comm = backend->connect(rank, groups, capacity);
+  // Alone: no job to join; the exchange memory is this rank's, and every
+  // member's address in its tables is this rank's own (nothing runs).
+  if (!alone)
+    comm = backend->connect(rank, groups, capacity);
   if (staging)
     gatherStaging = DeviceMemory::allocate(*backend, staging, "all-gather staging");
   // Every member provides its groups' exchange memory, zeroed (the kernels'
@@ -97,9 +103,11 @@ void Engine::Impl::connectRanks() {
     const std::string what = "exchange memory of comm group " + std::to_string(g) + " '" +
                              groups[g].name + "'";
     exchangeMemory[g] = DeviceMemory::allocate(*backend, bytes, what);
-    exchangePeers[g] = backend->sharePeerMemory(*comm, static_cast<int>(g),
-                                                memberships[g].index, groups[g].size,
-                                                exchangeMemory[g].address(), bytes, what);
+    exchangePeers[g] =
+        alone ? std::vector<DeviceAddress>(static_cast<size_t>(groups[g].size),
+                                           exchangeMemory[g].address())
+              : backend->sharePeerMemory(*comm, static_cast<int>(g), memberships[g].index,
+                                         groups[g].size, exchangeMemory[g].address(), bytes, what);
   }
 }
 

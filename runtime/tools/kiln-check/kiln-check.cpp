@@ -17,6 +17,7 @@
 #include "runtime/engine/Reference.h"
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -33,7 +34,8 @@ void usage() {
                "usage: kiln-check ARTIFACT --weights DIR|synthetic:SEED --reference FILE\n"
                "                  [--tolerance T] [--near-tie F] [--max-near-ties N] [--device N]\n"
                "       kiln-check ARTIFACT --weights DIR|synthetic:SEED --prompt-ids 1,2,3\n"
-               "                  --steps N --write FILE [--device N]\n\n"
+               "                  --steps N --write FILE [--device N]\n"
+               "       kiln-check ARTIFACT --weights DIR|synthetic:SEED --load-only [--rank R]\n\n"
                "Checks an artifact's logits and greedy tokens against a reference run, or\n"
                "writes a reference from this run. Exit 0: agreed (or written); 1: not.\n\n"
                "  --tolerance T      prefill logits: max |diff| < T * max|logit|, relative RMS < T/2\n"
@@ -48,7 +50,12 @@ void usage() {
                "                     for GPU artifacts, host for x86\n"
                "  --device N         the GPU (default: KILN_LOCAL_RANK, else 0)\n"
                "  --nproc N          a multi-rank artifact: N processes, one per rank (as\n"
-               "                     kiln-run --nproc); rank 0 reports\n");
+               "                     kiln-run --nproc); rank 0 reports\n"
+               "  --load-only        only load the artifact with its weights and report what\n"
+               "                     it holds (no --reference or --write)\n"
+               "  --rank R           with --load-only, a multi-rank artifact: load rank R's\n"
+               "                     share alone, without its job (nothing runs), to see that\n"
+               "                     it loads and fits one rank at a time\n");
 }
 
 std::vector<int32_t> parseIds(const std::string &text) {
@@ -142,12 +149,52 @@ bool checkBatched(Engine &engine, const std::vector<int32_t> &prompt, int steps)
   return ok && greedyDiffering == 0;
 }
 
+double gib(uint64_t bytes) { return double(bytes) / double(1ull << 30); }
+
+// --load-only: the artifact loaded with its weights (rank `rank` alone, when
+// given), then what it holds, with the load's time and progress.
+int loadAndReport(const std::string &path, EngineOptions options, int rank) {
+  Artifact artifact = Artifact::load(path);
+  const int world = static_cast<int>(artifact->layout()->world());
+  if (rank >= 0) {
+    if (world == 1)
+      throw RuntimeError(path + ": --rank: the artifact is for one rank");
+    if (rank >= world)
+      throw RuntimeError(path + ": --rank " + std::to_string(rank) +
+                         ": the artifact has ranks 0 to " + std::to_string(world - 1));
+    options.rank = RankInfo{rank, world, std::string(), 60};
+    options.loadAlone = true;
+  }
+  int lastTenth = -1;
+  options.progress = [&](uint64_t done, uint64_t total) {
+    const int tenth = total ? static_cast<int>(done * 10 / total) : 10;
+    if (tenth != lastTenth)
+      std::fprintf(stderr, "loading weights: %3d%% of %.1f GiB\n", tenth * 10, gib(total));
+    lastTenth = tenth;
+  };
+  const auto start = std::chrono::steady_clock::now();
+  std::unique_ptr<Engine> engine = Engine::create(std::move(artifact), options);
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const std::string which =
+      rank >= 0 ? " rank " + std::to_string(rank) + " of " + std::to_string(world) + " alone" : "";
+  std::printf("kiln-check: loaded %s%s on %s in %.1f s: weights %.2f GiB (%llu bytes), KV "
+              "caches %.2f GiB (%lld conversations of %lld tokens), activation arena %.2f GiB\n",
+              path.c_str(), which.c_str(), engine->device().c_str(), seconds,
+              gib(engine->weightBytes()), static_cast<unsigned long long>(engine->weightBytes()),
+              gib(engine->kvCacheBytes()),
+              static_cast<long long>(engine->conversations()),
+              static_cast<long long>(engine->contextLength()), gib(engine->arenaBytes()));
+  return 0;
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
   std::string artifact, weights, referencePath, writePath, prompt;
   double tolerance = 0.02, nearTie = 0.01;
-  int maxNearTies = 2, steps = 0, device = -1, batchSteps = 16, nproc = 1;
+  int maxNearTies = 2, steps = 0, device = -1, batchSteps = 16, nproc = 1, loadRank = -1;
+  bool loadOnly = false;
   EngineOptions::Synthesis synthesis = EngineOptions::Synthesis::Auto;
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
@@ -192,6 +239,18 @@ int main(int argc, char **argv) {
       device = std::atoi(value().c_str());
     } else if (arg == "--nproc") {
       nproc = std::atoi(value().c_str());
+    } else if (arg == "--load-only") {
+      loadOnly = true;
+    } else if (arg == "--rank") {
+      const std::string text = value();
+      char *end = nullptr;
+      const long r = std::strtol(text.c_str(), &end, 10);
+      if (text.empty() || *end || r < 0) {
+        std::fprintf(stderr, "kiln-check: --rank takes a rank (0, 1, ...), not '%s'\n",
+                     text.c_str());
+        return 2;
+      }
+      loadRank = static_cast<int>(r);
     } else if (!arg.empty() && arg[0] != '-' && artifact.empty()) {
       artifact = arg;
     } else {
@@ -200,8 +259,15 @@ int main(int argc, char **argv) {
       return 2;
     }
   }
-  if (artifact.empty() || weights.empty() || referencePath.empty() == writePath.empty()) {
+  if (artifact.empty() || weights.empty() ||
+      (loadOnly ? !referencePath.empty() || !writePath.empty()
+                : referencePath.empty() == writePath.empty())) {
     usage();
+    return 2;
+  }
+  if (loadRank >= 0 && (!loadOnly || nproc > 1)) {
+    std::fprintf(stderr, "kiln-check: --rank loads one rank alone: it goes with --load-only and "
+                         "without --nproc\n");
     return 2;
   }
   if (synthesis != EngineOptions::Synthesis::Auto && weights.rfind("synthetic:", 0) != 0) {
@@ -217,6 +283,8 @@ int main(int argc, char **argv) {
     options.weights = weights;
     options.device = device;
     options.synthesis = synthesis;
+    if (loadOnly)
+      return loadAndReport(artifact, options, loadRank);
     std::unique_ptr<Engine> engine = Engine::load(artifact, options);
 
     if (!writePath.empty()) {

@@ -420,6 +420,23 @@ TEST_F(EngineTest, MultiRankArtifactsNeedTheirJob) {
   ::unsetenv("KILN_RENDEZVOUS");
 }
 
+TEST_F(EngineTest, ARankLoadedAloneHoldsItsShareAndRunsNothing) {
+  TestArtifact tp = testArtifact();
+  tp.tp = 2;
+  tp.world = 2;
+  EngineOptions options;
+  options.loadAlone = true;
+  EXPECT_HAS(errorOf([&] { make(tp, options); }), "loading a rank alone needs the rank");
+  options.rank = RankInfo{1, 2, std::string(), 60};
+  std::unique_ptr<Engine> engine = make(tp, options);
+  EXPECT_EQ(engine->rank(), 1);
+  EXPECT_EQ(engine->worldSize(), 2);
+  EXPECT_GT(engine->weightBytes(), 0u);
+  EXPECT_HAS(errorOf([&] { engine->prefill({1, 2, 3}); }),
+             "rank 1 of 2 was loaded alone (EngineOptions::loadAlone): it runs only in its job");
+  EXPECT_HAS(errorOf([&] { engine->decode(1); }), "was loaded alone");
+}
+
 TEST_F(EngineTest, MissingKernelSymbol) {
   TestArtifact a = testArtifact();
   a.kernels[3].name = "kiln_expert_matmul";
