@@ -103,6 +103,24 @@ std::string nvfp4Constants(const std::string &P) {
   return text;
 }
 
+// E4M3 block scales `R`sv (vector<`width`xi8>) as f32 `out`, times 2^8:
+// the byte's sign at bit 15 of an f16 and its other bits at 14..7 (the
+// constants `C``K`sign, mag, sh8, sh7, of the same width).
+std::string e4m3Decode(const std::string &R, const std::string &C, int64_t width,
+                       const std::string &K, const std::string &out) {
+  return fillTemplate(R"(
+      @@R@@s16 = arith.extui @@R@@sv : vector<@@W@@xi8> to vector<@@W@@xi16>
+      @@R@@sg = arith.andi @@R@@s16, @@C@@@@K@@sign : vector<@@W@@xi16>
+      @@R@@sgs = arith.shli @@R@@sg, @@C@@@@K@@sh8 : vector<@@W@@xi16>
+      @@R@@sm = arith.andi @@R@@s16, @@C@@@@K@@mag : vector<@@W@@xi16>
+      @@R@@sms = arith.shli @@R@@sm, @@C@@@@K@@sh7 : vector<@@W@@xi16>
+      @@R@@sbits = arith.ori @@R@@sgs, @@R@@sms : vector<@@W@@xi16>
+      @@R@@sh = arith.bitcast @@R@@sbits : vector<@@W@@xi16> to vector<@@W@@xf16>
+      @@out@@ = arith.extf @@R@@sh : vector<@@W@@xf16> to vector<@@W@@xf32>
+)",
+                      {{"R", R}, {"C", C}, {"K", K}, {"W", str(width)}, {"out", out}});
+}
+
 // Grouped lanes: a row's 8 two-byte pieces of codes (group m at byte at +
 // 64 m) as `R`wi (vector<4xi32>, word w = groups 2w and 2w + 1, as a
 // Contiguous lane's 16 bytes), and the groups' 8 E4M3 scales (at at / 8 +
@@ -132,17 +150,9 @@ std::string groupedWeightLoads(const WeightRow &row, const std::string &at, cons
   text += fillTemplate(R"(
       @@R@@wi = vector.bitcast @@R@@wv : vector<16xi8> to vector<4xi32>
       @@R@@sv = vector.from_elements @@scales@@ : vector<8xi8>
-      @@R@@s16 = arith.extui @@R@@sv : vector<8xi8> to vector<8xi16>
-      @@R@@sg = arith.andi @@R@@s16, @@C@@g_sign : vector<8xi16>
-      @@R@@sgs = arith.shli @@R@@sg, @@C@@g_sh8 : vector<8xi16>
-      @@R@@sm = arith.andi @@R@@s16, @@C@@g_mag : vector<8xi16>
-      @@R@@sms = arith.shli @@R@@sm, @@C@@g_sh7 : vector<8xi16>
-      @@R@@sbits = arith.ori @@R@@sgs, @@R@@sms : vector<8xi16>
-      @@R@@sh = arith.bitcast @@R@@sbits : vector<8xi16> to vector<8xf16>
-      @@R@@svec = arith.extf @@R@@sh : vector<8xf16> to vector<8xf32>
 )",
-                       {{"R", R}, {"C", C}, {"scales", scales}});
-  return text;
+                       {{"R", R}, {"scales", scales}});
+  return text + e4m3Decode(R, C, 8, "g_", R + "svec");
 }
 
 std::string nvfp4Chunk(Nvfp4Lanes lanes, const std::vector<WeightRow> &rows, const std::string &x,
@@ -209,21 +219,15 @@ std::string nvfp4Chunk(Nvfp4Lanes lanes, const std::vector<WeightRow> &rows, con
       @@R@@wv = vector.load @@w@@[@@ri@@, @@at@@] {alignment = 16} : @@wt@@, vector<16xi8>
       @@R@@wi = vector.bitcast @@R@@wv : vector<16xi8> to vector<4xi32>
       @@R@@sv = vector.load @@s@@[@@ri@@, @@P@@sb] {alignment = 2} : @@st@@, vector<2xi8>
-      @@R@@s16 = arith.extui @@R@@sv : vector<2xi8> to vector<2xi16>
-      @@R@@sg = arith.andi @@R@@s16, @@C@@s_sign : vector<2xi16>
-      @@R@@sgs = arith.shli @@R@@sg, @@C@@s_sh8 : vector<2xi16>
-      @@R@@sm = arith.andi @@R@@s16, @@C@@s_mag : vector<2xi16>
-      @@R@@sms = arith.shli @@R@@sm, @@C@@s_sh7 : vector<2xi16>
-      @@R@@sbits = arith.ori @@R@@sgs, @@R@@sms : vector<2xi16>
-      @@R@@sh = arith.bitcast @@R@@sbits : vector<2xi16> to vector<2xf16>
-      @@R@@sf = arith.extf @@R@@sh : vector<2xf16> to vector<2xf32>
+@@decode@@
       @@R@@s0 = vector.extract @@R@@sf[0] : f32 from vector<2xf32>
       @@R@@s1 = vector.extract @@R@@sf[1] : f32 from vector<2xf32>
       @@R@@svec = vector.from_elements @@R@@s0, @@R@@s0, @@R@@s0, @@R@@s0, @@R@@s1, @@R@@s1, @@R@@s1, @@R@@s1 : vector<8xf32>
 )",
-                             {{"R", R}, {"P", P}, {"C", C}, {"w", rows[r].w}, {"ri", rows[r].rowIdx},
+                             {{"R", R}, {"P", P}, {"w", rows[r].w}, {"ri", rows[r].rowIdx},
                               {"at", at}, {"wt", rows[r].type}, {"s", rows[r].scales},
-                              {"st", rows[r].scalesType}});
+                              {"st", rows[r].scalesType},
+                              {"decode", e4m3Decode(R, C, 2, "s_", R + "sf")}});
       for (int i = 0; i < 4; ++i) {
         std::string I = str(i), src = R + "wi";
         if (i) {
