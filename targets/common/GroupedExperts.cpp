@@ -65,21 +65,6 @@ std::vector<warp::WeightRow> perItem(const std::vector<warp::WeightRow> &rows, b
   return out;
 }
 
-} // namespace
-
-bool groupedExpertsFit(const ExpertTileShape &s) {
-  // Whole groups of 2 and 4 rows.
-  return expertListsFit(s) && warpMoEFits(s.intermediate, s.latent);
-}
-
-Work expertGateUpGroupedWork(const ExpertTileShape &s) {
-  return Work{warp::kWarp * s.experts * s.intermediate / 2, 0};
-}
-
-Work expertDownGroupedWork(const ExpertTileShape &s) {
-  return Work{warp::kWarp * s.experts * s.latent / 4, 0};
-}
-
 KernelSpec expertGateUpGrouped(const ExpertTileShape &s) {
   // A warp: rows 2 %grp and 2 %grp + 1 of gate and of up, h = silu(gate z) *
   // (up z) per item.
@@ -227,6 +212,26 @@ func.func @@@name@@(%h: @@ht@@, @@lists@@, @@dargs@@, %y: @@yt@@, %part: i64, %p
                         "\", \"parallel\": \"experts*latent\", \"items_per_pass\": " +
                         str(kGroupedItems) + "}",
                     body};
+}
+
+} // namespace
+
+bool groupedExpertsFit(const ExpertTileShape &s) {
+  // Whole groups of 2 and 4 rows.
+  return expertListsFit(s) && warpMoEFits(s.intermediate, s.latent);
+}
+
+TargetHooks::MatrixExperts groupedExperts(const ExpertTileShape &s) {
+  // Warps of 32 over an expert's rows: 2 of gate and of up, then 4 of down.
+  return TargetHooks::MatrixExperts{expertLists(s),
+                                    expertGateUpGrouped(s),
+                                    expertDownGrouped(s),
+                                    expertListsWork(s),
+                                    Work{warp::kWarp * s.experts * s.intermediate / 2, 0},
+                                    Work{warp::kWarp * s.experts * s.latent / 4, 0},
+                                    s.experts + 2,
+                                    2 * s.maxTiles(),
+                                    s.maxItems()};
 }
 
 } // namespace kiln::kernels

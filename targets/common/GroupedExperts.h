@@ -23,9 +23,9 @@ namespace kiln::kernels {
 constexpr int64_t kGroupedItems = 2;
 
 bool groupedExpertsFit(const ExpertTileShape &shape);
-KernelSpec expertGateUpGrouped(const ExpertTileShape &shape);
-Work expertGateUpGroupedWork(const ExpertTileShape &shape);
-KernelSpec expertDownGrouped(const ExpertTileShape &shape);
-Work expertDownGroupedWork(const ExpertTileShape &shape);
+// The lists kernel and the two grouped kernels with their launches and list
+// buffers, in the shape the tile kernels come in (the kernels take the same
+// arguments: z or h, the lists, the projections, h or y).
+TargetHooks::MatrixExperts groupedExperts(const ExpertTileShape &shape);
 
 } // namespace kiln::kernels

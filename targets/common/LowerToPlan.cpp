@@ -604,36 +604,34 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
   // (over all ranks' experts: each rank lists only its own).
   int64_t members = expertGroup ? groups.all()[*expertGroup].size : 1;
   ExpertTileShape listShape{experts, k, inter, latent, nvfp4, maxRows()};
-  bool grouped = hooks.isGpu() && maxRows() > 1 && groupedExpertsFit(listShape);
-  std::optional<TargetHooks::MatrixExperts> matrix =
-      maxRows() > 1 && !(grouped && maxRows() * k < kGroupedItemsPerExpert * experts * members)
-          ? hooks.matrixExperts(experts, k, inter, latent, nvfp4, maxRows())
-          : std::nullopt;
-  if (matrix || grouped || (hooks.isGpu() && warpMoEFits(inter, latent))) {
+  bool grouped = hooks.isGpu() && maxRows() > 1 && groupedExpertsFit(listShape) &&
+                 maxRows() * k < kGroupedItemsPerExpert * experts * members;
+  // The stage over lists of items by expert: grouped warps, or the target's
+  // tiles.
+  std::optional<TargetHooks::MatrixExperts> listed =
+      grouped         ? std::optional(groupedExperts(listShape))
+      : maxRows() > 1 ? hooks.matrixExperts(experts, k, inter, latent, nvfp4, maxRows())
+                      : std::nullopt;
+  if (listed || (hooks.isGpu() && warpMoEFits(inter, latent))) {
     Buf h = alloc({k, inter}, f32), yk = alloc({k, latent}, f32);
-    if (matrix || grouped) {
+    if (listed) {
       // Items grouped by expert, then tiles of an expert's items (prefill)
       // or warps over an expert's rows (batched decode).
       Type i32 = b.getI32Type();
-      int64_t metaWords = matrix ? matrix->metaWords : experts + 2;
-      int64_t tileWords = matrix ? matrix->tileWords : 2 * listShape.maxTiles();
-      Buf meta = allocShape({fixed(metaWords)}, i32);
-      Buf tiles = allocShape({fixed(tileWords)}, i32);
-      Buf items = allocShape({fixed(matrix ? matrix->itemWords : listShape.maxItems())}, i32);
-      launch(matrix ? matrix->lists : expertLists(listShape), {indices, meta, tiles, items},
-             {"tokens:0", "part", "parts"},
-             matrix ? matrix->listsWork : expertListsWork(listShape), what);
+      Buf meta = allocShape({fixed(listed->metaWords)}, i32);
+      Buf tiles = allocShape({fixed(listed->tileWords)}, i32);
+      Buf items = allocShape({fixed(listed->itemWords)}, i32);
+      launch(listed->lists, {indices, meta, tiles, items},
+             {"tokens:0", "part", "parts"}, listed->listsWork, what);
       SmallVector<Buf> up = {input, meta, tiles, items};
       up.append(projections[0]);
       up.append(projections[1]);
       up.push_back(h);
-      launch(matrix ? matrix->gateUp : expertGateUpGrouped(listShape), up, {"part", "parts"},
-             matrix ? matrix->gateUpWork : expertGateUpGroupedWork(listShape), what);
+      launch(listed->gateUp, up, {"part", "parts"}, listed->gateUpWork, what);
       SmallVector<Buf> down = {h, meta, tiles, items};
       down.append(projections[2]);
       down.push_back(yk);
-      launch(matrix ? matrix->down : expertDownGrouped(listShape), down, {"part", "parts"},
-             matrix ? matrix->downWork : expertDownGroupedWork(listShape), what);
+      launch(listed->down, down, {"part", "parts"}, listed->downWork, what);
     } else {
       // Decode: the products spread over warps, a few rows each.
       SmallVector<Buf> up = {input, indices};
@@ -733,8 +731,10 @@ FailureOr<LoweredModel> Lowering::run() {
     if (kernelIndex.try_emplace(kernel.name, model.kernels.size()).second)
       model.kernels.push_back(kernel);
   // GPUs choose greedy tokens where the logits are.
-  if (hooks.isGpu() && kernelIndex.try_emplace(greedyKeys().name, model.kernels.size()).second)
-    model.kernels.push_back(greedyKeys());
+  if (hooks.isGpu())
+    if (KernelSpec greedy = greedyKeys();
+        kernelIndex.try_emplace(greedy.name, model.kernels.size()).second)
+      model.kernels.push_back(std::move(greedy));
   model.commGroups = groups.all();
   SmallVector<Attribute> groupAttrs;
   for (const CommGroupInfo &group : model.commGroups)
