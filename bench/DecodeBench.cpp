@@ -26,6 +26,7 @@
 #include "runtime/comm/RankLauncher.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "runtime/engine/Engine.h"
+#include "runtime/engine/WeightBinder.h"
 
 #include <nlohmann/json.hpp>
 
@@ -273,16 +274,8 @@ int main(int argc, char **argv) {
     engineOptions.contextLength = options.context + options.steps + options.steps / 4 + 16;
     // A multi-rank artifact: one process per rank, each on its GPU
     // (EngineOptions::device's default).
-    int lastTenth = -1;
     auto loadStart = Clock::now();
-    engineOptions.progress = [&](uint64_t done, uint64_t total) {
-      const int tenth = total ? int(done * 10 / total) : 10;
-      if (tenth != lastTenth) {
-        lastTenth = tenth;
-        std::fprintf(stderr, "loading weights: %3d%% of %.1f GiB (%.0f s)\n", tenth * 10,
-                     double(total) / double(1ull << 30), msSince(loadStart) / 1e3);
-      }
-    };
+    engineOptions.progress = kiln::progressLines(stderr);
     auto engine = kiln::Engine::load(options.artifact, engineOptions);
     const kiln::Artifact &artifact = engine->artifact();
     const nlohmann::json config = nlohmann::json::parse(artifact->model()->config_json()->str());

@@ -20,7 +20,7 @@ constexpr int64_t kEntriesPerThread = 16, kMaxBlocksPerRow = 64;
 std::unique_ptr<DeviceGreedy> DeviceGreedy::create(Backend &backend, const Artifact &artifact,
                                                    int64_t maxRows) {
   const std::optional<uint32_t> kernel = artifact.findKernel(kKernel);
-  if (!kernel || artifact->target()->kind() == fb::TargetKind::X86)
+  if (!kernel)
     return nullptr;
   LaunchSpec spec;
   spec.kernel = *kernel;

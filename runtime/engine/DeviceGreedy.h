@@ -16,7 +16,8 @@ namespace kiln {
 
 class DeviceGreedy {
 public:
-  // Null when the artifact lacks the kernel or `backend` is a CPU's.
+  // Null when the artifact lacks the kernel (kilnc gives it to GPU targets
+  // only).
   static std::unique_ptr<DeviceGreedy> create(Backend &backend, const Artifact &artifact,
                                               int64_t maxRows);
 

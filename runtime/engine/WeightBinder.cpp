@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstring>
 #include <limits>
 #include <map>
+#include <memory>
 #include <mutex>
 
 namespace kiln {
@@ -252,6 +254,25 @@ std::vector<AlignedBuffer> bindWeights(const std::vector<WeightSpec> &specs,
   else
     work(0);
   return buffers;
+}
+
+} // namespace kiln
+
+namespace kiln {
+
+BindProgress progressLines(std::FILE *out) {
+  const auto start = std::chrono::steady_clock::now();
+  auto lastTenth = std::make_shared<int>(-1);
+  return [out, start, lastTenth](uint64_t done, uint64_t total) {
+    const int tenth = total ? static_cast<int>(done * 10 / total) : 10;
+    if (tenth == *lastTenth)
+      return;
+    *lastTenth = tenth;
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    std::fprintf(out, "loading weights: %3d%% of %.1f GiB (%.0f s)\n", tenth * 10,
+                 double(total) / double(1ull << 30), seconds);
+  };
 }
 
 } // namespace kiln

@@ -15,6 +15,7 @@
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/engine/Engine.h"
 #include "runtime/engine/Reference.h"
+#include "runtime/engine/WeightBinder.h"
 
 #include <algorithm>
 #include <chrono>
@@ -165,13 +166,7 @@ int loadAndReport(const std::string &path, EngineOptions options, int rank) {
     options.rank = RankInfo{rank, world, std::string(), 60};
     options.loadAlone = true;
   }
-  int lastTenth = -1;
-  options.progress = [&](uint64_t done, uint64_t total) {
-    const int tenth = total ? static_cast<int>(done * 10 / total) : 10;
-    if (tenth != lastTenth)
-      std::fprintf(stderr, "loading weights: %3d%% of %.1f GiB\n", tenth * 10, gib(total));
-    lastTenth = tenth;
-  };
+  options.progress = progressLines(stderr);
   const auto start = std::chrono::steady_clock::now();
   std::unique_ptr<Engine> engine = Engine::create(std::move(artifact), options);
   const double seconds =
