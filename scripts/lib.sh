@@ -12,6 +12,9 @@ KILN_PACKAGES=(
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools lld-22
   nlohmann-json3-dev libgtest-dev libdnnl-dev libflatbuffers-dev flatbuffers-compiler
   rocm-device-libs libamdhip64-dev
+  # oneDNN's CMake package config (the x86 GEMM benchmark's yardstick) asks
+  # for OpenCL; without these, configuring stops on a fresh machine.
+  ocl-icd-opencl-dev opencl-headers
 )
 
 kiln_log() { printf '\033[1m[kiln]\033[0m %s\n' "$*" >&2; }

@@ -187,7 +187,7 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
     weights.push_back(art::CreateWeightBinding(
         fbb, fbb.CreateString(w.name), static_cast<uint32_t>(w.stack), 0, fbb.CreateVector(w.shape),
         dtypeOf(w.dtype),
-        w.transform == kernels::Transform::AmxVnniBf16 ? art::WeightTransform::AmxVnniBf16
+        w.transform == kernels::Transform::VnniBf16 ? art::WeightTransform::VnniBf16
                                                    : art::WeightTransform::None,
         static_cast<int32_t>(w.sliceDim), static_cast<int32_t>(w.sliceCount),
         static_cast<uint64_t>(w.bytes), static_cast<int32_t>(w.sliceGroup)));

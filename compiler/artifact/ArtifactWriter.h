@@ -21,7 +21,7 @@ struct ArtifactInfo {
   std::string configJson;   // canonical config.json text of the model
   std::string weightFormat; // "bf16" | "nvfp4"
   std::string triple = "x86_64-unknown-linux-gnu";
-  std::string chip = "sapphirerapids";
+  std::string chip; // x86: the CPU ("znver4"); GPUs: "sm_90", "gfx950"
   std::vector<std::string> features;
   int tp = 1, ep = 1, world = 1, rank = 0;
   bool sp = false;

@@ -22,7 +22,7 @@ std::unique_ptr<kernels::TargetHooks> hooksFor(const TargetChoice &target) {
     return std::make_unique<nvptx::NvptxHooks>();
   if (target.kind == TargetChoice::Amdgcn)
     return std::make_unique<amdgcn::AmdgcnHooks>();
-  return std::make_unique<x86::X86Hooks>();
+  return std::make_unique<x86::X86Hooks>(target.cpu);
 }
 
 mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph,
@@ -83,10 +83,13 @@ mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spar
     info.chip = target.chip;
     info.libraryFormat = "hsaco";
   } else {
-    if (!x86::compileKernelLibrary(kernelContext, build.model.kernels, x86::CompileOptions(),
-                                   build.library, error))
+    x86::CompileOptions options;
+    options.cpu = target.cpu;
+    if (!x86::compileKernelLibrary(kernelContext, build.model.kernels, options, build.library,
+                                   error))
       return mlir::failure();
-    info.features = x86::requiredCpuFeatures();
+    info.chip = target.cpu.cpu;
+    info.features = target.cpu.features;
   }
   if (stage)
     stage("kernels: " + std::to_string(build.library.size()) + " bytes of " +

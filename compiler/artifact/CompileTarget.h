@@ -6,6 +6,7 @@
 
 #include "models/muse_spark/Config.h"
 #include "targets/common/LowerToPlan.h"
+#include "targets/x86/CpuTarget.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/Support/LogicalResult.h"
@@ -20,8 +21,10 @@ namespace kiln {
 
 struct TargetChoice {
   enum Kind { X86, Nvptx, Amdgcn } kind = X86;
-  std::string chip = "sapphirerapids"; // x86 CPU, "sm_90" / "sm_100", "gfx942" / "gfx950"
+  std::string chip; // "sm_90" / "sm_100", "gfx942" / "gfx950"; x86: cpu.cpu
+  x86::CpuTarget cpu; // x86 only: the CPU and the features its kernels use
   std::string name() const { return kind == Nvptx ? "nvptx" : kind == Amdgcn ? "amdgcn" : "x86"; }
+  static TargetChoice x86(x86::CpuTarget cpu) { return {X86, cpu.cpu, std::move(cpu)}; }
 };
 
 // The hooks the shared lowering asks for this target.

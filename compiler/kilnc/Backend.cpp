@@ -7,6 +7,7 @@
 #include "targets/common/KernelModule.h"
 #include "targets/amdgcn/KernelCompiler.h"
 #include "targets/nvptx/KernelCompiler.h"
+#include "targets/x86/X86Hooks.h"
 
 #include "mlir/IR/MLIRContext.h"
 #include "llvm/Support/FormatVariadic.h"
@@ -43,10 +44,19 @@ int writeText(const std::string &path, const std::string &text) {
 }
 
 void report(const TargetBuild &build, const TargetChoice &target, const std::string &path) {
-  llvm::outs() << "\n" << (target.kind == TargetChoice::X86 ? target.name() : target.name() + " " + target.chip) << " artifact " << path << ": " << build.artifact.size() << " bytes, "
-               << build.model.kernels.size() << " kernels (" << build.library.size()
-               << " bytes of kernel code), " << build.model.weights.size() << " weight bindings, "
+  llvm::outs() << "\n" << target.name() << " " << target.chip << " artifact " << path << ": "
+               << build.artifact.size() << " bytes, " << build.model.kernels.size()
+               << " kernels (" << build.library.size() << " bytes of kernel code), "
+               << build.model.weights.size() << " weight bindings, "
                << build.model.kvCaches.size() << " KV caches\n";
+  if (target.kind == TargetChoice::X86) {
+    x86::GemmFamily family = x86::gemmFamilyFor(target.cpu);
+    llvm::outs() << "  cpu " << target.cpu.cpu << ": GEMMs on " << x86::gemmFamilyName(family)
+                 << " (" << x86::gemmFamilyInstruction(family) << "); features";
+    for (const std::string &feature : target.cpu.features)
+      llvm::outs() << " " << feature;
+    llvm::outs() << "\n";
+  }
   mlir::ModuleOp plan = build.model.plan.get();
   for (auto entry : plan.getOps<plan::EntryOp>()) {
     int64_t launches = 0;

@@ -12,6 +12,8 @@
 #include "compiler/pipeline/Pipeline.h"
 #include "compiler/pipeline/RankMemory.h"
 #include "passes/Passes.h"
+#include "targets/x86/CpuTarget.h"
+#include "targets/x86/X86Hooks.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
@@ -71,8 +73,8 @@ enum class Target { None, X86, Sm90, Sm100, Gfx942, Gfx950 };
 cl::opt<Target> target("target", cl::desc("Compile for a target (default: stop at graph IR)"),
                        cl::init(Target::None),
                        cl::values(clEnumValN(Target::X86, "x86",
-                                             "this machine's CPU: AVX-512 + AMX, an ELF kernel "
-                                             "library in the artifact"),
+                                             "an x86-64 CPU (--cpu, default this machine's): an "
+                                             "ELF kernel library in the artifact"),
                                   clEnumValN(Target::Sm90, "sm_90",
                                              "NVIDIA Hopper (H100, H200): PTX in the artifact"),
                                   clEnumValN(Target::Sm100, "sm_100",
@@ -83,6 +85,15 @@ cl::opt<Target> target("target", cl::desc("Compile for a target (default: stop a
                                   clEnumValN(Target::Gfx950, "gfx950",
                                              "AMD CDNA4 (MI355X): a code object in the artifact")),
                        cl::cat(kilncCategory));
+
+cl::opt<std::string> cpuName(
+    "cpu",
+    cl::desc("With --target=x86: the CPU by LLVM's name (sapphirerapids, graniterapids, znver4, "
+             "znver5, x86-64-v4, x86-64-v3, ...; 'help' lists them) or host (the default: this "
+             "machine's CPU and the features it has). Its features choose the GEMM kernels (AMX "
+             "tiles, AVX-512 BF16 dot products, or FMA); the artifact runs on CPUs that have "
+             "them all"),
+    cl::value_desc("name"), cl::init("host"), cl::cat(kilncCategory));
 
 cl::opt<int64_t> maxPrefillTokens("max-prefill-tokens",
                                   cl::desc("Largest prompt chunk one prefill call takes (default 64)"),
@@ -236,8 +247,31 @@ int main(int argc, char **argv) {
       llvm::outs() << name << "\n";
     return 0;
   }
+  if (cpuName == "help") {
+    llvm::outs() << "x86-64 CPUs for --cpu, with the GEMM family their features choose:\n";
+    for (const std::string &name : kiln::x86::knownCpuNames()) {
+      std::string error;
+      std::optional<kiln::x86::CpuTarget> cpu = kiln::x86::resolveCpu(name, error);
+      kiln::x86::GemmFamily family = kiln::x86::gemmFamilyFor(*cpu);
+      llvm::outs() << llvm::formatv("  {0,-20} {1} ({2})\n", name,
+                                    kiln::x86::gemmFamilyName(family),
+                                    kiln::x86::gemmFamilyInstruction(family));
+    }
+    llvm::outs() << "  host                 this machine's CPU, with the features it has\n";
+    return 0;
+  }
   if (configArg.empty())
     return fail("no config given: name a config.json or a built-in config (see --list-configs)");
+  if (cpuName.getNumOccurrences() && target != Target::X86)
+    return fail("--cpu chooses an x86 CPU: it needs --target=x86 (GPU chips are targets: "
+                "--target=sm_90, gfx950, ...)");
+  std::optional<kiln::x86::CpuTarget> cpu;
+  if (target == Target::X86) {
+    std::string error;
+    cpu = kiln::x86::resolveCpu(cpuName, error);
+    if (!cpu)
+      return fail(error);
+  }
   if (tokens < 1)
     return fail("--tokens must be at least 1, got " + llvm::Twine(tokens));
   if (tp < 1 || ep < 1)
@@ -388,6 +422,8 @@ int main(int argc, char **argv) {
                                                                : 141.0;
     if (gib > 0)
       request.deviceBytes = uint64_t(gib * double(1ull << 30));
+    if (target == Target::X86)
+      request.target = kiln::TargetChoice::x86(*cpu);
     if (target == Target::Sm90 || target == Target::Sm100)
       request.target = {kiln::TargetChoice::Nvptx, target == Target::Sm90 ? "sm_90" : "sm_100"};
     if (target == Target::Gfx942 || target == Target::Gfx950)

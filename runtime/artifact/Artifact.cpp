@@ -499,16 +499,16 @@ private:
       bytes /= weight.slice_count();
     }
 
-    if (weight.transform() == fb::WeightTransform::AmxVnniBf16) {
+    if (weight.transform() == fb::WeightTransform::VnniBf16) {
       if (weight.dtype() != fb::DType::BF16 || rank != 2)
         fail(where +
-             ".transform: AmxVnniBf16 needs a rank-2 BF16 tensor "
+             ".transform: VnniBf16 needs a rank-2 BF16 tensor "
              "(it is rank " +
              std::to_string(rank) + " " +
              std::string(dtypeName(toDType(weight.dtype()))) + ")");
       if (piece[0] % 16 != 0 || piece[1] % 32 != 0)
         fail(where +
-             ".transform: AmxVnniBf16 needs N % 16 == 0 and "
+             ".transform: VnniBf16 needs N % 16 == 0 and "
              "K % 32 == 0 (the [N, K] piece is [" +
              std::to_string(piece[0]) + ", " + std::to_string(piece[1]) + "])");
     }
@@ -989,7 +989,10 @@ std::string describeTarget(const fb::Target &target) {
   std::string text(targetKindName(target.kind()));
   if (!empty(target.chip()))
     text += " " + escaped(target.chip()->string_view());
-  if (const auto *features = target.features(); sizeOf(features) != 0) {
+  // A GPU's few code features say what its chip name does not ("+xnack");
+  // a CPU's instruction-set list is long, and its name says it.
+  if (const auto *features = target.features();
+      target.kind() != fb::TargetKind::X86 && sizeOf(features) != 0) {
     text += " (";
     for (flatbuffers::uoffset_t i = 0; i < features->size(); ++i)
       text += (i ? ", " : "") + escaped(features->Get(i)->string_view());
@@ -999,7 +1002,7 @@ std::string describeTarget(const fb::Target &target) {
 }
 
 void checkTarget(const Artifact &artifact, fb::TargetKind expected,
-                 const TargetSupportCheck &supports) {
+                 const TargetSupportCheck &supports, const std::string &remedy) {
   const fb::Target &target = *artifact->target();
   if (target.kind() != expected) {
     std::string text(targetKindName(target.kind()));
@@ -1017,7 +1020,7 @@ void checkTarget(const Artifact &artifact, fb::TargetKind expected,
   if (std::string reason = supports(target); !reason.empty())
     fail(artifact.source(), "artifact is for " + describeTarget(target) +
                                 ", which this machine cannot run: " + reason +
-                                " (rebuild it for this machine's chip: kilnc --target)");
+                                " (" + remedy + ")");
 }
 
 std::vector<std::string>

@@ -100,7 +100,8 @@ std::string_view targetKindName(artifact::TargetKind kind);
 // The KernelLibrary.format kilnc writes for a target kind:
 // "elf-shared-object", "ptx", "hsaco".
 std::string_view libraryFormatFor(artifact::TargetKind kind);
-// "nvptx sm_90", "x86 sapphirerapids (amx-bf16, avx512bf16)".
+// "nvptx sm_90 (+ptx78)", "x86 sapphirerapids": kind, chip and, for GPUs,
+// the code features (a CPU's are target.features, too many to list).
 std::string describeTarget(const artifact::Target &target);
 
 // Decides whether this machine can run the artifact's target (its kind is
@@ -110,9 +111,12 @@ using TargetSupportCheck = std::function<std::string(const artifact::Target &)>;
 
 // Refuses an artifact built for another kind of target than `expected`
 // (the one this runtime executes), then asks `supports`, when given, about
-// the chip and features. Throws ArtifactError with the reason.
+// the chip and features. Throws ArtifactError with the reason and `remedy`
+// (what to do instead).
 void checkTarget(const Artifact &artifact, artifact::TargetKind expected,
-                 const TargetSupportCheck &supports = nullptr);
+                 const TargetSupportCheck &supports = nullptr,
+                 const std::string &remedy =
+                     "rebuild it for this machine's chip: kilnc --target");
 
 // The target's features for which `has` returns false, in order: a helper
 // for TargetSupportCheck implementations.

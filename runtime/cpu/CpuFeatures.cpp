@@ -30,6 +30,9 @@ struct FeatureBit {
   State state;
 };
 
+// Every feature an x86 artifact may list: what kilnc lets LLVM use (the
+// compiler asks knownCpuFeatures) and what this table can check. Sorted by
+// cpuid leaf; a feature LLVM knows that is missing here is never enabled.
 constexpr FeatureBit kFeatures[] = {
     {"sse", 1, 0, Reg::Edx, 25, State::None},
     {"sse2", 1, 0, Reg::Edx, 26, State::None},
@@ -37,8 +40,10 @@ constexpr FeatureBit kFeatures[] = {
     {"pclmul", 1, 0, Reg::Ecx, 1, State::None},
     {"ssse3", 1, 0, Reg::Ecx, 9, State::None},
     {"fma", 1, 0, Reg::Ecx, 12, State::Avx},
+    {"cx16", 1, 0, Reg::Ecx, 13, State::None},
     {"sse4.1", 1, 0, Reg::Ecx, 19, State::None},
     {"sse4.2", 1, 0, Reg::Ecx, 20, State::None},
+    {"crc32", 1, 0, Reg::Ecx, 20, State::None}, // LLVM splits it from sse4.2
     {"movbe", 1, 0, Reg::Ecx, 22, State::None},
     {"popcnt", 1, 0, Reg::Ecx, 23, State::None},
     {"aes", 1, 0, Reg::Ecx, 25, State::None},
@@ -55,9 +60,13 @@ constexpr FeatureBit kFeatures[] = {
     {"avx512vl", 7, 0, Reg::Ebx, 31, State::Avx512},
     {"avx512vbmi", 7, 0, Reg::Ecx, 1, State::Avx512},
     {"avx512vbmi2", 7, 0, Reg::Ecx, 6, State::Avx512},
+    {"gfni", 7, 0, Reg::Ecx, 8, State::None},
+    {"vaes", 7, 0, Reg::Ecx, 9, State::Avx},
+    {"vpclmulqdq", 7, 0, Reg::Ecx, 10, State::Avx},
     {"avx512vnni", 7, 0, Reg::Ecx, 11, State::Avx512},
     {"avx512bitalg", 7, 0, Reg::Ecx, 12, State::Avx512},
     {"avx512vpopcntdq", 7, 0, Reg::Ecx, 14, State::Avx512},
+    {"avx512vp2intersect", 7, 0, Reg::Edx, 8, State::Avx512},
     {"amx-bf16", 7, 0, Reg::Edx, 22, State::Amx},
     {"avx512fp16", 7, 0, Reg::Edx, 23, State::Avx512},
     {"amx-tile", 7, 0, Reg::Edx, 24, State::Amx},
@@ -65,6 +74,20 @@ constexpr FeatureBit kFeatures[] = {
     {"avxvnni", 7, 1, Reg::Eax, 4, State::Avx},
     {"avx512bf16", 7, 1, Reg::Eax, 5, State::Avx512},
     {"amx-fp16", 7, 1, Reg::Eax, 21, State::Amx},
+    {"sahf", 0x80000001u, 0, Reg::Ecx, 0, State::None},
+    {"lzcnt", 0x80000001u, 0, Reg::Ecx, 5, State::None},
+};
+
+// The x86-64 microarchitecture levels (psABI), each adding to the one
+// before; x86-64 itself (SSE2) needs nothing listed.
+struct Level {
+  const char *name;
+  std::vector<std::string_view> adds;
+};
+const Level kLevels[] = {
+    {"x86-64-v2", {"cx16", "crc32", "popcnt", "sahf", "sse3", "sse4.1", "sse4.2", "ssse3"}},
+    {"x86-64-v3", {"avx", "avx2", "bmi", "bmi2", "f16c", "fma", "lzcnt", "movbe"}},
+    {"x86-64-v4", {"avx512bw", "avx512cd", "avx512dq", "avx512f", "avx512vl"}},
 };
 
 #if defined(__x86_64__)
@@ -134,6 +157,29 @@ std::vector<std::string> knownCpuFeatures() {
   for (const FeatureBit &feature : kFeatures)
     names.emplace_back(feature.name);
   return names;
+}
+
+std::optional<std::vector<std::string>> x86LevelFeatures(std::string_view level) {
+  std::vector<std::string> features;
+  if (level == "x86-64")
+    return features;
+  for (const Level &l : kLevels) {
+    features.insert(features.end(), l.adds.begin(), l.adds.end());
+    if (level == l.name)
+      return features;
+  }
+  return std::nullopt;
+}
+
+std::string hostX86Level() {
+  std::string best = "x86-64";
+  for (const Level &l : kLevels) {
+    for (std::string_view name : l.adds)
+      if (!cpuHasFeature(name).value_or(false))
+        return best;
+    best = l.name;
+  }
+  return best;
 }
 
 bool needsAmx(const std::vector<std::string> &features) {

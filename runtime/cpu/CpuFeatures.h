@@ -21,6 +21,15 @@ std::optional<bool> cpuHasFeature(std::string_view name);
 // Every feature name cpuHasFeature knows.
 std::vector<std::string> knownCpuFeatures();
 
+// The features of an x86-64 microarchitecture level ("x86-64", "x86-64-v2",
+// "x86-64-v3", "x86-64-v4": kilnc --cpu names that run on every CPU of the
+// level), or nullopt for another name.
+std::optional<std::vector<std::string>> x86LevelFeatures(std::string_view level);
+
+// The highest of those levels this CPU runs: the portable --cpu to suggest
+// when an artifact asks for more than this CPU has.
+std::string hostX86Level();
+
 // Whether any of the names is an AMX feature ("amx-*").
 bool needsAmx(const std::vector<std::string> &features);
 

@@ -1,5 +1,8 @@
 #include "runtime/cpu/ThreadPool.h"
 
+#include <pthread.h>
+#include <sched.h>
+
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
 #endif
@@ -14,6 +17,33 @@ constexpr int kSpinIterations = 4000;
 
 // Set while a thread runs a part, so that a nested run() runs inline.
 thread_local bool tlsInPart = false;
+
+// The CPUs this process may run on (its affinity mask), in order.
+std::vector<int> allowedCpus() {
+  std::vector<int> cpus;
+#if defined(__linux__)
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set))
+        cpus.push_back(cpu);
+#endif
+  return cpus;
+}
+
+// Best effort: a thread that cannot be bound runs where the OS puts it.
+void bindToCpu(pthread_t thread, int cpu) {
+#if defined(__linux__)
+  cpu_set_t one;
+  CPU_ZERO(&one);
+  CPU_SET(cpu, &one);
+  pthread_setaffinity_np(thread, sizeof one, &one);
+#else
+  (void)thread;
+  (void)cpu;
+#endif
+}
 
 inline void cpuRelax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -37,14 +67,21 @@ void runCapturing(const std::function<void(int)> &fn, int part,
 
 } // namespace
 
-ThreadPool::ThreadPool(int threads) {
+ThreadPool::ThreadPool(int threads, bool pin) {
+  const std::vector<int> cpus = allowedCpus();
   if (threads <= 0)
-    threads = static_cast<int>(std::thread::hardware_concurrency());
+    threads = cpus.empty() ? static_cast<int>(std::thread::hardware_concurrency())
+                           : static_cast<int>(cpus.size());
   if (threads <= 0)
     threads = 1;
+  if (pin && !cpus.empty())
+    bindToCpu(pthread_self(), cpus[0]);
   workers_.reserve(threads - 1);
-  for (int i = 1; i < threads; ++i)
+  for (int i = 1; i < threads; ++i) {
     workers_.emplace_back([this] { workerLoop(); });
+    if (pin && i < static_cast<int>(cpus.size()))
+      bindToCpu(workers_.back().native_handle(), cpus[static_cast<size_t>(i)]);
+  }
 }
 
 ThreadPool::~ThreadPool() {

@@ -20,8 +20,12 @@ namespace kiln {
 
 class ThreadPool {
 public:
-  // `threads` <= 0 means std::thread::hardware_concurrency() (at least 1).
-  explicit ThreadPool(int threads = 0);
+  // `threads` <= 0 means one per CPU this process may run on (at least 1).
+  // With `pin`, the constructing thread is bound to the first of those CPUs
+  // and worker i to the i-th, as far as there are CPUs: otherwise a worker
+  // woken after a pause may land on the caller's CPU and share it for
+  // milliseconds, halving a parallel launch (seen on shared hosts).
+  explicit ThreadPool(int threads = 0, bool pin = false);
   ~ThreadPool();
   ThreadPool(const ThreadPool &) = delete;
   ThreadPool &operator=(const ThreadPool &) = delete;

@@ -38,6 +38,13 @@ std::string cpuSupport(const fb::Target &target) {
   return "";
 }
 
+// A --cpu that runs here: the host's own, or its x86-64 level anywhere.
+std::string cpuRemedy() {
+  return "rebuild it for this CPU: kilnc --target=x86 --cpu=host on this machine, or "
+         "--cpu=" +
+         hostX86Level() + " for any CPU of its level";
+}
+
 void *pointer(DeviceAddress address) {
   return reinterpret_cast<void *>(static_cast<uintptr_t>(address));
 }
@@ -109,7 +116,7 @@ private:
 
 std::unique_ptr<CpuBackend> CpuBackend::create(const Artifact &artifact,
                                                ThreadPool &pool) {
-  checkTarget(artifact, fb::TargetKind::X86, cpuSupport);
+  checkTarget(artifact, fb::TargetKind::X86, cpuSupport, cpuRemedy());
   std::vector<std::string> features;
   if (const auto *list = artifact->target()->features())
     for (const flatbuffers::String *feature : *list)

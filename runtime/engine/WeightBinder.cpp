@@ -69,16 +69,16 @@ void checkSpec(const WeightSpec &spec) {
     throw RuntimeError(what + ": slice_dim " + std::to_string(spec.sliceDim) +
                        " is outside its rank " + std::to_string(rank));
   }
-  if (spec.transform == WeightTransform::AmxVnniBf16) {
+  if (spec.transform == WeightTransform::VnniBf16) {
     if (spec.dtype != DType::BF16 || rank != 2)
-      throw RuntimeError(what + ": AmxVnniBf16 needs a BF16 matrix, not " +
+      throw RuntimeError(what + ": VnniBf16 needs a BF16 matrix, not " +
                          describeTensorType({spec.dtype, spec.shape}));
     std::vector<int64_t> sliced = spec.shape;
     if (spec.sliceCount > 1)
       sliced[spec.sliceDim] /= spec.sliceCount;
     if (sliced[0] % 16 != 0 || sliced[1] % 32 != 0)
       throw RuntimeError(what +
-                         ": AmxVnniBf16 needs [N, K] with N % 16 == 0 "
+                         ": VnniBf16 needs [N, K] with N % 16 == 0 "
                          "and K % 32 == 0, the slice is [" +
                          std::to_string(sliced[0]) + ", " +
                          std::to_string(sliced[1]) + "]");
@@ -119,7 +119,7 @@ void bindItem(const WeightSpec &spec, const std::string &name,
   ByteView bytes = source.read(name, scratch);
   const size_t elementSize = static_cast<size_t>(dtypeSize(spec.dtype));
   const bool slice = spec.sliceCount > 1;
-  const bool vnni = spec.transform == WeightTransform::AmxVnniBf16;
+  const bool vnni = spec.transform == WeightTransform::VnniBf16;
   if (!slice && !vnni) {
     std::memcpy(out, bytes.data, bytes.size);
     return;
@@ -143,7 +143,7 @@ void bindItem(const WeightSpec &spec, const std::string &name,
       sliced.assign(matrix, matrix + shape[0] * shape[1] * 2);
       matrix = sliced.data();
     }
-    amxVnniBf16(reinterpret_cast<const uint16_t *>(matrix), shape[0], shape[1],
+    vnniBf16Blocks(reinterpret_cast<const uint16_t *>(matrix), shape[0], shape[1],
                 reinterpret_cast<uint16_t *>(out));
   }
 }

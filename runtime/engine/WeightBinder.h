@@ -18,7 +18,7 @@ namespace kiln {
 class ThreadPool;
 class WeightSource;
 
-enum class WeightTransform : uint8_t { None = 0, AmxVnniBf16 = 1 };
+enum class WeightTransform : uint8_t { None = 0, VnniBf16 = 1 };
 
 // One artifact WeightBinding, plus the TP piece this process keeps.
 struct WeightSpec {

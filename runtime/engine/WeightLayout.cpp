@@ -19,7 +19,7 @@ void slicePiece(const uint8_t *src, const std::vector<int64_t> &shape,
     std::memcpy(dst + o * piece, src + o * whole + index * piece, piece);
 }
 
-void amxVnniBf16(const uint16_t *src, int64_t n, int64_t k, uint16_t *dst) {
+void vnniBf16Blocks(const uint16_t *src, int64_t n, int64_t k, uint16_t *dst) {
   // Walk W row by row and move (k, k+1) pairs as 32-bit words: the pair of
   // row 16 bn + c at columns 32 bk + 2r lands in word c of block row r.
   const int64_t blocksK = k / 32;

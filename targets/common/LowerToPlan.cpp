@@ -111,7 +111,7 @@ FailureOr<Buf> Lowering::weight(Value v, Transform transform) {
   int64_t elements = type.getNumElements();
   info.bytes = elements * dtypeSize(info.dtype);
 
-  std::string key = info.name + (transform == Transform::AmxVnniBf16 ? "#amx" : "") +
+  std::string key = info.name + (transform == Transform::VnniBf16 ? "#vnni" : "") +
                     (slice ? "#slice" + std::to_string(info.sliceDim) : "");
   auto [it, inserted] = weightIndex.try_emplace(key, model.weights.size());
   if (inserted)
@@ -123,7 +123,7 @@ FailureOr<Buf> Lowering::weight(Value v, Transform transform) {
   if (info.dtype == DType::U8 || info.dtype == DType::F8_E4M3)
     elem = b.getIntegerType(8);
   SmallVector<plan::DimAttr> dims;
-  if (transform == Transform::AmxVnniBf16) {
+  if (transform == Transform::VnniBf16) {
     dims = {fixed(type.getDimSize(0) * type.getDimSize(1) / 32), fixed(32)};
   } else {
     for (int64_t d : type.getShape())
@@ -174,17 +174,17 @@ LogicalResult Lowering::lowerLinear(Value input, Value weightValue, Value result
     launchMatrixGemm(*matrix, n, x, *w, y, what);
     return success();
   }
-  std::optional<KernelSpec> tiled =
+  std::optional<TargetHooks::TiledGemm> tiled =
       wType.getElementType().isBF16() ? hooks.tiledGemm(n, k) : std::nullopt;
   if (tiled) {
-    // The tiled GEMM reads a bf16 copy of the input and weights in the
-    // target's tile layout (x86: AMX VNNI blocks).
-    FailureOr<Buf> w = weight(weightValue, Transform::AmxVnniBf16);
+    // The tiled GEMM reads a bf16 copy of the input and weights in VNNI
+    // blocks.
+    FailureOr<Buf> w = weight(weightValue, Transform::VnniBf16);
     if (failed(w))
       return failure();
     Buf xb = alloc({k}, b.getBF16Type());
     launch(castToBf16(k), {x, xb}, {"const:0", "part", "parts"}, Work{0, 1}, what);
-    launch(*tiled, {xb, *w, y}, {"part", "parts"}, Work{n / 16, 0}, what);
+    launch(tiled->kernel, {xb, *w, y}, {"tokens:0", "part", "parts"}, tiled->work, what);
     return success();
   }
   FailureOr<Buf> w = weight(weightValue, Transform::None);
@@ -453,9 +453,9 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         int64_t vocab = head.getDimSize(0), hidden = head.getDimSize(1);
         // A batched entry's every token is its conversation's last.
         bool last = o.getLastOnly() && !entrySequences;
-        std::optional<KernelSpec> tiled =
+        std::optional<TargetHooks::TiledGemm> tiled =
             head.getElementType().isBF16() ? hooks.tiledGemm(vocab, hidden) : std::nullopt;
-        FailureOr<Buf> w = weight(o.getHead(), tiled ? Transform::AmxVnniBf16 : Transform::None);
+        FailureOr<Buf> w = weight(o.getHead(), tiled ? Transform::VnniBf16 : Transform::None);
         if (failed(w))
           return failure();
         plan::DimAttr rowDim = last ? fixed(kTileRows) : rows();
@@ -465,7 +465,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
             Buf xb = allocShape({rowDim, fixed(hidden)}, b.getBF16Type());
             launch(castToBf16(hidden), {act(o.getInput()), xb},
                    {last ? "tokens:-1" : "const:0", "part", "parts"}, Work{0, 1}, what);
-            launch(*tiled, {xb, *w, y}, {"part", "parts"}, Work{vocab / 16, 0}, what);
+            launch(tiled->kernel, {xb, *w, y}, {last ? "const:1" : "tokens:0", "part", "parts"},
+                   tiled->work, what);
             return;
           }
           // Batched decode: every row, each weight load shared by the tokens

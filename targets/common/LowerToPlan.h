@@ -21,7 +21,7 @@
 
 namespace kiln::kernels {
 
-enum class Transform { None, AmxVnniBf16 };
+enum class Transform { None, VnniBf16 };
 
 struct WeightInfo {
   std::string name;           // checkpoint name, "{e}" for stacks

@@ -41,9 +41,16 @@ public:
   virtual ~TargetHooks() = default;
   virtual std::string name() const = 0;
   virtual bool isGpu() const = 0;
-  // A tile-based GEMM y[T, n] = x_bf16[T, k] · Wᵀ for weights in the
-  // target's tile layout (x86: AMX VNNI blocks), or none: the vector GEMM.
-  virtual std::optional<KernelSpec> tiledGemm(int64_t n, int64_t k) const = 0;
+  // A tiled GEMM y[rows, n] = x_bf16[rows, k] · Wᵀ for bf16 weights in VNNI
+  // blocks (WeightTransform VnniBf16: x86's AMX tiles and vector dot products
+  // read the same layout) with its launch: arguments (x_bf16, W, y; rows,
+  // part, parts), x_bf16 padded to a multiple of 16 rows; or none, and the
+  // vector GEMM serves.
+  struct TiledGemm {
+    KernelSpec kernel;
+    Work work;
+  };
+  virtual std::optional<TiledGemm> tiledGemm(int64_t n, int64_t k) const = 0;
   // A matrix-core GEMM for prefill-shaped products (entry points of up to
   // `maxTokens` > 1 tokens): y[T, n] = x[T, k] · Wᵀ straight from the f32
   // activations and the checkpoint's bf16 weights, with the launch it needs;

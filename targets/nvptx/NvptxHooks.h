@@ -11,7 +11,7 @@ class NvptxHooks final : public kernels::TargetHooks {
 public:
   std::string name() const override { return "nvptx"; }
   bool isGpu() const override { return true; }
-  std::optional<kernels::KernelSpec> tiledGemm(int64_t, int64_t) const override {
+  std::optional<TiledGemm> tiledGemm(int64_t, int64_t) const override {
     return std::nullopt;
   }
   std::optional<MatrixGemm> matrixGemm(int64_t n, int64_t k, int64_t maxTokens) const override;

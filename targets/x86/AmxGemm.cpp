@@ -1,5 +1,5 @@
-// y = x · Wᵀ. With bf16 weights in AMX VNNI blocks (WeightTransform
-// AmxVnniBf16) the product runs on AMX tiles: C[16x16 f32] += A[16x32 bf16]
+// y = x · Wᵀ. With bf16 weights in VNNI blocks (WeightTransform VnniBf16)
+// the product runs on AMX tiles: C[16x16 f32] += A[16x32 bf16]
 // · B[32x16 bf16] per tdpbf16ps, A rows read from a bf16 copy of the input
 // padded to 16 rows. Launch parts split the 16-column tiles of N, so each
 // weight block is streamed by one part only.
@@ -13,20 +13,23 @@ using kernels::fillTemplate;
 using kernels::KernelSpec;
 using kernels::partRange;
 
-bool amxCovers(int64_t n, int64_t k) { return n % 16 == 0 && k % 32 == 0; }
-
 // One 16-column tile of N at a time (odd tile counts).
 static KernelSpec linearAmxSingle(int64_t n, int64_t k) {
   std::string name = "linear_amx_" + std::to_string(n) + "x" + std::to_string(k);
   std::string body = fillTemplate(R"(
-func.func @@@name@@(%a: memref<?x@@k@@xbf16>, %b: memref<?x32xbf16>, %c: memref<?x@@n@@xf32>, %part: i64, %parts: i64)
+func.func @@@name@@(%a: memref<?x@@k@@xbf16>, %b: memref<?x32xbf16>, %c: memref<?x@@n@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface,
                 kiln.tiling = {kind = "amx", tile_m = 16 : i64, tile_n = 16 : i64, tile_k = 32 : i64,
                                block_m = 1 : i64, block_n = 1 : i64, order = "n-m-k", parallel = "n"}} {
   %c0 = arith.constant 0 : index
   %c16 = arith.constant 16 : index
   %c32 = arith.constant 32 : index
-  %rows = memref.dim %a, %c0 : memref<?x@@k@@xbf16>
+  // Whole 16-row tiles: the rows asked for, rounded up (x is padded).
+  %c15 = arith.constant 15 : index
+  %rows_t = arith.index_cast %rows_i : i64 to index
+  %rows_up = arith.addi %rows_t, %c15 : index
+  %row_tiles = arith.divui %rows_up, %c16 : index
+  %rows = arith.muli %row_tiles, %c16 : index
   %kdim = arith.constant @@k@@ : index
   %kblocks = arith.constant @@kb@@ : index
   %ntiles = arith.constant @@nt@@ : index
@@ -73,7 +76,7 @@ KernelSpec linearAmx(int64_t n, int64_t k) {
     return linearAmxSingle(n, k);
   std::string name = "linear_amx_" + std::to_string(n) + "x" + std::to_string(k);
   std::string body = fillTemplate(R"(
-func.func @@@name@@(%a: memref<?x@@k@@xbf16>, %b: memref<?x32xbf16>, %c: memref<?x@@n@@xf32>, %part: i64, %parts: i64)
+func.func @@@name@@(%a: memref<?x@@k@@xbf16>, %b: memref<?x32xbf16>, %c: memref<?x@@n@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface,
                 kiln.tiling = {kind = "amx", tile_m = 16 : i64, tile_n = 16 : i64, tile_k = 32 : i64,
                                block_m = 2 : i64, block_n = 2 : i64, order = "n-m-k", parallel = "n"}} {
@@ -82,7 +85,12 @@ func.func @@@name@@(%a: memref<?x@@k@@xbf16>, %b: memref<?x32xbf16>, %c: memref<
   %c2 = arith.constant 2 : index
   %c16 = arith.constant 16 : index
   %c32 = arith.constant 32 : index
-  %rows = memref.dim %a, %c0 : memref<?x@@k@@xbf16>
+  // Whole 16-row tiles: the rows asked for, rounded up (x is padded).
+  %c15 = arith.constant 15 : index
+  %rows_t = arith.index_cast %rows_i : i64 to index
+  %rows_up = arith.addi %rows_t, %c15 : index
+  %row_tiles = arith.divui %rows_up, %c16 : index
+  %rows = arith.muli %row_tiles, %c16 : index
   %tail = arith.remui %rows, %c32 : index
   %rows2 = arith.subi %rows, %tail : index
   %kdim = arith.constant @@k@@ : index

@@ -1,4 +1,4 @@
-// The x86 tiled GEMM: AMX tile products on weights in VNNI blocks.
+// The AMX family of x86 GEMMs: tile products on weights in VNNI blocks.
 #pragma once
 
 #include "targets/common/KernelSpec.h"
@@ -7,9 +7,9 @@
 
 namespace kiln::x86 {
 
-// AMX tiles cover an [n, k] weight when n is a multiple of 16 and k of 32.
-bool amxCovers(int64_t n, int64_t k);
-// y[Tp, n] f32 = a[Tp, k] bf16 · Wᵀ, W in AmxVnniBf16 blocks; rows padded to 16.
+// y[rows, n] f32 = a[rows, k] bf16 · Wᵀ, W in VnniBf16 blocks (n % 16 == 0,
+// k % 32 == 0), whole 16-row tiles of a (padded); arguments (a, W, y; rows,
+// part, parts), parts splitting the 16-column tiles of n.
 kernels::KernelSpec linearAmx(int64_t n, int64_t k);
 
 } // namespace kiln::x86

@@ -7,6 +7,8 @@
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Dialect/AMX/AMXDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Arith/Transforms/Passes.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -14,6 +16,11 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Dialect/X86Vector/Transforms.h"
+#include "mlir/Dialect/X86Vector/X86VectorDialect.h"
+#include "mlir/Conversion/LLVMCommon/ConversionTarget.h"
+#include "mlir/Conversion/LLVMCommon/TypeConverter.h"
+#include "mlir/Transforms/DialectConversion.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Verifier.h"
@@ -76,16 +83,44 @@ void addPackedEntry(llvm::Module &module, const std::string &name) {
   b.CreateRetVoid();
 }
 
+// x86vector ops (the AVX-512 BF16 dot products) become the LLVM intrinsics
+// they name; everything else is left to the generic conversion to LLVM.
+struct LegalizeX86Vector
+    : mlir::PassWrapper<LegalizeX86Vector, mlir::OperationPass<mlir::ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(LegalizeX86Vector)
+  void runOnOperation() override {
+    mlir::MLIRContext &context = getContext();
+    mlir::LLVMTypeConverter converter(&context);
+    mlir::RewritePatternSet patterns(&context);
+    mlir::populateX86VectorLegalizeForLLVMExportPatterns(converter, patterns);
+    mlir::LLVMConversionTarget target(context);
+    mlir::configureX86VectorLegalizeForExportTarget(target);
+    target.markUnknownOpDynamicallyLegal([](mlir::Operation *) { return true; });
+    if (mlir::failed(mlir::applyPartialConversion(getOperation(), target, std::move(patterns))))
+      signalPassFailure();
+  }
+};
+
+// f32 -> bf16 as integer rounding (to nearest even, NaN kept quiet), for
+// CPUs without vcvtneps2bf16: LLVM would call __truncsfbf2, which the
+// kernel library does not link.
+struct ExpandBf16Truncation
+    : mlir::PassWrapper<ExpandBf16Truncation, mlir::OperationPass<mlir::ModuleOp>> {
+  MLIR_DEFINE_EXPLICIT_INTERNAL_INLINE_TYPE_ID(ExpandBf16Truncation)
+  void runOnOperation() override {
+    mlir::RewritePatternSet patterns(&getContext());
+    mlir::arith::populateExpandBFloat16Patterns(patterns);
+    if (mlir::failed(mlir::applyPatternsGreedily(getOperation(), std::move(patterns))))
+      signalPassFailure();
+  }
+};
+
 bool fail(std::string &error, const std::string &message) {
   error = message;
   return false;
 }
 
 } // namespace
-
-std::vector<std::string> requiredCpuFeatures() {
-  return {"amx-tile", "amx-bf16", "avx512f", "avx512bf16"};
-}
 
 bool compileKernelLibrary(mlir::MLIRContext &context, const std::vector<KernelSpec> &kernels,
                           const CompileOptions &options, std::vector<uint8_t> &library,
@@ -95,6 +130,9 @@ bool compileKernelLibrary(mlir::MLIRContext &context, const std::vector<KernelSp
     return fail(error, "the generated kernels do not parse or verify (see above)");
 
   mlir::PassManager pm(&context);
+  pm.addPass(std::make_unique<LegalizeX86Vector>());
+  if (!options.cpu.has("avx512bf16"))
+    pm.addPass(std::make_unique<ExpandBf16Truncation>());
   pm.addPass(mlir::createSCFToControlFlowPass());
   pm.addPass(mlir::createConvertToLLVMPass());
   pm.addPass(mlir::createReconcileUnrealizedCastsPass());
@@ -120,9 +158,15 @@ bool compileKernelLibrary(mlir::MLIRContext &context, const std::vector<KernelSp
   const llvm::Target *target = llvm::TargetRegistry::lookupTarget(triple, lookupError);
   if (!target)
     return fail(error, "no x86 target in this LLVM: " + lookupError);
+  // The x86-64 baseline plus exactly the CPU's listed features, so that the
+  // library needs nothing the artifact does not record; the CPU's own name
+  // tunes scheduling only.
   std::unique_ptr<llvm::TargetMachine> machine(target->createTargetMachine(
-      triple, options.cpu, options.features, llvm::TargetOptions(), llvm::Reloc::PIC_,
+      triple, "x86-64", options.cpu.llvmFeatures(), llvm::TargetOptions(), llvm::Reloc::PIC_,
       std::nullopt, llvm::CodeGenOptLevel::Aggressive));
+  for (llvm::Function &f : *llvmModule)
+    if (!f.isDeclaration())
+      f.addFnAttr("tune-cpu", options.cpu.cpu);
   llvmModule->setDataLayout(machine->createDataLayout());
   llvmModule->setTargetTriple(triple);
   if (llvm::Error err = mlir::makeOptimizingTransformer(options.optLevel, 0, machine.get())(llvmModule.get()))

@@ -1,9 +1,10 @@
 // Turns generated kernels into the artifact's kernel library: one MLIR
 // module ▸ LLVM dialect ▸ LLVM IR with a `kiln_<name>(void **args)` entry per
-// kernel ▸ x86-64 object (AMX, AVX-512) ▸ ld.lld -shared ▸ ELF bytes.
+// kernel ▸ x86-64 object for one CPU (CpuTarget) ▸ ld.lld -shared ▸ ELF bytes.
 #pragma once
 
 #include "targets/common/KernelSpec.h"
+#include "targets/x86/CpuTarget.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -21,13 +22,9 @@ namespace kiln::x86 {
 using kernels::KernelSpec;
 
 struct CompileOptions {
-  std::string cpu = "sapphirerapids";
-  std::string features = "+amx-bf16,+amx-tile,+avx512f,+avx512bw,+avx512vl,+avx512bf16,+fma";
+  CpuTarget cpu; // its features are all the code may use (CpuTarget.h)
   int optLevel = 3;
 };
-
-// The features an artifact's target record lists, for the runtime's check.
-std::vector<std::string> requiredCpuFeatures();
 
 // Compiles the kernels into an ELF shared object. Fails with a message (and
 // returns false) when MLIR does not verify, a lowering fails, or the linker

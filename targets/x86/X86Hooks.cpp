@@ -1,15 +1,65 @@
 #include "targets/x86/X86Hooks.h"
 
 #include "targets/x86/AmxGemm.h"
+#include "targets/x86/VnniGemm.h"
 
 #include <algorithm>
 
 namespace kiln::x86 {
 
-std::optional<kernels::KernelSpec> X86Hooks::tiledGemm(int64_t n, int64_t k) const {
-  if (!amxCovers(n, k))
+GemmFamily gemmFamilyFor(const CpuTarget &cpu) {
+  if (cpu.has("amx-tile") && cpu.has("amx-bf16"))
+    return GemmFamily::Amx;
+  if (cpu.has("avx512bf16"))
+    return GemmFamily::Avx512Bf16;
+  if (cpu.has("fma") && cpu.has("avx2"))
+    return GemmFamily::Fma;
+  return GemmFamily::Vector;
+}
+
+const char *gemmFamilyName(GemmFamily family) {
+  switch (family) {
+  case GemmFamily::Amx:
+    return "amx";
+  case GemmFamily::Avx512Bf16:
+    return "avx512bf16";
+  case GemmFamily::Fma:
+    return "fma";
+  case GemmFamily::Vector:
+    break;
+  }
+  return "vector";
+}
+
+const char *gemmFamilyInstruction(GemmFamily family) {
+  switch (family) {
+  case GemmFamily::Amx:
+    return "tdpbf16ps";
+  case GemmFamily::Avx512Bf16:
+    return "vdpbf16ps";
+  case GemmFamily::Fma:
+    return "vfmadd231ps";
+  case GemmFamily::Vector:
+    break;
+  }
+  return "mulps/addps";
+}
+
+std::optional<kernels::TargetHooks::TiledGemm> X86Hooks::tiledGemm(int64_t n, int64_t k) const {
+  if (n % 16 != 0 || k % 32 != 0) // whole VNNI blocks
     return std::nullopt;
-  return linearAmx(n, k);
+  switch (family) {
+  case GemmFamily::Amx:
+    return TiledGemm{linearAmx(n, k), kernels::Work{n / 16, 0}};
+  case GemmFamily::Avx512Bf16:
+  case GemmFamily::Fma: {
+    VnniGemmTiling tiling = vnniGemmTiling(family == GemmFamily::Avx512Bf16, cpu.vectorBits(), n);
+    return TiledGemm{linearVnni(tiling, n, k), kernels::Work{tiling.panels(n), 0}};
+  }
+  case GemmFamily::Vector:
+    break;
+  }
+  return std::nullopt;
 }
 
 // Parts for the thread pool: as many as there are pieces of work at the

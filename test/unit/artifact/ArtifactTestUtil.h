@@ -259,7 +259,7 @@ inline TestArtifact minimalArtifact() {
                        0,
                        {64, 128},
                        DType::BF16,
-                       fb::WeightTransform::AmxVnniBf16,
+                       fb::WeightTransform::VnniBf16,
                        -1,
                        1,
                        64 * 128 * 2});

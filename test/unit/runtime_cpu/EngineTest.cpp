@@ -389,7 +389,11 @@ TEST_F(EngineTest, RefusesOtherTargetsAndMissingFeatures) {
     if (!*cpuHasFeature(feature)) {
       TestArtifact lacking = testArtifact();
       lacking.features = {feature};
-      EXPECT_HAS(errorOf([&] { make(lacking); }), "the CPU lacks " + feature);
+      const std::string error = errorOf([&] { make(lacking); });
+      EXPECT_HAS(error, "the CPU lacks " + feature);
+      // A --cpu that works here: the host's, and its level anywhere.
+      EXPECT_HAS(error, "kilnc --target=x86 --cpu=host on this machine, or --cpu=" +
+                            hostX86Level() + " for any CPU of its level");
       break;
     }
 

@@ -144,7 +144,7 @@ inline TestArtifact testArtifact() {
                 1,
                 {kLatent, kLatent},
                 DType::BF16,
-                fb::WeightTransform::AmxVnniBf16,
+                fb::WeightTransform::VnniBf16,
                 -1,
                 1,
                 2 * kLatent * kLatent * 2}};

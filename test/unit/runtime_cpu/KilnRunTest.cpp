@@ -121,8 +121,8 @@ TEST_F(KilnRunTest, GreedyGenerationMatchesTheEngine) {
   // Not a terminal: no bar, one summary line.
   EXPECT_EQ(result.err.find('\r'), std::string::npos);
   EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1);
-  EXPECT_HAS(result.err, "kiln-run: muse-spark-tiny for x86 sapphirerapids "
-                         "(sse2): 1.1 MiB of weights loaded in ");
+  EXPECT_HAS(result.err, "kiln-run: muse-spark-tiny for x86 sapphirerapids: "
+                         "1.1 MiB of weights loaded in ");
   EXPECT_HAS(result.err, "2 threads, context 4096");
 }
 

@@ -91,7 +91,7 @@ TEST(WeightLayout, AmxVnniMatchesNaiveReference) {
   constexpr int64_t N = 32, K = 64;
   const std::vector<uint16_t> w = randomBf16(N * K, 1);
   std::vector<uint16_t> out(N * K, 0xFFFF);
-  amxVnniBf16(w.data(), N, K, out.data());
+  vnniBf16Blocks(w.data(), N, K, out.data());
   const std::vector<uint16_t> expected = naiveVnni(w, N, K);
   for (size_t i = 0; i < out.size(); ++i)
     ASSERT_EQ(out[i], expected[i]) << "element " << i;
@@ -111,7 +111,7 @@ TEST(WeightLayout, AmxVnniFeedsTileDotProduct) {
   const std::vector<uint16_t> w = randomBf16(N * K, 2);
   const std::vector<uint16_t> x = randomBf16(M * K, 3);
   std::vector<uint16_t> blocks(N * K);
-  amxVnniBf16(w.data(), N, K, blocks.data());
+  vnniBf16Blocks(w.data(), N, K, blocks.data());
   for (int64_t m = 0; m < M; ++m)
     for (int64_t n = 0; n < N; ++n) {
       double tile = 0, direct = 0;
@@ -222,7 +222,7 @@ TEST_F(WeightBinderTest, ExpertStackSliceAndVnni) {
   auto source = openWeightSource("synthetic:3", tinyConfigJson(), "bf16");
   WeightSpec s =
       spec("model.layers.1.mlp.experts.{e}.gate_proj.weight", {128, 128}, 3, 2);
-  s.transform = WeightTransform::AmxVnniBf16;
+  s.transform = WeightTransform::VnniBf16;
   s.sliceDim = 1;
   s.sliceCount = 2;
   s.sliceIndex = 1;
@@ -256,7 +256,7 @@ TEST_F(WeightBinderTest, CheckpointAndSyntheticAgree) {
   auto synthetic = openWeightSource("synthetic:11", tinyConfigJson(), "bf16");
   WeightSpec experts = spec("model.layers.0.mlp.experts.{e}.down_proj.weight",
                             {128, 128}, 16, 0);
-  experts.transform = WeightTransform::AmxVnniBf16;
+  experts.transform = WeightTransform::VnniBf16;
   WeightSpec q = spec("model.layers.3.self_attn.q_proj.weight", {192, 256});
   q.sliceDim = 0;
   q.sliceCount = 2;
@@ -327,9 +327,9 @@ TEST_F(WeightBinderTest, SpecErrors) {
   EXPECT_HAS(runtimeErrorOf([&] { checkWeights({s}, *source); }),
              "slice_dim 2 is outside its rank 2");
   s = spec("model.norm.weight", {256});
-  s.transform = WeightTransform::AmxVnniBf16;
+  s.transform = WeightTransform::VnniBf16;
   EXPECT_HAS(runtimeErrorOf([&] { checkWeights({s}, *source); }),
-             "AmxVnniBf16 needs a BF16 matrix");
+             "VnniBf16 needs a BF16 matrix");
   s = spec("model.layers.0.mlp.experts.{e}.up_proj.weight", {128, 128});
   EXPECT_HAS(runtimeErrorOf([&] { checkWeights({s}, *source); }), "with '{e}'");
   s = spec("model.layers.0.mlp.experts.{e}.up_proj.weight", {128, 128}, 2, 15);
