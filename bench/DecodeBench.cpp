@@ -1,5 +1,6 @@
-// kiln-bench-decode: decode and prefill speed of a GPU artifact beside the
-// HBM roofline measured in the same run.
+// kiln-bench-decode: decode and prefill speed of an artifact beside the
+// memory roofline measured in the same run (a GPU's HBM, or on a CPU the host
+// memory every core copies through).
 //
 //   kiln-bench-decode ARTIFACT [--weights synthetic:1] [--context 4096]
 //                     [--steps 32] [--tensor-tflops R] [--json FILE]
@@ -8,7 +9,8 @@
 // decodes `steps` tokens one at a time through the CUDA graph (timed on the
 // host, logits download included), profiles one more decode step and one
 // prefill call launch by launch (CUDA events), and measures the
-// device-to-device copy bandwidth with a 2 GiB copy. An artifact with a
+// device-to-device copy bandwidth with a 2 GiB copy (on a CPU, a 1 GiB
+// copy split over its cores). An artifact with a
 // decode_batch entry (kilnc --decode-batch N) also gets N conversations of
 // `context` tokens each, stepped `steps` times together (each step's greedy
 // tokens chosen on the device; also timed with every row's logits copied to
@@ -24,6 +26,7 @@
 #include "runtime/artifact/Artifact.h"
 #include "runtime/artifact/kiln_artifact_generated.h"
 #include "runtime/comm/RankLauncher.h"
+#include "runtime/cpu/ThreadPool.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "runtime/engine/Engine.h"
 #include "runtime/engine/WeightBinder.h"
@@ -148,6 +151,27 @@ double copyBandwidth(int device) {
   api.cuMemFree(b);
   api.cuDevicePrimaryCtxRelease(dev);
   return 2.0 * double(bytes) / (best * 1e-3);
+}
+
+// Host memory copy bandwidth, counting bytes read and written, from the best
+// of several copies of 1 GiB split over the CPUs the engine runs on (each
+// thread its own slice): a CPU artifact's decode yardstick.
+double hostCopyBandwidth() {
+  const size_t bytes = size_t(1) << 30;
+  std::vector<char> a(bytes, 1), b(bytes, 0);
+  kiln::ThreadPool pool;
+  const int parts = pool.numThreads();
+  const size_t slice = bytes / size_t(parts);
+  double best = 1e30;
+  for (int rep = 0; rep < 6; ++rep) {
+    auto start = Clock::now();
+    pool.run(parts, [&](int part) {
+      std::memcpy(b.data() + size_t(part) * slice, a.data() + size_t(part) * slice, slice);
+    });
+    if (rep > 0)
+      best = std::min(best, msSince(start));
+  }
+  return 2.0 * double(slice * size_t(parts)) / (best * 1e-3);
 }
 
 struct StepBytes {
@@ -285,12 +309,19 @@ int main(int argc, char **argv) {
                 double(engine->weightBytes()) / double(1ull << 30), msSince(loadStart) / 1e3);
 
     const bool nvidia = artifact->target()->kind() == fb::TargetKind::NVPTX;
-    const double bandwidth = nvidia ? copyBandwidth(kiln::localRank()) : 0.0;
+    const bool cpu = artifact->target()->kind() == fb::TargetKind::X86;
+    const double bandwidth = nvidia ? copyBandwidth(kiln::localRank())
+                             : cpu  ? hostCopyBandwidth()
+                                    : 0.0;
     if (nvidia)
       std::printf("yardstick device-to-device copy: %.0f GB/s (bytes read + written)\n",
                   bandwidth / 1e9);
+    else if (cpu)
+      std::printf("yardstick host memory copy on every CPU: %.1f GB/s (bytes read + written)\n",
+                  bandwidth / 1e9);
     else
-      std::printf("yardstick none: the copy bandwidth is measured on NVIDIA GPUs only\n");
+      std::printf("yardstick none: the copy bandwidth is measured on NVIDIA GPUs and CPUs\n");
+    const bool roofline = bandwidth > 0;
 
     // Prefill a deterministic prompt of `context` tokens.
     std::vector<int32_t> prompt(size_t(options.context));
@@ -329,12 +360,12 @@ int main(int argc, char **argv) {
     }
     const double decodeMs = median(stepMs);
     const StepBytes bytes = decodeBytes(artifact, config, pastAtStart);
-    const double rooflineMs = nvidia ? bytes.total() / bandwidth * 1e3 : 0.0;
+    const double rooflineMs = roofline ? bytes.total() / bandwidth * 1e3 : 0.0;
     std::printf("decode    batch 1, KV length %lld: %.3f ms/token median of %d (min %.3f), "
                 "%.1f tokens/s\n",
                 (long long)pastAtStart, decodeMs, options.steps,
                 *std::min_element(stepMs.begin(), stepMs.end()), 1e3 / decodeMs);
-    if (nvidia)
+    if (roofline)
       std::printf("roofline  %.3f GB a step (weights %.3f, experts %.3f, KV %.3f) / copy "
                 "bandwidth = %.3f ms: Kiln at %.1f%% of roofline\n",
                 bytes.total() / 1e9, bytes.weights / 1e9, bytes.experts / 1e9, bytes.kv / 1e9,
@@ -408,7 +439,7 @@ int main(int argc, char **argv) {
                   "there: %.3f ms a step median of %d\n",
                   (long long)batch, batchLogitsMs, logitSteps);
       printProfile("one batched step", engine->profileDecodeBatch(tokens));
-      if (nvidia) {
+      if (roofline) {
         const StepBytes batchBytes = decodeBytes(artifact, config, batchPast, batch);
         batchRooflineMs = batchBytes.total() / bandwidth * 1e3;
         std::printf("roofline  %.3f GB a step (weights %.3f, experts %.3f with uniform routing, "
