@@ -34,3 +34,23 @@ if os.path.isdir("/usr/lib/x86_64-linux-gnu/amdgcn/bitcode"):
 # Helper scripts in Inputs/ run with lit's own Python.
 import sys
 config.substitutions.append(("%python", sys.executable))
+
+# This CPU's x86 families (docs/x86.md), for tests that run kernels compiled
+# for a named CPU other than the host's: cpu-avx2 (FMA family), cpu-avx512bf16,
+# cpu-amx. Tests for the host's own CPU (kilnc --cpu=host) need none.
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+_flags = _cpu_flags()
+if {"avx2", "fma"} <= _flags:
+    config.available_features.add("cpu-avx2")
+if "avx512_bf16" in _flags:
+    config.available_features.add("cpu-avx512bf16")
+if {"amx_tile", "amx_bf16"} <= _flags:
+    config.available_features.add("cpu-amx")
