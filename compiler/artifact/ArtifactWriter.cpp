@@ -6,7 +6,10 @@
 
 #include "mlir/IR/Diagnostics.h"
 #include "llvm/ADT/DenseMap.h"
+#include "llvm/ADT/SmallVector.h"
 #include "llvm/Config/llvm-config.h"
+
+#include <cstdint>
 
 namespace kiln {
 namespace {
@@ -53,6 +56,7 @@ public:
 private:
   mlir::FailureOr<fb::Offset<art::BufferRef>> bufferRef(mlir::Value v, mlir::Operation *user);
   fb::Offset<fb::Vector<const art::Dim *>> dims(mlir::ArrayAttr shape);
+  fb::Offset<art::TensorMap> tensorMap(llvm::StringRef spec);
   mlir::FailureOr<fb::Offset<art::EntryPoint>> entry(plan::EntryOp entry);
 
   const kernels::LoweredModel &model;
@@ -68,6 +72,25 @@ fb::Offset<fb::Vector<const art::Dim *>> Writer::dims(mlir::ArrayAttr shape) {
     out.emplace_back(d.getConstant(), d.getPerToken(), d.getAlign());
   }
   return fbb.CreateVectorOfStructs(out);
+}
+
+// "B:X,Y[,...]:S" of a "tmap:" scalar (the plan verifier has checked it):
+// buffer operand B, the box innermost first, swizzle S bytes.
+fb::Offset<art::TensorMap> Writer::tensorMap(llvm::StringRef spec) {
+  auto [buffer, rest] = spec.split(':');
+  auto [box, swizzle] = rest.split(':');
+  uint32_t index = 0, span = 0;
+  buffer.getAsInteger(10, index);
+  swizzle.getAsInteger(10, span);
+  llvm::SmallVector<llvm::StringRef> sides;
+  box.split(sides, ',');
+  std::vector<uint32_t> elements;
+  for (llvm::StringRef side : sides) {
+    uint32_t value = 0;
+    side.getAsInteger(10, value);
+    elements.push_back(value);
+  }
+  return art::CreateTensorMap(fbb, index, fbb.CreateVector(elements), static_cast<uint8_t>(span));
 }
 
 mlir::FailureOr<fb::Offset<art::BufferRef>> Writer::bufferRef(mlir::Value v, mlir::Operation *user) {
@@ -118,9 +141,17 @@ mlir::FailureOr<fb::Offset<art::EntryPoint>> Writer::entry(plan::EntryOp op) {
         buffers.push_back(*ref);
       }
       std::vector<fb::Offset<art::Scalar>> scalars;
+      std::vector<fb::Offset<art::TensorMap>> tensorMaps;
       for (mlir::Attribute a : launch.getScalars()) {
         llvm::StringRef s = llvm::cast<mlir::StringAttr>(a).getValue();
         auto [kind, value] = s.split(':');
+        if (kind == "tmap") {
+          // A map of its own, which the scalar indexes.
+          scalars.push_back(art::CreateScalar(fbb, art::ScalarKind::TensorMap,
+                                              static_cast<int64_t>(tensorMaps.size())));
+          tensorMaps.push_back(tensorMap(value));
+          continue;
+        }
         int64_t number = 0;
         value.getAsInteger(10, number);
         art::ScalarKind k = kind == "const"    ? art::ScalarKind::Constant
@@ -139,7 +170,8 @@ mlir::FailureOr<fb::Offset<art::EntryPoint>> Writer::entry(plan::EntryOp op) {
                                  fbb.CreateVector(buffers), fbb.CreateVector(scalars),
                                  launch.getMaxParts(), fbb.CreateString(launch.getOp().str()),
                                  launch.getGridAttr() ? &grid : nullptr,
-                                 static_cast<uint32_t>(launch.getBlock().value_or(0)));
+                                 static_cast<uint32_t>(launch.getBlock().value_or(0)),
+                                 tensorMaps.empty() ? 0 : fbb.CreateVector(tensorMaps));
       steps.push_back(art::CreateStepEntry(fbb, art::Step::Launch, l.Union()));
     } else if (auto copy = llvm::dyn_cast<plan::CopyOp>(inner)) {
       auto src = bufferRef(copy.getSource(), copy);
@@ -178,9 +210,16 @@ mlir::FailureOr<fb::Offset<art::EntryPoint>> Writer::entry(plan::EntryOp op) {
 mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &library) {
   std::vector<fb::Offset<art::Kernel>> kernels;
   for (const kernels::KernelSpec &k : model.kernels) {
+    if (k.sharedBytes < 0 || k.sharedBytes > UINT32_MAX) {
+      mlir::emitError(mlir::UnknownLoc::get(model.plan.get()->getContext()))
+          << "kernel '" << k.name << "' needs " << k.sharedBytes
+          << " bytes of dynamic shared memory, which an artifact cannot say";
+      return mlir::failure();
+    }
     kernelIndex[k.name] = static_cast<uint32_t>(kernels.size());
     kernels.push_back(art::CreateKernel(fbb, fbb.CreateString("kiln_" + k.name),
-                                        fbb.CreateString(k.op), fbb.CreateString(k.tiling)));
+                                        fbb.CreateString(k.op), fbb.CreateString(k.tiling),
+                                        static_cast<uint32_t>(k.sharedBytes)));
   }
   std::vector<fb::Offset<art::WeightBinding>> weights;
   for (const kernels::WeightInfo &w : model.weights)

@@ -19,7 +19,7 @@ namespace kiln {
 
 std::unique_ptr<kernels::TargetHooks> hooksFor(const TargetChoice &target) {
   if (target.kind == TargetChoice::Nvptx)
-    return std::make_unique<nvptx::NvptxHooks>();
+    return std::make_unique<nvptx::NvptxHooks>(target.chip, target.fault);
   if (target.kind == TargetChoice::Amdgcn)
     return std::make_unique<amdgcn::AmdgcnHooks>();
   return std::make_unique<x86::X86Hooks>(target.cpu);

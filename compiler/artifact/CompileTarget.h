@@ -23,8 +23,9 @@ struct TargetChoice {
   enum Kind { X86, Nvptx, Amdgcn } kind = X86;
   std::string chip; // "sm_90" / "sm_100", "gfx942" / "gfx950"; x86: cpu.cpu
   x86::CpuTarget cpu; // x86 only: the CPU and the features its kernels use
+  std::string fault;  // a kernel broken on purpose (kilnc --inject-fault), or ""
   std::string name() const { return kind == Nvptx ? "nvptx" : kind == Amdgcn ? "amdgcn" : "x86"; }
-  static TargetChoice x86(x86::CpuTarget cpu) { return {X86, cpu.cpu, std::move(cpu)}; }
+  static TargetChoice x86(x86::CpuTarget cpu) { return {X86, cpu.cpu, std::move(cpu), ""}; }
 };
 
 // The hooks the shared lowering asks for this target.

@@ -176,6 +176,13 @@ cl::opt<double> reserveMemory("reserve-memory",
                                        "(default 8)"),
                               cl::init(8.0), cl::cat(kilncCategory));
 
+// For the GPU checks' own test: an artifact with a kernel broken on purpose
+// must fail them. Hidden: not for users.
+cl::opt<std::string> injectFault("inject-fault", cl::Hidden,
+                                 cl::desc("Build one kernel family wrong on purpose "
+                                          "(wgmma-drop-k-step), to test the checks"),
+                                 cl::init(""), cl::cat(kilncCategory));
+
 cl::opt<bool> listConfigs("list-configs", cl::desc("List the built-in configs and exit"),
                           cl::cat(kilncCategory));
 
@@ -425,9 +432,14 @@ int main(int argc, char **argv) {
     if (target == Target::X86)
       request.target = kiln::TargetChoice::x86(*cpu);
     if (target == Target::Sm90 || target == Target::Sm100)
-      request.target = {kiln::TargetChoice::Nvptx, target == Target::Sm90 ? "sm_90" : "sm_100"};
+      // Hopper's wgmma and TMA kernels are arch-specific: sm_90a PTX, which
+      // every sm_90 GPU (H100, H200) runs.
+      request.target = {kiln::TargetChoice::Nvptx, target == Target::Sm90 ? "sm_90a" : "sm_100"};
     if (target == Target::Gfx942 || target == Target::Gfx950)
       request.target = {kiln::TargetChoice::Amdgcn, target == Target::Gfx942 ? "gfx942" : "gfx950"};
+    if (!injectFault.empty() && !(injectFault == "wgmma-drop-k-step" && target == Target::Sm90))
+      return fail("--inject-fault: the only fault is wgmma-drop-k-step, with --target=sm_90");
+    request.target.fault = injectFault;
     return kiln::runBackend(*module, request);
   }
 

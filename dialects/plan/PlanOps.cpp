@@ -117,18 +117,73 @@ LogicalResult CollectiveOp::verify() {
   return success();
 }
 
+// The rank of a plan buffer whose defining op gives its shape, or none.
+static std::optional<size_t> bufferRank(Value buffer) {
+  if (auto alloc = buffer.getDefiningOp<AllocOp>())
+    return alloc.getShape().size();
+  if (auto view = buffer.getDefiningOp<ViewOp>())
+    return view.getShape().size();
+  if (auto binding = buffer.getDefiningOp<BindingOp>())
+    return binding.getShape().size();
+  return std::nullopt;
+}
+
+// "tmap:B:X,Y[,Z...]:S": the device address of a CUDA tensor map over
+// buffer operand B, its box X x Y x ... elements (innermost first), the
+// shared-memory swizzle S bytes. The artifact's checks do the rest (dtype,
+// box sides up to 256, rows of 16-byte multiples).
+static LogicalResult verifyTensorMapScalar(LaunchOp op, StringRef scalar) {
+  SmallVector<StringRef> parts;
+  scalar.split(parts, ':');
+  SmallVector<StringRef> sides;
+  int64_t buffer = 0, swizzle = 0;
+  if (parts.size() == 4)
+    parts[2].split(sides, ',');
+  SmallVector<int64_t> box;
+  for (StringRef side : sides)
+    if (int64_t value; !side.getAsInteger(10, value))
+      box.push_back(value);
+  if (parts.size() != 4 || parts[1].getAsInteger(10, buffer) ||
+      parts[3].getAsInteger(10, swizzle) || box.size() != sides.size())
+    return op.emitOpError() << "scalar '" << scalar
+                            << "' must be tmap:B:X,Y[,...]:S (buffer operand B, the box "
+                               "innermost first, swizzle S bytes)";
+  const int64_t buffers = static_cast<int64_t>(op.getBuffers().size());
+  if (buffer < 0 || buffer >= buffers)
+    return op.emitOpError() << "scalar '" << scalar << "' maps buffer " << buffer
+                            << ", but the launch has " << buffers << " buffers";
+  for (int64_t side : box)
+    if (side < 1)
+      return op.emitOpError() << "scalar '" << scalar
+                              << "': box sides must be positive, got " << side;
+  if (swizzle != 0 && swizzle != 32 && swizzle != 64 && swizzle != 128)
+    return op.emitOpError() << "scalar '" << scalar
+                            << "': swizzle must be 0, 32, 64 or 128 bytes, got " << swizzle;
+  if (std::optional<size_t> rank = bufferRank(op.getBuffers()[buffer]);
+      rank && *rank != box.size())
+    return op.emitOpError() << "scalar '" << scalar << "': a box of " << box.size()
+                            << " sides for buffer " << buffer << " of rank " << *rank;
+  return success();
+}
+
 LogicalResult LaunchOp::verify() {
   for (Attribute attr : getScalars()) {
     StringRef scalar = llvm::cast<StringAttr>(attr).getValue();
     if (scalar == "part" || scalar == "parts")
       continue;
     auto [kind, value] = scalar.split(':');
+    if (kind == "tmap") {
+      if (failed(verifyTensorMapScalar(*this, scalar)))
+        return failure();
+      continue;
+    }
     int64_t number;
     if ((kind != "const" && kind != "tokens" && kind != "past" && kind != "group" &&
          kind != "seq") ||
         value.getAsInteger(10, number))
       return emitOpError() << "scalar '" << scalar
-                           << "' must be const:N, tokens:N, past:N, group:N, seq:N, part or parts";
+                           << "' must be const:N, tokens:N, past:N, group:N, seq:N, "
+                              "tmap:B:X,Y:S, part or parts";
   }
   if (getMaxParts() < 1)
     return emitOpError() << "max_parts must be at least 1";

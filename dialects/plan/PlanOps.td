@@ -101,7 +101,10 @@ def Plan_LaunchOp : Plan_Op<"launch"> {
     Calls `kernel` (a `func.func` of the kernel module) with the buffers in
     order, then the scalars. A scalar is "const:N", "tokens:N" (T + N),
     "past:N" (cached tokens + N), "group:N" (this rank's index in comm group
-    N), "seq:N" (the whole sequence's tokens of a split entry + N), "part" or
+    N), "seq:N" (the whole sequence's tokens of a split entry + N),
+    "tmap:B:X,Y[,...]:S" (GPU: the address of a CUDA tensor map over buffer
+    operand B with a box of X x Y x ... elements, innermost first, and a
+    shared-memory swizzle of S bytes: 0, 32, 64 or 128), "part" or
     "parts". On a CPU the runtime may
     split the launch into up to `max_parts` concurrent parts; on a GPU it
     launches `grid` blocks (which may grow with T) of `block` threads, and

@@ -33,6 +33,13 @@ constexpr uint64_t kMaxSize = FLATBUFFERS_MAX_BUFFER_SIZE;
 // runtime checks its device's).
 constexpr uint32_t kMaxBlock = 1024;
 constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;
+// Dynamic shared memory: the most an H100/H200 block can have (227 KiB).
+constexpr uint32_t kMaxSharedBytes = 232448;
+// Tensor maps (cuTensorMapEncodeTiled): ranks 1..5, box sides 1..256, the
+// box's rows a multiple of 16 bytes.
+constexpr size_t kMaxTensorMapRank = 5;
+constexpr uint32_t kMaxBoxSide = 256;
+constexpr uint64_t kTensorMapRowAlign = 16;
 
 // AMDGPU code objects (hsaco): the ELF64 header fields the loader reads
 // (llvm/BinaryFormat/ELF.h) and the processors of the amdgcn chips this
@@ -551,7 +558,25 @@ private:
              ": not a symbol name ([A-Za-z0-9_]+)");
       if (!names.insert(kernel.name()->str()).second)
         fail(where + " " + quoted(kernel.name()) + ": duplicated");
+      checkSharedBytes(kernel, "kernels[" + std::to_string(i) + "] " +
+                                   quoted(kernel.name()) + ".shared_bytes");
     }
+  }
+
+  // Kernel.shared_bytes (schema 1.5): dynamic shared memory, for nvptx
+  // kernels only, within what a Hopper block can have.
+  void checkSharedBytes(const fb::Kernel &kernel, const std::string &where) const {
+    const uint32_t bytes = kernel.shared_bytes();
+    if (bytes == 0)
+      return;
+    if (root_.target()->kind() != fb::TargetKind::NVPTX)
+      fail(where + " " + std::to_string(bytes) +
+           ": dynamic shared memory is for nvptx kernels (the artifact is for " +
+           describeTarget(*root_.target()) + ")");
+    if (bytes > kMaxSharedBytes)
+      fail(where + " " + std::to_string(bytes) + ": more than the " +
+           std::to_string(kMaxSharedBytes) +
+           " bytes (227 KiB) of dynamic shared memory a block can have");
   }
 
   void checkEntryPoints() const {
@@ -638,7 +663,84 @@ private:
       if (scalars->Get(s)->kind() == fb::ScalarKind::GroupIndex)
         commGroupSize(scalars->Get(s)->value(),
                       where + ": scalars[" + std::to_string(s) + "]");
+      if (scalars->Get(s)->kind() == fb::ScalarKind::TensorMap)
+        checkTensorMapScalar(launch, *scalars->Get(s),
+                             where + ": scalars[" + std::to_string(s) + "]");
     }
+    checkTensorMaps(launch, where);
+  }
+
+  // Tensor maps are the CUDA driver's: nvptx artifacts only.
+  void requireNvptx(const std::string &where, const char *what) const {
+    if (root_.target()->kind() != fb::TargetKind::NVPTX)
+      fail(where + ": " + what + " are for nvptx kernels (the artifact is for " +
+           describeTarget(*root_.target()) + ")");
+  }
+
+  // A TensorMap scalar (schema 1.5) indexes its launch's tensor_maps.
+  void checkTensorMapScalar(const fb::Launch &launch, const fb::Scalar &scalar,
+                            const std::string &where) const {
+    requireNvptx(where, "TensorMap scalars");
+    const size_t count = sizeOf(launch.tensor_maps());
+    if (scalar.value() < 0 || static_cast<uint64_t>(scalar.value()) >= count)
+      fail(where + ".value " + std::to_string(scalar.value()) +
+           ": no such tensor map (the launch has " + std::to_string(count) +
+           " tensor_maps)");
+  }
+
+  // Launch.tensor_maps (schema 1.5): each over one of the launch's buffers,
+  // within what cuTensorMapEncodeTiled takes and the kernels use.
+  void checkTensorMaps(const fb::Launch &launch, const std::string &where) const {
+    const auto *maps = launch.tensor_maps();
+    if (sizeOf(maps) == 0)
+      return;
+    requireNvptx(where + ".tensor_maps", "tensor maps");
+    const auto *buffers = launch.buffers();
+    for (flatbuffers::uoffset_t m = 0; m < maps->size(); ++m) {
+      const fb::TensorMap &map = *maps->Get(m);
+      const std::string at = where + ": tensor_maps[" + std::to_string(m) + "]";
+      if (map.buffer() >= sizeOf(buffers))
+        fail(at + ".buffer " + std::to_string(map.buffer()) +
+             ": out of range (the launch has " + std::to_string(sizeOf(buffers)) +
+             " buffers)");
+      const fb::BufferRef &ref = *buffers->Get(map.buffer());
+      const std::string buffer = "buffers[" + std::to_string(map.buffer()) + "]";
+      const DType dtype = toDType(ref.dtype());
+      if (dtype != DType::BF16 && dtype != DType::F16 && dtype != DType::F32)
+        fail(at + ": " + buffer + " is " + std::string(dtypeName(dtype)) +
+             "; tensor maps take BF16, F16 or F32 buffers");
+      const size_t rank = sizeOf(ref.shape());
+      if (rank > kMaxTensorMapRank)
+        fail(at + ": " + buffer + " has rank " + std::to_string(rank) +
+             "; tensor maps take ranks 1.." + std::to_string(kMaxTensorMapRank));
+      checkBox(map, rank, dtype, at);
+    }
+  }
+
+  void checkBox(const fb::TensorMap &map, size_t rank, DType dtype,
+                const std::string &at) const {
+    const auto *box = map.box();
+    if (sizeOf(box) != rank)
+      fail(at + ".box: " + std::to_string(sizeOf(box)) + " entries for a rank-" +
+           std::to_string(rank) + " buffer (one per dimension, innermost first)");
+    for (flatbuffers::uoffset_t d = 0; d < box->size(); ++d)
+      if (box->Get(d) < 1 || box->Get(d) > kMaxBoxSide)
+        fail(at + ".box[" + std::to_string(d) + "] " + std::to_string(box->Get(d)) +
+             ": must be 1.." + std::to_string(kMaxBoxSide) + " elements");
+    const uint64_t row = uint64_t{box->Get(0)} * static_cast<uint64_t>(dtypeSize(dtype));
+    const std::string rowText = "the box's rows are " + std::to_string(row) + " bytes (" +
+                                std::to_string(box->Get(0)) + " " +
+                                std::string(dtypeName(dtype)) + ")";
+    if (row % kTensorMapRowAlign != 0)
+      fail(at + ".box[0]: " + rowText + ", not a multiple of " +
+           std::to_string(kTensorMapRowAlign));
+    const uint8_t swizzle = map.swizzle();
+    if (swizzle != 0 && swizzle != 32 && swizzle != 64 && swizzle != 128)
+      fail(at + ".swizzle " + std::to_string(swizzle) +
+           ": must be 0 (none), 32, 64 or 128 (bytes)");
+    if (swizzle != 0 && row > swizzle)
+      fail(at + ".swizzle " + std::to_string(swizzle) + ": " + rowText +
+           ", more than the swizzle span");
   }
 
   void checkCopy(const fb::EntryPoint &entry, const fb::Copy &copy,

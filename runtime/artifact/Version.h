@@ -13,7 +13,9 @@ constexpr uint32_t kSchemaMajor = 1;
 // Bumped when optional fields are added at the end of a table.
 // 1: Launch.grid and Launch.block (GPU targets); 2: EntryPoint.sequences;
 // 3: one artifact for every rank (comm_groups, Collective.comm_group,
-// WeightBinding.slice_group, the GroupIndex scalar).
-constexpr uint32_t kSchemaMinor = 4;
+// WeightBinding.slice_group, the GroupIndex scalar); 4: peer exchange
+// (CommGroup.exchange_bytes, Exchange buffers); 5: Hopper kernels
+// (Kernel.shared_bytes, the TensorMap scalar, Launch.tensor_maps).
+constexpr uint32_t kSchemaMinor = 5;
 
 } // namespace kiln::artifact

@@ -5,6 +5,7 @@
 #include "runtime/cuda/CudaGraph.h"
 #include "runtime/cuda/KernelParams.h"
 #include "runtime/cuda/NvptxArtifact.h"
+#include "runtime/cuda/TensorMap.h"
 
 #include <algorithm>
 #include <chrono>
@@ -22,23 +23,47 @@ namespace {
 // Room for the JIT compiler's error log.
 constexpr size_t kJitLogBytes = 16 * 1024;
 
+// Device memory of one tensor map: a CUtensorMap, 64-byte aligned.
+constexpr uint64_t kTensorMapBytes = sizeof(TensorMap);
+static_assert(kTensorMapBytes == 128);
+
+// A tensor map of a launch and what it was last encoded from: it is encoded
+// and uploaded again only when its buffer's address or sizes change.
+struct LaunchTensorMap {
+  TensorMapSpec spec;
+  DeviceAddress device = 0; // its CUtensorMap in device memory
+  bool encoded = false;
+  DeviceAddress address = 0;
+  int64_t sizes[memref::kMaxRank] = {};
+};
+
 // A launch: its kernel and the storage of its parameters.
 class CudaLaunch final : public PreparedLaunch {
 public:
   CudaLaunch(CUfunction kernel, unsigned threads, std::string step,
-             KernelParams storage, unsigned resident)
+             KernelParams storage, unsigned resident, unsigned shared)
       : function(kernel), block(threads), where(std::move(step)),
-        params(std::move(storage)), maxGrid(resident) {}
+        params(std::move(storage)), maxGrid(resident), sharedBytes(shared) {}
 
   CUfunction function;
   unsigned block;
   std::string where;
   KernelParams params;
   unsigned maxGrid; // persistent kernels: the blocks resident at once; else 0
+  unsigned sharedBytes; // dynamic shared memory of every call
   // It waits for other ranks' stores (peer exchange): watched as a
   // collective, under this name; empty if not.
   std::string exchange;
+  // Its tensor maps, in one allocation of kTensorMapBytes each.
+  std::vector<LaunchTensorMap> maps;
+  DeviceMemory mapMemory;
 };
+
+// "tensor_maps[1] (over buffers[0])", for messages.
+std::string mapName(size_t index, const TensorMapSpec &spec) {
+  return "tensor_maps[" + std::to_string(index) + "] (over buffers[" +
+         std::to_string(spec.buffer) + "])";
+}
 
 // The driver's log on one line: lines joined with "; ".
 std::string oneLine(const char *log) {
@@ -289,7 +314,36 @@ void CudaBackend::loadKernels(const Artifact &artifact) {
     const std::string tiling = kernel->tiling() ? kernel->tiling()->str() : std::string();
     persistent_.push_back(tiling.find("\"kind\": \"persistent\"") != std::string::npos);
     exchanges_.push_back(tiling.find("\"exchange\": \"peer\"") != std::string::npos);
+    sharedLimits_.push_back(allowSharedBytes(function, name, kernel->shared_bytes()));
   }
+}
+
+unsigned CudaBackend::allowSharedBytes(CUfunction function, const std::string &name,
+                                       unsigned bytes) {
+  if (bytes == 0)
+    return kDefaultSharedBytes;
+  const CudaApi &api = driver_->api();
+  const std::string where = source_ + ": kernel '" + name + "'";
+  int statics = 0;
+  check(api.cuFuncGetAttribute(&statics, kFuncAttrSharedSizeBytes, function),
+        "cuFuncGetAttribute", where + ": static shared memory");
+  // Without asking, static and dynamic shared memory share 48 KiB.
+  if (bytes + static_cast<unsigned>(statics) <= kDefaultSharedBytes)
+    return kDefaultSharedBytes;
+  int limit = 0;
+  check(api.cuDeviceGetAttribute(&limit, kAttrMaxSharedMemoryPerBlockOptin, handle_),
+        "cuDeviceGetAttribute", where + ": max shared memory per block (opt-in)");
+  if (uint64_t{bytes} + static_cast<uint64_t>(statics) > static_cast<uint64_t>(limit))
+    throw RuntimeError(where + " needs " + std::to_string(bytes) +
+                       " bytes of dynamic shared memory (Kernel.shared_bytes) and " +
+                       std::to_string(statics) + " static; " + device_.name + ", device " +
+                       std::to_string(device_.ordinal) + " gives a block at most " +
+                       std::to_string(limit));
+  check(api.cuFuncSetAttribute(function, kFuncAttrMaxDynamicSharedSizeBytes,
+                               static_cast<int>(bytes)),
+        "cuFuncSetAttribute",
+        where + ": allowing " + std::to_string(bytes) + " bytes of dynamic shared memory");
+  return bytes;
 }
 
 std::unique_ptr<PreparedLaunch> CudaBackend::prepare(const LaunchSpec &spec) {
@@ -320,6 +374,12 @@ std::unique_ptr<PreparedLaunch> CudaBackend::prepare(const LaunchSpec &spec) {
     throw RuntimeError(where + ": a grid of " + std::to_string(spec.maxGrid) +
                        " blocks at max_tokens; " + onDevice +
                        " allows at most " + std::to_string(device_.maxGridX));
+  if (spec.sharedBytes > sharedLimits_.at(spec.kernel))
+    throw RuntimeError(where + ": " + std::to_string(spec.sharedBytes) +
+                       " bytes of dynamic shared memory, but kernel '" +
+                       kernelNames_.at(spec.kernel) + "' was loaded for at most " +
+                       std::to_string(sharedLimits_.at(spec.kernel)) +
+                       " (its Kernel.shared_bytes)");
   // A persistent kernel's blocks wait for each other: all of them must be
   // resident at once, so its grid stays within what the SMs hold (its loops
   // stride over the work, whatever the grid).
@@ -333,7 +393,8 @@ std::unique_ptr<PreparedLaunch> CudaBackend::prepare(const LaunchSpec &spec) {
                                  "persistent kernels need");
     int perSm = 0, sms = 0;
     check(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, function,
-                                                          static_cast<int>(spec.block), 0),
+                                                          static_cast<int>(spec.block),
+                                                          spec.sharedBytes),
           "cuOccupancyMaxActiveBlocksPerMultiprocessor", where);
     check(api.cuDeviceGetAttribute(&sms, kAttrMultiprocessorCount, handle_),
           "cuDeviceGetAttribute", where + ": multiprocessor count");
@@ -344,26 +405,100 @@ std::unique_ptr<PreparedLaunch> CudaBackend::prepare(const LaunchSpec &spec) {
   }
   auto launch = std::make_unique<CudaLaunch>(
       function, spec.block, spec.where,
-      KernelParams(spec.ranks, spec.scalarKinds.size()), resident);
+      KernelParams(spec.ranks, spec.scalarKinds.size()), resident, spec.sharedBytes);
   if (exchanges)
     launch->exchange = "peer exchange for '" + kernelNames_.at(spec.kernel) + "' (" +
                        spec.where + ")";
+  prepareTensorMaps(*launch, spec);
   return launch;
+}
+
+void CudaBackend::prepareTensorMaps(PreparedLaunch &prepared, const LaunchSpec &spec) {
+  auto &launch = static_cast<CudaLaunch &>(prepared);
+  const bool scalars = std::find(spec.scalarKinds.begin(), spec.scalarKinds.end(),
+                                 fb::ScalarKind::TensorMap) != spec.scalarKinds.end();
+  if (spec.tensorMaps.empty() && !scalars)
+    return;
+  const std::string where = source_ + ": " + spec.where;
+  if (spec.tensorMaps.empty())
+    throw RuntimeError(where + ": TensorMap scalars, but the launch has no tensor_maps");
+  if (!driver_->api().cuTensorMapEncodeTiled)
+    throw RuntimeError(where + ": " + driver_->name() +
+                       " lacks cuTensorMapEncodeTiled, which the launch's tensor maps need "
+                       "(a driver for CUDA 12.0 or newer)");
+  if (device_.major < 9)
+    throw RuntimeError(where + ": tensor maps need compute capability 9.0 or later; " +
+                       device_.name + ", device " + std::to_string(device_.ordinal) + " has " +
+                       std::to_string(device_.major) + "." + std::to_string(device_.minor));
+  for (size_t m = 0; m < spec.tensorMaps.size(); ++m) {
+    const TensorMapSpec &map = spec.tensorMaps[m];
+    if (map.buffer >= spec.ranks.size())
+      throw RuntimeError(where + ": " + mapName(m, map) + ": the launch has " +
+                         std::to_string(spec.ranks.size()) + " buffers");
+    checkTensorMapSpec(map, spec.ranks[map.buffer], where + ": " + mapName(m, map));
+  }
+  launch.mapMemory = DeviceMemory::allocate(
+      *this, kTensorMapBytes * spec.tensorMaps.size(), spec.where + ": tensor maps");
+  std::vector<uint64_t> addresses;
+  for (size_t m = 0; m < spec.tensorMaps.size(); ++m) {
+    LaunchTensorMap map;
+    map.spec = spec.tensorMaps[m];
+    map.device = launch.mapMemory.address() + m * kTensorMapBytes;
+    addresses.push_back(map.device);
+    launch.maps.push_back(std::move(map));
+  }
+  launch.params.mapTensorMaps(spec.scalarKinds, std::move(addresses));
+}
+
+void CudaBackend::refreshTensorMaps(PreparedLaunch &prepared, const LaunchCall &call) {
+  auto &launch = static_cast<CudaLaunch &>(prepared);
+  for (size_t m = 0; m < launch.maps.size(); ++m) {
+    LaunchTensorMap &map = launch.maps[m];
+    const BufferArgument &buffer = call.buffers[map.spec.buffer];
+    if (map.encoded && map.address == buffer.address &&
+        std::equal(buffer.sizes, buffer.sizes + buffer.rank, map.sizes))
+      continue;
+    const std::string where = source_ + ": " + launch.where + ": " + mapName(m, map.spec);
+    enter();
+    // A recorded step keeps the map's address, not its contents: the map
+    // must hold at every replay what the recorded call saw.
+    if (capture_)
+      throw RuntimeError(where + ": its buffer's address or sizes changed while the decode "
+                                 "step was being recorded as a CUDA graph (a map is encoded "
+                                 "before a recording, never during one)");
+    const TensorMapEncoding e = encodeTensorMap(map.spec, buffer, where);
+    TensorMap encoded{};
+    // A map the driver refuses leaves the context as it was: no stop.
+    driver_->check(driver_->api().cuTensorMapEncodeTiled(
+              &encoded, e.dataType, e.rank,
+              reinterpret_cast<void *>(static_cast<uintptr_t>(e.globalAddress)), e.globalDim,
+              e.globalStrides, e.boxDim, e.elementStrides, e.interleave, e.swizzle,
+              e.l2Promotion, e.oobFill),
+          "cuTensorMapEncodeTiled", where);
+    // Ordered before the launch on the stream; the driver has read
+    // `encoded` (pageable memory) when the call returns.
+    check(driver_->api().cuMemcpyHtoDAsync(map.device, &encoded, kTensorMapBytes, stream_),
+          "cuMemcpyHtoDAsync_v2", where);
+    map.encoded = true;
+    map.address = buffer.address;
+    std::copy(buffer.sizes, buffer.sizes + buffer.rank, map.sizes);
+  }
 }
 
 void CudaBackend::launch(PreparedLaunch &prepared, const LaunchCall &call) {
   auto &launch = static_cast<CudaLaunch &>(prepared);
   enter();
+  refreshTensorMaps(prepared, call);
   launch.params.pack(call.buffers, call.scalars);
   const unsigned grid = launchGrid(prepared, call);
   check(driver_->api().cuLaunchKernel(launch.function, grid, 1, 1,
-                                      launch.block, 1, 1, 0, stream_,
+                                      launch.block, 1, 1, launch.sharedBytes, stream_,
                                       launch.params.pointers(), nullptr),
         "cuLaunchKernel", source_ + ": " + launch.where);
   if (capture_)
     capture_->push_back(CapturedLaunch{&prepared, capturedNode(),
                                        launch.function, grid, launch.block,
-                                       launch.where, launch.params});
+                                       launch.sharedBytes, launch.where, launch.params});
   // A kernel that waits for the other ranks stalls as a collective would
   // when one of them dies: the watchdog names it.
   if (!launch.exchange.empty() && nccl_)

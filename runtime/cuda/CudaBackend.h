@@ -101,10 +101,20 @@ public:
                                              DeviceAddress local, uint64_t bytes,
                                              const std::string &what) override;
 
+  // Kernels whose dynamic shared memory (Kernel.shared_bytes) and static
+  // shared memory exceed 48 KiB are allowed it (cuFuncSetAttribute) within
+  // the device's opt-in limit.
   void loadKernels(const Artifact &artifact) override;
+  // Also allocates the device memory of the launch's tensor maps.
   std::unique_ptr<PreparedLaunch> prepare(const LaunchSpec &spec) override;
   void launch(PreparedLaunch &launch, const LaunchCall &call) override;
   void synchronize() override;
+
+  // Encodes the tensor maps of `launch` (one of this backend's) whose
+  // buffer's address or sizes differ in `call` from the ones they were last
+  // encoded from, and uploads them on the stream, ahead of the launch. While
+  // recording, a change is an error: a graph replays the map's address.
+  void refreshTensorMaps(PreparedLaunch &launch, const LaunchCall &call);
 
   // CUDA events on the backend's stream (the host's clock if the driver
   // lacks them).
@@ -135,6 +145,12 @@ private:
       : driver_(std::move(driver)), source_(std::move(source)) {}
   void openDevice(int ordinal);
   void openContext();
+  // The dynamic shared memory `function` may have from now on: 48 KiB, or
+  // `bytes` when it needs more (opted in).
+  unsigned allowSharedBytes(CUfunction function, const std::string &name, unsigned bytes);
+  // The device memory of a prepared launch's tensor maps, and where its
+  // TensorMap scalars point.
+  void prepareTensorMaps(PreparedLaunch &launch, const LaunchSpec &spec);
   CUgraphNode capturedNode();
   // Polls the stream until its work is done; see connect().
   void watchCollectives();
@@ -153,6 +169,8 @@ private:
   std::vector<bool> persistent_;
   // Kernels that exchange through peer memory (tiling "exchange": "peer").
   std::vector<bool> exchanges_;
+  // The most dynamic shared memory each kernel's launches may ask for.
+  std::vector<unsigned> sharedLimits_;
   // Other ranks' memory opened through IPC, closed as the backend goes.
   std::vector<CUdeviceptr> peerMemory_;
   // Set by the first error; every later call refuses with it.

@@ -107,6 +107,7 @@ std::shared_ptr<const CudaDriver> CudaDriver::load(const std::string &library) {
   need(api.cuModuleGetFunction, "cuModuleGetFunction");
   need(api.cuModuleUnload, "cuModuleUnload");
   need(api.cuFuncGetAttribute, "cuFuncGetAttribute");
+  need(api.cuFuncSetAttribute, "cuFuncSetAttribute");
   need(api.cuMemAlloc, "cuMemAlloc_v2");
   need(api.cuMemFree, "cuMemFree_v2");
   need(api.cuMemcpyHtoD, "cuMemcpyHtoD_v2");
@@ -144,18 +145,13 @@ std::shared_ptr<const CudaDriver> CudaDriver::load(const std::string &library) {
   resolve(handle, api.cuIpcCloseMemHandle, "cuIpcCloseMemHandle");
   resolve(handle, api.cuOccupancyMaxActiveBlocksPerMultiprocessor,
           "cuOccupancyMaxActiveBlocksPerMultiprocessor");
+  resolve(handle, api.cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled");
 
   // cuDriverGetVersion works before cuInit.
   if (api.cuDriverGetVersion)
     api.cuDriverGetVersion(&driver->version_);
-  const std::string version =
-      driver->version_ > 0 ? " " + std::to_string(driver->version_ / 1000) +
-                                 "." +
-                                 std::to_string(driver->version_ % 1000 / 10)
-                           : std::string();
   if (!missing.empty())
-    throw CudaUnavailable("the CUDA driver" + version + " (" + library +
-                          ") lacks " + missing +
+    throw CudaUnavailable(driver->name() + " lacks " + missing +
                           " (this runtime needs a driver for CUDA 11.4 or newer)");
 
   const CUresult init = api.cuInit(0);
@@ -167,10 +163,17 @@ std::shared_ptr<const CudaDriver> CudaDriver::load(const std::string &library) {
     throw CudaUnavailable("no CUDA device (cuInit: " + driver->describe(init) +
                           ")");
   if (init != kSuccess)
-    throw CudaUnavailable("the CUDA driver" + version + " (" + library +
-                          ") does not start (cuInit: " +
+    throw CudaUnavailable(driver->name() + " does not start (cuInit: " +
                           driver->describe(init) + ")");
   return driver;
+}
+
+std::string CudaDriver::name() const {
+  const std::string version =
+      version_ > 0 ? " " + std::to_string(version_ / 1000) + "." +
+                         std::to_string(version_ % 1000 / 10)
+                   : std::string();
+  return "the CUDA driver" + version + " (" + library_ + ")";
 }
 
 std::string CudaDriver::describe(CUresult result) const {

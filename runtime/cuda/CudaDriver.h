@@ -51,8 +51,32 @@ constexpr int kAttrMaxGridDimX = 5;
 constexpr int kAttrMultiprocessorCount = 16;
 constexpr int kAttrComputeCapabilityMajor = 75;
 constexpr int kAttrComputeCapabilityMinor = 76;
+constexpr int kAttrMaxSharedMemoryPerBlockOptin = 97;
 // CUfunction_attribute.
 constexpr int kFuncAttrMaxThreadsPerBlock = 0;
+constexpr int kFuncAttrSharedSizeBytes = 1;            // static shared memory
+constexpr int kFuncAttrMaxDynamicSharedSizeBytes = 8;
+// Dynamic shared memory a kernel gets without asking (above it, with
+// kFuncAttrMaxDynamicSharedSizeBytes up to the device's opt-in limit).
+constexpr unsigned kDefaultSharedBytes = 48 * 1024;
+// CUtensorMap: opaque to all but the driver and the kernels, 128 bytes,
+// 64-byte aligned (cuda.h of CUDA 13 aligns it to 128, which satisfies both).
+struct alignas(128) TensorMap {
+  uint64_t opaque[16];
+};
+// CUtensorMapDataType: the element types of Kiln's tensor maps.
+constexpr int kTensorMapFloat16 = 6;
+constexpr int kTensorMapFloat32 = 7;
+constexpr int kTensorMapBfloat16 = 9;
+// CUtensorMapInterleave, CUtensorMapSwizzle, CUtensorMapL2promotion,
+// CUtensorMapFloatOOBfill.
+constexpr int kTensorMapInterleaveNone = 0;
+constexpr int kTensorMapSwizzleNone = 0;
+constexpr int kTensorMapSwizzle32B = 1;
+constexpr int kTensorMapSwizzle64B = 2;
+constexpr int kTensorMapSwizzle128B = 3;
+constexpr int kTensorMapL2Promotion128B = 2;
+constexpr int kTensorMapOobFillNone = 0; // out-of-bounds elements read as zeros
 // cuIpcOpenMemHandle flags: CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS.
 constexpr unsigned kIpcLazyEnablePeerAccess = 1;
 // CUipcMemHandle.
@@ -124,6 +148,7 @@ struct CudaApi {
   CUresult (*cuModuleUnload)(CUmodule module);
   CUresult (*cuFuncGetAttribute)(int *value, int attribute,
                                  CUfunction function);
+  CUresult (*cuFuncSetAttribute)(CUfunction function, int attribute, int value);
   CUresult (*cuMemAlloc)(CUdeviceptr *address, size_t bytes); // _v2
   CUresult (*cuMemFree)(CUdeviceptr address);                 // _v2
   CUresult (*cuMemcpyHtoD)(CUdeviceptr to, const void *from,
@@ -187,6 +212,13 @@ struct CudaApi {
   CUresult (*cuIpcCloseMemHandle)(CUdeviceptr address);
   CUresult (*cuOccupancyMaxActiveBlocksPerMultiprocessor)(int *blocks, CUfunction function,
                                                           int blockSize, size_t sharedBytes);
+  // Tensor maps (CUDA 12.0 on): null where the driver lacks it; artifacts
+  // with tensor maps are then refused when their launches are prepared.
+  CUresult (*cuTensorMapEncodeTiled)(TensorMap *map, int dataType, uint32_t rank,
+                                     void *globalAddress, const uint64_t *globalDim,
+                                     const uint64_t *globalStrides, const uint32_t *boxDim,
+                                     const uint32_t *elementStrides, int interleave,
+                                     int swizzle, int l2Promotion, int oobFill);
 };
 
 // No usable driver or device: a one-line reason ("no CUDA driver
@@ -218,6 +250,8 @@ public:
   // cuDriverGetVersion: 12040 for CUDA 12.4.
   int version() const { return version_; }
   const std::string &library() const { return library_; }
+  // "the CUDA driver 12.4 (libcuda.so.1)", for messages.
+  std::string name() const;
 
   // "CUDA_ERROR_OUT_OF_MEMORY: out of memory".
   std::string describe(CUresult result) const;

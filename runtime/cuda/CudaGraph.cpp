@@ -37,6 +37,7 @@ void CudaGraph::update(PreparedLaunch &launch, const LaunchCall &call) {
   if (found == byLaunch_.end())
     throw std::logic_error("update of a launch the recording does not hold");
   CapturedLaunch &captured = launches_[found->second];
+  backend_.refreshTensorMaps(launch, call);
   const bool changed = captured.params.pack(call.buffers, call.scalars);
   const unsigned grid = launchGrid(launch, call);
   if (!changed && grid == captured.grid)
@@ -46,6 +47,7 @@ void CudaGraph::update(PreparedLaunch &launch, const LaunchCall &call) {
   params.func = captured.function;
   params.gridDimX = grid;
   params.blockDimX = captured.block;
+  params.sharedMemBytes = captured.sharedBytes;
   params.kernelParams = captured.params.pointers();
   backend_.check(backend_.driver().api().cuGraphExecKernelNodeSetParams(
                      exec_, captured.node, &params),

@@ -3,7 +3,9 @@
 // freezes each kernel node's parameters; update() rewrites the parameters of
 // one node with cuGraphExecKernelNodeSetParams when its launch's arguments
 // changed (the PastTokens scalars of a decode step), leaving the others and
-// the graph as they are.
+// the graph as they are. A node's tensor maps stay at their addresses:
+// update() re-encodes and uploads those whose buffer changed since, ahead of
+// the replay.
 #pragma once
 
 #include "runtime/cuda/CudaBackend.h"
@@ -22,6 +24,7 @@ struct CapturedLaunch {
   CUgraphNode node = nullptr;
   CUfunction function = nullptr;
   unsigned grid = 1, block = 1;
+  unsigned sharedBytes = 0; // dynamic shared memory
   std::string where; // for errors: the step, kernel and op
   KernelParams params;
 };

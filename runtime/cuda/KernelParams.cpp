@@ -44,6 +44,7 @@ KernelParams::KernelParams(std::vector<int> ranks, size_t numScalars)
 
 KernelParams::KernelParams(const KernelParams &other)
     : ranks_(other.ranks_), numScalars_(other.numScalars_),
+      mapScalars_(other.mapScalars_), mapAddresses_(other.mapAddresses_),
       values_(other.values_), scratch_(other.scratch_.size()),
       pointers_(other.pointers_.size()) {
   point();
@@ -53,6 +54,8 @@ KernelParams &KernelParams::operator=(const KernelParams &other) {
   if (this != &other) {
     ranks_ = other.ranks_;
     numScalars_ = other.numScalars_;
+    mapScalars_ = other.mapScalars_;
+    mapAddresses_ = other.mapAddresses_;
     values_ = other.values_;
     scratch_.resize(values_.size());
     pointers_.resize(values_.size());
@@ -66,6 +69,18 @@ void KernelParams::point() {
     pointers_[i] = &values_[i];
 }
 
+void KernelParams::mapTensorMaps(const std::vector<artifact::ScalarKind> &kinds,
+                                 std::vector<uint64_t> addresses) {
+  if (kinds.size() != numScalars_)
+    throw std::logic_error("kernel parameters: " + std::to_string(kinds.size()) +
+                           " scalar kinds for " + std::to_string(numScalars_) + " scalars");
+  mapScalars_.clear();
+  for (size_t s = 0; s < kinds.size(); ++s)
+    if (kinds[s] == artifact::ScalarKind::TensorMap)
+      mapScalars_.push_back(s);
+  mapAddresses_ = std::move(addresses);
+}
+
 bool KernelParams::pack(const BufferArgument *buffers, const int64_t *scalars) {
   for (size_t b = 0; b < ranks_.size(); ++b)
     if (buffers[b].rank != ranks_[b])
@@ -74,6 +89,16 @@ bool KernelParams::pack(const BufferArgument *buffers, const int64_t *scalars) {
                              ", prepared for " + std::to_string(ranks_[b]));
   packKernelParams(buffers, ranks_.size(), scalars, numScalars_,
                    scratch_.data());
+  // The scalars come last.
+  uint64_t *scalarValues = scratch_.data() + scratch_.size() - numScalars_;
+  for (size_t s : mapScalars_) {
+    const int64_t index = scalars[s];
+    if (index < 0 || static_cast<uint64_t>(index) >= mapAddresses_.size())
+      throw std::logic_error("kernel parameters: scalar " + std::to_string(s) +
+                             " names tensor map " + std::to_string(index) + " of " +
+                             std::to_string(mapAddresses_.size()));
+    scalarValues[s] = mapAddresses_[static_cast<size_t>(index)];
+  }
   if (std::equal(scratch_.begin(), scratch_.end(), values_.begin()))
     return false;
   // Copied in place: pointers() stays valid.

@@ -5,6 +5,8 @@
 // (both pointers the buffer's device address, offset 0, row-major contiguous
 // strides in elements), then one i64 per scalar. Every parameter is 8 bytes;
 // cuLaunchKernel takes an array with a pointer to each parameter's value.
+// A TensorMap scalar (schema 1.5) is the device address of its map, which
+// KernelParams substitutes for the map's index the engine passes.
 #pragma once
 
 #include "runtime/engine/Backend.h"
@@ -33,6 +35,12 @@ public:
   KernelParams(const KernelParams &other);
   KernelParams &operator=(const KernelParams &other);
 
+  // TensorMap scalars: each one's value indexes `addresses` (the device
+  // copies of the launch's maps) and its parameter is that address. `kinds`
+  // are the scalars' kinds. Set before the first pack.
+  void mapTensorMaps(const std::vector<artifact::ScalarKind> &kinds,
+                     std::vector<uint64_t> addresses);
+
   // Packs one call's arguments (one buffer per rank, the scalars); returns
   // whether any value differs from the ones held before.
   bool pack(const BufferArgument *buffers, const int64_t *scalars);
@@ -47,6 +55,8 @@ private:
 
   std::vector<int> ranks_;
   size_t numScalars_ = 0;
+  std::vector<size_t> mapScalars_;     // the TensorMap scalars' positions
+  std::vector<uint64_t> mapAddresses_; // what their values index
   std::vector<uint64_t> values_, scratch_;
   std::vector<void *> pointers_;
 };

@@ -40,6 +40,16 @@ struct BufferArgument {
   int64_t sizes[memref::kMaxRank] = {};
 };
 
+// A tensor map over one buffer argument of a launch (schema 1.5's
+// Launch.tensor_maps; CUDA only): the GPU backend encodes it from the
+// buffer's address and sizes at each call.
+struct TensorMapSpec {
+  uint32_t buffer = 0;       // index into the launch's buffer arguments
+  DType dtype = DType::BF16; // that buffer's elements
+  std::vector<uint32_t> box; // elements, innermost dimension first
+  uint32_t swizzle = 0;      // the shared-memory swizzle span: 0, 32, 64, 128 bytes
+};
+
 // A launch as planned, prepared once by the backend before any call.
 struct LaunchSpec {
   uint32_t kernel = 0; // index into the artifact's kernels
@@ -51,12 +61,16 @@ struct LaunchSpec {
   uint32_t maxParts = 1; // CPU: how many parts the launch may be split into
   uint32_t block = 0;    // GPU: threads per block
   int64_t maxGrid = 0;   // GPU: the most blocks any call launches
+  uint32_t sharedBytes = 0; // GPU: dynamic shared memory (Kernel.shared_bytes)
+  std::vector<TensorMapSpec> tensorMaps; // what TensorMap scalars index
 };
 
 // The arguments of one call of a launch.
 struct LaunchCall {
   const BufferArgument *buffers = nullptr; // one per LaunchSpec::ranks
   // One per LaunchSpec::scalarKinds; Part and Parts are the backend's to set.
+  // A TensorMap scalar is its index in LaunchSpec::tensorMaps: the backend
+  // passes the address of the map it encoded over this call's buffer.
   const int64_t *scalars = nullptr;
   int64_t grid = 1; // GPU: blocks along x, at least 1
 };

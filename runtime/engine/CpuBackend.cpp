@@ -182,6 +182,15 @@ void CpuBackend::loadKernels(const Artifact &artifact) {
 }
 
 std::unique_ptr<PreparedLaunch> CpuBackend::prepare(const LaunchSpec &spec) {
+  // GPU features: the artifact's checks keep them out of x86 artifacts.
+  if (spec.sharedBytes > 0)
+    throw RuntimeError(spec.where + ": " + std::to_string(spec.sharedBytes) +
+                       " bytes of dynamic shared memory, which x86 kernels do not have");
+  if (!spec.tensorMaps.empty() ||
+      std::find(spec.scalarKinds.begin(), spec.scalarKinds.end(), fb::ScalarKind::TensorMap) !=
+          spec.scalarKinds.end())
+    throw RuntimeError(spec.where + ": TensorMap scalars are CUDA tensor maps, for nvptx "
+                                    "artifacts; x86 kernels take none");
   const int parts = static_cast<int>(std::max<uint32_t>(
       std::min<uint32_t>(spec.maxParts,
                          static_cast<uint32_t>(pool_.numThreads())),

@@ -199,9 +199,22 @@ LaunchPlan Engine::Impl::planLaunch(const fb::Launch &launch,
       plan.readsPast |= scalar->kind() == fb::ScalarKind::PastTokens;
     }
   spec.scalarKinds = plan.scalarKinds;
+  // Tensor maps over the launch's buffers (the artifact's checks hold).
+  if (const auto *maps = launch.tensor_maps())
+    for (const fb::TensorMap *map : *maps) {
+      TensorMapSpec tensorMap;
+      tensorMap.buffer = map->buffer();
+      tensorMap.dtype = toDType(buffers->Get(map->buffer())->dtype());
+      if (map->box())
+        tensorMap.box.assign(map->box()->begin(), map->box()->end());
+      tensorMap.swizzle = map->swizzle();
+      spec.tensorMaps.push_back(std::move(tensorMap));
+    }
+  plan.mapsTensors = !spec.tensorMaps.empty();
   plan.split = entry.split;
   spec.maxParts = launch.max_parts();
   spec.block = launch.block();
+  spec.sharedBytes = artifact->kernels()->Get(launch.kernel())->shared_bytes();
   if (launch.grid()) {
     plan.grid = *launch.grid();
     // Dims only grow with T.
@@ -442,6 +455,9 @@ LaunchCall Engine::Impl::evaluateLaunch(LaunchPlan &launch,
     case fb::ScalarKind::GroupIndex:
       value = memberships.at(static_cast<size_t>(launch.scalarConstants[s])).index;
       break;
+    case fb::ScalarKind::TensorMap: // its map's index: the backend passes the map
+      value = launch.scalarConstants[s];
+      break;
     case fb::ScalarKind::Part:
     case fb::ScalarKind::Parts:
       break;
@@ -488,10 +504,11 @@ void Engine::Impl::runSteps(EntryPlan &entry, int64_t tokens, StepClock *clock) 
 
 void Engine::Impl::updateRecording(EntryPlan &entry, int64_t tokens) {
   // Between recorded calls only the PastTokens scalars change (and the
-  // inputs, uploaded before each replay).
+  // inputs, uploaded before each replay), and tensor maps that a call of
+  // another conversation re-encoded.
   for (StepPlan &step : entry.steps)
     if (auto *launch = std::get_if<LaunchPlan>(&step);
-        launch && launch->readsPast) {
+        launch && (launch->readsPast || launch->mapsTensors)) {
       const LaunchCall call = evaluateLaunch(*launch, tokens);
       if (call.grid > 0) // skipped launches were not recorded
         entry.recording->update(*launch->prepared, call);
@@ -540,6 +557,8 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count,
                                            : count == 1 && current == 0);
   if (clock) {
     runSteps(entry, count, clock);
+    if (!recordable)
+      entry.decodeCalls = 0;
   } else if (recordable) {
     if (entry.recording) {
       updateRecording(entry, count);
@@ -553,6 +572,7 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count,
     ++entry.decodeCalls;
   } else {
     runSteps(entry, count);
+    entry.decodeCalls = 0;
   }
   backend->synchronize();
   if (entry.sequences)

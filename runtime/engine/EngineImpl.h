@@ -56,6 +56,7 @@ struct LaunchPlan {
   std::vector<int64_t> scalarConstants;
   std::optional<fb::Dim> grid; // GPU launches
   bool readsPast = false;      // has a PastTokens scalar
+  bool mapsTensors = false;    // has tensor maps (encoded from its buffers per call)
   int64_t split = 1;           // its entry's token split (SequenceTokens)
   // The arguments of the current call.
   std::vector<BufferArgument> arguments;
@@ -87,8 +88,10 @@ struct EntryPlan {
   uint64_t arenaBytes = 0; // its planned arena (in the engine's shared one)
   fb::Dim logitsRows{1, 0, 1};
   std::vector<StepPlan> steps;
-  // Decode calls on a backend that records: the first runs the steps, the
-  // second records and replays them, later ones replay.
+  // Recordable decode calls on a backend that records: the first runs the
+  // steps, the second records and replays them, later ones replay. Until
+  // the recording exists, a call it cannot replay starts the count again:
+  // the recording captures what the call before it ran (its tensor maps).
   int64_t decodeCalls = 0;
   std::unique_ptr<Recording> recording;
 };

@@ -3,6 +3,7 @@
 #include "runtime/hip/AmdgcnArtifact.h"
 #include "runtime/hip/HipGraph.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -60,8 +61,8 @@ std::string oneLine(const std::string &log) {
 
 HipLaunch::HipLaunch(hipFunction_t kernel, unsigned threads, std::string step,
                      const LaunchSpec &spec)
-    : function(kernel), block(threads), where(std::move(step)),
-      params(spec.ranks, spec.scalarKinds.size()) {}
+    : function(kernel), block(threads), sharedBytes(spec.sharedBytes),
+      where(std::move(step)), params(spec.ranks, spec.scalarKinds.size()) {}
 
 void **HipLaunch::arguments(const LaunchCall &call) {
   params.pack(call.buffers, call.scalars);
@@ -138,6 +139,7 @@ void HipBackend::openDevice(int ordinal) {
           "hipDeviceGetAttribute", context + ": " + what);
     return value;
   };
+  device_.sharedBytesPerBlock = properties.sharedMemPerBlock;
   device_.maxThreadsPerBlock =
       attribute(kAttrMaxThreadsPerBlock, "max threads per block");
   device_.maxGridX = attribute(kAttrMaxGridDimX, "max grid size");
@@ -281,6 +283,11 @@ std::unique_ptr<PreparedLaunch> HipBackend::prepare(const LaunchSpec &spec) {
   for (fb::ScalarKind kind : spec.scalarKinds)
     if (kind == fb::ScalarKind::Part || kind == fb::ScalarKind::Parts)
       throw RuntimeError(where + ": GPU launches take no Part or Parts scalar");
+  if (!spec.tensorMaps.empty() ||
+      std::find(spec.scalarKinds.begin(), spec.scalarKinds.end(), fb::ScalarKind::TensorMap) !=
+          spec.scalarKinds.end())
+    throw RuntimeError(where + ": TensorMap scalars are CUDA tensor maps, for nvptx artifacts; "
+                               "AMD GPUs have none");
   const hipFunction_t function = functions_.at(spec.kernel);
   const std::string onDevice =
       device_.name + ", device " + std::to_string(device_.ordinal);
@@ -302,6 +309,10 @@ std::unique_ptr<PreparedLaunch> HipBackend::prepare(const LaunchSpec &spec) {
     throw RuntimeError(where + ": a grid of " + std::to_string(spec.maxGrid) +
                        " blocks at max_tokens; " + onDevice +
                        " allows at most " + std::to_string(device_.maxGridX));
+  if (spec.sharedBytes > device_.sharedBytesPerBlock)
+    throw RuntimeError(where + ": " + std::to_string(spec.sharedBytes) +
+                       " bytes of dynamic shared memory (LDS); " + onDevice +
+                       " gives a block at most " + std::to_string(device_.sharedBytesPerBlock));
   if (static_cast<uint64_t>(spec.maxGrid) * spec.block > kMaxWorkItemsX)
     throw RuntimeError(where + ": a grid of " + std::to_string(spec.maxGrid) +
                        " blocks of " + std::to_string(spec.block) +
@@ -316,13 +327,13 @@ void HipBackend::launch(PreparedLaunch &prepared, const LaunchCall &call) {
   void **arguments = launch.arguments(call);
   const auto grid = static_cast<unsigned>(call.grid);
   check(driver_->api().hipModuleLaunchKernel(launch.function, grid, 1, 1,
-                                             launch.block, 1, 1, 0, stream_,
-                                             arguments, nullptr),
+                                             launch.block, 1, 1, launch.sharedBytes,
+                                             stream_, arguments, nullptr),
         "hipModuleLaunchKernel", source_ + ": " + launch.where);
   if (capture_)
     capture_->push_back(CapturedLaunch{&prepared, capturedNode(),
                                        launch.function, grid, launch.block,
-                                       launch.where, launch.params});
+                                       launch.sharedBytes, launch.where, launch.params});
 }
 
 hipGraphNode_t HipBackend::capturedNode() {

@@ -8,7 +8,9 @@
 // runtime/cuda/KernelParams.h) and device-to-device copies. Recording
 // captures that stream into a HIP graph (HipGraph.h). Blocks are whatever
 // the artifact says (1..1024 threads); the device runs them as wavefronts of
-// 64.
+// 64. A launch's dynamic shared memory (LaunchSpec::sharedBytes; artifacts
+// give it to nvptx kernels only so far) is its dynamic LDS; TensorMap
+// scalars, CUDA's, are refused.
 //
 // Every HIP error is a RuntimeError naming the call, the error, and for a
 // launch its step, kernel and op; after one the backend refuses all further
@@ -58,6 +60,7 @@ struct DeviceInfo {
   int maxThreadsPerBlock = 0;
   int maxGridX = 0;
   uint64_t memoryBytes = 0;
+  uint64_t sharedBytesPerBlock = 0; // LDS a workgroup may have
 };
 
 // A launch the backend prepared: its kernel, block and the storage of its
@@ -75,6 +78,7 @@ public:
 
   hipFunction_t function;
   unsigned block;
+  unsigned sharedBytes; // dynamic LDS of every call (Kernel.shared_bytes)
   std::string where;
   cuda::KernelParams params;
 };

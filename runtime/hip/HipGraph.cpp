@@ -40,6 +40,7 @@ void HipGraph::update(PreparedLaunch &launch, const LaunchCall &call) {
   params.func = captured.function;
   params.gridDim.x = grid;
   params.blockDim.x = captured.block;
+  params.sharedMemBytes = captured.sharedBytes;
   params.kernelParams = captured.params.pointers();
   backend_.check(backend_.driver().api().hipGraphExecKernelNodeSetParams(
                      exec_, captured.node, &params),

@@ -55,6 +55,12 @@ KernelSpec greedyKeys();
 
 // Elementwise and norms (ElementwiseKernels.cpp).
 KernelSpec castToBf16(int64_t width);
+// The same on a GPU (GpuCastKernel.cpp): a thread per 8 elements of the T
+// rows (x, x_bf16; T), launched as castBf16ThreadsWork.
+bool castBf16ThreadsFit(int64_t width);
+struct Work;
+Work castBf16ThreadsWork(int64_t width);
+KernelSpec castBf16Threads(int64_t width);
 KernelSpec embed(int64_t vocab, int64_t hidden);
 KernelSpec rmsNorm(int64_t width, double eps);
 // RMSNorm of every [t, h, :] row of a [tokens, heads, headDim] tensor.

@@ -46,6 +46,10 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGpuKernelModule(mlir::MLIRContext &contex
     kernel->setAttr(mlir::gpu::GPUDialect::getKernelFuncAttrName(), b.getUnitAttr());
     if (mlir::Attribute tiling = func->getAttr("kiln.tiling"))
       kernel->setAttr("kiln.tiling", tiling);
+    // What the kernel asks of its launch (nvvm.maxntid, nvvm.minctasm).
+    for (mlir::NamedAttribute attr : func->getAttrs())
+      if (attr.getName().strref().starts_with("nvvm."))
+        kernel->setAttr(attr.getName(), attr.getValue());
     mlir::Block &entry = kernel.getBody().front();
     b.setInsertionPointToStart(&entry);
     // part = block_id.x * block_dim.x + thread_id.x; parts = grid_dim.x * block_dim.x

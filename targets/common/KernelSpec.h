@@ -3,6 +3,7 @@
 // memref/vector/amx dialects, before lowering to LLVM).
 #pragma once
 
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -13,6 +14,7 @@ struct KernelSpec {
   std::string op;     // the graph op it implements ("kiln.linear")
   std::string tiling; // JSON, also attached to the func as kiln.tiling
   std::string mlir;   // the func.func text
+  int64_t sharedBytes = 0; // dynamic shared memory a GPU kernel needs at launch
 };
 
 // Fills `@@key@@` placeholders of an MLIR template (MLIR itself uses braces). Every placeholder must have

@@ -136,12 +136,18 @@ FailureOr<Buf> Lowering::weight(Value v, Transform transform) {
 
 void Lowering::launchMatrixGemm(const TargetHooks::MatrixGemm &gemm, int64_t n, const Buf &x,
                                 const Buf &w, const Buf &y, StringRef what) {
+  Buf in = x;
+  if (gemm.cast) {
+    in = allocShape({rows(), x.shape.back()}, b.getBF16Type());
+    launch(*gemm.cast, {x, in}, {"tokens:0", "part", "parts"}, gemm.castWork, what);
+  }
+  SmallVector<StringRef> scalars(gemm.scalars.begin(), gemm.scalars.end());
   if (gemm.splits == 1) {
-    launch(gemm.kernel, {x, w, y}, {"tokens:0", "part", "parts"}, gemm.work, what);
+    launch(gemm.kernel, {in, w, y}, scalars, gemm.work, what);
     return;
   }
   Buf partial = allocShape({fixed(gemm.splits), rows(), fixed(n)}, b.getF32Type());
-  launch(gemm.kernel, {x, w, partial}, {"tokens:0", "part", "parts"}, gemm.work, what);
+  launch(gemm.kernel, {in, w, partial}, scalars, gemm.work, what);
   launch(*gemm.sum, {partial, y}, {"tokens:0", "part", "parts"}, gemm.sumWork, what);
 }
 

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace kiln::kernels {
 
@@ -63,6 +64,12 @@ public:
     int64_t splits = 1;
     std::optional<KernelSpec> sum;
     Work sumWork;
+    // With `cast`, the kernel reads a bf16 copy of x that `cast` writes (x,
+    // x_bf16; T) instead of x.
+    std::optional<KernelSpec> cast;
+    Work castWork;
+    // The kernel's scalars after its buffers.
+    std::vector<std::string> scalars = {"tokens:0", "part", "parts"};
   };
   virtual std::optional<MatrixGemm> matrixGemm(int64_t /*n*/, int64_t /*k*/,
                                                int64_t /*maxTokens*/) const {

@@ -28,7 +28,10 @@ bool fail(std::string &error, const std::string &message) {
 } // namespace
 
 std::string ptxFeatureFor(const std::string &chip) {
-  return chip.rfind("sm_10", 0) == 0 || chip.rfind("sm_12", 0) == 0 ? "+ptx86" : "+ptx78";
+  if (chip.rfind("sm_10", 0) == 0 || chip.rfind("sm_12", 0) == 0)
+    return "+ptx86";
+  // wgmma, setmaxnreg and the bulk tensor copies need PTX ISA 8.0.
+  return chip == "sm_90a" ? "+ptx80" : "+ptx78";
 }
 
 mlir::OwningOpRef<mlir::ModuleOp> buildGpuModule(mlir::MLIRContext &context,

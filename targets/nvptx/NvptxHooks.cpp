@@ -3,6 +3,8 @@
 #include "targets/nvptx/MmaExperts.h"
 #include "targets/nvptx/MmaGemm.h"
 #include "targets/nvptx/PeerMegaMoE.h"
+#include "targets/nvptx/WgmmaGemm.h"
+#include "targets/common/Generators.h"
 
 #include <algorithm>
 
@@ -18,7 +20,19 @@ constexpr int64_t kMatrixMinTokens = 32;
 
 std::optional<kernels::TargetHooks::MatrixGemm>
 NvptxHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens) const {
-  if (maxTokens < kMatrixMinTokens || !mmaGemmFits(n, k))
+  if (maxTokens < kMatrixMinTokens)
+    return std::nullopt;
+  // Hopper's pipeline wherever the tiles fill the GPU; one row tile over few
+  // column tiles (batched decode) keeps the mma.sync tiles, which split k.
+  if (hopper() && wgmmaGemmFits(n, k) && kernels::castBf16ThreadsFit(k) &&
+      mmaGemmSplits(n, k, maxTokens) == 1) {
+    MatrixGemm gemm{wgmmaGemm(n, k, fault == "wgmma-drop-k-step"), wgmmaGemmWork(n, maxTokens)};
+    gemm.cast = kernels::castBf16Threads(k);
+    gemm.castWork = kernels::castBf16ThreadsWork(k);
+    gemm.scalars = wgmmaGemmScalars();
+    return gemm;
+  }
+  if (!mmaGemmFits(n, k))
     return std::nullopt;
   int64_t splits = mmaGemmSplits(n, k, maxTokens);
   MatrixGemm gemm{mmaGemm(n, k, splits), mmaGemmWork(n, maxTokens, splits)};

@@ -1,14 +1,23 @@
-// The NVPTX target's answers to the shared lowering: the tensor-core GEMM
-// (MmaGemm.h) for prefill-shaped products, and launch shapes for the warp
-// and row kernels.
+// The NVPTX target's answers to the shared lowering, for one chip: the
+// tensor-core GEMM for prefill-shaped products (Hopper's wgmma pipeline,
+// WgmmaGemm.h, on sm_90a; mma.sync tiles, MmaGemm.h, elsewhere), and launch
+// shapes for the warp and row kernels.
 #pragma once
 
 #include "targets/common/TargetHooks.h"
+
+#include <string>
+#include <utility>
 
 namespace kiln::nvptx {
 
 class NvptxHooks final : public kernels::TargetHooks {
 public:
+  // `chip`: "sm_90a" (H100, H200: the wgmma kernels), "sm_100", ...
+  // `fault`: a kernel broken on purpose, for the tests that show the checks
+  // catch one ("wgmma-drop-k-step"), or "".
+  explicit NvptxHooks(std::string chip, std::string fault = "")
+      : chip(std::move(chip)), fault(std::move(fault)) {}
   std::string name() const override { return "nvptx"; }
   bool isGpu() const override { return true; }
   std::optional<TiledGemm> tiledGemm(int64_t, int64_t) const override {
@@ -20,6 +29,11 @@ public:
                                              int64_t maxTokens) const override;
   std::optional<PeerMegaMoE> peerMegaMoE(const kernels::PeerMegaMoEShape &shape) const override;
   kernels::LaunchShape shape(kernels::Work work, int64_t maxTokens) const override;
+
+private:
+  // wgmma, TMA and setmaxnreg: the arch-specific sm_90a.
+  bool hopper() const { return chip == "sm_90a"; }
+  std::string chip, fault;
 };
 
 } // namespace kiln::nvptx

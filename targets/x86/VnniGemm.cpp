@@ -2,17 +2,15 @@
 // struct that the loops, the kiln.tiling attribute and the JSON all read.
 #include "targets/x86/VnniGemm.h"
 
+#include "targets/common/KernelBuilder.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Dialect/X86Vector/X86VectorDialect.h"
-#include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/ImplicitLocOpBuilder.h"
-#include "mlir/IR/MLIRContext.h"
-
-#include "llvm/Support/raw_ostream.h"
 
 #include <utility>
 #include <vector>
@@ -64,17 +62,6 @@ public:
         wideInts(VectorType::get({kTileColumns}, i32)) {}
 
   Value index(int64_t v) { return arith::ConstantIndexOp::create(b, v); }
-
-  // [begin, end) of `count` items for this launch part: ceil(count / parts)
-  // a part, the last ones possibly empty.
-  std::pair<Value, Value> partRange(Value count, Value part, Value parts) {
-    Value one = index(1);
-    Value chunk = arith::DivUIOp::create(
-        b, arith::SubIOp::create(b, arith::AddIOp::create(b, count, parts), one), parts);
-    Value begin = arith::MinUIOp::create(b, arith::MulIOp::create(b, part, chunk), count);
-    Value end = arith::MinUIOp::create(b, arith::AddIOp::create(b, begin, chunk), count);
-    return {begin, end};
-  }
 
   // One register block: `rows` rows of a from row m by `tiles` tiles from
   // tile0, over all of k, stored to y.
@@ -178,75 +165,50 @@ private:
 kernels::KernelSpec linearVnni(const VnniGemmTiling &tiling, int64_t n, int64_t k) {
   const std::string name = std::string("linear_") + tiling.family() + "_" + std::to_string(n) +
                            "x" + std::to_string(k);
-  // The tiling, once: the kiln.tiling attribute and the artifact's JSON.
-  const std::vector<std::pair<std::string, int64_t>> sizes = {
-      {"panel_tiles", tiling.panelTiles}, {"rows", tiling.rows}, {"tile_k", 2},
-      {"tile_n", kTileColumns}, {"tiles", tiling.tiles}};
-  const std::vector<std::pair<std::string, std::string>> words = {
-      {"kind", tiling.family()}, {"order", "n-m-k"}, {"parallel", "n"}};
-
-  MLIRContext context(MLIRContext::Threading::DISABLED);
-  context.loadDialect<arith::ArithDialect, func::FuncDialect, memref::MemRefDialect,
-                      scf::SCFDialect, vector::VectorDialect, x86vector::X86VectorDialect>();
-  ImplicitLocOpBuilder b(UnknownLoc::get(&context), &context);
-  OwningOpRef<ModuleOp> module = ModuleOp::create(b);
-  b.setInsertionPointToEnd(module->getBody());
-
-  Type bf16 = b.getBF16Type(), f32 = b.getF32Type(), i64 = b.getI64Type();
-  const int64_t dynamic = ShapedType::kDynamic;
-  auto a = MemRefType::get({dynamic, k}, bf16);
-  auto w = MemRefType::get({dynamic, kBlockRow}, bf16);
-  auto y = MemRefType::get({dynamic, n}, f32);
-  auto fn = func::FuncOp::create(b, name, b.getFunctionType({a, w, y, i64, i64, i64}, {}));
-  fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
-  SmallVector<NamedAttribute> tilingAttrs;
-  std::string json = "{";
-  for (const auto &[key, value] : sizes) {
-    tilingAttrs.push_back(b.getNamedAttr(key, b.getI64IntegerAttr(value)));
-    json += (json.size() > 1 ? ", \"" : "\"") + key + "\": " + std::to_string(value);
-  }
-  for (const auto &[key, value] : words) {
-    tilingAttrs.push_back(b.getNamedAttr(key, b.getStringAttr(value)));
-    json += ", \"" + key + "\": \"" + value + "\"";
-  }
-  fn->setAttr("kiln.tiling", b.getDictionaryAttr(tilingAttrs));
-  Block *entry = fn.addEntryBlock();
-  b.setInsertionPointToStart(entry);
-
-  VnniGemmBuilder gemm(b, tiling, k);
-  Value aArg = entry->getArgument(0), wArg = entry->getArgument(1), yArg = entry->getArgument(2);
-  auto toIndex = [&](Value v) { return arith::IndexCastOp::create(b, b.getIndexType(), v); };
-  Value rows = toIndex(entry->getArgument(3));
-  auto [begin, end] = gemm.partRange(gemm.index(tiling.panels(n)), toIndex(entry->getArgument(4)),
-                                     toIndex(entry->getArgument(5)));
-  // Whole register blocks of rows, then the rest one row at a time.
-  Value blockRows = gemm.index(tiling.rows);
-  Value mainRows = arith::SubIOp::create(b, rows, arith::RemUIOp::create(b, rows, blockRows));
-  auto panels = scf::ForOp::create(b, begin, end, gemm.index(1));
-  b.setInsertionPointToStart(panels.getBody());
-  Value tile0 = arith::MulIOp::create(b, panels.getInductionVar(), gemm.index(tiling.panelTiles));
-  auto whole = scf::ForOp::create(b, gemm.index(0), mainRows, blockRows);
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(whole.getBody());
-    for (int64_t t = 0; t < tiling.panelTiles; t += tiling.tiles)
-      gemm.block(tiling.rows, tiling.tiles, aArg, wArg, yArg, whole.getInductionVar(),
-                 arith::AddIOp::create(b, tile0, gemm.index(t)));
-  }
-  auto rest = scf::ForOp::create(b, mainRows, rows, gemm.index(1));
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(rest.getBody());
-    gemm.block(1, tiling.panelTiles, aArg, wArg, yArg, rest.getInductionVar(), tile0);
-  }
-  b.setInsertionPointToEnd(entry);
-  func::ReturnOp::create(b);
-
-  std::string text;
-  llvm::raw_string_ostream os(text);
-  fn->print(os);
-  os << "\n";
-  return kernels::KernelSpec{name, "kiln.linear", json + "}", text};
+  kernels::Tiling described;
+  described.set("panel_tiles", tiling.panelTiles)
+      .set("rows", tiling.rows)
+      .set("tile_k", 2)
+      .set("tile_n", kTileColumns)
+      .set("tiles", tiling.tiles)
+      .set("kind", tiling.family())
+      .set("order", "n-m-k")
+      .set("parallel", "n");
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    return {MemRefType::get({dynamic, k}, b.getBF16Type()),
+            MemRefType::get({dynamic, kBlockRow}, b.getBF16Type()),
+            MemRefType::get({dynamic, n}, b.getF32Type()), b.getI64Type()};
+  };
+  return kernels::buildKernel(name, "kiln.linear", described, args, [&](kernels::KernelScope &kernel) {
+    ImplicitLocOpBuilder &b = kernel.b;
+    VnniGemmBuilder gemm(b, tiling, k);
+    Value aArg = kernel.arg(0), wArg = kernel.arg(1), yArg = kernel.arg(2);
+    Value rows = kernel.argIndex(3);
+    auto [begin, end] =
+        kernels::partRange(b, gemm.index(tiling.panels(n)), kernel.argIndex(4), kernel.argIndex(5));
+    // Whole register blocks of rows, then the rest one row at a time.
+    Value blockRows = gemm.index(tiling.rows);
+    Value mainRows = arith::SubIOp::create(b, rows, arith::RemUIOp::create(b, rows, blockRows));
+    auto panels = scf::ForOp::create(b, begin, end, gemm.index(1));
+    b.setInsertionPointToStart(panels.getBody());
+    Value tile0 =
+        arith::MulIOp::create(b, panels.getInductionVar(), gemm.index(tiling.panelTiles));
+    auto whole = scf::ForOp::create(b, gemm.index(0), mainRows, blockRows);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(whole.getBody());
+      for (int64_t t = 0; t < tiling.panelTiles; t += tiling.tiles)
+        gemm.block(tiling.rows, tiling.tiles, aArg, wArg, yArg, whole.getInductionVar(),
+                   arith::AddIOp::create(b, tile0, gemm.index(t)));
+    }
+    auto rest = scf::ForOp::create(b, mainRows, rows, gemm.index(1));
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(rest.getBody());
+      gemm.block(1, tiling.panelTiles, aArg, wArg, yArg, rest.getInductionVar(), tile0);
+    }
+  });
 }
 
 } // namespace kiln::x86

@@ -35,7 +35,7 @@ module attributes {plan.comm_groups = [{exchange_bytes = 512 : i64, name = "tp[1
 
 plan.entry @scalar attributes {max_tokens = 1 : i64} {
   %a = plan.alloc [#plan.dim<1, 0, 1>] f32
-  // expected-error @+1 {{scalar 'tokens' must be const:N, tokens:N, past:N, group:N, seq:N, part or parts}}
+  // expected-error @+1 {{scalar 'tokens' must be const:N, tokens:N, past:N, group:N, seq:N, tmap:B:X,Y:S, part or parts}}
   plan.launch @k(%a) scalars ["tokens"] {max_parts = 1 : i64, op = "x"}
 }
 

@@ -16,15 +16,16 @@ constexpr const char *kUsage =
     "\n"
     "Prints a summary of a Kiln artifact (.kiln, written by kilnc): schema\n"
     "version, target, model, parallel layout and comm groups, weight\n"
-    "bindings, KV caches, kernels and, per entry point, its token limit,\n"
-    "arena, steps, launches by the graph op they implement (fused ops\n"
-    "included), collectives by kind and launches that exchange through peer\n"
-    "memory, and what one rank needs in memory.\n"
+    "bindings, KV caches, kernels (and their dynamic shared memory) and, per\n"
+    "entry point, its token limit, arena, steps, launches by the graph op\n"
+    "they implement (fused ops included), collectives by kind and launches\n"
+    "that exchange through peer memory, and what one rank needs in memory.\n"
     "The artifact is verified first; a bad one is reported in one line.\n"
     "\n"
     "  --weights   list every weight binding\n"
     "  --steps     list every step: kernel, op, buffers (shapes at\n"
-    "              T = max_tokens) and scalars\n"
+    "              T = max_tokens) and scalars (a tensor map's as\n"
+    "              tmap(buffer N, box innermost first, swizzle))\n"
     "  --help      show this text\n"
     "\n"
     "exit status: 0 done, 1 the artifact cannot be read, 2 bad usage\n";
@@ -112,7 +113,21 @@ std::string bufferText(const Artifact &artifact, const fb::BufferRef &ref,
   return name + " " + dtypeText(ref.dtype()) + dims;
 }
 
-std::string scalarText(const fb::Scalar &scalar) {
+// "tmap(buffer 1, box 64x128, swizzle 128B)": the box innermost first.
+std::string tensorMapText(const fb::Launch &launch, int64_t index) {
+  const auto *maps = launch.tensor_maps();
+  if (!maps || index < 0 || static_cast<uint64_t>(index) >= maps->size())
+    return "tmap(" + std::to_string(index) + "?)";
+  const fb::TensorMap &map = *maps->Get(static_cast<flatbuffers::uoffset_t>(index));
+  std::string box;
+  if (const auto *sides = map.box())
+    for (flatbuffers::uoffset_t d = 0; d < sides->size(); ++d)
+      box += (d ? "x" : "") + std::to_string(sides->Get(d));
+  return "tmap(buffer " + std::to_string(map.buffer()) + ", box " + box + ", swizzle " +
+         (map.swizzle() ? std::to_string(map.swizzle()) + "B" : std::string("none")) + ")";
+}
+
+std::string scalarText(const fb::Launch &launch, const fb::Scalar &scalar) {
   switch (scalar.kind()) {
   case fb::ScalarKind::Constant:
     return std::to_string(scalar.value());
@@ -130,6 +145,8 @@ std::string scalarText(const fb::Scalar &scalar) {
     return scalar.value() ? "split x T " + std::string(scalar.value() < 0 ? "- " : "+ ") +
                                 std::to_string(std::abs(scalar.value()))
                           : "split x T";
+  case fb::ScalarKind::TensorMap:
+    return tensorMapText(launch, scalar.value());
   default:
     break;
   }
@@ -180,7 +197,7 @@ void dumpStep(const Artifact &artifact, const fb::StepEntry &step, size_t index,
     if (!scalars || scalars->size() == 0)
       out << " none";
     for (flatbuffers::uoffset_t i = 0; scalars && i < scalars->size(); ++i)
-      out << (i ? ", " : " ") << scalarText(*scalars->Get(i));
+      out << (i ? ", " : " ") << scalarText(*launch, *scalars->Get(i));
     out << "\n";
   } else if (const fb::Copy *copy = step.step_as_Copy()) {
     out << "copy " << bufferText(artifact, *copy->source(), tokens) << " -> "
@@ -369,7 +386,10 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options,
     const fb::Kernel &kernel =
         *root.kernels()->Get(static_cast<flatbuffers::uoffset_t>(i));
     out << "  [" << i << "] " << text(kernel.name()) << "  op "
-        << text(kernel.op()) << "  tiling " << text(kernel.tiling()) << "\n";
+        << text(kernel.op()) << "  tiling " << text(kernel.tiling());
+    if (kernel.shared_bytes())
+      out << "  shared " << kernel.shared_bytes() << " bytes";
+    out << "\n";
   }
 
   for (const fb::EntryPoint *entry : *root.entry_points())

@@ -459,6 +459,154 @@ TEST(ArtifactTest, LaunchFields) {
 }
 
 // ---------------------------------------------------------------------------
+// Hopper kernels (schema 1.5): dynamic shared memory and tensor maps.
+
+// minimalArtifact() for nvptx sm_90a (its blob is NUL-terminated text).
+TestArtifact nvptxArtifact() {
+  TestArtifact a = minimalArtifact();
+  a.targetKind = fb::TargetKind::NVPTX;
+  a.libraryFormat = "ptx";
+  a.triple = "nvptx64-nvidia-cuda";
+  a.chip = "sm_90a";
+  a.features = {};
+  return a;
+}
+
+// The decode linear of nvptxArtifact() reading x (buffers[0], bf16 [T16,
+// 128]) and the weight (buffers[1], bf16 [64, 128]) through tensor maps, and
+// its kernel with 192 KiB of dynamic shared memory.
+TestArtifact tensorMapArtifact() {
+  TestArtifact a = nvptxArtifact();
+  a.kernels[0].sharedBytes = 196608;
+  TestLaunch &linear = launchOf(a, 1, 0);
+  linear.tensorMaps = {{1, {64, 64}, 128}, {0, {8, 16}, 0}};
+  linear.scalars.push_back({fb::ScalarKind::TensorMap, 1});
+  linear.scalars.push_back({fb::ScalarKind::TensorMap, 0});
+  return a;
+}
+
+TEST(ArtifactTest, TensorMapsAndSharedBytesLoad) {
+  const Artifact artifact = Artifact::fromBytes(serialize(tensorMapArtifact()), kSource);
+  EXPECT_EQ(artifact->kernels()->Get(0)->shared_bytes(), 196608u);
+  EXPECT_EQ(artifact->kernels()->Get(1)->shared_bytes(), 0u);
+  const fb::Launch &linear = *artifact.entryPoint("decode").steps()->Get(0)->step_as_Launch();
+  ASSERT_EQ(linear.tensor_maps()->size(), 2u);
+  const fb::TensorMap &weight = *linear.tensor_maps()->Get(0);
+  EXPECT_EQ(weight.buffer(), 1u);
+  EXPECT_EQ(std::vector<uint32_t>(weight.box()->begin(), weight.box()->end()),
+            (std::vector<uint32_t>{64, 64}));
+  EXPECT_EQ(weight.swizzle(), 128);
+  EXPECT_EQ(linear.scalars()->Get(3)->kind(), fb::ScalarKind::TensorMap);
+  EXPECT_EQ(linear.scalars()->Get(3)->value(), 1);
+  // The limit itself, every swizzle span that holds the rows, an F32 map.
+  TestArtifact a = tensorMapArtifact();
+  a.kernels[0].sharedBytes = 232448;
+  launchOf(a, 1, 0).tensorMaps = {{1, {16, 64}, 32}, {1, {32, 1}, 64}, {2, {4, 256}, 0}};
+  EXPECT_NO_THROW(Artifact::fromBytes(serialize(a), kSource));
+}
+
+TEST(ArtifactTest, ArtifactsBeforeSchema15StillLoad) {
+  TestArtifact a = nvptxArtifact();
+  a.schemaMinor = 4;
+  const Artifact artifact = Artifact::fromBytes(serialize(a), kSource);
+  EXPECT_EQ(artifact->kernels()->Get(0)->shared_bytes(), 0u);
+  EXPECT_EQ(artifact.entryPoint("decode").steps()->Get(0)->step_as_Launch()->tensor_maps(),
+            nullptr);
+}
+
+TEST(ArtifactTest, SharedBytesAreForNvptxWithinTheLimit) {
+  TestArtifact a = tensorMapArtifact();
+  a.kernels[0].sharedBytes = 232449;
+  std::string message = loadError(a);
+  expectOneLine(message);
+  EXPECT_EQ(message, "test.kiln: kernels[0] 'linear_amx_bf16'.shared_bytes 232449: more than "
+                     "the 232448 bytes (227 KiB) of dynamic shared memory a block can have");
+  a = minimalArtifact();
+  a.kernels[1].sharedBytes = 1024;
+  EXPECT_EQ(loadError(a), "test.kiln: kernels[1] 'attention_bf16'.shared_bytes 1024: dynamic "
+                          "shared memory is for nvptx kernels (the artifact is for x86 "
+                          "sapphirerapids)");
+}
+
+TEST(ArtifactTest, TensorMapScalarsIndexTheLaunchsMaps) {
+  TestArtifact a = tensorMapArtifact();
+  launchOf(a, 1, 0).scalars[4].value = 2;
+  const std::string message = loadError(a);
+  expectOneLine(message);
+  EXPECT_CONTAINS_ALL(message, "entry_points[1] 'decode': steps[0] (launch of 'linear_amx_bf16'",
+                      ": scalars[4].value 2: no such tensor map (the launch has 2 tensor_maps)");
+  launchOf(a, 1, 0).scalars[4].value = -1;
+  EXPECT_CONTAINS_ALL(loadError(a), "scalars[4].value -1: no such tensor map");
+  launchOf(a, 1, 0).scalars[4].value = 0;
+  launchOf(a, 1, 0).tensorMaps.clear();
+  EXPECT_CONTAINS_ALL(loadError(a), "scalars[3].value 1: no such tensor map (the launch has 0 "
+                                    "tensor_maps)");
+}
+
+TEST(ArtifactTest, TensorMapsAreForNvptx) {
+  // An x86 artifact: neither the scalar nor the maps.
+  TestArtifact a = minimalArtifact();
+  launchOf(a, 1, 1).scalars.push_back({fb::ScalarKind::TensorMap, 0});
+  launchOf(a, 1, 1).tensorMaps = {{2, {16, 16}, 0}};
+  EXPECT_CONTAINS_ALL(loadError(a), "'decode': steps[1] (launch of 'attention_bf16'",
+                      ": scalars[3]: TensorMap scalars are for nvptx kernels (the artifact is "
+                      "for x86 sapphirerapids)");
+  launchOf(a, 1, 1).scalars.pop_back();
+  EXPECT_CONTAINS_ALL(loadError(a), ".tensor_maps: tensor maps are for nvptx kernels");
+}
+
+TEST(ArtifactTest, TensorMapsNameABufferTheyCanMap) {
+  TestArtifact a = tensorMapArtifact();
+  auto &maps = launchOf(a, 1, 0).tensorMaps;
+  maps[1].buffer = 3;
+  std::string message = loadError(a);
+  expectOneLine(message);
+  EXPECT_CONTAINS_ALL(message, "'decode': steps[0] (launch of 'linear_amx_bf16'",
+                      ": tensor_maps[1].buffer 3: out of range (the launch has 3 buffers)");
+  // The attention launch's token ids: I32.
+  a = tensorMapArtifact();
+  launchOf(a, 1, 1).tensorMaps = {{0, {4}, 0}};
+  EXPECT_CONTAINS_ALL(loadError(a), "steps[1] (launch of 'attention_bf16'",
+                      ": tensor_maps[0]: buffers[0] is I32; tensor maps take BF16, F16 or F32 "
+                      "buffers");
+  // x as six dimensions (the same bytes).
+  a = tensorMapArtifact();
+  launchOf(a, 1, 0).buffers[0].shape = {tokens(16), fixed(2), fixed(2), fixed(2), fixed(2),
+                                        fixed(16)};
+  launchOf(a, 1, 0).tensorMaps[1].box = {8, 1, 1, 1, 1, 16};
+  EXPECT_CONTAINS_ALL(loadError(a), ": tensor_maps[1]: buffers[0] has rank 6; tensor maps take "
+                                    "ranks 1..5");
+}
+
+TEST(ArtifactTest, TensorMapBoxes) {
+  auto error = [](std::vector<uint32_t> box, uint8_t swizzle) {
+    TestArtifact a = tensorMapArtifact();
+    launchOf(a, 1, 0).tensorMaps[0] = {1, std::move(box), swizzle};
+    const std::string message = loadError(a);
+    expectOneLine(message);
+    return message;
+  };
+  EXPECT_CONTAINS_ALL(error({64}, 0), ": tensor_maps[0].box: 1 entries for a rank-2 buffer "
+                                      "(one per dimension, innermost first)");
+  EXPECT_CONTAINS_ALL(error({64, 64, 1}, 0), ".box: 3 entries for a rank-2 buffer");
+  EXPECT_CONTAINS_ALL(error({64, 0}, 0), ": tensor_maps[0].box[1] 0: must be 1..256 elements");
+  EXPECT_CONTAINS_ALL(error({264, 8}, 0), ": tensor_maps[0].box[0] 264: must be 1..256 elements");
+  EXPECT_CONTAINS_ALL(error({4, 64}, 0), ": tensor_maps[0].box[0]: the box's rows are 8 bytes "
+                                         "(4 BF16), not a multiple of 16");
+  EXPECT_CONTAINS_ALL(error({12, 64}, 0), "the box's rows are 24 bytes (12 BF16), not a multiple "
+                                          "of 16");
+  EXPECT_CONTAINS_ALL(error({64, 64}, 16), ": tensor_maps[0].swizzle 16: must be 0 (none), 32, 64 "
+                                           "or 128 (bytes)");
+  EXPECT_CONTAINS_ALL(error({128, 64}, 128), ": tensor_maps[0].swizzle 128: the box's rows are "
+                                             "256 bytes (128 BF16), more than the swizzle span");
+  EXPECT_CONTAINS_ALL(error({32, 64}, 32), "swizzle 32: the box's rows are 64 bytes");
+  // Without a swizzle the rows may be as long as the box allows.
+  TestArtifact a = tensorMapArtifact();
+  launchOf(a, 1, 0).tensorMaps[0] = {1, {128, 64}, 0};
+  EXPECT_NO_THROW(Artifact::fromBytes(serialize(a), kSource));
+}
+
+// ---------------------------------------------------------------------------
 // Buffers.
 
 TEST(ArtifactTest, ArenaOverflow) {
@@ -873,6 +1021,26 @@ TEST_F(ArtifactFileTest, KilnDumpPrintsASummary) {
       "scalars: T, past, 7",
       "[2] copy arena+8192 F32[32, 64] -> arena+0 BF16[32, 128]",
       "steps (shapes at T=1):", "arena+0 BF16[16, 128]");
+}
+
+TEST_F(ArtifactFileTest, KilnDumpPrintsSharedMemoryAndTensorMaps) {
+  const std::vector<uint8_t> bytes = serialize(tensorMapArtifact());
+  const std::string path = dir_ + "/hopper.kiln";
+  writeFileAtomically(path, bytes.data(), bytes.size());
+  std::ostringstream out, err;
+  ASSERT_EQ(kilnDumpMain({path}, out, err), 0) << err.str();
+  const std::string summary = out.str();
+  EXPECT_CONTAINS_ALL(summary,
+                      "[0] linear_amx_bf16  op kiln.linear  tiling {\"kind\":\"amx\",\"m\":16,"
+                      "\"n\":16,\"k\":32}  shared 196608 bytes\n",
+                      "[1] attention_bf16  op kiln.attention  tiling {}\n");
+  EXPECT_EQ(summary.find("tmap("), std::string::npos);
+
+  out.str("");
+  ASSERT_EQ(kilnDumpMain({"--steps", path}, out, err), 0) << err.str();
+  EXPECT_CONTAINS_ALL(out.str(),
+                      "scalars: T, part, parts, tmap(buffer 0, box 8x16, swizzle none), "
+                      "tmap(buffer 1, box 64x64, swizzle 128B)\n");
 }
 
 TEST_F(ArtifactFileTest, KilnDumpErrorsAndUsage) {

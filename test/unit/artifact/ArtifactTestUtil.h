@@ -28,12 +28,20 @@ struct TestScalar {
   int64_t value = 0;
 };
 
+// Launch.tensor_maps (schema 1.5): box innermost first.
+struct TestTensorMap {
+  uint32_t buffer = 0;
+  std::vector<uint32_t> box;
+  uint8_t swizzle = 0;
+};
+
 struct TestLaunch {
   uint32_t kernel = 0;
   std::vector<TestBuffer> buffers;
   std::vector<TestScalar> scalars;
   uint32_t maxParts = 1;
   std::string op;
+  std::vector<TestTensorMap> tensorMaps;
 };
 
 struct TestCopy {
@@ -84,6 +92,7 @@ struct TestKvCache {
 
 struct TestKernel {
   std::string name, op, tiling;
+  uint32_t sharedBytes = 0; // dynamic shared memory (schema 1.5)
 };
 
 struct TestArtifact {
@@ -148,17 +157,37 @@ buildBuffer(flatbuffers::FlatBufferBuilder &fbb, const TestBuffer &buffer) {
                              buffer.dtype);
 }
 
+// The launch's tensor maps; none (an absent vector) when it has none.
+inline flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::TensorMap>>>
+buildTensorMaps(flatbuffers::FlatBufferBuilder &fbb, const TestLaunch &launch) {
+  if (launch.tensorMaps.empty())
+    return 0;
+  std::vector<flatbuffers::Offset<fb::TensorMap>> maps;
+  for (const TestTensorMap &map : launch.tensorMaps)
+    maps.push_back(fb::CreateTensorMapDirect(fbb, map.buffer, &map.box, map.swizzle));
+  return fbb.CreateVector(maps);
+}
+
+// A launch with its grid and block (GPU targets) or without (null, 0).
+inline flatbuffers::Offset<fb::Launch>
+buildLaunch(flatbuffers::FlatBufferBuilder &fbb, const TestLaunch &launch,
+            const fb::Dim *grid = nullptr, uint32_t block = 0) {
+  std::vector<flatbuffers::Offset<fb::BufferRef>> buffers;
+  for (const TestBuffer &buffer : launch.buffers)
+    buffers.push_back(buildBuffer(fbb, buffer));
+  std::vector<flatbuffers::Offset<fb::Scalar>> scalars;
+  for (const TestScalar &scalar : launch.scalars)
+    scalars.push_back(fb::CreateScalar(fbb, scalar.kind, scalar.value));
+  const auto maps = buildTensorMaps(fbb, launch);
+  return fb::CreateLaunch(fbb, launch.kernel, fbb.CreateVector(buffers),
+                          fbb.CreateVector(scalars), launch.maxParts,
+                          fbb.CreateString(launch.op), grid, block, maps);
+}
+
 inline flatbuffers::Offset<fb::StepEntry>
 buildStep(flatbuffers::FlatBufferBuilder &fbb, const TestStep &step) {
   if (const auto *launch = std::get_if<TestLaunch>(&step)) {
-    std::vector<flatbuffers::Offset<fb::BufferRef>> buffers;
-    for (const TestBuffer &buffer : launch->buffers)
-      buffers.push_back(buildBuffer(fbb, buffer));
-    std::vector<flatbuffers::Offset<fb::Scalar>> scalars;
-    for (const TestScalar &scalar : launch->scalars)
-      scalars.push_back(fb::CreateScalar(fbb, scalar.kind, scalar.value));
-    auto built = fb::CreateLaunchDirect(fbb, launch->kernel, &buffers, &scalars,
-                                        launch->maxParts, launch->op.c_str());
+    auto built = buildLaunch(fbb, *launch);
     return fb::CreateStepEntry(fbb, fb::Step::Launch, built.Union());
   }
   if (const auto *copy = std::get_if<TestCopy>(&step)) {
@@ -210,7 +239,7 @@ inline std::vector<uint8_t> serialize(const TestArtifact &a) {
   std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
   for (const TestKernel &k : a.kernels)
     kernels.push_back(fb::CreateKernelDirect(fbb, k.name.c_str(), k.op.c_str(),
-                                             k.tiling.c_str()));
+                                             k.tiling.c_str(), k.sharedBytes));
   flatbuffers::Offset<fb::KernelLibrary> library;
   if (a.hasLibrary)
     library =

@@ -3,6 +3,7 @@
 // other targets.
 #include "runtime/engine/CpuBackend.h"
 
+#include "runtime/cpu/RuntimeError.h"
 #include "runtime/cpu/ThreadPool.h"
 
 #include "test/unit/artifact/ArtifactTestUtil.h"
@@ -53,6 +54,31 @@ TEST(CpuBackendTest, MemoryIsTheProcesss) {
   DeviceMemory adopted(*backend, backend->adopt(std::move(host), "w"), 64);
   EXPECT_EQ(adopted.address(), where);
   EXPECT_EQ(reinterpret_cast<const uint8_t *>(adopted.address())[5], 42);
+}
+
+TEST(CpuBackendTest, RefusesGpuLaunchFeatures) {
+  // Dynamic shared memory and tensor maps: the artifact's checks keep them
+  // out of x86 artifacts; a LaunchSpec with them is refused all the same.
+  ThreadPool pool(1);
+  auto backend = CpuBackend::create(sseArtifact(), pool);
+  LaunchSpec spec;
+  spec.where = "entry point 'decode', steps[0]";
+  spec.ranks = {2};
+  spec.sharedBytes = 1024;
+  auto error = [&] {
+    try {
+      backend->prepare(spec);
+    } catch (const RuntimeError &error) {
+      return std::string(error.what());
+    }
+    return std::string("nothing thrown");
+  };
+  EXPECT_EQ(error(), "entry point 'decode', steps[0]: 1024 bytes of dynamic shared memory, "
+                     "which x86 kernels do not have");
+  spec.sharedBytes = 0;
+  spec.scalarKinds = {fb::ScalarKind::TensorMap};
+  EXPECT_EQ(error(), "entry point 'decode', steps[0]: TensorMap scalars are CUDA tensor maps, "
+                     "for nvptx artifacts; x86 kernels take none");
 }
 
 TEST(CpuBackendTest, RefusesOtherTargets) {

@@ -3,12 +3,18 @@
 // are hand-written PTX (NvptxTestArtifact.h) runs prefill in chunks and decode
 // steps (the first direct, the second recorded as a CUDA graph, later ones
 // replayed with their PastTokens arguments updated), checked against the same
-// arithmetic on the host; then what the device refuses.
+// arithmetic on the host; then what the device refuses. Hopper kernels
+// (schema 1.5): the same model with its embedding by TMA bulk tensor copies
+// through tensor maps in 66 KiB of dynamic shared memory, the backend's maps
+// launched directly (swizzle, zeros past a buffer, encoding again when a
+// buffer moves, before a replay too), and the opt-in shared memory limit.
 #include "runtime/engine/Engine.h"
 
 #include "models/muse_spark/SyntheticWeights.h"
 #include "runtime/core/Float.h"
+#include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/CudaDriver.h"
+#include "runtime/cuda/CudaGraph.h"
 #include "runtime/tools/kiln-run/KilnRun.h"
 
 #include "test/unit/runtime_cuda/NvptxTestArtifact.h"
@@ -18,6 +24,8 @@
 #include <cmath>
 #include <filesystem>
 #include <fstream>
+#include <functional>
+#include <optional>
 #include <sstream>
 
 namespace kiln {
@@ -258,6 +266,186 @@ TEST_F(CudaEngineTest, MissingKernelAndDevice) {
                make(nvptxTestArtifact(), nvptxTestShapes(), options);
              }),
              "gpu.kiln: no CUDA device 99 (this machine has ");
+}
+
+// ---------------------------------------------------------------------------
+// Hopper kernels (schema 1.5): tensor maps and dynamic shared memory.
+
+TEST_F(CudaEngineTest, TensorMapsAndLargeSharedMemoryMatchReference) {
+  // The embedding by bulk tensor copies through two maps (the weight's rows
+  // in, x's rows out) in 66 KiB of dynamic shared memory: prefill in chunks
+  // of 8 and 3 (x's map encoded for each T), decode direct, recorded, then
+  // replayed.
+  auto engine = make(tmaTestArtifact(), nvptxTestShapes());
+  Reference reference(5);
+  const std::vector<int32_t> ids = prompt(11);
+  expectLogits(engine->prefill(ids), reference.append(ids), "prefill");
+  for (int step = 0; step < 5; ++step) {
+    const int32_t token = (7 * step + 3) % kVocab;
+    expectLogits(engine->decode(token), reference.append({token}),
+                 "decode step " + std::to_string(step));
+  }
+
+  // One entry point for both: a prefill between replays re-encodes x's map
+  // for its T, the next replay encodes it back.
+  TestArtifact one = tmaTestArtifact();
+  one.entryPoints.pop_back();
+  auto shared = make(one, nvptxTestShapes());
+  Reference again(5);
+  expectLogits(shared->prefill(prompt(5)), again.append(prompt(5)), "a");
+  for (int32_t token : {4, 5, 6})
+    expectLogits(shared->decode(token), again.append({token}), "b");
+  expectLogits(shared->prefill(prompt(4, 2)), again.append(prompt(4, 2)), "c");
+  for (int32_t token : {7, 8})
+    expectLogits(shared->decode(token), again.append({token}), "d");
+}
+
+// Direct launches of kiln_tma_tile on the backend: what a map reads (its
+// dimensions, strides, box and 128-byte swizzle, zeros past the buffer), and
+// when it is encoded again.
+class CudaTensorMapTest : public CudaEngineTest {
+protected:
+  static constexpr int64_t kRows = 5, kColumns = 128;
+
+  void SetUp() override {
+    CudaEngineTest::SetUp();
+    if (IsSkipped())
+      return;
+    artifact_.emplace(
+        Artifact::fromBytes(serializeGpu(tmaTestArtifact(), nvptxTestShapes()), "gpu.kiln"));
+    backend_ = cuda::CudaBackend::create(*artifact_, 0);
+    backend_->loadKernels(*artifact_);
+    for (int b = 0; b < 2; ++b) {
+      std::vector<uint16_t> &host = hosts_[b];
+      for (int64_t i = 0; i < kRows * kColumns; ++i)
+        host.push_back(static_cast<uint16_t>(0x3c00 + 1024 * b + i));
+      // 16 bytes more: room for a misaligned view.
+      x_[b] = DeviceMemory::allocate(*backend_, host.size() * 2 + 16, "x");
+      backend_->upload(x_[b].address(), host.data(), host.size() * 2);
+    }
+    y_ = DeviceMemory::allocate(*backend_, 8 * kColumns * 2, "y");
+  }
+
+  LaunchSpec tileSpec() const {
+    LaunchSpec spec;
+    spec.kernel = kTmaTileKernel;
+    spec.where = "tile";
+    spec.ranks = {2, 2};
+    spec.scalarKinds = {fb::ScalarKind::TensorMap};
+    spec.block = 128;
+    spec.maxGrid = 2;
+    spec.sharedBytes = kTmaTileSharedBytes;
+    spec.tensorMaps = {{0, DType::BF16, {64, 8}, 128}};
+    return spec;
+  }
+
+  // The call of the tile launch on x at `address`.
+  LaunchCall call(DeviceAddress address) {
+    arguments_[0] = buffer(address, {kRows, kColumns});
+    arguments_[1] = buffer(y_.address(), {8, kColumns});
+    LaunchCall result;
+    result.buffers = arguments_;
+    result.scalars = &mapIndex_;
+    result.grid = 2;
+    return result;
+  }
+
+  // y after `issue`, which starts from y full of 0xffff.
+  std::vector<uint16_t> yAfter(const std::function<void()> &issue) {
+    backend_->fill(y_.address(), 0xff, 8 * kColumns * 2);
+    issue();
+    std::vector<uint16_t> y(8 * kColumns);
+    backend_->download(y.data(), y_.address(), y.size() * 2);
+    return y;
+  }
+
+  // x[b]'s 5 rows, then 3 rows of zeros (the box reaches past the buffer).
+  std::vector<uint16_t> expected(int b) const {
+    std::vector<uint16_t> y = hosts_[b];
+    y.resize(8 * kColumns, 0);
+    return y;
+  }
+
+  static BufferArgument buffer(DeviceAddress address, std::vector<int64_t> sizes) {
+    BufferArgument argument;
+    argument.address = address;
+    argument.rank = static_cast<int>(sizes.size());
+    for (size_t d = 0; d < sizes.size(); ++d)
+      argument.sizes[d] = sizes[d];
+    return argument;
+  }
+
+  std::optional<Artifact> artifact_;
+  std::unique_ptr<cuda::CudaBackend> backend_;
+  std::vector<uint16_t> hosts_[2];
+  DeviceMemory x_[2], y_;
+  BufferArgument arguments_[2];
+  int64_t mapIndex_ = 0;
+};
+
+TEST_F(CudaTensorMapTest, ReadsTheBoxThroughTheSwizzle) {
+  const auto tile = backend_->prepare(tileSpec());
+  for (int b : {0, 1, 0}) // each new address is a new map
+    EXPECT_EQ(yAfter([&] { backend_->launch(*tile, call(x_[b].address())); }), expected(b))
+        << "x " << b;
+}
+
+TEST_F(CudaTensorMapTest, ReplaysEncodeMovedBuffersAgain) {
+  const auto tile = backend_->prepare(tileSpec());
+  const LaunchCall first = call(x_[0].address());
+  backend_->launch(*tile, first); // direct, then recorded with the same map
+  std::unique_ptr<Recording> recording =
+      backend_->record([&] { backend_->launch(*tile, call(x_[0].address())); });
+  EXPECT_EQ(yAfter([&] { recording->replay(); }), expected(0));
+  // The node takes x's new descriptor, and still the map's address: the
+  // kernel reads x only through the map, whose contents follow the buffer.
+  recording->update(*tile, call(x_[1].address()));
+  EXPECT_EQ(static_cast<cuda::CudaGraph &>(*recording).numUpdates(), 1u);
+  EXPECT_EQ(yAfter([&] { recording->replay(); }), expected(1));
+  recording->update(*tile, call(x_[1].address())); // nothing moved: nothing to do
+  EXPECT_EQ(static_cast<cuda::CudaGraph &>(*recording).numUpdates(), 1u);
+  EXPECT_EQ(yAfter([&] { recording->replay(); }), expected(1));
+
+  // A map that would change while the stream is captured.
+  const std::string message = errorOf([&] {
+    backend_->record([&] { backend_->launch(*tile, call(x_[0].address())); });
+  });
+  EXPECT_HAS(message, "gpu.kiln: tile: tensor_maps[0] (over buffers[0]): its buffer's address "
+                      "or sizes changed while the decode step was being recorded");
+  // The backend runs on.
+  EXPECT_EQ(yAfter([&] { backend_->launch(*tile, call(x_[0].address())); }), expected(0));
+}
+
+TEST_F(CudaTensorMapTest, RefusesWhatAMapOrTheKernelCannotTake) {
+  const auto tile = backend_->prepare(tileSpec());
+  EXPECT_HAS(errorOf([&] { backend_->launch(*tile, call(x_[0].address() + 8)); }),
+             "gpu.kiln: tile: tensor_maps[0] (over buffers[0]): the buffer's address 0x");
+  EXPECT_HAS(errorOf([&] { backend_->launch(*tile, call(x_[0].address() + 8)); }),
+             " is not 16-byte aligned");
+  LaunchSpec spec = tileSpec();
+  spec.sharedBytes = kTmaTileSharedBytes + 1;
+  EXPECT_EQ(errorOf([&] { backend_->prepare(spec); }),
+            "gpu.kiln: tile: " + std::to_string(kTmaTileSharedBytes + 1) +
+                " bytes of dynamic shared memory, but kernel 'kiln_tma_tile' was loaded for at "
+                "most " + std::to_string(kTmaTileSharedBytes) + " (its Kernel.shared_bytes)");
+  spec = tileSpec();
+  spec.tensorMaps[0].box = {64, 8, 1};
+  EXPECT_EQ(errorOf([&] { backend_->prepare(spec); }),
+            "gpu.kiln: tile: tensor_maps[0] (over buffers[0]): a box of 3 sides for a rank-2 "
+            "buffer (one per dimension, innermost first)");
+  // The backend was not stopped: these are the runtime's refusals, not CUDA errors.
+  EXPECT_EQ(yAfter([&] { backend_->launch(*tile, call(x_[1].address())); }), expected(1));
+}
+
+TEST_F(CudaEngineTest, RefusesSharedMemoryBeyondTheDevicesLimit) {
+  // 1 KiB static and all but 512 bytes of an H100/H200 block dynamic.
+  TestArtifact a = tmaTestArtifact();
+  a.kernels[kStaticsKernel].sharedBytes = 232448 - 512;
+  const std::string message = errorOf([&] { make(a, nvptxTestShapes()); });
+  EXPECT_HAS(message, "gpu.kiln: kernel 'kiln_statics' needs 231936 bytes of dynamic shared "
+                      "memory (Kernel.shared_bytes) and 1024 static; ");
+  EXPECT_HAS(message, ", device 0 gives a block at most ");
+  EXPECT_EQ(message.find('\n'), std::string::npos);
 }
 
 } // namespace

@@ -93,6 +93,29 @@ TEST(KernelParamsTest, PointersAddressTheValuesAndPackReportsChanges) {
   EXPECT_EQ(copy.values()[8], 12u);
 }
 
+TEST(KernelParamsTest, TensorMapScalarsBecomeTheirMapsAddresses) {
+  // Tokens, then two tensor maps in the order the scalars name them.
+  using fb = artifact::ScalarKind;
+  KernelParams params({2}, 3);
+  params.mapTensorMaps({fb::Tokens, fb::TensorMap, fb::TensorMap}, {0x7f00000a000, 0x7f00000a080});
+  const BufferArgument x = buffer(0x1000, {4, 8});
+  int64_t scalars[] = {4, 1, 0};
+  EXPECT_TRUE(params.pack(&x, scalars));
+  // The descriptor's 7 values, then the scalars.
+  EXPECT_EQ(params.values()[7], 4u);
+  EXPECT_EQ(params.values()[8], 0x7f00000a080u);
+  EXPECT_EQ(params.values()[9], 0x7f00000a000u);
+  EXPECT_FALSE(params.pack(&x, scalars));
+  // A copy (a graph's node) substitutes the same addresses.
+  KernelParams copy = params;
+  EXPECT_FALSE(copy.pack(&x, scalars));
+  EXPECT_EQ(copy.values()[8], 0x7f00000a080u);
+
+  scalars[2] = 2; // no third map
+  EXPECT_THROW(params.pack(&x, scalars), std::logic_error);
+  EXPECT_THROW(params.mapTensorMaps({fb::TensorMap}, {0x1000}), std::logic_error);
+}
+
 TEST(KernelParamsTest, RefusesABufferOfAnotherRank) {
   KernelParams params({2}, 0);
   const BufferArgument x = buffer(0x1000, {4, 8, 2});

@@ -356,18 +356,10 @@ buildGpuStep(flatbuffers::FlatBufferBuilder &fbb, const TestStep &step,
   const auto *launch = std::get_if<TestLaunch>(&step);
   if (!launch)
     return artifact_test::detail::buildStep(fbb, step);
-  std::vector<flatbuffers::Offset<fb::BufferRef>> buffers;
-  for (const TestBuffer &buffer : launch->buffers)
-    buffers.push_back(artifact_test::detail::buildBuffer(fbb, buffer));
-  std::vector<flatbuffers::Offset<fb::Scalar>> scalars;
-  for (const TestScalar &scalar : launch->scalars)
-    scalars.push_back(fb::CreateScalar(fbb, scalar.kind, scalar.value));
   const auto shape = shapes.find(launch->op);
   const fb::Dim *grid = shape == shapes.end() ? nullptr : &shape->second.grid;
   const uint32_t block = shape == shapes.end() ? 0 : shape->second.block;
-  auto built =
-      fb::CreateLaunchDirect(fbb, launch->kernel, &buffers, &scalars,
-                             launch->maxParts, launch->op.c_str(), grid, block);
+  auto built = artifact_test::detail::buildLaunch(fbb, *launch, grid, block);
   return fb::CreateStepEntry(fbb, fb::Step::Launch, built.Union());
 }
 
@@ -397,7 +389,7 @@ inline std::vector<uint8_t> serializeGpu(const TestArtifact &a,
   std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
   for (const TestKernel &k : a.kernels)
     kernels.push_back(fb::CreateKernelDirect(fbb, k.name.c_str(), k.op.c_str(),
-                                             k.tiling.c_str()));
+                                             k.tiling.c_str(), k.sharedBytes));
   auto library =
       fb::CreateKernelLibraryDirect(fbb, a.libraryFormat.c_str(), &a.blob);
   std::vector<flatbuffers::Offset<fb::EntryPoint>> entries;
@@ -416,6 +408,218 @@ inline std::vector<uint8_t> serializeGpu(const TestArtifact &a,
   fb::FinishArtifactBuffer(fbb, root);
   return std::vector<uint8_t>(fbb.GetBufferPointer(),
                               fbb.GetBufferPointer() + fbb.GetSize());
+}
+
+// ---------------------------------------------------------------------------
+// Hopper kernels (schema 1.5): TMA bulk tensor copies through tensor maps, in
+// dynamic shared memory above 48 KiB. Added to kNvptxTestKernels (PTX ISA
+// 8.0) by tmaTestArtifact():
+//   kiln_tma_embed  the embedding of kiln_embed, its row ids[t] loaded and
+//                   x[t] stored by bulk tensor copies (maps over the weight
+//                   and x, boxes of 256 x 1)              grid T, block 256
+//   kiln_tma_tile   [x bf16 [R, C], y bf16 [8, C]]; block b copies x's box of
+//                   8 rows of 64 columns at column 64 b (128-byte swizzle,
+//                   rows past R read as zeros) to y       block 128
+//   kiln_statics    1 KiB of static shared memory, for the opt-in limit
+constexpr const char *kTmaTestKernels = R"ptx(
+.extern .shared .align 1024 .b8 kiln_smem[];
+.shared .align 4 .b8 kiln_static_words[1024];
+
+// [x bf16 [R, C], y bf16 [8, C]]; TensorMap: x in boxes of 8 rows of 64
+// columns, 128-byte swizzle. Block b copies the box at column 64 b, rows 0..7,
+// to y through a tile 64 KiB into the dynamic shared memory (un-swizzled).
+.visible .entry kiln_tma_tile(
+    .param .u64 x_allocated, .param .u64 x_aligned, .param .u64 x_offset,
+    .param .u64 x_size0, .param .u64 x_size1, .param .u64 x_stride0,
+    .param .u64 x_stride1,
+    .param .u64 y_allocated, .param .u64 y_aligned, .param .u64 y_offset,
+    .param .u64 y_size0, .param .u64 y_size1, .param .u64 y_stride0,
+    .param .u64 y_stride1,
+    .param .u64 tmap)
+{
+  .reg .pred %p<4>;
+  .reg .b16 %rs<2>;
+  .reg .b32 %r<24>;
+  .reg .b64 %rd<12>;
+
+  ld.param.u64 %rd1, [tmap];
+  ld.param.u64 %rd2, [y_aligned];
+  ld.param.u64 %rd3, [y_size1];
+  cvta.to.global.u64 %rd2, %rd2;
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, %ctaid.x;
+  mov.u32 %r3, kiln_smem;
+  add.u32 %r4, %r3, 65536;
+  add.u32 %r5, %r3, 66560;
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra TILE_SYNC;
+  mbarrier.init.shared::cta.b64 [%r5], 1;
+  fence.proxy.async.shared::cta;
+TILE_SYNC:
+  bar.sync 0;
+  @%p1 bra TILE_WAIT;
+  mbarrier.arrive.expect_tx.shared::cta.b64 %rd4, [%r5], 1024;
+  shl.b32 %r6, %r2, 6;
+  mov.u32 %r7, 0;
+  cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r4], [%rd1, {%r6, %r7}], [%r5];
+TILE_WAIT:
+  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r5], 0;
+  @!%p2 bra TILE_WAIT;
+  mov.u32 %r10, 0;
+TILE_COPY:
+  shl.b32 %r11, %r10, 7;
+  add.u32 %r11, %r11, %r1;
+  shr.u32 %r12, %r11, 6;
+  and.b32 %r13, %r11, 63;
+  shr.u32 %r14, %r13, 3;
+  and.b32 %r15, %r12, 7;
+  xor.b32 %r14, %r14, %r15;
+  shl.b32 %r16, %r12, 7;
+  shl.b32 %r17, %r14, 4;
+  and.b32 %r18, %r13, 7;
+  shl.b32 %r18, %r18, 1;
+  add.u32 %r16, %r16, %r17;
+  add.u32 %r16, %r16, %r18;
+  add.u32 %r16, %r16, %r4;
+  ld.shared.u16 %rs1, [%r16];
+  cvt.u64.u32 %rd5, %r12;
+  mul.lo.u64 %rd5, %rd5, %rd3;
+  shl.b32 %r19, %r2, 6;
+  add.u32 %r19, %r19, %r13;
+  cvt.u64.u32 %rd6, %r19;
+  add.u64 %rd5, %rd5, %rd6;
+  shl.b64 %rd5, %rd5, 1;
+  add.u64 %rd5, %rd2, %rd5;
+  st.global.u16 [%rd5], %rs1;
+  add.u32 %r10, %r10, 1;
+  setp.lt.u32 %p3, %r10, 4;
+  @%p3 bra TILE_COPY;
+  ret;
+}
+
+// [ids i32 [T], embed bf16 [V, 256], x f32 [T, 256]]; Tokens, TensorMap
+// (embed, box 256 x 1), TensorMap (x, box 256 x 1). Block t loads row
+// ids[t] of the embedding by a bulk tensor copy, widens it to f32 in shared
+// memory and stores it to x[t] by a bulk tensor copy. Block of 256.
+.visible .entry kiln_tma_embed(
+    .param .u64 ids_allocated, .param .u64 ids_aligned, .param .u64 ids_offset,
+    .param .u64 ids_size0, .param .u64 ids_stride0,
+    .param .u64 e_allocated, .param .u64 e_aligned, .param .u64 e_offset,
+    .param .u64 e_size0, .param .u64 e_size1, .param .u64 e_stride0,
+    .param .u64 e_stride1,
+    .param .u64 x_allocated, .param .u64 x_aligned, .param .u64 x_offset,
+    .param .u64 x_size0, .param .u64 x_size1, .param .u64 x_stride0,
+    .param .u64 x_stride1,
+    .param .u64 tokens, .param .u64 emap, .param .u64 xmap)
+{
+  .reg .pred %p<4>;
+  .reg .b16 %rs<2>;
+  .reg .b32 %r<16>;
+  .reg .f32 %f<2>;
+  .reg .b64 %rd<12>;
+
+  ld.param.u64 %rd1, [ids_aligned];
+  ld.param.u64 %rd2, [emap];
+  ld.param.u64 %rd3, [xmap];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r1, %tid.x;
+  mov.u32 %r2, %ctaid.x;
+  mov.u32 %r3, kiln_smem;
+  add.u32 %r4, %r3, 65536;
+  add.u32 %r5, %r3, 66048;
+  add.u32 %r6, %r3, 67072;
+  setp.ne.u32 %p1, %r1, 0;
+  @%p1 bra EMBED_SYNC;
+  mbarrier.init.shared::cta.b64 [%r6], 1;
+  fence.proxy.async.shared::cta;
+EMBED_SYNC:
+  bar.sync 0;
+  @%p1 bra EMBED_WAIT;
+  cvt.u64.u32 %rd4, %r2;
+  shl.b64 %rd4, %rd4, 2;
+  add.u64 %rd4, %rd1, %rd4;
+  ld.global.u32 %r7, [%rd4];
+  mov.u32 %r8, 0;
+  mbarrier.arrive.expect_tx.shared::cta.b64 %rd5, [%r6], 512;
+  cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes [%r4], [%rd2, {%r8, %r7}], [%r6];
+EMBED_WAIT:
+  mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r6], 0;
+  @!%p2 bra EMBED_WAIT;
+  shl.b32 %r9, %r1, 1;
+  add.u32 %r9, %r4, %r9;
+  ld.shared.u16 %rs1, [%r9];
+  cvt.u32.u16 %r10, %rs1;
+  shl.b32 %r10, %r10, 16;
+  mov.b32 %f1, %r10;
+  shl.b32 %r11, %r1, 2;
+  add.u32 %r11, %r5, %r11;
+  st.shared.f32 [%r11], %f1;
+  fence.proxy.async.shared::cta;
+  bar.sync 0;
+  @%p1 bra EMBED_DONE;
+  mov.u32 %r12, 0;
+  cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%rd3, {%r12, %r2}], [%r5];
+  cp.async.bulk.commit_group;
+  cp.async.bulk.wait_group 0;
+EMBED_DONE:
+  ret;
+}
+
+// Static shared memory, for the opt-in limit: [x f32 [1]].
+.visible .entry kiln_statics(
+    .param .u64 x_allocated, .param .u64 x_aligned, .param .u64 x_offset,
+    .param .u64 x_size0, .param .u64 x_stride0)
+{
+  .reg .b32 %r<4>;
+  .reg .f32 %f<2>;
+  .reg .b64 %rd<4>;
+  ld.param.u64 %rd1, [x_aligned];
+  cvta.to.global.u64 %rd1, %rd1;
+  mov.u32 %r1, %tid.x;
+  shl.b32 %r1, %r1, 2;
+  mov.u32 %r2, kiln_static_words;
+  add.u32 %r2, %r2, %r1;
+  mov.f32 %f1, 0f3F800000;
+  st.shared.f32 [%r2], %f1;
+  bar.sync 0;
+  ld.shared.f32 %f1, [%r2];
+  st.global.f32 [%rd1], %f1;
+  ret;
+}
+)ptx";
+
+// Dynamic shared memory: 64 KiB unused, then the kernel's tiles and its
+// mbarrier.
+constexpr uint32_t kTmaEmbedSharedBytes = 65536 + 512 + 1024 + 8;
+constexpr uint32_t kTmaTileSharedBytes = 65536 + 1024 + 8;
+// Kernel indices in tmaTestArtifact().
+constexpr uint32_t kTmaEmbedKernel = 4, kTmaTileKernel = 5, kStaticsKernel = 6;
+
+inline std::string tmaTestPtx() {
+  std::string ptx = kNvptxTestKernels;
+  const std::string version = ".version 7.8";
+  ptx.replace(ptx.find(version), version.size(), ".version 8.0");
+  return ptx + kTmaTestKernels;
+}
+
+// nvptxTestArtifact() with its embedding launched as kiln_tma_embed, and the
+// TMA kernels in its library.
+inline TestArtifact tmaTestArtifact() {
+  TestArtifact a = nvptxTestArtifact();
+  a.blob = ptxBlob(tmaTestPtx());
+  a.kernels.push_back({"kiln_tma_embed", "kiln.embed", "{}", kTmaEmbedSharedBytes});
+  a.kernels.push_back({"kiln_tma_tile", "test.tile", "{}", kTmaTileSharedBytes});
+  a.kernels.push_back({"kiln_statics", "test.statics", "{}"});
+  for (TestEntryPoint &entry : a.entryPoints) {
+    auto &embed = std::get<TestLaunch>(entry.steps[0]);
+    embed.kernel = kTmaEmbedKernel;
+    embed.scalars = {{fb::ScalarKind::Tokens, 0},
+                     {fb::ScalarKind::TensorMap, 0},
+                     {fb::ScalarKind::TensorMap, 1}};
+    embed.tensorMaps = {{1, {static_cast<uint32_t>(kHidden), 1}, 0},
+                        {2, {static_cast<uint32_t>(kHidden), 1}, 0}};
+  }
+  return a;
 }
 
 // The message of what `fn` throws; a test failure if it throws nothing.

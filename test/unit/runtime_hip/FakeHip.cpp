@@ -54,7 +54,7 @@ struct ihipModule_t {
 struct hipGraphNode {
   enum Kind { Launch, Copy, Fill } kind = Launch;
   ihipModuleSymbol_t *function = nullptr;
-  unsigned grid = 0, block = 0;
+  unsigned grid = 0, block = 0, shared = 0;
   std::vector<uint64_t> values;
   void *to = nullptr;
   const void *from = nullptr;
@@ -96,7 +96,8 @@ void run(const hipGraphNode &node, bool replayed) {
   switch (node.kind) {
   case hipGraphNode::Launch:
     state().launches.push_back(FakeLaunch{node.function->name, node.grid,
-                                          node.block, node.values, replayed});
+                                          node.block, node.values, replayed,
+                                          node.shared});
     break;
   case hipGraphNode::Copy:
     std::memmove(node.to, node.from, node.bytes);
@@ -191,6 +192,7 @@ hipError_t hipGetDeviceProperties(void *properties, int ordinal) {
   fields.warpSize = state().warpSize;
   fields.maxThreadsPerBlock = state().maxThreadsPerBlock;
   fields.maxGridSize[0] = state().maxGridX;
+  fields.sharedMemPerBlock = state().sharedBytesPerBlock;
   std::memcpy(properties, &fields, sizeof fields);
   return kSuccess;
 }
@@ -300,7 +302,7 @@ hipError_t hipModuleLaunchKernel(hipFunction_t function, unsigned gridX,
                                  hipStream_t stream, void **kernelParams,
                                  void **extra) {
   if (!function || gridY != 1 || gridZ != 1 || blockY != 1 || blockZ != 1 ||
-      sharedMemBytes != 0 || extra || !kernelParams)
+      sharedMemBytes > state().sharedBytesPerBlock || extra || !kernelParams)
     return kInvalidValue;
   if (state().launchResult != kSuccess)
     return state().launchResult;
@@ -308,6 +310,7 @@ hipError_t hipModuleLaunchKernel(hipFunction_t function, unsigned gridX,
   node.function = function;
   node.grid = gridX;
   node.block = blockX;
+  node.shared = sharedMemBytes;
   node.values = readParams(kernelParams, function->numParams);
   return issue(stream, node);
 }
@@ -402,6 +405,7 @@ hipError_t hipGraphExecKernelNodeSetParams(hipGraphExec_t exec,
       return kInvalidValue;
     target.grid = params->gridDim.x;
     target.block = params->blockDim.x;
+    target.shared = params->sharedMemBytes;
     target.values =
         readParams(params->kernelParams, target.function->numParams);
     ++state().nodeUpdates;

@@ -24,6 +24,7 @@ struct FakeLaunch {
   unsigned grid = 0, block = 0;
   std::vector<uint64_t> values;
   bool replayed = false; // run by hipGraphLaunch
+  unsigned sharedBytes = 0; // dynamic LDS
 };
 
 struct FakeHip {
@@ -37,6 +38,7 @@ struct FakeHip {
   int maxThreadsPerBlock = 1024;
   int maxGridX = 2147483647;
   int warpSize = 64;
+  uint64_t sharedBytesPerBlock = 65536; // LDS of a workgroup
   // The kernels a loaded code object holds (name: parameter count) and the
   // most threads per block each takes.
   std::map<std::string, int> kernels;

@@ -290,6 +290,52 @@ TEST_F(HipBackendTest, PrepareChecksBlockAndGrid) {
             where + ": GPU launches take no Part or Parts scalar");
 }
 
+TEST_F(HipBackendTest, SharedBytesAreTheLaunchesDynamicLds) {
+  const Artifact artifact = amdgcnArtifact();
+  const auto backend = create(artifact);
+  backend->loadKernels(artifact);
+  LaunchSpec spec = logitsSpec();
+  spec.sharedBytes = 32768;
+  const auto prepared = backend->prepare(spec);
+  LogitsCall call;
+  backend->launch(*prepared, call.call());
+  ASSERT_EQ(fake().launches.size(), 1u);
+  EXPECT_EQ(fake().launches[0].sharedBytes, 32768u);
+  // Recorded, and kept when a node's parameters are updated.
+  std::unique_ptr<Recording> recording =
+      backend->record([&] { backend->launch(*prepared, call.call()); });
+  call.scalars[0] = 6;
+  recording->update(*prepared, call.call());
+  EXPECT_EQ(fake().nodeUpdates, 1);
+  recording->replay();
+  backend->synchronize();
+  ASSERT_EQ(fake().launches.size(), 2u);
+  EXPECT_TRUE(fake().launches[1].replayed);
+  EXPECT_EQ(fake().launches[1].sharedBytes, 32768u);
+  EXPECT_EQ(fake().launches[1].values[23], 6u);
+
+  spec.sharedBytes = 65537;
+  EXPECT_EQ(errorOf([&] { backend->prepare(spec); }),
+            "gpu.kiln: entry point 'decode', steps[3] (launch of 'kiln_logits', op "
+            "'lm_head'): 65537 bytes of dynamic shared memory (LDS); AMD Instinct MI355X, "
+            "device 0 gives a block at most 65536");
+}
+
+TEST_F(HipBackendTest, RefusesTensorMaps) {
+  const Artifact artifact = amdgcnArtifact();
+  const auto backend = create(artifact);
+  backend->loadKernels(artifact);
+  const std::string expected =
+      "gpu.kiln: entry point 'decode', steps[3] (launch of 'kiln_logits', op 'lm_head'): "
+      "TensorMap scalars are CUDA tensor maps, for nvptx artifacts; AMD GPUs have none";
+  LaunchSpec spec = logitsSpec();
+  spec.scalarKinds.push_back(fb::ScalarKind::TensorMap);
+  EXPECT_EQ(errorOf([&] { backend->prepare(spec); }), expected);
+  spec = logitsSpec();
+  spec.tensorMaps.push_back({1, DType::BF16, {64, 64}, 128});
+  EXPECT_EQ(errorOf([&] { backend->prepare(spec); }), expected);
+}
+
 TEST_F(HipBackendTest, ALaunchErrorNamesTheLaunchAndStopsTheBackend) {
   const Artifact artifact = amdgcnArtifact();
   const auto backend = create(artifact);

@@ -1,0 +1,112 @@
+#include "targets/common/KernelBuilder.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+#include "mlir/Dialect/X86Vector/X86VectorDialect.h"
+#include "mlir/IR/MLIRContext.h"
+
+#include "llvm/Support/raw_ostream.h"
+
+#include <algorithm>
+
+namespace kiln::kernels {
+
+using namespace mlir;
+
+Tiling &Tiling::set(const std::string &key, int64_t value) {
+  fields.emplace_back(key, value);
+  return *this;
+}
+
+Tiling &Tiling::set(const std::string &key, const std::string &value) {
+  fields.emplace_back(key, value);
+  return *this;
+}
+
+DictionaryAttr Tiling::attr(Builder &b) const {
+  SmallVector<NamedAttribute> named;
+  for (const auto &[key, value] : fields)
+    named.push_back(b.getNamedAttr(key, std::holds_alternative<int64_t>(value)
+                                            ? Attribute(b.getI64IntegerAttr(std::get<int64_t>(value)))
+                                            : Attribute(b.getStringAttr(std::get<std::string>(value)))));
+  return b.getDictionaryAttr(named);
+}
+
+std::string Tiling::json() const {
+  auto sorted = fields;
+  std::stable_sort(sorted.begin(), sorted.end(),
+                   [](const auto &x, const auto &y) { return x.first < y.first; });
+  std::string text = "{";
+  for (const auto &[key, value] : sorted) {
+    text += (text.size() > 1 ? ", \"" : "\"") + key + "\": ";
+    text += std::holds_alternative<int64_t>(value) ? std::to_string(std::get<int64_t>(value))
+                                                   : "\"" + std::get<std::string>(value) + "\"";
+  }
+  return text + "}";
+}
+
+BlockArgument KernelScope::arg(unsigned i) const { return func.getArgument(i); }
+
+Value KernelScope::index(int64_t value) const { return arith::ConstantIndexOp::create(b, value); }
+
+Value KernelScope::i32(int64_t value) const {
+  return arith::ConstantIntOp::create(b, value, 32);
+}
+
+Value KernelScope::i64(int64_t value) const {
+  return arith::ConstantIntOp::create(b, value, 64);
+}
+
+Value KernelScope::argIndex(unsigned i) const {
+  return arith::IndexCastOp::create(b, b.getIndexType(), arg(i));
+}
+
+KernelSpec buildKernel(const std::string &name, const std::string &op, const Tiling &tiling,
+                       const std::function<std::vector<Type>(Builder &)> &args,
+                       const std::function<void(KernelScope &)> &body) {
+  MLIRContext context(MLIRContext::Threading::DISABLED);
+  context.loadDialect<arith::ArithDialect, func::FuncDialect, gpu::GPUDialect,
+                      LLVM::LLVMDialect, math::MathDialect, memref::MemRefDialect,
+                      NVVM::NVVMDialect, scf::SCFDialect, vector::VectorDialect,
+                      x86vector::X86VectorDialect>();
+  ImplicitLocOpBuilder b(UnknownLoc::get(&context), &context);
+  OwningOpRef<ModuleOp> module = ModuleOp::create(b);
+  b.setInsertionPointToEnd(module->getBody());
+  std::vector<Type> types = args(b);
+  types.push_back(b.getI64Type()); // %part
+  types.push_back(b.getI64Type()); // %parts
+  auto fn = func::FuncOp::create(b, name, b.getFunctionType(types, {}));
+  fn->setAttr("llvm.emit_c_interface", b.getUnitAttr());
+  fn->setAttr("kiln.tiling", tiling.attr(b));
+  Block *entry = fn.addEntryBlock();
+  b.setInsertionPointToStart(entry);
+  KernelScope scope{b, fn, *module};
+  body(scope);
+  b.setInsertionPointToEnd(entry);
+  func::ReturnOp::create(b);
+
+  std::string text;
+  llvm::raw_string_ostream os(text);
+  for (Operation &inner : *module->getBody()) {
+    inner.print(os);
+    os << "\n";
+  }
+  return KernelSpec{name, op, tiling.json(), text};
+}
+
+std::pair<Value, Value> partRange(ImplicitLocOpBuilder &b, Value count, Value part, Value parts) {
+  Value one = arith::ConstantIndexOp::create(b, 1);
+  Value chunk = arith::DivUIOp::create(
+      b, arith::SubIOp::create(b, arith::AddIOp::create(b, count, parts), one), parts);
+  Value begin = arith::MinUIOp::create(b, arith::MulIOp::create(b, part, chunk), count);
+  Value end = arith::MinUIOp::create(b, arith::AddIOp::create(b, begin, chunk), count);
+  return {begin, end};
+}
+
+} // namespace kiln::kernels

@@ -1,0 +1,72 @@
+// Kiln's small kernel-building layer: a kernel is built as typed IR through
+// MLIR's builders (no MLIR text assembled by hand), in a context of its own,
+// and handed on as a KernelSpec. Its tiling is written once (Tiling) and read
+// by the kernel's attribute and the artifact's JSON alike.
+//
+//   KernelSpec spec = buildKernel("linear_x_64x32", "kiln.linear", tiling,
+//                                 {xType, wType, yType, i64},
+//                                 [&](KernelScope &k) { ... k.b ... });
+//
+// The function gets the trailing i64 %part and %parts arguments every kernel
+// takes (docs/runtime-abi.md); the body sees them as the last two arguments.
+#pragma once
+
+#include "targets/common/KernelSpec.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/IR/Builders.h"
+#include "mlir/IR/BuiltinOps.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+namespace kiln::kernels {
+
+// A kernel's tiling: named integers and words, in any order. attr() is the
+// kiln.tiling dictionary (sorted by name, as MLIR keeps it) and json() the
+// same fields in the same order.
+class Tiling {
+public:
+  Tiling &set(const std::string &key, int64_t value);
+  Tiling &set(const std::string &key, const std::string &value);
+  mlir::DictionaryAttr attr(mlir::Builder &b) const;
+  std::string json() const;
+
+private:
+  std::vector<std::pair<std::string, std::variant<int64_t, std::string>>> fields;
+};
+
+// What a kernel body builds with: the builder (inside the function's entry
+// block), the function, and a few conveniences.
+struct KernelScope {
+  mlir::ImplicitLocOpBuilder &b;
+  mutable mlir::func::FuncOp func;
+  mlir::ModuleOp module; // for globals the kernel needs (insert before func)
+
+  mlir::BlockArgument arg(unsigned i) const;
+  mlir::Value index(int64_t value) const; // an index constant
+  mlir::Value i32(int64_t value) const;
+  mlir::Value i64(int64_t value) const;
+  // The argument as an index (i64 arguments: T, scalars).
+  mlir::Value argIndex(unsigned i) const;
+};
+
+// Builds the kernel `name` with `args` (then %part, %parts), its body by
+// `body`, which ends without a terminator (buildKernel adds func.return).
+// Every dialect kernels use is loaded. The text is the module's ops (globals,
+// then the function), printed.
+KernelSpec buildKernel(const std::string &name, const std::string &op, const Tiling &tiling,
+                       const std::function<std::vector<mlir::Type>(mlir::Builder &)> &args,
+                       const std::function<void(KernelScope &)> &body);
+
+// [begin, end) of `count` items for launch part `part` of `parts`:
+// ceil(count / parts) a part, the last ones possibly empty.
+std::pair<mlir::Value, mlir::Value> partRange(mlir::ImplicitLocOpBuilder &b, mlir::Value count,
+                                              mlir::Value part, mlir::Value parts);
+
+} // namespace kiln::kernels
