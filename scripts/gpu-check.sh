@@ -13,7 +13,9 @@ if ! command -v nvidia-smi >/dev/null || ! nvidia-smi -L >/dev/null 2>&1; then
 fi
 for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln small-nvfp4.reference \
   small-bf16.sm_90.kiln small-bf16.reference small-bf16.tp2ep2.sm_90.kiln small-bf16.tp2ep2sp.sm_90.kiln \
-  small-nvfp4.b64.sm_90.kiln small-nvfp4.b64.tp2ep2.sm_90.kiln tiny-nvfp4.tp2ep2.sm_90.kiln; do
+  small-nvfp4.b64.sm_90.kiln small-nvfp4.b64.tp2ep2.sm_90.kiln tiny-nvfp4.tp2ep2.sm_90.kiln \
+  small-nvfp4.p512.sm_90.kiln small-nvfp4.p512-broken.sm_90.kiln small-nvfp4.bf16.reference \
+  small-nvfp4.bf16-600.reference; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -50,12 +52,45 @@ echo "== small-nvfp4, 64 conversations"
   --reference "$DATA/small-nvfp4.reference" || status=1
 synthesis small-nvfp4
 synthesis small-bf16
+# Hopper's wgmma GEMMs (prefill chunks of 512) read the activations as bf16:
+# their prefill logits are checked against the interpreter with the same
+# rounding of each linear's input (kiln-interp --linear-inputs=bf16), for the
+# 24-token prompt (one partial row tile) and a 600-token prompt (chunks of 512
+# and 88: four row tiles, then one). Against the exact f32 interpreter the
+# rounding alone moves this random model's logits by 5e-2 (relative RMS; the
+# x86 AVX-512 BF16 GEMMs, the same rounding, by the same 5.0e-2). The same
+# kernel with its last k step dropped on purpose must fail.
+for prompt in "" "-600"; do
+  echo "== small-nvfp4, wgmma GEMMs, against the interpreter with bf16 linear inputs$prompt"
+  "$BIN/kiln-check" "$DATA/small-nvfp4.p512.sm_90.kiln" --weights synthetic:3 \
+    --reference "$DATA/small-nvfp4.bf16$prompt.reference" --batch-steps 0 || status=1
+done
+echo "== small-nvfp4, a wgmma GEMM broken on purpose (its last k step dropped): must fail"
+if "$BIN/kiln-check" "$DATA/small-nvfp4.p512-broken.sm_90.kiln" --weights synthetic:3 \
+  --reference "$DATA/small-nvfp4.bf16.reference" --batch-steps 0; then
+  echo "(the broken kernel passed the check)"
+  status=1
+else
+  echo "(failed, as it must)"
+fi
 if command -v compute-sanitizer >/dev/null; then
   for format in bf16 nvfp4; do
     echo "== compute-sanitizer, tiny $format"
     compute-sanitizer --tool memcheck --error-exitcode 3 \
       "$BIN/kiln-run" "$DATA/tiny-$format.sm_90.kiln" --weights "$DATA/tiny-$format" \
       --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 --max-new-tokens 8 2>&1 | tail -3 || status=1
+  done
+  # The wgmma pipeline (TMA, mbarriers, shared memory read by the tensor
+  # cores): memory errors and races, over several row tiles.
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer $tool, small nvfp4 with wgmma GEMMs, a 300-token prompt"
+    if ! compute-sanitizer --tool $tool --error-exitcode 3 \
+      "$BIN/kiln-run" "$DATA/small-nvfp4.p512.sm_90.kiln" --weights synthetic:3 \
+      --prompt-ids "$(seq -s, 1 300)" --max-new-tokens 2 > "$work/sanitizer.log" 2>&1; then
+      grep -v '^[0-9,]*$' "$work/sanitizer.log" | head -40
+      status=1
+    fi
+    tail -3 "$work/sanitizer.log"
   done
 fi
 # Two GPUs: each layout's one artifact, as two processes (kiln-check --nproc

@@ -35,6 +35,15 @@ for format in nvfp4 bf16; do
     --save-reference "$OUT/small-$format.reference"
   "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=$quant --decode-batch=8 \
     -o "$OUT/small-$format.sm_90.kiln"
+  if [ $format = nvfp4 ]; then
+    # The numerics of bf16 tensor-core inputs (the wgmma GEMMs): prefill
+    # logits of the same prompt and of a 600-token one.
+    kiln_log "small nvfp4: interpreter references with bf16 linear inputs (24 and 600 tokens)"
+    "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$PROMPT" --linear-inputs=bf16 \
+      --save-reference "$OUT/small-nvfp4.bf16.reference"
+    "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$(seq -s, 1 600)" --linear-inputs=bf16 \
+      --save-reference "$OUT/small-nvfp4.bf16-600.reference"
+  fi
   rm -rf "${SMALL_CKPT:?}"/*
 done
 # Two GPUs: one artifact for both ranks, in each parallel layout.
@@ -55,6 +64,11 @@ kiln_log "small nvfp4, 64 conversations: sm_90 artifacts for 1 and 2 ranks"
   -o "$OUT/small-nvfp4.b64.sm_90.kiln"
 "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=64 --tp=2 --ep=2 \
   -o "$OUT/small-nvfp4.b64.tp2ep2.sm_90.kiln"
+kiln_log "small nvfp4, prefill chunks of 512 (wgmma GEMMs), and one with a GEMM broken on purpose"
+"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 --decode-batch=8 \
+  -o "$OUT/small-nvfp4.p512.sm_90.kiln"
+"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 \
+  --inject-fault=wgmma-drop-k-step -o "$OUT/small-nvfp4.p512-broken.sm_90.kiln"
 kiln_log "tiny nvfp4 tp2ep2: sm_90 artifact for 2 ranks (the rank failure checks)"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=nvfp4 --tp=2 --ep=2 \
   -o "$OUT/tiny-nvfp4.tp2ep2.sm_90.kiln"

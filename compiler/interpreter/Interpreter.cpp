@@ -62,7 +62,7 @@ using ValueMap = llvm::DenseMap<mlir::Value, std::shared_ptr<const HostTensor>>;
 
 // Executes one non-collective op on one rank. Returns false for ops it does
 // not know (the caller reports them).
-bool execute(mlir::Operation &op, ValueMap &values, int64_t rank) {
+bool execute(mlir::Operation &op, ValueMap &values, int64_t rank, LinearInputs linearInputs) {
   auto in = [&](mlir::Value v) -> const HostTensor & { return *values.find(v)->second; };
   auto set = [&](mlir::Value v, HostTensor t) {
     values[v] = std::make_shared<const HostTensor>(std::move(t));
@@ -81,7 +81,12 @@ bool execute(mlir::Operation &op, ValueMap &values, int64_t rank) {
       })
       .Case([&](MulOp o) { set(o.getResult(), mul(in(o.getLhs()), in(o.getRhs()))); })
       .Case([&](AddOp o) { set(o.getResult(), add(in(o.getLhs()), in(o.getRhs()))); })
-      .Case([&](LinearOp o) { set(o.getResult(), linear(in(o.getInput()), in(o.getWeight()))); })
+      .Case([&](LinearOp o) {
+        const HostTensor &x = in(o.getInput());
+        set(o.getResult(), linearInputs == LinearInputs::Bf16 && !isRouterLogits(o)
+                               ? linear(roundToBf16(x), in(o.getWeight()))
+                               : linear(x, in(o.getWeight())));
+      })
       .Case([&](SplitHeadsOp o) {
         const HostTensor &x = in(o.getInput());
         int64_t heads = o.getResult().getType().getDimSize(1);
@@ -315,7 +320,7 @@ Interpreter::runRanks(mlir::func::FuncOp func,
     if (executeCollective(op, ranks))
       continue;
     for (int64_t r = 0; r < world; ++r)
-      if (!execute(op, ranks[r], r))
+      if (!execute(op, ranks[r], r, linearInputs))
         throw InterpreterError("the interpreter has no semantics for '" +
                                op.getName().getStringRef().str() + "'");
   }

@@ -23,9 +23,15 @@ class FuncOp;
 
 namespace kiln::interp {
 
+// The numerics the interpreter follows: exact f32 (the default), or the
+// compiled GEMMs' on tensor cores and x86 matrix units, which read each
+// linear's input rounded to bf16 (routers' excepted: kiln::isRouterLogits).
+enum class LinearInputs { F32, Bf16 };
+
 class Interpreter {
 public:
-  explicit Interpreter(WeightSource &weights) : weights(weights) {}
+  explicit Interpreter(WeightSource &weights, LinearInputs linearInputs = LinearInputs::F32)
+      : weights(weights), linearInputs(linearInputs) {}
 
   // Runs `func` on one rank. Shapes come from the values, so a graph built
   // with dynamic token counts runs on any prompt length. Throws
@@ -40,6 +46,7 @@ public:
 
 private:
   WeightSource &weights;
+  LinearInputs linearInputs;
   // Weights decoded once and kept for later runs (greedy generation reruns
   // the whole prefix each step), by kiln.weight name.
   std::map<std::string, std::shared_ptr<const HostTensor>> weightCache;

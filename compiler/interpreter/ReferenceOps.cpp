@@ -123,6 +123,13 @@ HostTensor linear(const HostTensor &x, const HostTensor &weight) {
   return y;
 }
 
+HostTensor roundToBf16(const HostTensor &x) {
+  HostTensor out = x;
+  for (float &v : out.f)
+    v = bf16ToFloat(floatToBf16(v));
+  return out;
+}
+
 HostTensor reshape(const HostTensor &x, std::vector<int64_t> shape) {
   HostTensor out = x;
   out.shape = std::move(shape);

@@ -26,6 +26,9 @@ HostTensor mul(const HostTensor &lhs, const HostTensor &rhs);
 HostTensor add(const HostTensor &lhs, const HostTensor &rhs);
 // x [T, K] · W[N, K]ᵀ -> [T, N].
 HostTensor linear(const HostTensor &x, const HostTensor &weight);
+// x with every element rounded to bf16 (to nearest even) and back: what a
+// tensor core reads of f32 activations.
+HostTensor roundToBf16(const HostTensor &x);
 HostTensor reshape(const HostTensor &x, std::vector<int64_t> shape);
 // NeoX rotate-half over the full head_dim of x [T, H, D].
 HostTensor rope(const HostTensor &x, const HostTensor &positions, double theta);

@@ -44,6 +44,14 @@ cl::opt<std::string> saveReference(
     cl::desc("Write the prompt's last logits and --max-new-tokens greedy steps (token and margin) "
              "as a reference for kiln-check"),
     cl::cat(category));
+cl::opt<interp::LinearInputs> linearInputs(
+    "linear-inputs", cl::desc("What linear layers multiply (default f32)"),
+    cl::init(interp::LinearInputs::F32),
+    cl::values(clEnumValN(interp::LinearInputs::F32, "f32", "the exact f32 activations"),
+               clEnumValN(interp::LinearInputs::Bf16, "bf16",
+                          "the activations rounded to bf16, as the compiled tensor-core and "
+                          "x86 matrix GEMMs read them (routers' logits stay exact)")),
+    cl::cat(category));
 cl::opt<int64_t> topLogits("print-top-logits", cl::init(0),
                            cl::desc("Print the N largest logits of the prompt's last token"),
                            cl::cat(category));
@@ -87,7 +95,7 @@ int main(int argc, char **argv) {
     auto forward = module->lookupSymbol<mlir::func::FuncOp>("forward");
 
     interp::CheckpointWeights weights(weightsDir);
-    interp::Interpreter interpreter(weights);
+    interp::Interpreter interpreter(weights, linearInputs);
     int64_t n = static_cast<int64_t>(prompt.size());
     std::vector<int32_t> positions(n);
     std::iota(positions.begin(), positions.end(), 0);
@@ -109,7 +117,9 @@ int main(int argc, char **argv) {
     }
     if (!saveReference.empty()) {
       Reference reference;
-      reference.source = "kiln-interp (fp32 reference interpreter)";
+      reference.source = linearInputs == interp::LinearInputs::Bf16
+                             ? "kiln-interp (fp32 reference interpreter, bf16 linear inputs)"
+                             : "kiln-interp (fp32 reference interpreter)";
       reference.prompt = prompt;
       reference.logits.assign(last, last + vocab);
       std::vector<int32_t> ids = prompt;

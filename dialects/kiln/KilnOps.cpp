@@ -521,6 +521,11 @@ LogicalResult MegaMoEOp::verifySymbolUses(SymbolTableCollection &) {
   return success();
 }
 
+bool isRouterLogits(LinearOp op) {
+  return llvm::any_of(op.getResult().getUsers(),
+                      [](mlir::Operation *user) { return llvm::isa<RouterTopKOp>(user); });
+}
+
 } // namespace kiln
 
 #define GET_OP_CLASSES

@@ -17,7 +17,7 @@ constexpr int64_t kMatrixMinTokens = 32;
 } // namespace
 
 std::optional<kernels::TargetHooks::MatrixGemm>
-AmdgcnHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens) const {
+AmdgcnHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens, bool) const {
   if (maxTokens < kMatrixMinTokens || !mfmaGemmFits(n, k))
     return std::nullopt;
   return MatrixGemm{mfmaGemm(n, k), mfmaGemmWork(n, maxTokens)};

@@ -172,7 +172,10 @@ LogicalResult Lowering::lowerLinear(Value input, Value weightValue, Value result
   Buf x = act(input);
   Buf y = alloc({n}, b.getF32Type());
   values[result] = y;
-  if (auto matrix = hooks.matrixGemm(n, k, maxRows());
+  // A router's logits pick experts: near ties must not flip on rounding.
+  auto linearOp = result.getDefiningOp<LinearOp>();
+  bool exact = linearOp && isRouterLogits(linearOp);
+  if (auto matrix = hooks.matrixGemm(n, k, maxRows(), exact);
       matrix && wType.getElementType().isBF16()) {
     FailureOr<Buf> w = weight(weightValue, Transform::None);
     if (failed(w))
@@ -181,7 +184,7 @@ LogicalResult Lowering::lowerLinear(Value input, Value weightValue, Value result
     return success();
   }
   std::optional<TargetHooks::TiledGemm> tiled =
-      wType.getElementType().isBF16() ? hooks.tiledGemm(n, k) : std::nullopt;
+      wType.getElementType().isBF16() && !exact ? hooks.tiledGemm(n, k) : std::nullopt;
   if (tiled) {
     // The tiled GEMM reads a bf16 copy of the input and weights in VNNI
     // blocks.
@@ -477,7 +480,7 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           }
           // Batched decode: every row, each weight load shared by the tokens
           // (tensor cores from a few dozen tokens).
-          if (auto matrix = hooks.matrixGemm(vocab, hidden, maxRows());
+          if (auto matrix = hooks.matrixGemm(vocab, hidden, maxRows(), false);
               !last && matrix && head.getElementType().isBF16()) {
             launchMatrixGemm(*matrix, vocab, act(o.getInput()), *w, y, what);
             return;

@@ -71,8 +71,12 @@ public:
     // The kernel's scalars after its buffers.
     std::vector<std::string> scalars = {"tokens:0", "part", "parts"};
   };
+  // `exactInput`: the products decide something discrete (a router's
+  // logits pick experts), so x must reach them unrounded (as f32, or split
+  // into bf16 halves), not as bf16.
   virtual std::optional<MatrixGemm> matrixGemm(int64_t /*n*/, int64_t /*k*/,
-                                               int64_t /*maxTokens*/) const {
+                                               int64_t /*maxTokens*/,
+                                               bool /*exactInput*/) const {
     return std::nullopt;
   }
   // The MegaMoE expert stage of prefill on matrix cores (entry points of up

@@ -30,8 +30,9 @@ bool fail(std::string &error, const std::string &message) {
 std::string ptxFeatureFor(const std::string &chip) {
   if (chip.rfind("sm_10", 0) == 0 || chip.rfind("sm_12", 0) == 0)
     return "+ptx86";
-  // wgmma, setmaxnreg and the bulk tensor copies need PTX ISA 8.0.
-  return chip == "sm_90a" ? "+ptx80" : "+ptx78";
+  // wgmma, setmaxnreg and the bulk tensor copies need PTX ISA 8.0, the
+  // tensormap proxy fence 8.3.
+  return chip == "sm_90a" ? "+ptx83" : "+ptx78";
 }
 
 mlir::OwningOpRef<mlir::ModuleOp> buildGpuModule(mlir::MLIRContext &context,

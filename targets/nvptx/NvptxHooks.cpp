@@ -19,13 +19,15 @@ constexpr int64_t kMatrixMinTokens = 32;
 } // namespace
 
 std::optional<kernels::TargetHooks::MatrixGemm>
-NvptxHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens) const {
+NvptxHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens, bool exactInput) const {
   if (maxTokens < kMatrixMinTokens)
     return std::nullopt;
-  // Hopper's pipeline wherever the tiles fill the GPU; one row tile over few
-  // column tiles (batched decode) keeps the mma.sync tiles, which split k.
-  if (hopper() && wgmmaGemmFits(n, k) && kernels::castBf16ThreadsFit(k) &&
-      mmaGemmSplits(n, k, maxTokens) == 1) {
+  // Hopper's pipeline for prefill-sized products (more than one 128-row
+  // tile; below that a GEMM reads each weight once whatever it runs on, and
+  // the mma.sync tiles split k over the GPU), with bf16 activations unless
+  // the products must be exact.
+  if (hopper() && !exactInput && maxTokens > WgmmaGemmTiling::kTileM && wgmmaGemmFits(n, k) &&
+      kernels::castBf16ThreadsFit(k)) {
     MatrixGemm gemm{wgmmaGemm(n, k, fault == "wgmma-drop-k-step"), wgmmaGemmWork(n, maxTokens)};
     gemm.cast = kernels::castBf16Threads(k);
     gemm.castWork = kernels::castBf16ThreadsWork(k);

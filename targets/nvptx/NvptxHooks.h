@@ -23,7 +23,8 @@ public:
   std::optional<TiledGemm> tiledGemm(int64_t, int64_t) const override {
     return std::nullopt;
   }
-  std::optional<MatrixGemm> matrixGemm(int64_t n, int64_t k, int64_t maxTokens) const override;
+  std::optional<MatrixGemm> matrixGemm(int64_t n, int64_t k, int64_t maxTokens,
+                                       bool exactInput) const override;
   std::optional<MatrixExperts> matrixExperts(int64_t experts, int64_t k, int64_t intermediate,
                                              int64_t latent, bool nvfp4,
                                              int64_t maxTokens) const override;

@@ -30,6 +30,7 @@ constexpr int64_t kAccRegs = T::kTileN / 2;   // f32 accumulators a thread
 constexpr int64_t kWarpgroup = 128;
 // Registers a thread: the producer gives most of its share to the consumers.
 constexpr uint32_t kProducerRegs = 40, kConsumerRegs = 232;
+constexpr int64_t kConsumerWarps = 8; // two warpgroups
 
 // The wgmma shared-memory matrix descriptor of a K-major, 128-byte-swizzled
 // tile at shared address `addr` (1024-byte-aligned atoms; the leading offset
@@ -75,8 +76,10 @@ public:
       b.setInsertionPointToStart(&ifFirst.getThenRegion().front());
       for (int64_t s = 0; s < tiling.stages; ++s) {
         NVVM::MBarrierInitOp::create(b, b.getLoc(), full(k.index(s)), k.i32(1), Value());
-        // One arrival a consumer warpgroup frees a stage.
-        NVVM::MBarrierInitOp::create(b, b.getLoc(), empty(k.index(s)), k.i32(2), Value());
+        // One arrival a consumer warp frees a stage: each warp arrives once
+        // its own wait for the tensor cores has returned.
+        NVVM::MBarrierInitOp::create(b, b.getLoc(), empty(k.index(s)), k.i32(kConsumerWarps),
+                                     Value());
       }
       NVVM::FenceMbarrierInitOp::create(b, b.getLoc());
     }
@@ -142,6 +145,11 @@ private:
     Type ptr = LLVM::LLVMPointerType::get(ctx);
     Value xMap = LLVM::IntToPtrOp::create(b, ptr, k.arg(4));
     Value wMap = LLVM::IntToPtrOp::create(b, ptr, k.arg(5));
+    // The runtime writes the maps with copies from the host: order those
+    // writes before the copy engine reads the maps.
+    for (Value map : {xMap, wMap})
+      NVVM::FenceProxyAcquireOp::create(b, b.getLoc(), NVVM::MemScopeKind::GPU, map, k.i32(128),
+                                        NVVM::ProxyKind::GENERIC, NVVM::ProxyKind::TENSORMAP);
     auto ptr7 = LLVM::LLVMPointerType::get(ctx, 7); // shared::cluster, as the copy names it
     auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1));
     b.setInsertionPointToStart(loop.getBody());
@@ -193,9 +201,10 @@ private:
       NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
       // The step before this one has finished reading its stage: free it.
       NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 1);
+      Value lane0 = arith::CmpIOp::create(
+          b, arith::CmpIPredicate::eq, arith::RemUIOp::create(b, inGroup, k.index(32)), k.index(0));
       Value release = arith::AndIOp::create(
-          b, arith::CmpIOp::create(b, arith::CmpIPredicate::eq, inGroup, k.index(0)),
-          arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, step, k.index(0)));
+          b, lane0, arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, step, k.index(0)));
       auto ifRelease = scf::IfOp::create(b, release, false);
       {
         OpBuilder::InsertionGuard inner(b);
