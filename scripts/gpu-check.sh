@@ -15,6 +15,7 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   small-bf16.sm_90.kiln small-bf16.reference small-bf16.tp2ep2.sm_90.kiln small-bf16.tp2ep2sp.sm_90.kiln \
   small-nvfp4.b64.sm_90.kiln small-nvfp4.b64.tp2ep2.sm_90.kiln tiny-nvfp4.tp2ep2.sm_90.kiln \
   small-nvfp4.p512.sm_90.kiln small-nvfp4.p512-broken.sm_90.kiln small-nvfp4.bf16.reference \
+  tiny-bf16.p512.sm_90.kiln \
   small-nvfp4.bf16-600.reference; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
@@ -56,18 +57,21 @@ synthesis small-bf16
 # their prefill logits are checked against the interpreter with the same
 # rounding of each linear's input (kiln-interp --linear-inputs=bf16), for the
 # 24-token prompt (one partial row tile) and a 600-token prompt (chunks of 512
-# and 88: four row tiles, then one). Against the exact f32 interpreter the
-# rounding alone moves this random model's logits by 5e-2 (relative RMS; the
-# x86 AVX-512 BF16 GEMMs, the same rounding, by the same 5.0e-2). The same
-# kernel with its last k step dropped on purpose must fail.
+# and 88: four row tiles, then one), to 3e-2 of the largest logit (relative
+# RMS 1.5e-2). Measured on an H200: 1.05e-2 and 4.2e-3 relative RMS (the x86
+# AVX-512 BF16 GEMMs: 8.3e-3 and 4.9e-3); against the exact f32 interpreter the
+# rounding alone moves this random model's logits by 5.0e-2 (x86 and GPU
+# alike). The same kernel with its last k step dropped on purpose (6.2e-1)
+# must fail.
 for prompt in "" "-600"; do
   echo "== small-nvfp4, wgmma GEMMs, against the interpreter with bf16 linear inputs$prompt"
   "$BIN/kiln-check" "$DATA/small-nvfp4.p512.sm_90.kiln" --weights synthetic:3 \
-    --reference "$DATA/small-nvfp4.bf16$prompt.reference" --batch-steps 0 || status=1
+    --reference "$DATA/small-nvfp4.bf16$prompt.reference" --tolerance 0.03 --batch-steps 0 ||
+    status=1
 done
 echo "== small-nvfp4, a wgmma GEMM broken on purpose (its last k step dropped): must fail"
 if "$BIN/kiln-check" "$DATA/small-nvfp4.p512-broken.sm_90.kiln" --weights synthetic:3 \
-  --reference "$DATA/small-nvfp4.bf16.reference" --batch-steps 0; then
+  --reference "$DATA/small-nvfp4.bf16.reference" --tolerance 0.03 --batch-steps 0; then
   echo "(the broken kernel passed the check)"
   status=1
 else
@@ -81,17 +85,19 @@ if command -v compute-sanitizer >/dev/null; then
       --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 --max-new-tokens 8 2>&1 | tail -3 || status=1
   done
   # The wgmma pipeline (TMA, mbarriers, shared memory read by the tensor
-  # cores): memory errors and races, over several row tiles.
-  for tool in memcheck racecheck; do
-    echo "== compute-sanitizer $tool, small nvfp4 with wgmma GEMMs, a 300-token prompt"
-    if ! compute-sanitizer --tool $tool --error-exitcode 3 \
-      "$BIN/kiln-run" "$DATA/small-nvfp4.p512.sm_90.kiln" --weights synthetic:3 \
-      --prompt-ids "$(seq -s, 1 300)" --max-new-tokens 2 > "$work/sanitizer.log" 2>&1; then
+  # cores): memory errors over small's several row tiles; races over tiny's
+  # (racecheck does not finish small's artifact within minutes).
+  sanitize() { # tool, artifact, weights
+    echo "== compute-sanitizer $1, $2 with wgmma GEMMs, a 300-token prompt"
+    if ! compute-sanitizer --tool "$1" --error-exitcode 3 "$BIN/kiln-run" "$DATA/$2.sm_90.kiln" \
+      --weights "$3" --prompt-ids "$(seq -s, 1 300)" --max-new-tokens 2 > "$work/sanitizer.log" 2>&1; then
       grep -v '^[0-9,]*$' "$work/sanitizer.log" | head -40
       status=1
     fi
     tail -3 "$work/sanitizer.log"
-  done
+  }
+  sanitize memcheck small-nvfp4.p512 synthetic:3
+  sanitize racecheck tiny-bf16.p512 "$DATA/tiny-bf16"
 fi
 # Two GPUs: each layout's one artifact, as two processes (kiln-check --nproc
 # 2), against the interpreter and against the one-GPU artifact's own run;

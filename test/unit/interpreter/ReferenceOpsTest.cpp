@@ -153,3 +153,24 @@ TEST(Nvfp4Dequant, AppliesBlockAndGlobalScales) {
 
 } // namespace
 } // namespace kiln::interp
+
+namespace kiln::interp {
+namespace {
+
+// What a tensor core reads of f32 activations: round to nearest even at 8
+// significant bits (7 stored), ties to the even mantissa.
+TEST(RoundToBf16, RoundsToNearestEven) {
+  HostTensor x = HostTensor::floats({1, 6});
+  x.f = {1.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-9f, -2.5f, 1.0f + 0x1p-7f};
+  HostTensor y = roundToBf16(x);
+  EXPECT_EQ(y.f[0], 1.0f);               // exact
+  EXPECT_EQ(y.f[1], 1.0f);               // a tie, to the even 1.0
+  EXPECT_EQ(y.f[2], 1.0f + 0x1p-6f);     // a tie, to the even 1 + 2^-6
+  EXPECT_EQ(y.f[3], 1.0f);               // below half an ulp
+  EXPECT_EQ(y.f[4], -2.5f);              // exact
+  EXPECT_EQ(y.f[5], 1.0f + 0x1p-7f);     // one ulp: exact
+  EXPECT_EQ(y.shape, x.shape);
+}
+
+} // namespace
+} // namespace kiln::interp
