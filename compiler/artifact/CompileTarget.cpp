@@ -103,6 +103,8 @@ mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spar
       info.ep = static_cast<int>(ep.getInt());
     info.world = std::max(info.tp, info.ep);
   }
+  // Sequence parallelism is the prefill_sp entry the SP graph lowered to.
+  info.sp = static_cast<bool>(lowerOptions.spGraph);
   info.modelName = config.name;
   info.configJson = muse_spark::checkpointConfigJson(config, format);
   info.weightFormat = format == muse_spark::WeightFormat::NVFP4 ? "nvfp4" : "bf16";

@@ -76,7 +76,8 @@ cl::opt<Target> target("target", cl::desc("Compile for a target (default: stop a
                                              "an x86-64 CPU (--cpu, default this machine's): an "
                                              "ELF kernel library in the artifact"),
                                   clEnumValN(Target::Sm90, "sm_90",
-                                             "NVIDIA Hopper (H100, H200): PTX in the artifact"),
+                                             "NVIDIA Hopper (H100, H200): arch-specific PTX (sm_90a) in "
+                                             "the artifact"),
                                   clEnumValN(Target::Sm100, "sm_100",
                                              "NVIDIA Blackwell (B200, B300): PTX in the artifact"),
                                   clEnumValN(Target::Gfx942, "gfx942",
