@@ -1,9 +1,9 @@
 #include "compiler/kilnc/Backend.h"
 
 #include "dialects/plan/PlanOps.h"
-#include "runtime/artifact/ArtifactFile.h"
 #include "runtime/artifact/ArtifactMemory.h"
 #include "runtime/artifact/Artifact.h"
+#include "runtime/core/AtomicFile.h"
 #include "targets/common/KernelModule.h"
 #include "targets/amdgcn/KernelCompiler.h"
 #include "targets/nvptx/KernelCompiler.h"
@@ -33,7 +33,7 @@ int write(const std::string &path, const uint8_t *data, size_t size) {
   }
   try {
     writeFileAtomically(path, data, size);
-  } catch (const ArtifactError &error) {
+  } catch (const FileWriteError &error) {
     return fail(error.what());
   }
   return 0;

@@ -12,6 +12,7 @@
 #include "compiler/pipeline/Pipeline.h"
 #include "compiler/pipeline/RankMemory.h"
 #include "passes/Passes.h"
+#include "runtime/core/AtomicFile.h"
 #include "targets/x86/CpuTarget.h"
 #include "targets/x86/X86Hooks.h"
 
@@ -24,7 +25,6 @@
 #include "mlir/Support/Timing.h"
 
 #include "llvm/Support/CommandLine.h"
-#include "llvm/Support/FileSystem.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
 #include "llvm/Support/Process.h"
@@ -196,34 +196,6 @@ int64_t peakRssKiB() {
   struct rusage usage {};
   getrusage(RUSAGE_SELF, &usage);
   return usage.ru_maxrss;
-}
-
-// Writes `text` to `path` through a temporary file and a rename, so a failed
-// or interrupted run never leaves a partial output behind.
-llvm::Error writeFileAtomically(llvm::StringRef path, llvm::StringRef text) {
-  llvm::SmallString<256> temp;
-  int fd;
-  if (std::error_code ec = llvm::sys::fs::createUniqueFile(path + ".tmp-%%%%%%", fd, temp))
-    return llvm::createStringError(ec, "cannot create a temporary file beside '%s': %s",
-                                   path.str().c_str(), ec.message().c_str());
-  {
-    llvm::raw_fd_ostream os(fd, /*shouldClose=*/true);
-    os << text;
-    os.flush();
-    if (os.has_error()) {
-      std::error_code ec = os.error();
-      os.clear_error();
-      llvm::sys::fs::remove(temp);
-      return llvm::createStringError(ec, "cannot write '%s': %s", temp.c_str(),
-                                     ec.message().c_str());
-    }
-  }
-  if (std::error_code ec = llvm::sys::fs::rename(temp, path)) {
-    llvm::sys::fs::remove(temp);
-    return llvm::createStringError(ec, "cannot rename '%s' to '%s': %s", temp.c_str(),
-                                   path.str().c_str(), ec.message().c_str());
-  }
-  return llvm::Error::success();
 }
 
 } // namespace
@@ -452,7 +424,11 @@ int main(int argc, char **argv) {
     llvm::outs() << text;
     return 0;
   }
-  if (llvm::Error error = writeFileAtomically(outputPath, text))
-    return fail(llvm::toString(std::move(error)));
+  // Whole or not at all: a failed or interrupted run leaves no partial file.
+  try {
+    kiln::writeFileAtomically(outputPath, text);
+  } catch (const kiln::FileWriteError &error) {
+    return fail(error.what());
+  }
   return 0;
 }

@@ -1,6 +1,8 @@
 // Synthetic checkpoint writer and checkpoint checker.
 #include "models/muse_spark/CheckpointSynth.h"
 
+#include "runtime/core/AtomicFile.h"
+
 #include "models/muse_spark/SyntheticWeights.h"
 #include "models/muse_spark/WeightManifest.h"
 #include "runtime/safetensors/Checkpoint.h"
@@ -27,45 +29,6 @@ constexpr const char *kConfigFileName = "config.json";
 
 std::string joinPath(const std::string &dir, const std::string &name) {
   return (fs::path(dir) / name).string();
-}
-
-[[noreturn]] void ioFail(const std::string &path, const std::string &what) {
-  throw std::runtime_error(path + ": " + what + ": " + std::strerror(errno));
-}
-
-// Writes `text` to `path` through a fsynced temporary file and a rename.
-void writeFileAtomically(const std::string &path, const std::string &text) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                        0644);
-  if (fd < 0)
-    ioFail(temp, "cannot create");
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR)
-      continue;
-    if (n <= 0) {
-      const int saved = errno;
-      ::close(fd);
-      ::unlink(temp.c_str());
-      errno = saved;
-      ioFail(temp, "cannot write");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const int saved = errno;
-    ::unlink(temp.c_str());
-    errno = saved;
-    ioFail(temp, "cannot sync");
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const int saved = errno;
-    ::unlink(temp.c_str());
-    errno = saved;
-    ioFail(path, "cannot rename " + temp + " to it");
-  }
 }
 
 // Shards of an earlier write that the new index does not list would confuse

@@ -1,6 +1,6 @@
 #include "runtime/engine/Reference.h"
 
-#include "runtime/artifact/ArtifactFile.h"
+#include "runtime/core/AtomicFile.h"
 #include "runtime/cpu/RuntimeError.h"
 
 #include <algorithm>
@@ -48,8 +48,7 @@ void writeReference(const std::string &path, const Reference &reference) {
   os << "logits " << join(reference.logits) << "\n";
   for (const ReferenceStep &step : reference.steps)
     os << "step " << step.token << " " << step.margin << "\n";
-  std::string text = os.str();
-  writeFileAtomically(path, reinterpret_cast<const uint8_t *>(text.data()), text.size());
+  writeFileAtomically(path, os.str());
 }
 
 Reference readReference(const std::string &path) {

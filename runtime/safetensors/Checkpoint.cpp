@@ -1,5 +1,7 @@
 #include "runtime/safetensors/Checkpoint.h"
 
+#include "runtime/core/AtomicFile.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -106,41 +108,12 @@ std::map<std::string, std::string> parseWeightMap(const std::string &indexPath,
   return result;
 }
 
-// Writes `text` to `path` through a temporary file, fsync and rename.
+// The index through the one atomic writer, failing as the checkpoint does.
 void writeTextAtomically(const std::string &path, const std::string &text) {
-  const std::string temp = path + ".tmp." + std::to_string(::getpid());
-  const int fd =
-      ::open(temp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0)
-    throw SafetensorsError(
-        path + ": cannot create temporary file: " + std::strerror(errno));
-  auto failWith = [&](const char *what) {
-    const std::string reason = std::strerror(errno);
-    ::close(fd);
-    ::unlink(temp.c_str());
-    throw SafetensorsError(path + ": " + what + ": " + reason);
-  };
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0) {
-      if (errno == EINTR)
-        continue;
-      failWith("write failed");
-    }
-    done += static_cast<size_t>(n);
-  }
-  if (::fsync(fd) != 0)
-    failWith("fsync failed");
-  if (::close(fd) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(temp.c_str());
-    throw SafetensorsError(path + ": close failed: " + reason);
-  }
-  if (::rename(temp.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    ::unlink(temp.c_str());
-    throw SafetensorsError(path + ": cannot rename into place: " + reason);
+  try {
+    writeFileAtomically(path, text);
+  } catch (const FileWriteError &error) {
+    throw SafetensorsError(error.what());
   }
 }
 

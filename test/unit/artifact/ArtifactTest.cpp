@@ -2,7 +2,7 @@
 // flipped, foreign, other-version and rule-breaking ones are refused with an
 // ArtifactError naming the file and the field; atomic writes; kiln-dump.
 #include "runtime/artifact/Artifact.h"
-#include "runtime/artifact/ArtifactFile.h"
+#include "runtime/core/AtomicFile.h"
 #include "runtime/artifact/ArtifactMemory.h"
 #include "runtime/tools/kiln-dump/KilnDump.h"
 
@@ -31,6 +31,17 @@ constexpr const char *kSource = "test.kiln";
 
 // The message of the ArtifactError `fn` throws; a test failure if it throws
 // nothing or something else.
+// What writeFileAtomically (runtime/core/AtomicFile.h) throws.
+template <typename Fn> std::string writeErrorOf(Fn &&fn) {
+  try {
+    fn();
+  } catch (const FileWriteError &error) {
+    return error.what();
+  }
+  ADD_FAILURE() << "expected a FileWriteError";
+  return "";
+}
+
 template <typename Fn> std::string errorOf(Fn &&fn) {
   try {
     fn();
@@ -914,7 +925,7 @@ TEST_F(ArtifactFileTest, ReadOnlyDirectoryLeavesNoFile) {
   const std::vector<uint8_t> bytes = minimalArtifactBytes();
   const std::string path = dir_ + "/model.kiln";
   auto attempt = [&] {
-    return errorOf(
+    return writeErrorOf(
         [&] { writeFileAtomically(path, bytes.data(), bytes.size()); });
   };
   const std::string expected =
@@ -934,7 +945,7 @@ TEST_F(ArtifactFileTest, ReadOnlyDirectoryLeavesNoFile) {
       std::string message;
       try {
         writeFileAtomically(path, bytes.data(), bytes.size());
-      } catch (const ArtifactError &error) {
+      } catch (const FileWriteError &error) {
         message = error.what();
       }
       ::_exit(message == expected ? 0 : 1);
@@ -956,7 +967,7 @@ TEST_F(ArtifactFileTest, FailedRenameRemovesTheTemporary) {
   const std::vector<uint8_t> bytes = minimalArtifactBytes();
   const std::string expected = path + ": cannot write: cannot rename";
   EXPECT_CONTAINS_ALL(
-      errorOf([&] { writeFileAtomically(path, bytes.data(), bytes.size()); }),
+      writeErrorOf([&] { writeFileAtomically(path, bytes.data(), bytes.size()); }),
       expected.c_str());
   EXPECT_EQ(entries(dir_), std::vector<std::string>{"model.kiln"});
   EXPECT_EQ(entries(path), std::vector<std::string>{"inside"});
@@ -965,7 +976,7 @@ TEST_F(ArtifactFileTest, FailedRenameRemovesTheTemporary) {
 TEST_F(ArtifactFileTest, MissingDirectory) {
   const std::string path = dir_ + "/missing/model.kiln";
   const uint8_t byte = 0;
-  EXPECT_CONTAINS_ALL(errorOf([&] { writeFileAtomically(path, &byte, 1); }),
+  EXPECT_CONTAINS_ALL(writeErrorOf([&] { writeFileAtomically(path, &byte, 1); }),
                       "missing/model.kiln: cannot write",
                       "No such file or directory");
   EXPECT_TRUE(entries(dir_).empty());

@@ -1,6 +1,4 @@
-#include "runtime/artifact/ArtifactFile.h"
-
-#include "runtime/artifact/Artifact.h"
+#include "runtime/core/AtomicFile.h"
 
 #include <atomic>
 #include <cerrno>
@@ -39,7 +37,7 @@ int createTemp(const std::string &dir, const std::string &name,
   return -1;
 }
 
-bool writeAll(int fd, const uint8_t *data, size_t size) {
+bool writeAll(int fd, const char *data, size_t size) {
   while (size > 0) {
     const ssize_t written = ::write(fd, data, size);
     if (written < 0 && errno == EINTR)
@@ -54,10 +52,9 @@ bool writeAll(int fd, const uint8_t *data, size_t size) {
 
 } // namespace
 
-void writeFileAtomically(const std::string &path, const uint8_t *data,
-                         size_t size) {
+void writeFileAtomically(const std::string &path, const void *data, size_t size) {
   auto fail = [&](const std::string &reason) {
-    throw ArtifactError(path + ": cannot write: " + reason);
+    throw FileWriteError(path + ": cannot write: " + reason);
   };
   if (path.empty() || path.back() == '/')
     fail("not a file name");
@@ -70,7 +67,7 @@ void writeFileAtomically(const std::string &path, const uint8_t *data,
 
   // Anything that fails from here on removes the temporary file.
   std::string reason;
-  if (!writeAll(fd, data, size))
+  if (!writeAll(fd, static_cast<const char *>(data), size))
     reason = "write failed: " + errnoText(errno);
   else if (::fsync(fd) != 0)
     reason = "fsync failed: " + errnoText(errno);
