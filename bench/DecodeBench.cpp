@@ -34,12 +34,12 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
-#include <functional>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <stdexcept>
@@ -62,19 +62,20 @@ struct Options {
 };
 
 [[noreturn]] void usage(const char *why, int status = 2) {
-  std::fprintf(status ? stderr : stdout,
-               "kiln-bench-decode: %s\n"
-               "usage: kiln-bench-decode ARTIFACT [--weights SPEC] [--context N] "
-               "[--steps N] [--tensor-tflops R] [--json FILE]\n"
-               "  --weights SPEC  checkpoint directory or synthetic:SEED (default synthetic:1)\n"
-               "  --context N     tokens prefilled before decoding, per conversation (default 4096)\n"
-               "  --steps N       decode steps timed, and batched steps with a decode_batch entry\n"
-               "                  (default 32)\n"
-               "  --tensor-tflops R  measured bf16 tensor-core TFLOP/s: prints the prefill roofline\n"
-               "  --json FILE     also write the figures as JSON (rank 0's)\n"
-               "  --nproc N       a multi-rank artifact: N processes on this machine, one per\n"
-               "                  GPU (as kiln-run --nproc); rank 0 prints its figures\n",
-               why);
+  std::fprintf(
+      status ? stderr : stdout,
+      "kiln-bench-decode: %s\n"
+      "usage: kiln-bench-decode ARTIFACT [--weights SPEC] [--context N] "
+      "[--steps N] [--tensor-tflops R] [--json FILE]\n"
+      "  --weights SPEC  checkpoint directory or synthetic:SEED (default synthetic:1)\n"
+      "  --context N     tokens prefilled before decoding, per conversation (default 4096)\n"
+      "  --steps N       decode steps timed, and batched steps with a decode_batch entry\n"
+      "                  (default 32)\n"
+      "  --tensor-tflops R  measured bf16 tensor-core TFLOP/s: prints the prefill roofline\n"
+      "  --json FILE     also write the figures as JSON (rank 0's)\n"
+      "  --nproc N       a multi-rank artifact: N processes on this machine, one per\n"
+      "                  GPU (as kiln-run --nproc); rank 0 prints its figures\n",
+      why);
   std::exit(status);
 }
 
@@ -228,7 +229,8 @@ std::vector<KernelRow> printProfile(const std::string &what,
   std::vector<KernelRow> rows;
   for (auto &entry : byKernel)
     rows.push_back(entry.second);
-  std::sort(rows.begin(), rows.end(), [](const KernelRow &a, const KernelRow &b) { return a.ms > b.ms; });
+  std::sort(rows.begin(), rows.end(),
+            [](const KernelRow &a, const KernelRow &b) { return a.ms > b.ms; });
   std::printf("profile   %s launch by launch (no graph): %.3f ms in %zu launches\n", what.c_str(),
               total, profile.size());
   std::printf("  %-52s %8s %10s %7s\n", "kernel", "launches", "us", "share");
@@ -304,8 +306,8 @@ int main(int argc, char **argv) {
     const kiln::Artifact &artifact = engine->artifact();
     const nlohmann::json config = nlohmann::json::parse(artifact->model()->config_json()->str());
     std::printf("device    %s\n", engine->device().c_str());
-    std::printf("artifact  %s (%s), weights %.1f GiB, loaded in %.1f s\n",
-                options.artifact.c_str(), artifact->model()->name()->c_str(),
+    std::printf("artifact  %s (%s), weights %.1f GiB, loaded in %.1f s\n", options.artifact.c_str(),
+                artifact->model()->name()->c_str(),
                 double(engine->weightBytes()) / double(1ull << 30), msSince(loadStart) / 1e3);
 
     const bool nvidia = artifact->target()->kind() == fb::TargetKind::NVPTX;
@@ -334,14 +336,16 @@ int main(int argc, char **argv) {
     std::printf("prefill   %lld tokens in %.1f ms: %.0f tokens/s\n", (long long)options.context,
                 prefillMs, double(options.context) * 1e3 / prefillMs);
     const double flops = prefillFlops(artifact, config, options.context);
-    const double tensorMs = options.tensorTflops > 0 ? flops / (options.tensorTflops * 1e12) * 1e3 : 0;
+    const double tensorMs =
+        options.tensorTflops > 0 ? flops / (options.tensorTflops * 1e12) * 1e3 : 0;
     if (tensorMs > 0)
       std::printf("roofline  prefill %.1f TFLOP at %.0f TFLOP/s (bf16 tensor cores) = %.1f ms: "
                   "Kiln at %.1f%% of roofline\n",
                   flops / 1e12, options.tensorTflops, tensorMs, 100.0 * tensorMs / prefillMs);
     else
-      std::printf("roofline  prefill %.1f TFLOP (--tensor-tflops R prints its tensor-core roofline)\n",
-                  flops / 1e12);
+      std::printf(
+          "roofline  prefill %.1f TFLOP (--tensor-tflops R prints its tensor-core roofline)\n",
+          flops / 1e12);
 
     auto argmax = [](const std::vector<float> &v) {
       return int32_t(std::max_element(v.begin(), v.end()) - v.begin());
@@ -367,9 +371,9 @@ int main(int argc, char **argv) {
                 *std::min_element(stepMs.begin(), stepMs.end()), 1e3 / decodeMs);
     if (roofline)
       std::printf("roofline  %.3f GB a step (weights %.3f, experts %.3f, KV %.3f) / copy "
-                "bandwidth = %.3f ms: Kiln at %.1f%% of roofline\n",
-                bytes.total() / 1e9, bytes.weights / 1e9, bytes.experts / 1e9, bytes.kv / 1e9,
-                rooflineMs, 100.0 * rooflineMs / decodeMs);
+                  "bandwidth = %.3f ms: Kiln at %.1f%% of roofline\n",
+                  bytes.total() / 1e9, bytes.weights / 1e9, bytes.experts / 1e9, bytes.kv / 1e9,
+                  rooflineMs, 100.0 * rooflineMs / decodeMs);
 
     // One step launch by launch.
     const std::vector<KernelRow> rows =
@@ -383,8 +387,9 @@ int main(int argc, char **argv) {
         chunk = entry->max_tokens();
     chunk = std::min<int64_t>(chunk, options.context);
     engine->reset();
-    printProfile("one prefill call of " + std::to_string(chunk) + " tokens",
-                 engine->profilePrefill(std::vector<int32_t>(prompt.begin(), prompt.begin() + chunk)));
+    printProfile(
+        "one prefill call of " + std::to_string(chunk) + " tokens",
+        engine->profilePrefill(std::vector<int32_t>(prompt.begin(), prompt.begin() + chunk)));
 
     // Batched decode: every conversation prefilled to the same context, then
     // one token each per decode_batch call.
@@ -409,9 +414,9 @@ int main(int argc, char **argv) {
       auto stepBatchLogits = [&] {
         std::vector<float> rows = engine->decodeBatch(tokens);
         for (int64_t c = 0; c < batch; ++c)
-          tokens[size_t(c)] = int32_t(
-              std::max_element(rows.begin() + c * vocab, rows.begin() + (c + 1) * vocab) -
-              (rows.begin() + c * vocab));
+          tokens[size_t(c)] =
+              int32_t(std::max_element(rows.begin() + c * vocab, rows.begin() + (c + 1) * vocab) -
+                      (rows.begin() + c * vocab));
       };
       for (int i = 0; i < 2; ++i) // direct, then recorded
         stepBatch();

@@ -116,10 +116,10 @@ int main(int argc, char **argv) {
   // Decode (M = 1 token) and prefill shapes of the two test configs: q_proj,
   // o_proj, pooler, unpooler and the output head.
   std::vector<Shape> shapes = {
-      {"tiny q_proj decode", 1, 192, 256},     {"tiny lm_head decode", 1, 1024, 256},
-      {"tiny o_proj prefill", 64, 256, 192},   {"small q_proj decode", 1, 3072, 2048},
-      {"small o_proj decode", 1, 2048, 3072},  {"small pooler decode", 1, 1024, 2048},
-      {"small lm_head decode", 1, 32000, 2048}, {"small q_proj prefill", 256, 3072, 2048},
+      {"tiny q_proj decode", 1, 192, 256},       {"tiny lm_head decode", 1, 1024, 256},
+      {"tiny o_proj prefill", 64, 256, 192},     {"small q_proj decode", 1, 3072, 2048},
+      {"small o_proj decode", 1, 2048, 3072},    {"small pooler decode", 1, 1024, 2048},
+      {"small lm_head decode", 1, 32000, 2048},  {"small q_proj prefill", 256, 3072, 2048},
       {"small o_proj prefill", 256, 2048, 3072}, {"small unpooler prefill", 256, 2048, 1024},
   };
 
@@ -143,7 +143,8 @@ int main(int argc, char **argv) {
     std::fprintf(stderr, "kiln-bench-x86-gemm: %s\n", error.c_str());
     return 1;
   }
-  kiln::KernelLibrary kernels = kiln::KernelLibrary::load(library.data(), library.size(), "<bench>");
+  kiln::KernelLibrary kernels =
+      kiln::KernelLibrary::load(library.data(), library.size(), "<bench>");
   dnnl::engine engine(dnnl::engine::kind::cpu, 0);
   dnnl::stream stream(engine);
   startOpenMpThreads(engine, stream);
@@ -156,8 +157,8 @@ int main(int argc, char **argv) {
   std::printf("cpu %s: Kiln's GEMMs on %s (%s), %d threads\n", cpu->cpu.c_str(),
               kiln::x86::gemmFamilyName(hooks.gemmFamily()),
               kiln::x86::gemmFamilyInstruction(hooks.gemmFamily()), pool.numThreads());
-  std::printf("%-24s %5s %6s %6s %12s %12s %8s %10s  %s\n", "shape", "M", "N", "K",
-              "kiln GFLOP/s", "oneDNN GF/s", "ratio", "max |diff|", "oneDNN's kernel");
+  std::printf("%-24s %5s %6s %6s %12s %12s %8s %10s  %s\n", "shape", "M", "N", "K", "kiln GFLOP/s",
+              "oneDNN GF/s", "ratio", "max |diff|", "oneDNN's kernel");
   for (size_t i = 0; i < shapes.size(); ++i) {
     const Shape &s = shapes[i];
     int64_t mp = (s.m + 15) / 16 * 16;
@@ -178,7 +179,10 @@ int main(int argc, char **argv) {
         int64_t rows = s.m, p = part, ps = parts;
         void *args[6] = {kiln::memref::buildDescriptor(da, a.data(), sa, 2),
                          kiln::memref::buildDescriptor(db, packed.data(), sb, 2),
-                         kiln::memref::buildDescriptor(dc, c.data(), sc, 2), &rows, &p, &ps};
+                         kiln::memref::buildDescriptor(dc, c.data(), sc, 2),
+                         &rows,
+                         &p,
+                         &ps};
         fn(args);
       });
     };
@@ -193,7 +197,8 @@ int main(int argc, char **argv) {
     dnnl::reorder(wUserMem, wMem).execute(stream, wUserMem, wMem); // prepack, untimed
     dnnl::matmul matmul(pd);
     auto runOnednn = [&] {
-      matmul.execute(stream, {{DNNL_ARG_SRC, aMem}, {DNNL_ARG_WEIGHTS, wMem}, {DNNL_ARG_DST, cMem}});
+      matmul.execute(stream,
+                     {{DNNL_ARG_SRC, aMem}, {DNNL_ARG_WEIGHTS, wMem}, {DNNL_ARG_DST, cMem}});
       stream.wait();
     };
     auto [kiln, onednn] = medianSecondsOfBoth(reps, runKiln, runOnednn);
@@ -203,9 +208,9 @@ int main(int argc, char **argv) {
       for (int64_t j = 0; j < s.n; ++j)
         worst = std::max(worst, double(std::abs(c[i * s.n + j] - ref[i * s.n + j])));
     double flops = 2.0 * s.m * s.n * s.k;
-    std::printf("%-24s %5lld %6lld %6lld %12.1f %12.1f %8.2f %10.2e  %s\n", s.what,
-                (long long)s.m, (long long)s.n, (long long)s.k, flops / kiln / 1e9,
-                flops / onednn / 1e9, onednn / kiln, worst, pd.impl_info_str());
+    std::printf("%-24s %5lld %6lld %6lld %12.1f %12.1f %8.2f %10.2e  %s\n", s.what, (long long)s.m,
+                (long long)s.n, (long long)s.k, flops / kiln / 1e9, flops / onednn / 1e9,
+                onednn / kiln, worst, pd.impl_info_str());
   }
   std::printf("ratio = oneDNN time / Kiln time (above 1: Kiln is faster); median of %d\n", reps);
   return 0;

@@ -18,8 +18,7 @@ namespace kiln {
 
 namespace {
 
-template <typename OpT>
-OpT soleUser(Value v) {
+template <typename OpT> OpT soleUser(Value v) {
   return v.hasOneUse() ? llvm::dyn_cast<OpT>(*v.user_begin()) : OpT();
 }
 

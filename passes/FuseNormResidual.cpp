@@ -41,8 +41,7 @@ bool fitsNormResidual(Value residual, Value update, ArrayRef<Value> vectors) {
     return false;
   return llvm::all_of(vectors, [&](Value v) {
     auto vector = llvm::dyn_cast<RankedTensorType>(v.getType());
-    return vector && vector.getRank() == 1 &&
-           widthsAgree(vector.getDimSize(0), type.getDimSize(1));
+    return vector && vector.getRank() == 1 && widthsAgree(vector.getDimSize(0), type.getDimSize(1));
   });
 }
 
@@ -104,10 +103,10 @@ void fuse(Chain chain, Operation *at) {
                                          chain.add.getLoc(), chain.nextNorm.getLoc()});
   OpBuilder b(at);
   Type type = chain.residual.getType();
-  auto fused = NormResidualOp::create(
-      b, loc, type, type, chain.residual, chain.postNorm.getInput(), chain.postNorm.getWeight(),
-      chain.gating.getRhs(), chain.nextNorm.getWeight(), chain.postNorm.getEpsAttr(),
-      chain.nextNorm.getEpsAttr());
+  auto fused = NormResidualOp::create(b, loc, type, type, chain.residual, chain.postNorm.getInput(),
+                                      chain.postNorm.getWeight(), chain.gating.getRhs(),
+                                      chain.nextNorm.getWeight(), chain.postNorm.getEpsAttr(),
+                                      chain.nextNorm.getEpsAttr());
   // Users first, producers last: each op is unused when it goes.
   chain.nextNorm.getResult().replaceAllUsesWith(fused.getNormed());
   chain.nextNorm.erase();

@@ -74,7 +74,8 @@ bool needsAllTokens(Operation *op) {
     return true;
   if (auto linear = llvm::dyn_cast<LinearOp>(op))
     return linear.getInput().getDefiningOp<MergeHeadsOp>() ||
-           llvm::any_of(linear->getUsers(), [](Operation *u) { return llvm::isa<SplitHeadsOp>(u); });
+           llvm::any_of(linear->getUsers(),
+                        [](Operation *u) { return llvm::isa<SplitHeadsOp>(u); });
   return false;
 }
 
@@ -94,30 +95,31 @@ struct InsertSPCollectives final : impl::InsertSPCollectivesBase<InsertSPCollect
   }
 
   LogicalResult checkPreconditions(func::FuncOp func, int64_t tp) {
-    WalkResult walk = func.walk([&](Operation *op) -> WalkResult {
-      // (The vocabulary-parallel head's gather of logits is not one.)
-      if (auto gather = llvm::dyn_cast<shard::AllGatherOp>(op);
-          gather && gather.getGrid() == kTpGrid && gather.getGatherAxis() == 1 &&
-          !gather.getInput().getDefiningOp<LogitsOp>())
-        return op->emitOpError()
-               << "splits features over the TP group (kiln-shard-pooler); under sequence "
-                  "parallelism the pooler and unpooler run on each rank's token shard instead";
-      if (auto reduce = llvm::dyn_cast<shard::AllReduceOp>(op); reduce && reduce.getGrid() == kEpGrid)
-        return op->emitOpError() << "sums an expert-parallel stage whose tokens would differ "
-                                    "between ranks under SP: run kiln-form-megamoe first, so "
-                                    "the dispatch reaches every rank's tokens";
-      // A dynamic token count is the caller's to split evenly (a target's
-      // sequence-parallel entry takes whole multiples of TP).
-      if (auto attention = llvm::dyn_cast<AttentionOp>(op)) {
-        int64_t tokens = llvm::cast<RankedTensorType>(attention.getQ().getType()).getDimSize(0);
-        if (!ShapedType::isDynamic(tokens) && tokens % tp != 0)
-          return attention.emitOpError()
-                 << "sequence parallelism over " << tp
-                 << " ranks needs a static token count divisible by " << tp << ", got "
-                 << tokens;
-      }
-      return WalkResult::advance();
-    });
+    WalkResult walk =
+        func.walk([&](Operation *op) -> WalkResult {
+          // (The vocabulary-parallel head's gather of logits is not one.)
+          if (auto gather = llvm::dyn_cast<shard::AllGatherOp>(op);
+              gather && gather.getGrid() == kTpGrid && gather.getGatherAxis() == 1 &&
+              !gather.getInput().getDefiningOp<LogitsOp>())
+            return op->emitOpError()
+                   << "splits features over the TP group (kiln-shard-pooler); under sequence "
+                      "parallelism the pooler and unpooler run on each rank's token shard instead";
+          if (auto reduce = llvm::dyn_cast<shard::AllReduceOp>(op);
+              reduce && reduce.getGrid() == kEpGrid)
+            return op->emitOpError() << "sums an expert-parallel stage whose tokens would differ "
+                                        "between ranks under SP: run kiln-form-megamoe first, so "
+                                        "the dispatch reaches every rank's tokens";
+          // A dynamic token count is the caller's to split evenly (a target's
+          // sequence-parallel entry takes whole multiples of TP).
+          if (auto attention = llvm::dyn_cast<AttentionOp>(op)) {
+            int64_t tokens = llvm::cast<RankedTensorType>(attention.getQ().getType()).getDimSize(0);
+            if (!ShapedType::isDynamic(tokens) && tokens % tp != 0)
+              return attention.emitOpError() << "sequence parallelism over " << tp
+                                             << " ranks needs a static token count divisible by "
+                                             << tp << ", got " << tokens;
+          }
+          return WalkResult::advance();
+        });
     return failure(walk.wasInterrupted());
   }
 
@@ -143,8 +145,8 @@ struct InsertSPCollectives final : impl::InsertSPCollectivesBase<InsertSPCollect
       Value &s = sliced[v];
       if (!s) {
         b.setInsertionPointAfterValue(v);
-        s = shard::AllSliceOp::create(b, v.getLoc(), sharding::withDimDividedBy(v, 0, tp),
-                                      kTpGrid, axes, v, llvm::APInt(64, 0));
+        s = shard::AllSliceOp::create(b, v.getLoc(), sharding::withDimDividedBy(v, 0, tp), kTpGrid,
+                                      axes, v, llvm::APInt(64, 0));
         sharded.insert(s);
       }
       return s;
@@ -152,10 +154,11 @@ struct InsertSPCollectives final : impl::InsertSPCollectivesBase<InsertSPCollect
 
     for (Operation &op : llvm::make_early_inc_range(func.getBody().front())) {
       // The o_proj all-reduce becomes a reduce-scatter over tokens.
-      if (auto reduce = llvm::dyn_cast<shard::AllReduceOp>(op); reduce && reduce.getGrid() == kTpGrid) {
+      if (auto reduce = llvm::dyn_cast<shard::AllReduceOp>(op);
+          reduce && reduce.getGrid() == kTpGrid) {
         b.setInsertionPoint(reduce);
-        Value scattered = sharding::reduceScatter(b, reduce.getLoc(), reduce.getInput(), kTpGrid,
-                                                  axes, 0, tp);
+        Value scattered =
+            sharding::reduceScatter(b, reduce.getLoc(), reduce.getInput(), kTpGrid, axes, 0, tp);
         reduce.getResult().replaceAllUsesWith(scattered);
         reduce.erase();
         sharded.insert(scattered);

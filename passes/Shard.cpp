@@ -81,12 +81,14 @@ struct Shard final : impl::ShardBase<Shard> {
     }
     if (world == 1)
       return markAllAnalysesPreserved();
-    module->setAttr("kiln.layout",
-                    DictionaryAttr::get(&getContext(),
-                                        {NamedAttribute(StringAttr::get(&getContext(), "tp"),
-                                                        IntegerAttr::get(IntegerType::get(&getContext(), 64), tp)),
-                                         NamedAttribute(StringAttr::get(&getContext(), "ep"),
-                                                        IntegerAttr::get(IntegerType::get(&getContext(), 64), ep))}));
+    module->setAttr(
+        "kiln.layout",
+        DictionaryAttr::get(
+            &getContext(),
+            {NamedAttribute(StringAttr::get(&getContext(), "tp"),
+                            IntegerAttr::get(IntegerType::get(&getContext(), 64), tp)),
+             NamedAttribute(StringAttr::get(&getContext(), "ep"),
+                            IntegerAttr::get(IntegerType::get(&getContext(), 64), ep))}));
 
     tpRanks = tp;
     epRanks = ep;
@@ -116,8 +118,8 @@ struct Shard final : impl::ShardBase<Shard> {
     auto k = llvm::cast<RankedTensorType>(attention.getK().getType());
     int64_t qHeads = q.getDimSize(1), kvHeads = k.getDimSize(1);
     if (qHeads % tp != 0)
-      return attention.emitOpError() << "TP " << tp << " does not divide the " << qHeads
-                                     << " query heads";
+      return attention.emitOpError()
+             << "TP " << tp << " does not divide the " << qHeads << " query heads";
     if (tp <= kvHeads ? kvHeads % tp != 0 : tp % kvHeads != 0)
       return attention.emitOpError() << "TP " << tp << " must divide the " << kvHeads
                                      << " KV heads or be a multiple of them";
@@ -135,9 +137,8 @@ struct Shard final : impl::ShardBase<Shard> {
     auto merge = attention->hasOneUse()
                      ? llvm::dyn_cast<MergeHeadsOp>(*attention->getUsers().begin())
                      : MergeHeadsOp();
-    auto oProj = merge && merge->hasOneUse()
-                     ? llvm::dyn_cast<LinearOp>(*merge->getUsers().begin())
-                     : LinearOp();
+    auto oProj = merge && merge->hasOneUse() ? llvm::dyn_cast<LinearOp>(*merge->getUsers().begin())
+                                             : LinearOp();
     if (!oProj)
       return attention.emitOpError()
              << "kiln-shard expects the attention output to reach a kiln.linear through "
@@ -162,13 +163,13 @@ struct Shard final : impl::ShardBase<Shard> {
 
     auto qLocal = llvm::cast<RankedTensorType>(attention.getQ().getType());
     auto vLocal = llvm::cast<RankedTensorType>(attention.getV().getType());
-    attention.getResult().setType(RankedTensorType::get(
-        {qLocal.getDimSize(0), qLocal.getDimSize(1), vLocal.getDimSize(2)},
-        qLocal.getElementType()));
+    attention.getResult().setType(
+        RankedTensorType::get({qLocal.getDimSize(0), qLocal.getDimSize(1), vLocal.getDimSize(2)},
+                              qLocal.getElementType()));
     auto merged = llvm::cast<RankedTensorType>(merge.getResult().getType());
-    merge.getResult().setType(RankedTensorType::get(
-        {merged.getDimSize(0), qLocal.getDimSize(1) * vLocal.getDimSize(2)},
-        merged.getElementType()));
+    merge.getResult().setType(
+        RankedTensorType::get({merged.getDimSize(0), qLocal.getDimSize(1) * vLocal.getDimSize(2)},
+                              merged.getElementType()));
 
     // Row-parallel o_proj: each rank's partial sum, then the all-reduce.
     b.setInsertionPoint(oProj);
@@ -197,8 +198,8 @@ struct Shard final : impl::ShardBase<Shard> {
     logits.getResult().setType(RankedTensorType::get(
         {out.getDimSize(0), out.getDimSize(1) / tpRanks}, out.getElementType()));
     b.setInsertionPointAfter(logits);
-    Value gathered = sharding::allGather(b, logits.getLoc(), logits.getResult(), kTpGrid, allRanks,
-                                         1, tpRanks);
+    Value gathered =
+        sharding::allGather(b, logits.getLoc(), logits.getResult(), kTpGrid, allRanks, 1, tpRanks);
     logits.getResult().replaceAllUsesExcept(gathered, gathered.getDefiningOp());
     ++numCollectives;
   }
@@ -208,13 +209,12 @@ struct Shard final : impl::ShardBase<Shard> {
     auto gate = llvm::cast<RankedTensorType>(experts.getGate().getType());
     int64_t numExperts = gate.getDimSize(0);
     if (numExperts % ep != 0)
-      return experts.emitOpError() << "EP " << ep << " does not divide the " << numExperts
-                                   << " experts";
+      return experts.emitOpError()
+             << "EP " << ep << " does not divide the " << numExperts << " experts";
     auto norm = experts->hasOneUse() ? llvm::dyn_cast<ExpertNormOp>(*experts->getUsers().begin())
                                      : ExpertNormOp();
-    auto combine = norm && norm->hasOneUse()
-                       ? llvm::dyn_cast<CombineOp>(*norm->getUsers().begin())
-                       : CombineOp();
+    auto combine = norm && norm->hasOneUse() ? llvm::dyn_cast<CombineOp>(*norm->getUsers().begin())
+                                             : CombineOp();
     if (!combine || norm.getIndices() != experts.getIndices())
       return experts.emitOpError() << "kiln-shard expects expert_swiglu -> expert_norm -> "
                                       "combine on the same expert choices";
@@ -222,11 +222,10 @@ struct Shard final : impl::ShardBase<Shard> {
     SmallVector<shard::GridAxis> axes = {1};
 
     OpBuilder b(experts);
-    Value local = LocalExpertsOp::create(b, experts.getLoc(), experts.getIndices().getType(),
-                                         experts.getIndices(),
-                                         FlatSymbolRefAttr::get(grid.getSymNameAttr()),
-                                         b.getDenseI16ArrayAttr(axes),
-                                         b.getI64IntegerAttr(numExperts));
+    Value local =
+        LocalExpertsOp::create(b, experts.getLoc(), experts.getIndices().getType(),
+                               experts.getIndices(), FlatSymbolRefAttr::get(grid.getSymNameAttr()),
+                               b.getDenseI16ArrayAttr(axes), b.getI64IntegerAttr(numExperts));
     experts.getIndicesMutable().assign(local);
     norm.getIndicesMutable().assign(local);
     for (OpOperand *stack : {&experts.getGateMutable(), &experts.getUpMutable(),

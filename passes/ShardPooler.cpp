@@ -31,10 +31,10 @@ Value expertInput(Operation *op) {
 Value expertOutput(Operation *op) {
   Value out;
   if (auto swiglu = llvm::dyn_cast<ExpertSwiGLUOp>(op)) {
-    auto norm = swiglu->hasOneUse() ? llvm::dyn_cast<ExpertNormOp>(*swiglu->user_begin())
-                                    : ExpertNormOp();
-    auto combine = norm && norm->hasOneUse() ? llvm::dyn_cast<CombineOp>(*norm->user_begin())
-                                             : CombineOp();
+    auto norm =
+        swiglu->hasOneUse() ? llvm::dyn_cast<ExpertNormOp>(*swiglu->user_begin()) : ExpertNormOp();
+    auto combine =
+        norm && norm->hasOneUse() ? llvm::dyn_cast<CombineOp>(*norm->user_begin()) : CombineOp();
     if (!combine)
       return {};
     out = combine.getResult();
@@ -65,8 +65,8 @@ struct ShardPooler final : impl::ShardPoolerBase<ShardPooler> {
     for (Operation *stage : stages) {
       // Unpooler: the linear that reads the combined expert output.
       Value out = expertOutput(stage);
-      LinearOp unpooler = out && out.hasOneUse() ? llvm::dyn_cast<LinearOp>(*out.user_begin())
-                                                 : LinearOp();
+      LinearOp unpooler =
+          out && out.hasOneUse() ? llvm::dyn_cast<LinearOp>(*out.user_begin()) : LinearOp();
       // Pooler: the linear behind the expert input norm.
       auto inputNorm = expertInput(stage).getDefiningOp<RmsNormOp>();
       LinearOp pooler = inputNorm ? inputNorm.getInput().getDefiningOp<LinearOp>() : LinearOp();
@@ -93,8 +93,8 @@ struct ShardPooler final : impl::ShardPoolerBase<ShardPooler> {
     linear.getWeightMutable().assign(sharding::sliceAlong(b, linear.getWeight(), 0, grid, axes));
     linear.getResult().setType(sharding::withDimDividedBy(linear.getResult(), 1, tp));
     b.setInsertionPointAfter(linear);
-    Value whole = sharding::allGather(b, linear.getLoc(), linear.getResult(), sharding::kTpGrid,
-                                      axes, 1, tp);
+    Value whole =
+        sharding::allGather(b, linear.getLoc(), linear.getResult(), sharding::kTpGrid, axes, 1, tp);
     linear.getResult().replaceAllUsesExcept(whole, whole.getDefiningOp());
     ++numSplit;
     return success();

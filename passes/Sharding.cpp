@@ -49,8 +49,8 @@ Value sliceAlong(OpBuilder &b, Value v, int64_t dim, shard::GridOp grid,
   }
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointAfterValue(v);
-  return shard::AllSliceOp::create(b, v.getLoc(), withDimDividedBy(v, dim, parts), grid.getSymName(),
-                                   axes, v, llvm::APInt(64, dim));
+  return shard::AllSliceOp::create(b, v.getLoc(), withDimDividedBy(v, dim, parts),
+                                   grid.getSymName(), axes, v, llvm::APInt(64, dim));
 }
 
 Value allReduce(OpBuilder &b, Location loc, Value v, StringRef grid,
@@ -58,8 +58,8 @@ Value allReduce(OpBuilder &b, Location loc, Value v, StringRef grid,
   return shard::AllReduceOp::create(b, loc, v, grid, axes, shard::ReductionKind::Sum);
 }
 
-Value allGather(OpBuilder &b, Location loc, Value v, StringRef grid,
-                ArrayRef<shard::GridAxis> axes, int64_t dim, int64_t parts) {
+Value allGather(OpBuilder &b, Location loc, Value v, StringRef grid, ArrayRef<shard::GridAxis> axes,
+                int64_t dim, int64_t parts) {
   auto type = llvm::cast<RankedTensorType>(v.getType());
   SmallVector<int64_t> shape(type.getShape());
   if (!ShapedType::isDynamic(shape[dim]))

@@ -45,8 +45,8 @@ mlir::LogicalResult checkNvfp4Names(Nvfp4DequantOp dequant) {
                                  << "' must be a checkpoint tensor named '<module>.weight'";
   std::string module = name.str();
   if (scales.getName() != module + ".weight_scale")
-    return dequant.emitOpError() << "scales operand must be '" << module
-                                 << ".weight_scale', got '" << scales.getName() << "'";
+    return dequant.emitOpError() << "scales operand must be '" << module << ".weight_scale', got '"
+                                 << scales.getName() << "'";
   if (global.getName() != module + ".weight_scale_2")
     return dequant.emitOpError() << "global operand must be '" << module
                                  << ".weight_scale_2', got '" << global.getName() << "'";
@@ -64,8 +64,7 @@ struct VerifyWeights final : impl::VerifyWeightsBase<VerifyWeights> {
           failed |= mlir::failed(claimName(claims, weight.getName().str(), type, weight));
           return;
         }
-        auto one = mlir::RankedTensorType::get(type.getShape().drop_front(),
-                                               type.getElementType());
+        auto one = mlir::RankedTensorType::get(type.getShape().drop_front(), type.getElementType());
         for (int64_t e = 0, n = type.getDimSize(0); e < n && !failed; ++e)
           failed |= mlir::failed(claimName(claims, weight.expandedName(e), one, weight));
       } else if (auto dequant = llvm::dyn_cast<Nvfp4DequantOp>(op)) {

@@ -93,7 +93,8 @@ fb::Offset<art::TensorMap> Writer::tensorMap(llvm::StringRef spec) {
   return art::CreateTensorMap(fbb, index, fbb.CreateVector(elements), static_cast<uint8_t>(span));
 }
 
-mlir::FailureOr<fb::Offset<art::BufferRef>> Writer::bufferRef(mlir::Value v, mlir::Operation *user) {
+mlir::FailureOr<fb::Offset<art::BufferRef>> Writer::bufferRef(mlir::Value v,
+                                                              mlir::Operation *user) {
   mlir::ArrayAttr shape;
   mlir::Type elem;
   uint64_t offset = 0;
@@ -186,14 +187,13 @@ mlir::FailureOr<fb::Offset<art::EntryPoint>> Writer::entry(plan::EntryOp op) {
       if (mlir::failed(src) || mlir::failed(dst))
         return mlir::failure();
       llvm::StringRef kind = collective.getKind();
-      auto c = art::CreateCollective(
-          fbb,
-          kind == "all_reduce"   ? art::CollectiveKind::AllReduce
-          : kind == "all_gather" ? art::CollectiveKind::AllGather
-                                 : art::CollectiveKind::ReduceScatter,
-          *src, *dst, 0, static_cast<int32_t>(collective.getAxis()),
-          static_cast<uint32_t>(collective.getGroup()),
-          fbb.CreateString(collective.getOp().str()));
+      auto c = art::CreateCollective(fbb,
+                                     kind == "all_reduce"   ? art::CollectiveKind::AllReduce
+                                     : kind == "all_gather" ? art::CollectiveKind::AllGather
+                                                            : art::CollectiveKind::ReduceScatter,
+                                     *src, *dst, 0, static_cast<int32_t>(collective.getAxis()),
+                                     static_cast<uint32_t>(collective.getGroup()),
+                                     fbb.CreateString(collective.getOp().str()));
       steps.push_back(art::CreateStepEntry(fbb, art::Step::Collective, c.Union()));
     } else if (auto binding = llvm::dyn_cast<plan::BindingOp>(inner);
                binding && binding.getKind() == "output") {
@@ -227,13 +227,13 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
         fbb, fbb.CreateString(w.name), static_cast<uint32_t>(w.stack), 0, fbb.CreateVector(w.shape),
         dtypeOf(w.dtype),
         w.transform == kernels::Transform::VnniBf16 ? art::WeightTransform::VnniBf16
-                                                   : art::WeightTransform::None,
+                                                    : art::WeightTransform::None,
         static_cast<int32_t>(w.sliceDim), static_cast<int32_t>(w.sliceCount),
         static_cast<uint64_t>(w.bytes), static_cast<int32_t>(w.sliceGroup)));
   std::vector<fb::Offset<art::KvCache>> caches;
   for (const kernels::KvCacheInfo &c : model.kvCaches)
-    caches.push_back(art::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim,
-                                        art::DType::F32));
+    caches.push_back(
+        art::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim, art::DType::F32));
   std::vector<fb::Offset<art::EntryPoint>> entries;
   mlir::ModuleOp planModule = model.plan.get();
   for (auto op : planModule.getOps<plan::EntryOp>()) {
@@ -248,15 +248,15 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
 
   auto version = art::CreateVersion(fbb, art::kSchemaMajor, art::kSchemaMinor,
                                     fbb.CreateString(compilerVersion()));
-  auto target = art::CreateTarget(fbb,
-                                  info.targetKind == ArtifactInfo::Nvptx    ? art::TargetKind::NVPTX
-                                  : info.targetKind == ArtifactInfo::Amdgcn ? art::TargetKind::AMDGCN
-                                                                            : art::TargetKind::X86,
-                                  fbb.CreateString(info.triple),
-                                  fbb.CreateString(info.chip), fbb.CreateVector(features));
-  auto modelTable = art::CreateModel(fbb, fbb.CreateString(info.modelName),
-                                     fbb.CreateString(info.configJson),
-                                     fbb.CreateString(info.weightFormat));
+  auto target = art::CreateTarget(
+      fbb,
+      info.targetKind == ArtifactInfo::Nvptx    ? art::TargetKind::NVPTX
+      : info.targetKind == ArtifactInfo::Amdgcn ? art::TargetKind::AMDGCN
+                                                : art::TargetKind::X86,
+      fbb.CreateString(info.triple), fbb.CreateString(info.chip), fbb.CreateVector(features));
+  auto modelTable =
+      art::CreateModel(fbb, fbb.CreateString(info.modelName), fbb.CreateString(info.configJson),
+                       fbb.CreateString(info.weightFormat));
   auto layout = art::CreateLayout(fbb, info.tp, info.ep, info.sp, info.world);
   auto lib = art::CreateKernelLibrary(fbb, fbb.CreateString(info.libraryFormat),
                                       fbb.CreateVector(library));
@@ -277,7 +277,9 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
 
 } // namespace
 
-std::string compilerVersion() { return std::string("kilnc 0.1.0 (LLVM ") + LLVM_VERSION_STRING + ")"; }
+std::string compilerVersion() {
+  return std::string("kilnc 0.1.0 (LLVM ") + LLVM_VERSION_STRING + ")";
+}
 
 mlir::FailureOr<std::vector<uint8_t>> serializeArtifact(const kernels::LoweredModel &model,
                                                         const std::vector<uint8_t> &library,

@@ -46,8 +46,7 @@ mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spar
                                            const StageProgress &stage) {
   mlir::FailureOr<kernels::LoweredModel> lowered = lowerAndPlan(graph, lowerOptions, target);
   if (mlir::failed(lowered)) {
-    error = "lowering to the " + target.name() +
-            " plan failed (see above)";
+    error = "lowering to the " + target.name() + " plan failed (see above)";
     return mlir::failure();
   }
   if (stage) {

@@ -21,7 +21,7 @@ namespace kiln {
 
 struct TargetChoice {
   enum Kind { X86, Nvptx, Amdgcn } kind = X86;
-  std::string chip; // "sm_90" / "sm_100", "gfx942" / "gfx950"; x86: cpu.cpu
+  std::string chip;   // "sm_90" / "sm_100", "gfx942" / "gfx950"; x86: cpu.cpu
   x86::CpuTarget cpu; // x86 only: the CPU and the features its kernels use
   std::string fault;  // a kernel broken on purpose (kilnc --inject-fault), or ""
   std::string name() const { return kind == Nvptx ? "nvptx" : kind == Amdgcn ? "amdgcn" : "x86"; }
@@ -49,8 +49,7 @@ using StageProgress = std::function<void(const std::string &stage)>;
 mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spark::Config &config,
                                            muse_spark::WeightFormat format,
                                            const kernels::LowerOptions &options,
-                                           const TargetChoice &target,
-                                           std::string &error,
+                                           const TargetChoice &target, std::string &error,
                                            const StageProgress &stage = nullptr);
 
 } // namespace kiln

@@ -55,7 +55,6 @@ void checkShape(WeightOp op, const HostTensor &value) {
 
 double f64(mlir::FloatAttr attr) { return attr.getValueAsDouble(); }
 
-
 // One rank's values. Shared pointers let every rank hold the same weight
 // without a copy.
 using ValueMap = llvm::DenseMap<mlir::Value, std::shared_ptr<const HostTensor>>;
@@ -100,8 +99,8 @@ bool execute(mlir::Operation &op, ValueMap &values, int64_t rank, LinearInputs l
         set(o.getResult(), rope(in(o.getInput()), in(o.getPositions()), f64(o.getThetaAttr())));
       })
       .Case([&](AttentionOp o) {
-        set(o.getResult(), attention(in(o.getQ()), in(o.getK()), in(o.getV()),
-                                     in(o.getPositions()), f64(o.getScaleAttr()), o.getWindow()));
+        set(o.getResult(), attention(in(o.getQ()), in(o.getK()), in(o.getV()), in(o.getPositions()),
+                                     f64(o.getScaleAttr()), o.getWindow()));
       })
       .Case([&](RouterTopKOp o) {
         TopK topk = routerTopK(in(o.getLogits()), o.getK());
@@ -122,8 +121,8 @@ bool execute(mlir::Operation &op, ValueMap &values, int64_t rank, LinearInputs l
       })
       .Case([&](NormResidualOp o) {
         auto [h, y] = normResidual(in(o.getResidual()), in(o.getUpdate()), in(o.getPostWeight()),
-                                   in(o.getGate()), in(o.getNextWeight()),
-                                   f64(o.getPostEpsAttr()), f64(o.getNextEpsAttr()));
+                                   in(o.getGate()), in(o.getNextWeight()), f64(o.getPostEpsAttr()),
+                                   f64(o.getNextEpsAttr()));
         set(o.getNewResidual(), std::move(h));
         set(o.getNormed(), std::move(y));
       })
@@ -144,8 +143,7 @@ bool execute(mlir::Operation &op, ValueMap &values, int64_t rank, LinearInputs l
 }
 
 // The grid a collective names, checked against the number of ranks.
-std::vector<int64_t> gridShape(mlir::Operation *op, mlir::FlatSymbolRefAttr name,
-                               int64_t ranks) {
+std::vector<int64_t> gridShape(mlir::Operation *op, mlir::FlatSymbolRefAttr name, int64_t ranks) {
   auto grid = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::shard::GridOp>(op, name);
   if (!grid)
     throw InterpreterError("no shard.grid named " + name.getValue().str());
@@ -254,9 +252,12 @@ bool executeCollective(mlir::Operation &op, std::vector<ValueMap> &ranks) {
           std::vector<ExpertStacks> owners;
           for (int64_t m : groupOf(shape, axes, r)) {
             auto at = [&](mlir::Value v) { return ranks[m].find(v)->second.get(); };
-            owners.push_back({at(o.getGate()), at(o.getUp()), at(o.getDown()), at(o.getPostNorm())});
+            owners.push_back(
+                {at(o.getGate()), at(o.getUp()), at(o.getDown()), at(o.getPostNorm())});
           }
-          auto mine = [&](mlir::Value v) -> const HostTensor & { return *ranks[r].find(v)->second; };
+          auto mine = [&](mlir::Value v) -> const HostTensor & {
+            return *ranks[r].find(v)->second;
+          };
           out[r] = std::make_shared<const HostTensor>(
               megaMoE(mine(o.getInput()), mine(o.getIndices()), mine(o.getWeights()), owners,
                       o.getNumExperts(), o.getEps().convertToDouble()));
@@ -343,8 +344,8 @@ std::vector<int32_t> generateGreedy(Interpreter &interpreter, mlir::func::FuncOp
     std::vector<int32_t> positions(n);
     for (int64_t p = 0; p < n; ++p)
       positions[p] = static_cast<int32_t>(p);
-    std::vector<HostTensor> out = interpreter.run(
-        forward, {HostTensor::ints({n}, tokens), HostTensor::ints({n}, positions)});
+    std::vector<HostTensor> out =
+        interpreter.run(forward, {HostTensor::ints({n}, tokens), HostTensor::ints({n}, positions)});
     const HostTensor &logits = out.at(0);
     int64_t vocab = logits.dim(1);
     int32_t next = argmax(&logits.f[logits.f.size() - vocab], vocab);

@@ -13,8 +13,8 @@ HostTensor HostTensor::floats(std::vector<int64_t> shape, std::vector<float> dat
   t.shape = std::move(shape);
   t.f = data.empty() ? std::vector<float>(t.numElements(), 0.0f) : std::move(data);
   if (static_cast<int64_t>(t.f.size()) != t.numElements())
-    throw InterpreterError("float data of " + std::to_string(t.f.size()) +
-                           " elements for shape " + t.shapeString());
+    throw InterpreterError("float data of " + std::to_string(t.f.size()) + " elements for shape " +
+                           t.shapeString());
   return t;
 }
 
@@ -24,8 +24,8 @@ HostTensor HostTensor::ints(std::vector<int64_t> shape, std::vector<int32_t> dat
   t.shape = std::move(shape);
   t.i = data.empty() ? std::vector<int32_t>(t.numElements(), 0) : std::move(data);
   if (static_cast<int64_t>(t.i.size()) != t.numElements())
-    throw InterpreterError("int data of " + std::to_string(t.i.size()) +
-                           " elements for shape " + t.shapeString());
+    throw InterpreterError("int data of " + std::to_string(t.i.size()) + " elements for shape " +
+                           t.shapeString());
   return t;
 }
 
@@ -74,8 +74,7 @@ int32_t expertOf(const HostTensor &indices, int64_t at, int64_t experts) {
   return e;
 }
 
-template <typename Op>
-HostTensor broadcast(const HostTensor &lhs, const HostTensor &rhs, Op op) {
+template <typename Op> HostTensor broadcast(const HostTensor &lhs, const HostTensor &rhs, Op op) {
   HostTensor out = lhs;
   int64_t n = rhs.numElements();
   for (int64_t idx = 0, total = lhs.numElements(); idx < total; ++idx)
@@ -216,8 +215,7 @@ TopK routerTopK(const HostTensor &logits, int64_t k) {
       p[e] /= sum;
     std::iota(order.begin(), order.end(), 0);
     // Decreasing probability, ties to the lower index.
-    std::stable_sort(order.begin(), order.end(),
-                     [&](int32_t a, int32_t b) { return p[a] > p[b]; });
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return p[a] > p[b]; });
     double selected = 0;
     for (int64_t j = 0; j < k; ++j)
       selected += p[order[j]];
@@ -326,8 +324,8 @@ HostTensor logits(const HostTensor &x, const HostTensor &head, bool lastOnly) {
   if (!lastOnly)
     return linear(x, head);
   int64_t hidden = x.dim(1);
-  HostTensor last = HostTensor::floats(
-      {1, hidden}, std::vector<float>(x.f.end() - hidden, x.f.end()));
+  HostTensor last =
+      HostTensor::floats({1, hidden}, std::vector<float>(x.f.end() - hidden, x.f.end()));
   return linear(last, head);
 }
 

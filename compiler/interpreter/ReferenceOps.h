@@ -6,9 +6,9 @@
 #include "compiler/interpreter/HostTensor.h"
 
 #include <optional>
+#include <stdexcept>
 #include <utility>
 #include <vector>
-#include <stdexcept>
 
 namespace kiln::interp {
 

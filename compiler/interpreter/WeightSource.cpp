@@ -56,8 +56,7 @@ HostTensor CheckpointWeights::load(const std::string &name) {
     return t;
   }
   default:
-    throw InterpreterError("tensor '" + name + "' has dtype " +
-                           std::string(dtypeName(info.dtype)) +
+    throw InterpreterError("tensor '" + name + "' has dtype " + std::string(dtypeName(info.dtype)) +
                            ", which no kiln.weight reads");
   }
 }
@@ -103,8 +102,8 @@ HostTensor Mxfp4ConvertedWeights::load(const std::string &name) {
   return isPacked ? result->packed : isScales ? result->scales : result->global;
 }
 
-const Mxfp4ConvertedWeights::Converted &
-Mxfp4ConvertedWeights::convert(const std::string &module, HostTensor packed) {
+const Mxfp4ConvertedWeights::Converted &Mxfp4ConvertedWeights::convert(const std::string &module,
+                                                                       HostTensor packed) {
   HostTensor scales = source.load(module + ".weight_scale");
   HostTensor global = source.load(module + ".weight_scale_2");
   // [.., O, I/2] codes, [.., O, I/16] scales, one global per [O, I] matrix.

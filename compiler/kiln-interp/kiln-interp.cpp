@@ -131,9 +131,10 @@ int main(int argc, char **argv) {
         int64_t m = static_cast<int64_t>(ids.size());
         std::vector<int32_t> pos(m);
         std::iota(pos.begin(), pos.end(), 0);
-        const interp::HostTensor next =
-            interpreter.run(forward, {interp::HostTensor::ints({m}, ids), interp::HostTensor::ints({m}, pos)})
-                .at(0);
+        const interp::HostTensor next = interpreter
+                                            .run(forward, {interp::HostTensor::ints({m}, ids),
+                                                           interp::HostTensor::ints({m}, pos)})
+                                            .at(0);
         logitsNow.assign(next.f.end() - vocab, next.f.end());
       }
       writeReference(saveReference, reference);

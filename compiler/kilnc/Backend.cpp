@@ -1,11 +1,11 @@
 #include "compiler/kilnc/Backend.h"
 
 #include "dialects/plan/PlanOps.h"
-#include "runtime/artifact/ArtifactMemory.h"
 #include "runtime/artifact/Artifact.h"
+#include "runtime/artifact/ArtifactMemory.h"
 #include "runtime/core/AtomicFile.h"
-#include "targets/common/KernelModule.h"
 #include "targets/amdgcn/KernelCompiler.h"
+#include "targets/common/KernelModule.h"
 #include "targets/nvptx/KernelCompiler.h"
 #include "targets/x86/X86Hooks.h"
 
@@ -44,11 +44,11 @@ int writeText(const std::string &path, const std::string &text) {
 }
 
 void report(const TargetBuild &build, const TargetChoice &target, const std::string &path) {
-  llvm::outs() << "\n" << target.name() << " " << target.chip << " artifact " << path << ": "
-               << build.artifact.size() << " bytes, " << build.model.kernels.size()
-               << " kernels (" << build.library.size() << " bytes of kernel code), "
-               << build.model.weights.size() << " weight bindings, "
-               << build.model.kvCaches.size() << " KV caches\n";
+  llvm::outs() << "\n"
+               << target.name() << " " << target.chip << " artifact " << path << ": "
+               << build.artifact.size() << " bytes, " << build.model.kernels.size() << " kernels ("
+               << build.library.size() << " bytes of kernel code), " << build.model.weights.size()
+               << " weight bindings, " << build.model.kvCaches.size() << " KV caches\n";
   if (target.kind == TargetChoice::X86) {
     x86::GemmFamily family = x86::gemmFamilyFor(target.cpu);
     llvm::outs() << "  cpu " << target.cpu.cpu << ": GEMMs on " << x86::gemmFamilyName(family)
@@ -77,8 +77,7 @@ int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
   lower.peerExchange = request.peerExchange;
   lower.spGraph = request.spGraph;
   if (request.output == BackendOutput::Plan || request.output == BackendOutput::Kernels) {
-    mlir::FailureOr<kernels::LoweredModel> lowered =
-        lowerAndPlan(graph, lower, request.target);
+    mlir::FailureOr<kernels::LoweredModel> lowered = lowerAndPlan(graph, lower, request.target);
     if (mlir::failed(lowered))
       return fail("lowering to the plan failed (see above)");
     std::string text;
@@ -120,8 +119,8 @@ int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
     llvm::errs() << "kilnc: " << what << " (" << llvm::formatv("{0:F1}", seconds) << " s)\n";
     start = std::chrono::steady_clock::now();
   };
-  mlir::FailureOr<TargetBuild> build = buildArtifact(graph, *request.config, request.format,
-                                                     lower, request.target, error, stage);
+  mlir::FailureOr<TargetBuild> build =
+      buildArtifact(graph, *request.config, request.format, lower, request.target, error, stage);
   if (mlir::failed(build))
     return fail(error);
   if (request.output == BackendOutput::Library) {
@@ -139,7 +138,8 @@ int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
   const std::string heading =
       "memory per rank" +
       (request.deviceBytes
-           ? " (" + llvm::formatv("{0:F2}", double(*request.deviceBytes) / double(1ull << 30)).str() +
+           ? " (" +
+                 llvm::formatv("{0:F2}", double(*request.deviceBytes) / double(1ull << 30)).str() +
                  " GiB a device)"
            : std::string()) +
       ":\n";

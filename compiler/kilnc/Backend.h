@@ -20,7 +20,7 @@ struct BackendRequest {
   TargetChoice target;
   std::string outputPath = "-";
   int64_t maxPrefillTokens = 64;
-  int64_t decodeBatch = 1; // conversations of the decode_batch entry (1: none)
+  int64_t decodeBatch = 1;  // conversations of the decode_batch entry (1: none)
   bool peerExchange = true; // EP decode combines through peer memory where the target can
   bool report = false;
   // The device an artifact must fit, per rank (unset: not checked), and what

@@ -2,15 +2,15 @@
 // forward pass, runs the graph pipeline on it and prints the IR (--emit=graph)
 // and/or a report of what the graph holds (--report). MLIR's own options
 // (--mlir-print-ir-after-all, --mlir-timing, ...) apply to the pipeline.
+#include "compiler/kilnc/Backend.h"
+#include "compiler/pipeline/PassEffects.h"
+#include "compiler/pipeline/Pipeline.h"
+#include "compiler/pipeline/RankMemory.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/plan/PlanDialect.h"
 #include "models/muse_spark/Config.h"
 #include "models/muse_spark/GraphBuilder.h"
 #include "models/muse_spark/Report.h"
-#include "compiler/kilnc/Backend.h"
-#include "compiler/pipeline/PassEffects.h"
-#include "compiler/pipeline/Pipeline.h"
-#include "compiler/pipeline/RankMemory.h"
 #include "passes/Passes.h"
 #include "runtime/core/AtomicFile.h"
 #include "targets/x86/CpuTarget.h"
@@ -70,22 +70,23 @@ cl::opt<Emit> emit(
     cl::cat(kilncCategory));
 
 enum class Target { None, X86, Sm90, Sm100, Gfx942, Gfx950 };
-cl::opt<Target> target("target", cl::desc("Compile for a target (default: stop at graph IR)"),
-                       cl::init(Target::None),
-                       cl::values(clEnumValN(Target::X86, "x86",
-                                             "an x86-64 CPU (--cpu, default this machine's): an "
-                                             "ELF kernel library in the artifact"),
-                                  clEnumValN(Target::Sm90, "sm_90",
-                                             "NVIDIA Hopper (H100, H200): arch-specific PTX (sm_90a) in "
-                                             "the artifact"),
-                                  clEnumValN(Target::Sm100, "sm_100",
-                                             "NVIDIA Blackwell (B200, B300): PTX in the artifact"),
-                                  clEnumValN(Target::Gfx942, "gfx942",
-                                             "AMD CDNA3 (MI300X, MI325X): a code object in the "
-                                             "artifact"),
-                                  clEnumValN(Target::Gfx950, "gfx950",
-                                             "AMD CDNA4 (MI355X): a code object in the artifact")),
-                       cl::cat(kilncCategory));
+cl::opt<Target>
+    target("target", cl::desc("Compile for a target (default: stop at graph IR)"),
+           cl::init(Target::None),
+           cl::values(clEnumValN(Target::X86, "x86",
+                                 "an x86-64 CPU (--cpu, default this machine's): an "
+                                 "ELF kernel library in the artifact"),
+                      clEnumValN(Target::Sm90, "sm_90",
+                                 "NVIDIA Hopper (H100, H200): arch-specific PTX (sm_90a) in "
+                                 "the artifact"),
+                      clEnumValN(Target::Sm100, "sm_100",
+                                 "NVIDIA Blackwell (B200, B300): PTX in the artifact"),
+                      clEnumValN(Target::Gfx942, "gfx942",
+                                 "AMD CDNA3 (MI300X, MI325X): a code object in the "
+                                 "artifact"),
+                      clEnumValN(Target::Gfx950, "gfx950",
+                                 "AMD CDNA4 (MI355X): a code object in the artifact")),
+           cl::cat(kilncCategory));
 
 cl::opt<std::string> cpuName(
     "cpu",
@@ -96,9 +97,10 @@ cl::opt<std::string> cpuName(
              "them all"),
     cl::value_desc("name"), cl::init("host"), cl::cat(kilncCategory));
 
-cl::opt<int64_t> maxPrefillTokens("max-prefill-tokens",
-                                  cl::desc("Largest prompt chunk one prefill call takes (default 64)"),
-                                  cl::init(64), cl::cat(kilncCategory));
+cl::opt<int64_t>
+    maxPrefillTokens("max-prefill-tokens",
+                     cl::desc("Largest prompt chunk one prefill call takes (default 64)"),
+                     cl::init(64), cl::cat(kilncCategory));
 
 cl::opt<int64_t> decodeBatch(
     "decode-batch",
@@ -108,8 +110,7 @@ cl::opt<int64_t> decodeBatch(
 
 enum class MoEExchange { Peer, Collective };
 cl::opt<MoEExchange> moeExchange(
-    "moe-exchange",
-    cl::desc("How expert parallelism combines in decode on GPUs (default peer)"),
+    "moe-exchange", cl::desc("How expert parallelism combines in decode on GPUs (default peer)"),
     cl::init(MoEExchange::Peer),
     cl::values(clEnumValN(MoEExchange::Peer, "peer",
                           "inside one persistent MegaMoE kernel, through the expert group's "
@@ -127,13 +128,14 @@ cl::opt<bool> report("report",
                               "when one is given)"),
                      cl::cat(kilncCategory));
 
-cl::opt<int64_t> tokens("tokens", cl::desc("Tokens of the forward pass (default 16)"),
-                        cl::init(16), cl::cat(kilncCategory));
+cl::opt<int64_t> tokens("tokens", cl::desc("Tokens of the forward pass (default 16)"), cl::init(16),
+                        cl::cat(kilncCategory));
 
 enum class Quant { FromConfig, None, Nvfp4 };
 cl::opt<Quant> quant(
-    "quant", cl::desc("Expert weight format (default: nvfp4 when the config has a "
-                      "quantization_config, else none)"),
+    "quant",
+    cl::desc("Expert weight format (default: nvfp4 when the config has a "
+             "quantization_config, else none)"),
     cl::init(Quant::FromConfig),
     cl::values(clEnumValN(Quant::None, "none", "bf16 everywhere"),
                clEnumValN(Quant::Nvfp4, "nvfp4",
@@ -145,9 +147,11 @@ cl::opt<bool> lastTokenLogits("last-token-logits",
                                        "with --target)"),
                               cl::cat(kilncCategory));
 
-cl::opt<int64_t> tp("tp", cl::desc("Tensor-parallel ranks for attention (default 1); with --target, one artifact every "
+cl::opt<int64_t> tp(
+    "tp",
+    cl::desc("Tensor-parallel ranks for attention (default 1); with --target, one artifact every "
              "rank runs (kiln-run --nproc N)"),
-                    cl::init(1), cl::cat(kilncCategory));
+    cl::init(1), cl::cat(kilncCategory));
 cl::opt<int64_t> ep("ep", cl::desc("Expert-parallel ranks for the MoE (default 1)"), cl::init(1),
                     cl::cat(kilncCategory));
 cl::opt<bool> sp("sp",
@@ -289,10 +293,10 @@ int main(int argc, char **argv) {
   } catch (const ConfigError &error) {
     return fail(error.what());
   }
-  WeightFormat format = quant == Quant::Nvfp4 ? WeightFormat::NVFP4
+  WeightFormat format = quant == Quant::Nvfp4  ? WeightFormat::NVFP4
                         : quant == Quant::None ? WeightFormat::BF16
-                        : config.quantization ? WeightFormat::NVFP4
-                                              : WeightFormat::BF16;
+                        : config.quantization  ? WeightFormat::NVFP4
+                                               : WeightFormat::BF16;
 
   mlir::MLIRContext context;
   context.loadDialect<kiln::KilnDialect, kiln::plan::PlanDialect, mlir::func::FuncDialect,
@@ -358,16 +362,17 @@ int main(int argc, char **argv) {
       return fail("the graph does not match the checkpoint manifest (see above)");
     printReport(llvm::outs(), *module, config, format, *budget, stats);
     llvm::outs() << "\npipeline for " << layout.devices() << " device"
-                 << (layout.devices() == 1 ? "" : "s") << " (TP" << layout.tp << ", EP"
-                 << layout.ep << (layout.sp ? ", SP" : "") << "):\n";
+                 << (layout.devices() == 1 ? "" : "s") << " (TP" << layout.tp << ", EP" << layout.ep
+                 << (layout.sp ? ", SP" : "") << "):\n";
     for (const kiln::PassEffect &effect : effects)
       llvm::outs() << "  " << kiln::describe(effect) << "\n";
     if (what == Emit::Graph) {
       kiln::RankMemory memory = kiln::rankMemory(*module, kiln::kRuntimeKvBytesPerElement);
       if (!kiln::printRankMemory(llvm::outs(), memory, int64_t(deviceMemory * (1ll << 30)),
                                  int64_t(reserveMemory * (1ll << 30)),
-                                 layout.devices() == 1 ? "one device" : "each of " +
-                                     std::to_string(layout.devices()) + " devices"))
+                                 layout.devices() == 1
+                                     ? "one device"
+                                     : "each of " + std::to_string(layout.devices()) + " devices"))
         return fail("the layout does not fit in " +
                     llvm::formatv("{0:F0}", double(deviceMemory)).str() +
                     " GiB per device (see the memory plan above)");
@@ -397,9 +402,9 @@ int main(int argc, char **argv) {
     double gib = deviceMemory;
     if (deviceMemory.getNumOccurrences() == 0)
       gib = target == Target::Sm100 || target == Target::Gfx950 ? 268.0
-            : target == Target::Gfx942                         ? 178.0
-            : target == Target::X86                            ? 0.0
-                                                               : 141.0;
+            : target == Target::Gfx942                          ? 178.0
+            : target == Target::X86                             ? 0.0
+                                                                : 141.0;
     if (gib > 0)
       request.deviceBytes = uint64_t(gib * double(1ull << 30));
     if (target == Target::X86)

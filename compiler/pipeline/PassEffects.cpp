@@ -40,8 +40,8 @@ std::string describe(const PassEffect &effect) {
   for (bool adds : {true, false})
     for (const auto &[name, delta] : effect.opDelta)
       if ((delta > 0) == adds) {
-        line += (first ? " " : ", ") + std::string(delta > 0 ? "+" : "") +
-                std::to_string(delta) + " " + name;
+        line += (first ? " " : ", ") + std::string(delta > 0 ? "+" : "") + std::to_string(delta) +
+                " " + name;
         first = false;
       }
   return line;

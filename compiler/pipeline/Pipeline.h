@@ -11,9 +11,9 @@ class OpPassManager;
 namespace kiln {
 
 struct Layout {
-  int64_t tp = 1;  // tensor-parallel ranks (attention)
-  int64_t ep = 1;  // expert-parallel ranks (MoE)
-  bool sp = false; // sequence parallelism over the TP group
+  int64_t tp = 1;   // tensor-parallel ranks (attention)
+  int64_t ep = 1;   // expert-parallel ranks (MoE)
+  bool sp = false;  // sequence parallelism over the TP group
   bool fuse = true; // norm/residual and MegaMoE fusion (off: every op stays as built)
   // Split the pooler over TP (kiln-shard-pooler) where SP allows it. Off for
   // a target's non-SP graph beside an SP one: both entries then bind the

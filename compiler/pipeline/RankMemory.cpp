@@ -18,8 +18,8 @@ int64_t sliceGroup(mlir::Value v) {
     auto slice = llvm::dyn_cast<mlir::shard::AllSliceOp>(user);
     if (!slice)
       continue;
-    auto grid = mlir::SymbolTable::lookupNearestSymbolFrom<mlir::shard::GridOp>(
-        slice, slice.getGridAttr());
+    auto grid =
+        mlir::SymbolTable::lookupNearestSymbolFrom<mlir::shard::GridOp>(slice, slice.getGridAttr());
     int64_t group = 1;
     for (int16_t axis : slice.getGridAxes())
       group *= grid.getShape()[axis];
@@ -75,8 +75,8 @@ bool printRankMemory(llvm::raw_ostream &os, const RankMemory &memory, int64_t de
     return false;
   }
   int64_t tokens = memory.globalKvBytesPerToken ? left / memory.globalKvBytesPerToken : 0;
-  os << "  KV tokens that fit    " << tokens << " (global layers' cache in the "
-     << gib(left) << " left)\n";
+  os << "  KV tokens that fit    " << tokens << " (global layers' cache in the " << gib(left)
+     << " left)\n";
   return true;
 }
 

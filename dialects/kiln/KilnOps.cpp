@@ -3,11 +3,11 @@
 // experts), so a model author can fix the builder without reading this file.
 #include "dialects/kiln/KilnOps.h"
 
+#include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "mlir/IR/Builders.h"
 #include "mlir/IR/BuiltinTypes.h"
 #include "mlir/IR/OpImplementation.h"
 #include "mlir/IR/SymbolTable.h"
-#include "mlir/Dialect/Shard/IR/ShardOps.h"
 
 #include "llvm/ADT/STLExtras.h"
 #include "llvm/Support/raw_ostream.h"
@@ -28,39 +28,33 @@ std::string dimStr(int64_t d) {
   return ShapedType::isDynamic(d) ? std::string("?") : std::to_string(d);
 }
 
-RankedTensorType tensorType(Value v) {
-  return llvm::cast<RankedTensorType>(v.getType());
-}
+RankedTensorType tensorType(Value v) { return llvm::cast<RankedTensorType>(v.getType()); }
 
 // Emits "<what> must have rank <rank> (<layout>), got <type>" on mismatch.
-LogicalResult expectRank(Operation *op, StringRef what, Value v, int64_t rank,
-                         StringRef layout) {
+LogicalResult expectRank(Operation *op, StringRef what, Value v, int64_t rank, StringRef layout) {
   RankedTensorType type = tensorType(v);
   if (type.getRank() == rank)
     return success();
-  return op->emitOpError() << what << " must have rank " << rank << " ("
-                           << layout << "), got " << type;
-}
-
-// Emits "<what> dimension <i> must be <expected> (<why>), got <type>".
-LogicalResult expectDim(Operation *op, StringRef what, Value v, unsigned dim,
-                        int64_t expected, StringRef why) {
-  RankedTensorType type = tensorType(v);
-  if (dimsMatch(type.getDimSize(dim), expected))
-    return success();
-  return op->emitOpError() << what << " dimension " << dim << " must be "
-                           << dimStr(expected) << " (" << why << "), got "
+  return op->emitOpError() << what << " must have rank " << rank << " (" << layout << "), got "
                            << type;
 }
 
-LogicalResult expectSameElementType(Operation *op, StringRef a, Value va,
-                                    StringRef b, Value vb) {
+// Emits "<what> dimension <i> must be <expected> (<why>), got <type>".
+LogicalResult expectDim(Operation *op, StringRef what, Value v, unsigned dim, int64_t expected,
+                        StringRef why) {
+  RankedTensorType type = tensorType(v);
+  if (dimsMatch(type.getDimSize(dim), expected))
+    return success();
+  return op->emitOpError() << what << " dimension " << dim << " must be " << dimStr(expected)
+                           << " (" << why << "), got " << type;
+}
+
+LogicalResult expectSameElementType(Operation *op, StringRef a, Value va, StringRef b, Value vb) {
   Type ea = tensorType(va).getElementType();
   Type eb = tensorType(vb).getElementType();
   if (ea == eb)
     return success();
-  return op->emitOpError() << a << " and " << b
-                           << " must have the same element type, got " << ea
+  return op->emitOpError() << a << " and " << b << " must have the same element type, got " << ea
                            << " and " << eb;
 }
 
@@ -72,9 +66,7 @@ LogicalResult expectSameElementType(Operation *op, StringRef a, Value va,
 
 static constexpr llvm::StringLiteral kExpertPlaceholder = "{e}";
 
-bool WeightOp::isExpertStack() {
-  return getName().contains(kExpertPlaceholder);
-}
+bool WeightOp::isExpertStack() { return getName().contains(kExpertPlaceholder); }
 
 std::string WeightOp::expandedName(int64_t expert) {
   StringRef name = getName();
@@ -95,15 +87,13 @@ LogicalResult WeightOp::verify() {
   size_t braces = name.count('{');
   if (braces != name.count('}') || braces > 1 ||
       (braces == 1 && !name.contains(kExpertPlaceholder)))
-    return emitOpError() << "name '" << name
-                         << "' may hold one placeholder, and only '{e}'";
+    return emitOpError() << "name '" << name << "' may hold one placeholder, and only '{e}'";
   RankedTensorType type = getResult().getType();
   if (!type.hasStaticShape())
     return emitOpError() << "checkpoint tensors have static shapes, got " << type;
   Type elem = type.getElementType();
-  if (!(elem.isBF16() || elem.isF16() || elem.isF32() ||
-        llvm::isa<Float8E4M3FNType>(elem) || elem.isUnsignedInteger(8) ||
-        elem.isSignlessInteger(32)))
+  if (!(elem.isBF16() || elem.isF16() || elem.isF32() || llvm::isa<Float8E4M3FNType>(elem) ||
+        elem.isUnsignedInteger(8) || elem.isSignlessInteger(32)))
     return emitOpError() << "element type must be one a checkpoint stores "
                             "(bf16, f16, f32, f8E4M3FN, ui8, i32), got "
                          << elem;
@@ -145,10 +135,10 @@ LogicalResult Nvfp4DequantOp::verify() {
   }
   int64_t packedIn = ShapedType::isDynamic(in) ? in : in / 2;
   int64_t scalesIn = ShapedType::isDynamic(in) ? in : in / 16;
-  if (failed(expectDim(*this, "packed", getPacked(), rank - 1, packedIn,
-                       "two E2M1 values a byte")) ||
-      failed(expectDim(*this, "scales", getScales(), rank - 1, scalesIn,
-                       "one scale per 16 values")))
+  if (failed(
+          expectDim(*this, "packed", getPacked(), rank - 1, packedIn, "two E2M1 values a byte")) ||
+      failed(
+          expectDim(*this, "scales", getScales(), rank - 1, scalesIn, "one scale per 16 values")))
     return failure();
   return success();
 }
@@ -161,10 +151,10 @@ LogicalResult EmbedOp::verify() {
   if (failed(expectRank(*this, "table", getTable(), 2, "[vocab, hidden]")) ||
       failed(expectRank(*this, "ids", getIds(), 1, "[tokens]")) ||
       failed(expectRank(*this, "result", getResult(), 2, "[tokens, hidden]")) ||
-      failed(expectDim(*this, "result", getResult(), 0,
-                       tensorType(getIds()).getDimSize(0), "one row per id")) ||
-      failed(expectDim(*this, "result", getResult(), 1,
-                       tensorType(getTable()).getDimSize(1), "the table's width")))
+      failed(expectDim(*this, "result", getResult(), 0, tensorType(getIds()).getDimSize(0),
+                       "one row per id")) ||
+      failed(expectDim(*this, "result", getResult(), 1, tensorType(getTable()).getDimSize(1),
+                       "the table's width")))
     return failure();
   return success();
 }
@@ -173,10 +163,10 @@ LogicalResult LogitsOp::verify() {
   if (failed(expectRank(*this, "input", getInput(), 2, "[tokens, hidden]")) ||
       failed(expectRank(*this, "head", getHead(), 2, "[vocab, hidden]")) ||
       failed(expectRank(*this, "result", getResult(), 2, "[tokens, vocab]")) ||
-      failed(expectDim(*this, "head", getHead(), 1,
-                       tensorType(getInput()).getDimSize(1), "the input's width")) ||
-      failed(expectDim(*this, "result", getResult(), 1,
-                       tensorType(getHead()).getDimSize(0), "the head's vocabulary")))
+      failed(expectDim(*this, "head", getHead(), 1, tensorType(getInput()).getDimSize(1),
+                       "the input's width")) ||
+      failed(expectDim(*this, "result", getResult(), 1, tensorType(getHead()).getDimSize(0),
+                       "the head's vocabulary")))
     return failure();
   int64_t rows = getLastOnly() ? 1 : tensorType(getInput()).getDimSize(0);
   return expectDim(*this, "result", getResult(), 0, rows,
@@ -190,8 +180,8 @@ LogicalResult LogitsOp::verify() {
 LogicalResult RmsNormOp::verify() {
   if (failed(expectRank(*this, "input", getInput(), 2, "[tokens, features]")) ||
       failed(expectRank(*this, "weight", getWeight(), 1, "[features]")) ||
-      failed(expectDim(*this, "weight", getWeight(), 0,
-                       tensorType(getInput()).getDimSize(1), "the input's feature width")))
+      failed(expectDim(*this, "weight", getWeight(), 0, tensorType(getInput()).getDimSize(1),
+                       "the input's feature width")))
     return failure();
   return success();
 }
@@ -199,8 +189,8 @@ LogicalResult RmsNormOp::verify() {
 LogicalResult HeadNormOp::verify() {
   if (failed(expectRank(*this, "input", getInput(), 3, "[tokens, heads, head_dim]")) ||
       failed(expectRank(*this, "weight", getWeight(), 1, "[head_dim]")) ||
-      failed(expectDim(*this, "weight", getWeight(), 0,
-                       tensorType(getInput()).getDimSize(2), "the input's head_dim")))
+      failed(expectDim(*this, "weight", getWeight(), 0, tensorType(getInput()).getDimSize(2),
+                       "the input's head_dim")))
     return failure();
   return success();
 }
@@ -214,8 +204,8 @@ static LogicalResult verifyBroadcastBinary(Operation *op, Value lhs, Value rhs) 
   int64_t offset = l.getRank() - r.getRank();
   for (int64_t d = 0; d < r.getRank(); ++d)
     if (!dimsMatch(r.getDimSize(d), l.getDimSize(offset + d)))
-      return op->emitOpError() << "rhs " << r << " must match the trailing dimensions of lhs "
-                               << l << " (it is broadcast over the leading ones)";
+      return op->emitOpError() << "rhs " << r << " must match the trailing dimensions of lhs " << l
+                               << " (it is broadcast over the leading ones)";
   return success();
 }
 
@@ -230,12 +220,12 @@ LogicalResult LinearOp::verify() {
   if (failed(expectRank(*this, "input", getInput(), 2, "[tokens, in]")) ||
       failed(expectRank(*this, "weight", getWeight(), 2, "[out, in]")) ||
       failed(expectRank(*this, "result", getResult(), 2, "[tokens, out]")) ||
-      failed(expectDim(*this, "weight", getWeight(), 1,
-                       tensorType(getInput()).getDimSize(1), "the input's width")) ||
-      failed(expectDim(*this, "result", getResult(), 0,
-                       tensorType(getInput()).getDimSize(0), "one row per token")) ||
-      failed(expectDim(*this, "result", getResult(), 1,
-                       tensorType(getWeight()).getDimSize(0), "the weight's out dimension")))
+      failed(expectDim(*this, "weight", getWeight(), 1, tensorType(getInput()).getDimSize(1),
+                       "the input's width")) ||
+      failed(expectDim(*this, "result", getResult(), 0, tensorType(getInput()).getDimSize(0),
+                       "one row per token")) ||
+      failed(expectDim(*this, "result", getResult(), 1, tensorType(getWeight()).getDimSize(0),
+                       "the weight's out dimension")))
     return failure();
   return success();
 }
@@ -257,8 +247,7 @@ static LogicalResult verifyHeadsView(Operation *op, Value flat, Value split) {
     return success();
   if (f.getDimSize(1) != s.getDimSize(1) * s.getDimSize(2))
     return op->emitOpError() << "features " << f.getDimSize(1) << " must equal heads ("
-                             << s.getDimSize(1) << ") x head_dim (" << s.getDimSize(2)
-                             << ")";
+                             << s.getDimSize(1) << ") x head_dim (" << s.getDimSize(2) << ")";
   return success();
 }
 
@@ -268,12 +257,13 @@ LogicalResult MergeHeadsOp::verify() { return verifyHeadsView(*this, getResult()
 LogicalResult RopeOp::verify() {
   if (failed(expectRank(*this, "input", getInput(), 3, "[tokens, heads, head_dim]")) ||
       failed(expectRank(*this, "positions", getPositions(), 1, "[tokens]")) ||
-      failed(expectDim(*this, "positions", getPositions(), 0,
-                       tensorType(getInput()).getDimSize(0), "one position per token")))
+      failed(expectDim(*this, "positions", getPositions(), 0, tensorType(getInput()).getDimSize(0),
+                       "one position per token")))
     return failure();
   int64_t headDim = tensorType(getInput()).getDimSize(2);
   if (!ShapedType::isDynamic(headDim) && headDim % 2 != 0)
-    return emitOpError() << "head_dim " << headDim << " must be even (rotate-half pairs j and j + D/2)";
+    return emitOpError() << "head_dim " << headDim
+                         << " must be even (rotate-half pairs j and j + D/2)";
   double theta = getTheta().convertToDouble();
   if (!(theta > 1.0) || !std::isfinite(theta))
     return emitOpError() << "theta must be a finite base > 1, got " << theta;
@@ -323,8 +313,8 @@ LogicalResult RouterTopKOp::verify() {
   if (k < 1)
     return emitOpError() << "k must be at least 1, got " << k;
   if (!ShapedType::isDynamic(experts) && k > experts)
-    return emitOpError() << "k (" << k << ") must not exceed the number of experts ("
-                         << experts << ")";
+    return emitOpError() << "k (" << k << ") must not exceed the number of experts (" << experts
+                         << ")";
   for (auto [name, value] : {std::pair<StringRef, Value>{"weights", getWeights()},
                              std::pair<StringRef, Value>{"indices", getIndices()}}) {
     if (failed(expectRank(*this, name, value, 2, "[tokens, k]")) ||
@@ -345,9 +335,8 @@ static LogicalResult verifySelection(Operation *op, Value input, Value indices,
       failed(expectDim(op, "indices", indices, 0, tensorType(input).getDimSize(0),
                        "the input's tokens")))
     return failure();
-  if (inputRank == 3 &&
-      failed(expectDim(op, "indices", indices, 1, tensorType(input).getDimSize(1),
-                       "the input's k slots")))
+  if (inputRank == 3 && failed(expectDim(op, "indices", indices, 1, tensorType(input).getDimSize(1),
+                                         "the input's k slots")))
     return failure();
   return success();
 }
@@ -396,14 +385,16 @@ LogicalResult CombineOp::verify() {
       failed(expectRank(op, "result", getResult(), 2, "[tokens, latent]")))
     return failure();
   RankedTensorType input = tensorType(getInput());
-  if (failed(expectDim(op, "weights", getWeights(), 0, input.getDimSize(0), "the input's tokens")) ||
-      failed(expectDim(op, "weights", getWeights(), 1, input.getDimSize(1), "the input's k slots")) ||
+  if (failed(
+          expectDim(op, "weights", getWeights(), 0, input.getDimSize(0), "the input's tokens")) ||
+      failed(
+          expectDim(op, "weights", getWeights(), 1, input.getDimSize(1), "the input's k slots")) ||
       failed(expectDim(op, "result", getResult(), 0, input.getDimSize(0), "the input's tokens")) ||
-      failed(expectDim(op, "result", getResult(), 1, input.getDimSize(2), "the input's latent width")))
+      failed(
+          expectDim(op, "result", getResult(), 1, input.getDimSize(2), "the input's latent width")))
     return failure();
   return success();
 }
-
 
 //===----------------------------------------------------------------------===//
 // Fused ops
@@ -435,8 +426,8 @@ static FailureOr<int64_t> deviceGroupSize(Operation *op, FlatSymbolRefAttr gridN
   int64_t size = 1;
   for (int16_t axis : axes) {
     if (axis < 0 || axis >= grid.getRank())
-      return op->emitOpError() << "grid axis " << axis << " is outside " << gridName
-                               << " of rank " << grid.getRank();
+      return op->emitOpError() << "grid axis " << axis << " is outside " << gridName << " of rank "
+                               << grid.getRank();
     int64_t extent = grid.getShape()[axis];
     if (ShapedType::isDynamic(extent))
       return op->emitOpError() << "grid axis " << axis << " of " << gridName
@@ -516,8 +507,8 @@ LogicalResult MegaMoEOp::verifySymbolUses(SymbolTableCollection &) {
   int64_t local = tensorType(getGate()).getDimSize(0);
   if (!ShapedType::isDynamic(local) && local * *group != getNumExperts())
     return emitOpError() << "the stacks hold " << local << " experts per rank but "
-                         << getNumExperts() << " experts over " << *group
-                         << " ranks need " << getNumExperts() / *group;
+                         << getNumExperts() << " experts over " << *group << " ranks need "
+                         << getNumExperts() / *group;
   return success();
 }
 

@@ -76,8 +76,7 @@ LogicalResult AllocOp::verify() {
 
 LogicalResult BindingOp::verify() {
   StringRef kind = getKind();
-  if (kind != "weight" && kind != "kv" && kind != "input" && kind != "output" &&
-      kind != "exchange")
+  if (kind != "weight" && kind != "kv" && kind != "input" && kind != "output" && kind != "exchange")
     return emitOpError() << "kind must be weight, kv, input, output or exchange, got '" << kind
                          << "'";
   if (getIndex() < 0)
@@ -154,13 +153,12 @@ static LogicalResult verifyTensorMapScalar(LaunchOp op, StringRef scalar) {
                             << ", but the launch has " << buffers << " buffers";
   for (int64_t side : box)
     if (side < 1)
-      return op.emitOpError() << "scalar '" << scalar
-                              << "': box sides must be positive, got " << side;
+      return op.emitOpError() << "scalar '" << scalar << "': box sides must be positive, got "
+                              << side;
   if (swizzle != 0 && swizzle != 32 && swizzle != 64 && swizzle != 128)
     return op.emitOpError() << "scalar '" << scalar
                             << "': swizzle must be 0, 32, 64 or 128 bytes, got " << swizzle;
-  if (std::optional<size_t> rank = bufferRank(op.getBuffers()[buffer]);
-      rank && *rank != box.size())
+  if (std::optional<size_t> rank = bufferRank(op.getBuffers()[buffer]); rank && *rank != box.size())
     return op.emitOpError() << "scalar '" << scalar << "': a box of " << box.size()
                             << " sides for buffer " << buffer << " of rank " << *rank;
   return success();

@@ -33,10 +33,8 @@ std::string joinPath(const std::string &dir, const std::string &name) {
 
 // Shards of an earlier write that the new index does not list would confuse
 // readers (model.safetensors next to an index is an error for Checkpoint).
-void removeStaleShards(const std::string &dir,
-                       const std::vector<std::string> &keep) {
-  static const std::regex shardName(
-      R"(model-[0-9]+-of-[0-9]+\.safetensors|model\.safetensors)");
+void removeStaleShards(const std::string &dir, const std::vector<std::string> &keep) {
+  static const std::regex shardName(R"(model-[0-9]+-of-[0-9]+\.safetensors|model\.safetensors)");
   const std::set<std::string> kept(keep.begin(), keep.end());
   std::vector<fs::path> stale;
   for (const fs::directory_entry &entry : fs::directory_iterator(dir)) {
@@ -48,8 +46,7 @@ void removeStaleShards(const std::string &dir,
     std::error_code error;
     fs::remove(path, error);
     if (error)
-      throw std::runtime_error(path.string() + ": cannot remove stale shard: " +
-                               error.message());
+      throw std::runtime_error(path.string() + ": cannot remove stale shard: " + error.message());
   }
 }
 
@@ -68,33 +65,26 @@ struct FoundTensor {
 };
 
 // Compares the sizes of the checkpoint's own config.json with `config`.
-void compareConfigs(const Config &stored, const Config &expected,
-                    const std::string &source,
+void compareConfigs(const Config &stored, const Config &expected, const std::string &source,
                     std::vector<std::string> &problems) {
   const std::pair<const char *, std::pair<int64_t, int64_t>> fields[] = {
       {"vocab_size", {stored.vocabSize, expected.vocabSize}},
       {"hidden_size", {stored.hiddenSize, expected.hiddenSize}},
       {"num_hidden_layers", {stored.numHiddenLayers, expected.numHiddenLayers}},
-      {"num_attention_heads",
-       {stored.numAttentionHeads, expected.numAttentionHeads}},
-      {"num_key_value_heads",
-       {stored.numKeyValueHeads, expected.numKeyValueHeads}},
+      {"num_attention_heads", {stored.numAttentionHeads, expected.numAttentionHeads}},
+      {"num_key_value_heads", {stored.numKeyValueHeads, expected.numKeyValueHeads}},
       {"head_dim", {stored.headDim, expected.headDim}},
       {"num_experts", {stored.numExperts, expected.numExperts}},
-      {"num_experts_per_tok",
-       {stored.numExpertsPerTok, expected.numExpertsPerTok}},
+      {"num_experts_per_tok", {stored.numExpertsPerTok, expected.numExpertsPerTok}},
       {"moe_latent_size", {stored.moeLatentSize, expected.moeLatentSize}},
-      {"moe_intermediate_size",
-       {stored.moeIntermediateSize, expected.moeIntermediateSize}},
+      {"moe_intermediate_size", {stored.moeIntermediateSize, expected.moeIntermediateSize}},
       {"sliding_window", {stored.slidingWindow, expected.slidingWindow}},
-      {"global_attention_period",
-       {stored.globalAttentionPeriod, expected.globalAttentionPeriod}},
+      {"global_attention_period", {stored.globalAttentionPeriod, expected.globalAttentionPeriod}},
   };
   for (const auto &[field, values] : fields)
     if (values.first != values.second)
-      problems.push_back(source + ": field \"" + field + "\" is " +
-                         std::to_string(values.first) + " but config " +
-                         quoted(expected.name) + " has " +
+      problems.push_back(source + ": field \"" + field + "\" is " + std::to_string(values.first) +
+                         " but config " + quoted(expected.name) + " has " +
                          std::to_string(values.second));
 }
 
@@ -109,8 +99,7 @@ std::vector<std::string> nvfp4ExcludeModules(const Config &config) {
       "model.layers.*.mlp.pooler",
       "model.layers.*.mlp.unpooler",
       "model.layers.0.mlp.experts.*",
-      "model.layers." + std::to_string(config.numHiddenLayers - 1) +
-          ".mlp.experts.*",
+      "model.layers." + std::to_string(config.numHiddenLayers - 1) + ".mlp.experts.*",
   };
 }
 
@@ -146,9 +135,8 @@ std::string checkpointConfigJson(const Config &config, WeightFormat format) {
   return root.dump(2) + "\n";
 }
 
-void writeSyntheticCheckpoint(const Config &config, WeightFormat format,
-                              uint64_t seed, const std::string &dir,
-                              uint64_t maxShardBytes,
+void writeSyntheticCheckpoint(const Config &config, WeightFormat format, uint64_t seed,
+                              const std::string &dir, uint64_t maxShardBytes,
                               const SynthProgress &progress) {
   const std::vector<TensorSpec> manifest = checkpointManifest(config, format);
   std::vector<TensorDecl> decls;
@@ -161,14 +149,11 @@ void writeSyntheticCheckpoint(const Config &config, WeightFormat format,
   const SafetensorsMetadata metadata = {{"format", "pt"}};
   WriteProgress writeProgress;
   if (progress)
-    writeProgress = [&](uint64_t done, uint64_t total) {
-      progress(done, total);
-    };
-  const std::vector<std::string> shards = writeShardedCheckpoint(
-      dir, decls, fill, maxShardBytes, metadata, writeProgress);
+    writeProgress = [&](uint64_t done, uint64_t total) { progress(done, total); };
+  const std::vector<std::string> shards =
+      writeShardedCheckpoint(dir, decls, fill, maxShardBytes, metadata, writeProgress);
   removeStaleShards(dir, shards);
-  writeFileAtomically(joinPath(dir, kConfigFileName),
-                      checkpointConfigJson(config, format));
+  writeFileAtomically(joinPath(dir, kConfigFileName), checkpointConfigJson(config, format));
 }
 
 CheckpointCheck checkCheckpoint(const std::string &path, const Config *config) {
@@ -225,13 +210,11 @@ CheckpointCheck checkCheckpoint(const std::string &path, const Config *config) {
       (u8Experts || quantDeclared) ? WeightFormat::NVFP4 : WeightFormat::BF16;
   result.format = format;
   if (quantDeclared && anyExperts && !u8Experts)
-    result.problems.push_back(storedSource +
-                              ": declares NVFP4 quantization_config but no "
-                              "expert weight is U8");
+    result.problems.push_back(storedSource + ": declares NVFP4 quantization_config but no "
+                                             "expert weight is U8");
   if (stored && u8Experts && !quantDeclared)
-    result.problems.push_back(storedSource +
-                              ": has no quantization_config but expert "
-                              "weights are U8 (NVFP4)");
+    result.problems.push_back(storedSource + ": has no quantization_config but expert "
+                                             "weights are U8 (NVFP4)");
 
   if (!config)
     return result;
@@ -250,22 +233,20 @@ CheckpointCheck checkCheckpoint(const std::string &path, const Config *config) {
     expected.insert(spec.name);
     auto it = found.find(spec.name);
     if (it == found.end()) {
-      result.problems.push_back("missing tensor " + quoted(spec.name) +
-                                " (expected " +
+      result.problems.push_back("missing tensor " + quoted(spec.name) + " (expected " +
                                 formatShape(spec.dtype, spec.shape) + ")");
       continue;
     }
     if (it->second.dtype != spec.dtype || it->second.shape != spec.shape)
-      result.problems.push_back(
-          "tensor " + quoted(spec.name) + ": expected " +
-          formatShape(spec.dtype, spec.shape) + ", got " +
-          formatShape(it->second.dtype, it->second.shape));
+      result.problems.push_back("tensor " + quoted(spec.name) + ": expected " +
+                                formatShape(spec.dtype, spec.shape) + ", got " +
+                                formatShape(it->second.dtype, it->second.shape));
   }
   for (const auto &[name, tensor] : found)
     if (!expected.count(name))
       result.problems.push_back("unexpected tensor " + quoted(name) + " (" +
-                                formatShape(tensor.dtype, tensor.shape) +
-                                ") for config " + quoted(config->name));
+                                formatShape(tensor.dtype, tensor.shape) + ") for config " +
+                                quoted(config->name));
   return result;
 }
 

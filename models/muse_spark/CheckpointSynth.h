@@ -23,9 +23,8 @@ using SynthProgress = std::function<void(uint64_t done, uint64_t total)>;
 // earlier write into `dir` that the new index does not list
 // (model-*-of-*.safetensors, model.safetensors) are removed. Throws
 // SafetensorsError or std::runtime_error naming the file on failure.
-void writeSyntheticCheckpoint(const Config &config, WeightFormat format,
-                              uint64_t seed, const std::string &dir,
-                              uint64_t maxShardBytes,
+void writeSyntheticCheckpoint(const Config &config, WeightFormat format, uint64_t seed,
+                              const std::string &dir, uint64_t maxShardBytes,
                               const SynthProgress &progress = {});
 
 // The HF-style config.json text for a checkpoint of `config` in `format`
@@ -56,7 +55,6 @@ struct CheckpointCheck {
 // missing, unexpected and mismatched tensors are each reported by name. A
 // config.json in the directory is parsed, and its sizes compared with the
 // config's.
-CheckpointCheck checkCheckpoint(const std::string &path,
-                                const Config *config = nullptr);
+CheckpointCheck checkCheckpoint(const std::string &path, const Config *config = nullptr);
 
 } // namespace kiln::muse_spark

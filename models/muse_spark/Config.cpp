@@ -21,8 +21,7 @@ using nlohmann::json;
 
 [[noreturn]] void fail(const std::string &source, const std::string &field,
                        const std::string &expected, const std::string &got) {
-  throw ConfigError(source + ": field \"" + field + "\": expected " + expected +
-                    ", got " + got);
+  throw ConfigError(source + ": field \"" + field + "\": expected " + expected + ", got " + got);
 }
 
 // A short description of a JSON value for "got ..." in messages.
@@ -52,17 +51,15 @@ std::string describe(const json &value) {
 }
 
 // Looks up a required field; a missing one is an error naming it.
-const json &require(const json &object, const std::string &source,
-                    const std::string &prefix, const char *key,
-                    const char *expected) {
+const json &require(const json &object, const std::string &source, const std::string &prefix,
+                    const char *key, const char *expected) {
   auto it = object.find(key);
   if (it == object.end())
     fail(source, prefix + key, expected, "nothing (the field is missing)");
   return *it;
 }
 
-int64_t asInt64(const json &value, const std::string &source,
-                const std::string &field) {
+int64_t asInt64(const json &value, const std::string &source, const std::string &field) {
   if (value.is_number_unsigned()) {
     uint64_t v = value.get<uint64_t>();
     if (v > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
@@ -74,8 +71,7 @@ int64_t asInt64(const json &value, const std::string &source,
   fail(source, field, "an integer", describe(value));
 }
 
-double asNumber(const json &value, const std::string &source,
-                const std::string &field) {
+double asNumber(const json &value, const std::string &source, const std::string &field) {
   if (!value.is_number())
     fail(source, field, "a number", describe(value));
   double v = value.get<double>();
@@ -84,27 +80,23 @@ double asNumber(const json &value, const std::string &source,
   return v;
 }
 
-bool asBool(const json &value, const std::string &source,
-            const std::string &field) {
+bool asBool(const json &value, const std::string &source, const std::string &field) {
   if (!value.is_boolean())
     fail(source, field, "a boolean", describe(value));
   return value.get<bool>();
 }
 
-std::string asString(const json &value, const std::string &source,
-                     const std::string &field) {
+std::string asString(const json &value, const std::string &source, const std::string &field) {
   if (!value.is_string())
     fail(source, field, "a string", describe(value));
   return value.get<std::string>();
 }
 
-int64_t requireInt(const json &object, const std::string &source,
-                   const char *key) {
+int64_t requireInt(const json &object, const std::string &source, const char *key) {
   return asInt64(require(object, source, "", key, "an integer"), source, key);
 }
 
-double requireNumber(const json &object, const std::string &source,
-                     const char *key) {
+double requireNumber(const json &object, const std::string &source, const char *key) {
   return asNumber(require(object, source, "", key, "a number"), source, key);
 }
 
@@ -113,15 +105,12 @@ Quantization parseQuantization(const json &value, const std::string &source) {
   if (!value.is_object())
     fail(source, "quantization_config", "an object", describe(value));
   Quantization quant;
-  quant.quantMethod =
-      asString(require(value, source, prefix, "quant_method", "a string"),
-               source, prefix + "quant_method");
-  quant.quantAlgo =
-      asString(require(value, source, prefix, "quant_algo", "a string"),
-               source, prefix + "quant_algo");
-  quant.groupSize =
-      asInt64(require(value, source, prefix, "group_size", "an integer"),
-              source, prefix + "group_size");
+  quant.quantMethod = asString(require(value, source, prefix, "quant_method", "a string"), source,
+                               prefix + "quant_method");
+  quant.quantAlgo = asString(require(value, source, prefix, "quant_algo", "a string"), source,
+                             prefix + "quant_algo");
+  quant.groupSize = asInt64(require(value, source, prefix, "group_size", "an integer"), source,
+                            prefix + "group_size");
   auto excluded = value.find("exclude_modules");
   if (excluded != value.end()) {
     const std::string field = prefix + "exclude_modules";
@@ -129,22 +118,20 @@ Quantization parseQuantization(const json &value, const std::string &source) {
       fail(source, field, "an array of strings", describe(*excluded));
     quant.excludeModules.reserve(excluded->size());
     for (size_t i = 0; i < excluded->size(); ++i)
-      quant.excludeModules.push_back(asString(
-          (*excluded)[i], source, field + "[" + std::to_string(i) + "]"));
+      quant.excludeModules.push_back(
+          asString((*excluded)[i], source, field + "[" + std::to_string(i) + "]"));
   }
   return quant;
 }
 
-void requirePositive(int64_t value, const std::string &source,
-                     const char *field) {
+void requirePositive(int64_t value, const std::string &source, const char *field) {
   if (value <= 0)
     fail(source, field, "a positive integer", std::to_string(value));
 }
 
 // NVFP4 scales groups of 16 input elements and MXFP4 groups of 32: the input
 // dimension of every quantisable projection must be a whole number of groups.
-void requireMultipleOf32(int64_t value, const std::string &source,
-                         const char *field) {
+void requireMultipleOf32(int64_t value, const std::string &source, const char *field) {
   if (value % 32 != 0)
     fail(source, field,
          "a multiple of 32 (NVFP4 groups of 16 and MXFP4 groups of 32 must "
@@ -210,8 +197,7 @@ WeightFormat Config::expertFormat(int64_t layer) const {
 
 void validateConfig(const Config &config, const std::string &source) {
   if (config.modelType != "muse_spark")
-    fail(source, "model_type", "\"muse_spark\"",
-         json(config.modelType).dump());
+    fail(source, "model_type", "\"muse_spark\"", json(config.modelType).dump());
 
   requirePositive(config.vocabSize, source, "vocab_size");
   requirePositive(config.hiddenSize, source, "hidden_size");
@@ -220,10 +206,8 @@ void validateConfig(const Config &config, const std::string &source) {
   requirePositive(config.numKeyValueHeads, source, "num_key_value_heads");
   requirePositive(config.headDim, source, "head_dim");
   requirePositive(config.slidingWindow, source, "sliding_window");
-  requirePositive(config.globalAttentionPeriod, source,
-                  "global_attention_period");
-  requirePositive(config.maxPositionEmbeddings, source,
-                  "max_position_embeddings");
+  requirePositive(config.globalAttentionPeriod, source, "global_attention_period");
+  requirePositive(config.maxPositionEmbeddings, source, "max_position_embeddings");
   requirePositive(config.numExperts, source, "num_experts");
   requirePositive(config.numExpertsPerTok, source, "num_experts_per_tok");
   requirePositive(config.moeLatentSize, source, "moe_latent_size");
@@ -231,60 +215,48 @@ void validateConfig(const Config &config, const std::string &source) {
 
   if (config.numAttentionHeads % config.numKeyValueHeads != 0)
     fail(source, "num_attention_heads",
-         "a multiple of num_key_value_heads (" +
-             std::to_string(config.numKeyValueHeads) + ")",
+         "a multiple of num_key_value_heads (" + std::to_string(config.numKeyValueHeads) + ")",
          std::to_string(config.numAttentionHeads) + " (" +
              std::to_string(config.numAttentionHeads) + " % " +
              std::to_string(config.numKeyValueHeads) + " = " +
-             std::to_string(config.numAttentionHeads %
-                            config.numKeyValueHeads) +
-             ")");
+             std::to_string(config.numAttentionHeads % config.numKeyValueHeads) + ")");
   if (config.numExpertsPerTok > config.numExperts)
     fail(source, "num_experts_per_tok",
          "at most num_experts (" + std::to_string(config.numExperts) + ")",
          std::to_string(config.numExpertsPerTok));
   if (config.headDim % 2 != 0)
-    fail(source, "head_dim",
-         "an even integer (rotary embedding rotates pairs of channels)",
+    fail(source, "head_dim", "an even integer (rotary embedding rotates pairs of channels)",
          std::to_string(config.headDim));
   requireMultipleOf32(config.hiddenSize, source, "hidden_size");
   requireMultipleOf32(config.moeLatentSize, source, "moe_latent_size");
-  requireMultipleOf32(config.moeIntermediateSize, source,
-                      "moe_intermediate_size");
+  requireMultipleOf32(config.moeIntermediateSize, source, "moe_intermediate_size");
 
   if (!std::isfinite(config.ropeTheta) || !(config.ropeTheta > 0))
-    fail(source, "rope_theta", "a positive number",
-         formatDouble(config.ropeTheta));
+    fail(source, "rope_theta", "a positive number", formatDouble(config.ropeTheta));
   if (!(config.rmsNormEps > 0 && config.rmsNormEps < 1))
-    fail(source, "rms_norm_eps", "a number in (0, 1)",
-         formatDouble(config.rmsNormEps));
+    fail(source, "rms_norm_eps", "a number in (0, 1)", formatDouble(config.rmsNormEps));
 
   if (config.tieWordEmbeddings)
-    fail(source, "tie_word_embeddings",
-         "false: Muse Spark has a separate lm_head", "true");
+    fail(source, "tie_word_embeddings", "false: Muse Spark has a separate lm_head", "true");
 
   if (config.quantization) {
     const Quantization &quant = *config.quantization;
     if (quant.quantMethod != "modelopt")
-      fail(source, "quantization_config.quant_method",
-           "\"modelopt\" (the only supported value)",
+      fail(source, "quantization_config.quant_method", "\"modelopt\" (the only supported value)",
            json(quant.quantMethod).dump());
     if (quant.quantAlgo != "NVFP4")
-      fail(source, "quantization_config.quant_algo",
-           "\"NVFP4\" (the only supported value)",
+      fail(source, "quantization_config.quant_algo", "\"NVFP4\" (the only supported value)",
            json(quant.quantAlgo).dump());
     if (quant.groupSize != 16)
-      fail(source, "quantization_config.group_size",
-           "16 (NVFP4 scales groups of 16 elements)",
+      fail(source, "quantization_config.group_size", "16 (NVFP4 scales groups of 16 elements)",
            std::to_string(quant.groupSize));
   }
 
   // Every tensor, and the parameter count of the whole checkpoint, must be
   // representable as int64.
   if (!checkedParameterCount(config))
-    throw ConfigError(source +
-                      ": the model is too large: its parameter count does not "
-                      "fit in int64");
+    throw ConfigError(source + ": the model is too large: its parameter count does not "
+                               "fit in int64");
 }
 
 Config parseConfig(const std::string &jsonText, const std::string &source) {
@@ -292,17 +264,15 @@ Config parseConfig(const std::string &jsonText, const std::string &source) {
   try {
     root = json::parse(jsonText);
   } catch (const json::parse_error &error) {
-    throw ConfigError(source + ": not valid JSON at byte " +
-                      std::to_string(error.byte) + ": " + error.what());
+    throw ConfigError(source + ": not valid JSON at byte " + std::to_string(error.byte) + ": " +
+                      error.what());
   }
   if (!root.is_object())
-    throw ConfigError(source + ": expected a JSON object at the top level, got " +
-                      describe(root));
+    throw ConfigError(source + ": expected a JSON object at the top level, got " + describe(root));
 
   Config config;
-  config.modelType = asString(
-      require(root, source, "", "model_type", "\"muse_spark\""), source,
-      "model_type");
+  config.modelType =
+      asString(require(root, source, "", "model_type", "\"muse_spark\""), source, "model_type");
   if (config.modelType != "muse_spark")
     fail(source, "model_type", "\"muse_spark\"", json(config.modelType).dump());
   config.vocabSize = requireInt(root, source, "vocab_size");
@@ -312,11 +282,9 @@ Config parseConfig(const std::string &jsonText, const std::string &source) {
   config.numKeyValueHeads = requireInt(root, source, "num_key_value_heads");
   config.headDim = requireInt(root, source, "head_dim");
   config.slidingWindow = requireInt(root, source, "sliding_window");
-  config.globalAttentionPeriod =
-      requireInt(root, source, "global_attention_period");
+  config.globalAttentionPeriod = requireInt(root, source, "global_attention_period");
   config.ropeTheta = requireNumber(root, source, "rope_theta");
-  config.maxPositionEmbeddings =
-      requireInt(root, source, "max_position_embeddings");
+  config.maxPositionEmbeddings = requireInt(root, source, "max_position_embeddings");
   config.rmsNormEps = requireNumber(root, source, "rms_norm_eps");
   config.numExperts = requireInt(root, source, "num_experts");
   config.numExpertsPerTok = requireInt(root, source, "num_experts_per_tok");

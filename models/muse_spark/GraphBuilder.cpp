@@ -21,8 +21,8 @@ namespace {
 class ForwardBuilder {
 public:
   ForwardBuilder(MLIRContext &context, const Config &config, const GraphOptions &options)
-      : ctx(context), config(config), options(options), b(&context),
-        act(b.getBF16Type()), tokens(options.tokens) {}
+      : ctx(context), config(config), options(options), b(&context), act(b.getBF16Type()),
+        tokens(options.tokens) {}
 
   OwningOpRef<ModuleOp> build();
 
@@ -41,13 +41,13 @@ private:
   Value rmsNorm(Value x, const std::string &module) {
     int64_t width = llvm::cast<RankedTensorType>(x.getType()).getDimSize(1);
     Value w = weight(module + ".weight", {width});
-    return RmsNormOp::create(b, loc(module), x.getType(), x, w, b.getF64FloatAttr(config.rmsNormEps));
+    return RmsNormOp::create(b, loc(module), x.getType(), x, w,
+                             b.getF64FloatAttr(config.rmsNormEps));
   }
-  Value linear(Value x, const std::string &module, int64_t out, int64_t in,
-               Type resultElem = {}) {
+  Value linear(Value x, const std::string &module, int64_t out, int64_t in, Type resultElem = {}) {
     Value w = weight(module + ".weight", {out, in});
     return LinearOp::create(b, loc(module), tensor({tokens, out}, resultElem ? resultElem : act), x,
-                              w);
+                            w);
   }
   // out = residual + gate * RMSNorm(update; norm): one sandwich-norm half.
   Value gatedResidual(Value residual, Value update, const std::string &normModule,
@@ -77,15 +77,16 @@ Value ForwardBuilder::expertProjection(int64_t layer, const std::string &proj, i
   std::string module = layerPrefix(layer) + "mlp.experts.{e}." + proj;
   int64_t experts = config.numExperts;
   // NVFP4 checkpoints keep the experts of the first and last layer in BF16.
-  bool quantized = options.format == WeightFormat::NVFP4 && layer > 0 &&
-                   layer < config.numHiddenLayers - 1;
+  bool quantized =
+      options.format == WeightFormat::NVFP4 && layer > 0 && layer < config.numHiddenLayers - 1;
   if (!quantized)
     return weight(module + ".weight", {experts, out, in});
   Value packed = weight(module + ".weight", {experts, out, in / 2}, b.getIntegerType(8, false));
-  Value scales = weight(module + ".weight_scale", {experts, out, in / 16}, b.getType<Float8E4M3FNType>());
+  Value scales =
+      weight(module + ".weight_scale", {experts, out, in / 16}, b.getType<Float8E4M3FNType>());
   Value global = weight(module + ".weight_scale_2", {experts}, b.getF32Type());
   return Nvfp4DequantOp::create(b, loc(module), tensor({experts, out, in}, act), packed, scales,
-                                  global);
+                                global);
 }
 
 Value ForwardBuilder::attention(Value x, Value positions, int64_t layer) {
@@ -101,10 +102,12 @@ Value ForwardBuilder::attention(Value x, Value positions, int64_t layer) {
   };
   auto headNorm = [&](Value h, const std::string &module) -> Value {
     Value w = weight(module + ".weight", {headDim});
-    return HeadNormOp::create(b, loc(module), h.getType(), h, w, b.getF64FloatAttr(config.rmsNormEps));
+    return HeadNormOp::create(b, loc(module), h.getType(), h, w,
+                              b.getF64FloatAttr(config.rmsNormEps));
   };
   auto rope = [&](Value h, const std::string &module) -> Value {
-    return RopeOp::create(b, loc(module), h.getType(), h, positions, b.getF64FloatAttr(config.ropeTheta));
+    return RopeOp::create(b, loc(module), h.getType(), h, positions,
+                          b.getF64FloatAttr(config.ropeTheta));
   };
   Value q3 = rope(headNorm(heads(q, qHeads, attn + "q_proj"), attn + "q_norm"), attn + "q_norm");
   Value k3 = rope(headNorm(heads(k, kvHeads, attn + "k_proj"), attn + "k_norm"), attn + "k_norm");
@@ -112,9 +115,9 @@ Value ForwardBuilder::attention(Value x, Value positions, int64_t layer) {
   IntegerAttr window;
   if (!config.isGlobalLayer(layer))
     window = b.getI64IntegerAttr(config.slidingWindow);
-  Value a = AttentionOp::create(b, loc(attn + "attn"), tensor({tokens, qHeads, headDim}, act), q3,
-                                  k3, v3, positions,
-                                  b.getF64FloatAttr(1.0 / std::sqrt(double(headDim))), window);
+  Value a =
+      AttentionOp::create(b, loc(attn + "attn"), tensor({tokens, qHeads, headDim}, act), q3, k3, v3,
+                          positions, b.getF64FloatAttr(1.0 / std::sqrt(double(headDim))), window);
   Value merged = MergeHeadsOp::create(b, loc(attn + "o_proj"), acts(config.qWidth()), a);
   return linear(merged, attn + "o_proj", hidden, config.qWidth());
 }
@@ -124,20 +127,21 @@ Value ForwardBuilder::latentMoE(Value u, int64_t layer) {
   int64_t hidden = config.hiddenSize, latent = config.moeLatentSize;
   int64_t inter = config.moeIntermediateSize, k = config.numExpertsPerTok;
   Value logits = linear(u, mlp + "router", config.numExperts, hidden, b.getF32Type());
-  auto topk = RouterTopKOp::create(b, loc(mlp + "router"),
-                                     TypeRange{tensor({tokens, k}, b.getF32Type()),
-                                               tensor({tokens, k}, b.getI32Type())},
-                                     logits, b.getI64IntegerAttr(k));
+  auto topk = RouterTopKOp::create(
+      b, loc(mlp + "router"),
+      TypeRange{tensor({tokens, k}, b.getF32Type()), tensor({tokens, k}, b.getI32Type())}, logits,
+      b.getI64IntegerAttr(k));
   Value z = rmsNorm(linear(u, mlp + "pooler", latent, hidden), mlp + "expert_input_norm");
   Value gate = expertProjection(layer, "gate_proj", inter, latent);
   Value up = expertProjection(layer, "up_proj", inter, latent);
   Value down = expertProjection(layer, "down_proj", latent, inter);
   std::string experts = mlp + "experts";
   Value y = ExpertSwiGLUOp::create(b, loc(experts), tensor({tokens, k, latent}, act), z,
-                                     topk.getIndices(), gate, up, down);
+                                   topk.getIndices(), gate, up, down);
   Value postNorm = weight(mlp + "experts.{e}.post_norm.weight", {config.numExperts, latent});
-  Value yn = ExpertNormOp::create(b, loc(mlp + "experts.{e}.post_norm"), y.getType(), y, topk.getIndices(),
-                                    postNorm, b.getF64FloatAttr(config.rmsNormEps));
+  Value yn =
+      ExpertNormOp::create(b, loc(mlp + "experts.{e}.post_norm"), y.getType(), y, topk.getIndices(),
+                           postNorm, b.getF64FloatAttr(config.rmsNormEps));
   Value s = CombineOp::create(b, loc(experts), acts(latent), yn, topk.getWeights());
   return linear(s, mlp + "unpooler", hidden, latent);
 }
@@ -165,7 +169,7 @@ OwningOpRef<ModuleOp> ForwardBuilder::build() {
   RankedTensorType logitsType =
       tensor({options.lastTokenLogits ? 1 : tokens, vocab}, b.getF32Type());
   auto func = func::FuncOp::create(b, modelLoc, "forward",
-                                     b.getFunctionType({idsType, idsType}, {logitsType}));
+                                   b.getFunctionType({idsType, idsType}, {logitsType}));
   func.setArgAttr(0, "kiln.name", b.getStringAttr("input_ids"));
   func.setArgAttr(1, "kiln.name", b.getStringAttr("positions"));
   b.setInsertionPointToStart(func.addEntryBlock());
@@ -181,7 +185,7 @@ OwningOpRef<ModuleOp> ForwardBuilder::build() {
   Value normed = rmsNorm(x, "model.norm");
   Value head = weight("lm_head.weight", {vocab, hidden});
   auto logits = LogitsOp::create(b, loc("lm_head"), logitsType, normed, head,
-                                   options.lastTokenLogits ? b.getUnitAttr() : UnitAttr());
+                                 options.lastTokenLogits ? b.getUnitAttr() : UnitAttr());
   func::ReturnOp::create(b, loc("lm_head"), logits.getResult());
   return module;
 }

@@ -32,8 +32,7 @@ struct GraphOptions {
 // module it belongs to ("model.layers.3.self_attn.q_proj"), which the report
 // uses to count ops per layer. The caller's context must have the kiln and
 // func dialects loaded.
-mlir::OwningOpRef<mlir::ModuleOp> buildForwardGraph(mlir::MLIRContext &context,
-                                                    const Config &config,
-                                                    const GraphOptions &options);
+mlir::OwningOpRef<mlir::ModuleOp>
+buildForwardGraph(mlir::MLIRContext &context, const Config &config, const GraphOptions &options);
 
 } // namespace kiln::muse_spark

@@ -117,8 +117,8 @@ FailureOr<ParameterBudget> countParameters(ModuleOp module, const Config &config
   return budget;
 }
 
-void printReport(llvm::raw_ostream &os, ModuleOp module, const Config &config,
-                 WeightFormat format, const ParameterBudget &budget, const BuildStats &stats) {
+void printReport(llvm::raw_ostream &os, ModuleOp module, const Config &config, WeightFormat format,
+                 const ParameterBudget &budget, const BuildStats &stats) {
   int64_t layers = config.numHiddenLayers;
   os << "model " << config.name << ": " << layers << " layers, hidden " << config.hiddenSize
      << ", heads " << config.numAttentionHeads << "/" << config.numKeyValueHeads << " x "
@@ -157,16 +157,15 @@ void printReport(llvm::raw_ostream &os, ModuleOp module, const Config &config,
   row("experts", budget.part(WeightPart::Experts),
       std::to_string(config.numExperts) + " x 3 projections + post_norm, per layer");
   row("attention", budget.part(WeightPart::Attention), "q, k, v, o and q/k norms");
-  row("latent projections", budget.part(WeightPart::Latent),
-      "pooler, unpooler, expert input norm");
+  row("latent projections", budget.part(WeightPart::Latent), "pooler, unpooler, expert input norm");
   row("router", budget.part(WeightPart::Router));
   row("norms and gates", budget.part(WeightPart::Norms));
-  row("embedding + head",
-      budget.part(WeightPart::Embedding) + budget.part(WeightPart::Head));
+  row("embedding + head", budget.part(WeightPart::Embedding) + budget.part(WeightPart::Head));
   row("total", budget.total());
   int64_t active = budget.activeMatrices(config);
-  os << "active per token: " << billions(active) << " (" << active << ") without embedding/head (attention + latent + "
-     << config.numExpertsPerTok << " of " << config.numExperts << " experts "
+  os << "active per token: " << billions(active) << " (" << active
+     << ") without embedding/head (attention + latent + " << config.numExpertsPerTok << " of "
+     << config.numExperts << " experts "
      << billions(budget.part(WeightPart::Experts) / config.numExperts * config.numExpertsPerTok)
      << "); router and norms add "
      << billions(budget.part(WeightPart::Router) + budget.part(WeightPart::Norms)) << "\n";

@@ -22,8 +22,8 @@ inline constexpr size_t kNumWeightParts = 7;
 
 struct ParameterBudget {
   std::array<int64_t, kNumWeightParts> byPart{}; // indexed by WeightPart
-  int64_t referencedTensors = 0; // checkpoint tensors the graph reads
-  int64_t manifestTensors = 0;   // checkpoint tensors the format has
+  int64_t referencedTensors = 0;                 // checkpoint tensors the graph reads
+  int64_t manifestTensors = 0;                   // checkpoint tensors the format has
 
   int64_t part(WeightPart p) const { return byPart[static_cast<size_t>(p)]; }
   int64_t total() const;

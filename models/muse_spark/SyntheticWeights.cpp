@@ -36,8 +36,7 @@ uint64_t streamKey(std::string_view streamName, uint64_t seed) {
 }
 
 uint64_t lanes16Sum(uint64_t word) {
-  return (word & 0xffff) + ((word >> 16) & 0xffff) + ((word >> 32) & 0xffff) +
-         (word >> 48);
+  return (word & 0xffff) + ((word >> 16) & 0xffff) + ((word >> 32) & 0xffff) + (word >> 48);
 }
 
 double normalAt(uint64_t key, uint64_t index) {
@@ -51,8 +50,7 @@ double normalAt(uint64_t key, uint64_t index) {
 }
 
 bool endsWith(std::string_view text, std::string_view suffix) {
-  return text.size() >= suffix.size() &&
-         text.substr(text.size() - suffix.size()) == suffix;
+  return text.size() >= suffix.size() && text.substr(text.size() - suffix.size()) == suffix;
 }
 
 // mean + stddev * N(0, 1) for one tensor's stream.
@@ -62,8 +60,7 @@ struct Distribution {
 };
 
 [[noreturn]] void unknownTensor(const TensorSpec &spec, const char *why) {
-  throw std::invalid_argument("synthetic weights: tensor \"" + spec.name +
-                              "\": " + why);
+  throw std::invalid_argument("synthetic weights: tensor \"" + spec.name + "\": " + why);
 }
 
 int64_t fanIn(const TensorSpec &spec) {
@@ -116,8 +113,8 @@ void storeF32(uint8_t *out, float value) {
     out[i] = static_cast<uint8_t>(bits >> (8 * i));
 }
 
-const char *const kNvfp4Suffixes[] = {".weight_scale_2", ".weight_scale",
-                                      ".input_scale", ".weight"};
+const char *const kNvfp4Suffixes[] = {".weight_scale_2", ".weight_scale", ".input_scale",
+                                      ".weight"};
 
 // The quantised form of one NVFP4 module. The four tensors of a module are
 // written one after another, so a one-entry cache per thread quantises each
@@ -130,11 +127,11 @@ struct QuantCache {
   Nvfp4Matrix matrix;
 };
 
-const Nvfp4Matrix &quantizedModule(const std::string &stream, uint64_t seed,
-                                   int64_t rows, int64_t cols) {
+const Nvfp4Matrix &quantizedModule(const std::string &stream, uint64_t seed, int64_t rows,
+                                   int64_t cols) {
   thread_local QuantCache cache;
-  if (cache.valid && cache.seed == seed && cache.stream == stream &&
-      cache.rows == rows && cache.cols == cols)
+  if (cache.valid && cache.seed == seed && cache.stream == stream && cache.rows == rows &&
+      cache.cols == cols)
     return cache.matrix;
   cache.valid = false;
   const uint64_t key = streamKey(stream, seed);
@@ -155,8 +152,7 @@ const Nvfp4Matrix &quantizedModule(const std::string &stream, uint64_t seed,
 }
 
 // [out, in] of an NVFP4 expert projection, from its module name.
-std::pair<int64_t, int64_t> nvfp4ModuleShape(const Config &config,
-                                             const TensorSpec &spec,
+std::pair<int64_t, int64_t> nvfp4ModuleShape(const Config &config, const TensorSpec &spec,
                                              const std::string &stream) {
   const int64_t latent = config.moeLatentSize;
   const int64_t inter = config.moeIntermediateSize;
@@ -167,8 +163,8 @@ std::pair<int64_t, int64_t> nvfp4ModuleShape(const Config &config,
   unknownTensor(spec, "NVFP4 is only defined for expert projections");
 }
 
-void synthesizeNvfp4Piece(const Config &config, const TensorSpec &spec,
-                          uint64_t seed, uint8_t *out) {
+void synthesizeNvfp4Piece(const Config &config, const TensorSpec &spec, uint64_t seed,
+                          uint8_t *out) {
   const std::string stream = syntheticStreamName(spec.name);
   const auto [rows, cols] = nvfp4ModuleShape(config, spec, stream);
   // The dtype and byte count this piece needs, so that a manifest of another
@@ -182,8 +178,7 @@ void synthesizeNvfp4Piece(const Config &config, const TensorSpec &spec,
     dtype = DType::U8;
     bytes = rows * cols / 2;
   }
-  if (spec.dtype != dtype ||
-      elementCount(spec.shape) * dtypeSize(spec.dtype) != bytes)
+  if (spec.dtype != dtype || elementCount(spec.shape) * dtypeSize(spec.dtype) != bytes)
     unknownTensor(spec, "dtype or shape does not match the NVFP4 layout of "
                         "the config");
   if (endsWith(spec.name, ".input_scale")) {
@@ -204,13 +199,11 @@ void synthesizeNvfp4Piece(const Config &config, const TensorSpec &spec,
 std::string syntheticStreamName(std::string_view tensorName) {
   for (const char *suffix : kNvfp4Suffixes)
     if (endsWith(tensorName, suffix))
-      return std::string(tensorName.substr(0, tensorName.size() -
-                                                  std::strlen(suffix)));
+      return std::string(tensorName.substr(0, tensorName.size() - std::strlen(suffix)));
   return std::string(tensorName);
 }
 
-double syntheticNormal(std::string_view streamName, uint64_t seed,
-                       uint64_t index) {
+double syntheticNormal(std::string_view streamName, uint64_t seed, uint64_t index) {
   return normalAt(streamKey(streamName, seed), index);
 }
 
@@ -228,8 +221,7 @@ SyntheticNvfp4Module syntheticNvfp4Module(const Config &config, const TensorSpec
   return {rows, cols, {0.0, 1.0 / std::sqrt(static_cast<double>(cols))}};
 }
 
-void synthesizeTensor(const Config &config, const TensorSpec &spec,
-                      uint64_t seed, uint8_t *out) {
+void synthesizeTensor(const Config &config, const TensorSpec &spec, uint64_t seed, uint8_t *out) {
   switch (spec.dtype) {
   case DType::BF16: {
     const Distribution dist = distributionFor(config, spec);

@@ -54,16 +54,14 @@ constexpr float kSyntheticInputAmax = 8.0f;
 // Writes exactly the tensor's byte size (elements of spec.dtype, little
 // endian) to `out`. Throws std::invalid_argument for a tensor whose name
 // this scheme does not know.
-void synthesizeTensor(const Config &config, const TensorSpec &spec,
-                      uint64_t seed, uint8_t *out);
+void synthesizeTensor(const Config &config, const TensorSpec &spec, uint64_t seed, uint8_t *out);
 
 // The module name whose stream feeds `tensorName` (see above).
 std::string syntheticStreamName(std::string_view tensorName);
 
 // Element `index` of the N(0, 1) stream of `streamName` (as a double, before
 // scaling and rounding).
-double syntheticNormal(std::string_view streamName, uint64_t seed,
-                       uint64_t index);
+double syntheticNormal(std::string_view streamName, uint64_t seed, uint64_t index);
 
 // What a generator elsewhere (the runtime's device kernels) needs to make
 // the same bytes: a stream's key; a BF16 tensor's distribution; an NVFP4

@@ -11,9 +11,8 @@ class ManifestBuilder {
 public:
   explicit ManifestBuilder(std::vector<TensorSpec> &out) : out(out) {}
 
-  void add(std::string name, std::vector<int64_t> shape, DType dtype,
-           WeightPart part, int64_t layer, int64_t expert,
-           int64_t parameters) {
+  void add(std::string name, std::vector<int64_t> shape, DType dtype, WeightPart part,
+           int64_t layer, int64_t expert, int64_t parameters) {
     TensorSpec &spec = out.emplace_back();
     spec.name = std::move(name);
     spec.shape = std::move(shape);
@@ -25,23 +24,20 @@ public:
   }
 
   // A BF16 tensor: every element is a parameter.
-  void bf16(std::string name, std::vector<int64_t> shape, WeightPart part,
-            int64_t layer = -1, int64_t expert = -1) {
+  void bf16(std::string name, std::vector<int64_t> shape, WeightPart part, int64_t layer = -1,
+            int64_t expert = -1) {
     int64_t elements = 1;
     for (int64_t dim : shape)
       elements *= dim;
-    add(std::move(name), std::move(shape), DType::BF16, part, layer, expert,
-        elements);
+    add(std::move(name), std::move(shape), DType::BF16, part, layer, expert, elements);
   }
 
   // One NVFP4 linear weight [out, in] (ModelOpt layout): packed E2M1 pairs,
   // an E4M3 scale per 16 input elements, a global scale and an input scale.
-  void nvfp4(const std::string &base, int64_t outDim, int64_t inDim,
-             WeightPart part, int64_t layer, int64_t expert) {
-    add(base + ".weight", {outDim, inDim / 2}, DType::U8, part, layer, expert,
-        outDim * inDim);
-    add(base + ".weight_scale", {outDim, inDim / 16}, DType::F8_E4M3, part,
-        layer, expert, 0);
+  void nvfp4(const std::string &base, int64_t outDim, int64_t inDim, WeightPart part, int64_t layer,
+             int64_t expert) {
+    add(base + ".weight", {outDim, inDim / 2}, DType::U8, part, layer, expert, outDim * inDim);
+    add(base + ".weight_scale", {outDim, inDim / 16}, DType::F8_E4M3, part, layer, expert, 0);
     add(base + ".weight_scale_2", {}, DType::F32, part, layer, expert, 0);
     add(base + ".input_scale", {}, DType::F32, part, layer, expert, 0);
   }
@@ -50,10 +46,8 @@ private:
   std::vector<TensorSpec> &out;
 };
 
-bool quantizedExperts(const Config &config, WeightFormat format,
-                      int64_t layer) {
-  return format == WeightFormat::NVFP4 && layer > 0 &&
-         layer < config.numHiddenLayers - 1;
+bool quantizedExperts(const Config &config, WeightFormat format, int64_t layer) {
+  return format == WeightFormat::NVFP4 && layer > 0 && layer < config.numHiddenLayers - 1;
 }
 
 } // namespace
@@ -78,16 +72,13 @@ const char *weightPartName(WeightPart part) {
   return "unknown";
 }
 
-std::string layerPrefix(int64_t layer) {
-  return "model.layers." + std::to_string(layer) + ".";
-}
+std::string layerPrefix(int64_t layer) { return "model.layers." + std::to_string(layer) + "."; }
 
 std::string expertPrefix(int64_t layer, int64_t expert) {
   return layerPrefix(layer) + "mlp.experts." + std::to_string(expert) + ".";
 }
 
-std::vector<TensorSpec> checkpointManifest(const Config &config,
-                                           WeightFormat format) {
+std::vector<TensorSpec> checkpointManifest(const Config &config, WeightFormat format) {
   const int64_t vocab = config.vocabSize;
   const int64_t hidden = config.hiddenSize;
   const int64_t layers = config.numHiddenLayers;
@@ -116,57 +107,41 @@ std::vector<TensorSpec> checkpointManifest(const Config &config,
   for (int64_t layer = 0; layer < layers; ++layer) {
     const std::string p = layerPrefix(layer);
     add.bf16(p + "input_layernorm.weight", {hidden}, WeightPart::Norms, layer);
-    add.bf16(p + "self_attn.q_proj.weight", {config.qWidth(), hidden},
-             WeightPart::Attention, layer);
-    add.bf16(p + "self_attn.k_proj.weight", {config.kvWidth(), hidden},
-             WeightPart::Attention, layer);
-    add.bf16(p + "self_attn.v_proj.weight", {config.kvWidth(), hidden},
-             WeightPart::Attention, layer);
-    add.bf16(p + "self_attn.o_proj.weight", {hidden, config.qWidth()},
-             WeightPart::Attention, layer);
-    add.bf16(p + "self_attn.q_norm.weight", {headDim}, WeightPart::Attention,
+    add.bf16(p + "self_attn.q_proj.weight", {config.qWidth(), hidden}, WeightPart::Attention,
              layer);
-    add.bf16(p + "self_attn.k_norm.weight", {headDim}, WeightPart::Attention,
+    add.bf16(p + "self_attn.k_proj.weight", {config.kvWidth(), hidden}, WeightPart::Attention,
              layer);
-    add.bf16(p + "post_attention_layernorm.weight", {hidden}, WeightPart::Norms,
+    add.bf16(p + "self_attn.v_proj.weight", {config.kvWidth(), hidden}, WeightPart::Attention,
              layer);
+    add.bf16(p + "self_attn.o_proj.weight", {hidden, config.qWidth()}, WeightPart::Attention,
+             layer);
+    add.bf16(p + "self_attn.q_norm.weight", {headDim}, WeightPart::Attention, layer);
+    add.bf16(p + "self_attn.k_norm.weight", {headDim}, WeightPart::Attention, layer);
+    add.bf16(p + "post_attention_layernorm.weight", {hidden}, WeightPart::Norms, layer);
     add.bf16(p + "attn_residual_gate", {hidden}, WeightPart::Norms, layer);
-    add.bf16(p + "pre_feedforward_layernorm.weight", {hidden},
-             WeightPart::Norms, layer);
-    add.bf16(p + "mlp.router.weight", {experts, hidden}, WeightPart::Router,
-             layer);
-    add.bf16(p + "mlp.pooler.weight", {latent, hidden}, WeightPart::Latent,
-             layer);
-    add.bf16(p + "mlp.expert_input_norm.weight", {latent}, WeightPart::Latent,
-             layer);
+    add.bf16(p + "pre_feedforward_layernorm.weight", {hidden}, WeightPart::Norms, layer);
+    add.bf16(p + "mlp.router.weight", {experts, hidden}, WeightPart::Router, layer);
+    add.bf16(p + "mlp.pooler.weight", {latent, hidden}, WeightPart::Latent, layer);
+    add.bf16(p + "mlp.expert_input_norm.weight", {latent}, WeightPart::Latent, layer);
 
     const bool quantized = quantizedExperts(config, format, layer);
     const std::string expertsBase = p + "mlp.experts.";
     for (int64_t expert = 0; expert < experts; ++expert) {
       const std::string e = expertsBase + std::to_string(expert) + ".";
       if (quantized) {
-        add.nvfp4(e + "gate_proj", inter, latent, WeightPart::Experts, layer,
-                  expert);
-        add.nvfp4(e + "up_proj", inter, latent, WeightPart::Experts, layer,
-                  expert);
-        add.nvfp4(e + "down_proj", latent, inter, WeightPart::Experts, layer,
-                  expert);
+        add.nvfp4(e + "gate_proj", inter, latent, WeightPart::Experts, layer, expert);
+        add.nvfp4(e + "up_proj", inter, latent, WeightPart::Experts, layer, expert);
+        add.nvfp4(e + "down_proj", latent, inter, WeightPart::Experts, layer, expert);
       } else {
-        add.bf16(e + "gate_proj.weight", {inter, latent}, WeightPart::Experts,
-                 layer, expert);
-        add.bf16(e + "up_proj.weight", {inter, latent}, WeightPart::Experts,
-                 layer, expert);
-        add.bf16(e + "down_proj.weight", {latent, inter}, WeightPart::Experts,
-                 layer, expert);
+        add.bf16(e + "gate_proj.weight", {inter, latent}, WeightPart::Experts, layer, expert);
+        add.bf16(e + "up_proj.weight", {inter, latent}, WeightPart::Experts, layer, expert);
+        add.bf16(e + "down_proj.weight", {latent, inter}, WeightPart::Experts, layer, expert);
       }
-      add.bf16(e + "post_norm.weight", {latent}, WeightPart::Experts, layer,
-               expert);
+      add.bf16(e + "post_norm.weight", {latent}, WeightPart::Experts, layer, expert);
     }
 
-    add.bf16(p + "mlp.unpooler.weight", {hidden, latent}, WeightPart::Latent,
-             layer);
-    add.bf16(p + "post_feedforward_layernorm.weight", {hidden},
-             WeightPart::Norms, layer);
+    add.bf16(p + "mlp.unpooler.weight", {hidden, latent}, WeightPart::Latent, layer);
+    add.bf16(p + "post_feedforward_layernorm.weight", {hidden}, WeightPart::Norms, layer);
     add.bf16(p + "mlp_residual_gate", {hidden}, WeightPart::Norms, layer);
   }
 

@@ -15,13 +15,13 @@ namespace kiln::muse_spark {
 
 // Which part of the model a tensor belongs to, for the parameter budget.
 enum class WeightPart {
-  Embedding,  // model.embed_tokens
-  Head,       // lm_head
-  Attention,  // q/k/v/o projections and q/k norms
-  Router,     // mlp.router
-  Latent,     // mlp.pooler, mlp.unpooler, mlp.expert_input_norm
-  Experts,    // mlp.experts.*
-  Norms,      // layer norms, residual gates, model.norm
+  Embedding, // model.embed_tokens
+  Head,      // lm_head
+  Attention, // q/k/v/o projections and q/k norms
+  Router,    // mlp.router
+  Latent,    // mlp.pooler, mlp.unpooler, mlp.expert_input_norm
+  Experts,   // mlp.experts.*
+  Norms,     // layer norms, residual gates, model.norm
 };
 const char *weightPartName(WeightPart part);
 
@@ -45,7 +45,7 @@ struct TensorSpec {
 std::vector<TensorSpec> checkpointManifest(const Config &config, WeightFormat format);
 
 // Names used by the graph builder and the checkpoint writer.
-std::string layerPrefix(int64_t layer);                 // "model.layers.3."
+std::string layerPrefix(int64_t layer);                  // "model.layers.3."
 std::string expertPrefix(int64_t layer, int64_t expert); // "model.layers.3.mlp.experts.7."
 
 } // namespace kiln::muse_spark

@@ -13,15 +13,11 @@ namespace kiln {
 namespace fb = kiln::artifact;
 
 // The schema's DType and kiln::DType must stay in step (the schema says so).
-static_assert(static_cast<int>(fb::DType::BOOL) ==
-              static_cast<int>(DType::BOOL));
-static_assert(static_cast<int>(fb::DType::BF16) ==
-              static_cast<int>(DType::BF16));
+static_assert(static_cast<int>(fb::DType::BOOL) == static_cast<int>(DType::BOOL));
+static_assert(static_cast<int>(fb::DType::BF16) == static_cast<int>(DType::BF16));
 static_assert(static_cast<int>(fb::DType::F32) == static_cast<int>(DType::F32));
-static_assert(static_cast<int>(fb::DType::F8_E5M2) ==
-              static_cast<int>(DType::F8_E5M2));
-static_assert(static_cast<int>(fb::DType::MAX) ==
-              static_cast<int>(DType::F8_E5M2));
+static_assert(static_cast<int>(fb::DType::F8_E5M2) == static_cast<int>(DType::F8_E5M2));
+static_assert(static_cast<int>(fb::DType::MAX) == static_cast<int>(DType::F8_E5M2));
 
 namespace {
 
@@ -59,9 +55,8 @@ struct AmdgpuMach {
   bool runs;     // a chip this runtime runs; the others name wrong objects
 };
 constexpr AmdgpuMach kAmdgpuMachs[] = {
-    {"gfx942", 0x4c, true},          {"gfx950", 0x4f, true},
-    {"gfx908", 0x30, false},         {"gfx90a", 0x3f, false},
-    {"gfx1030", 0x36, false},        {"gfx1100", 0x41, false},
+    {"gfx942", 0x4c, true},          {"gfx950", 0x4f, true},   {"gfx908", 0x30, false},
+    {"gfx90a", 0x3f, false},         {"gfx1030", 0x36, false}, {"gfx1100", 0x41, false},
     {"gfx9-4-generic", 0x5f, false},
 };
 
@@ -132,25 +127,20 @@ std::string escaped(std::string_view text) {
 
 // `'text'`, or `(none)` for a missing string.
 std::string quoted(const flatbuffers::String *text) {
-  return text ? "'" + escaped(text->string_view()) + "'"
-              : std::string("(none)");
+  return text ? "'" + escaped(text->string_view()) + "'" : std::string("(none)");
 }
 
-std::string str(const flatbuffers::String *text) {
-  return text ? text->str() : std::string();
-}
+std::string str(const flatbuffers::String *text) { return text ? text->str() : std::string(); }
 
-bool empty(const flatbuffers::String *text) {
-  return !text || text->size() == 0;
-}
+bool empty(const flatbuffers::String *text) { return !text || text->size() == 0; }
 
 template <typename T> size_t sizeOf(const flatbuffers::Vector<T> *vector) {
   return vector ? vector->size() : 0;
 }
 
 std::string identifierText(const uint8_t *bytes) {
-  return escaped(std::string_view(reinterpret_cast<const char *>(bytes),
-                                  flatbuffers::kFileIdentifierLength));
+  return escaped(
+      std::string_view(reinterpret_cast<const char *>(bytes), flatbuffers::kFileIdentifierLength));
 }
 
 bool tryEvaluate(const fb::Dim &dim, int64_t tokens, int64_t &result) {
@@ -174,8 +164,7 @@ bool tryBufferBytes(const fb::BufferRef &ref, int64_t tokens, int64_t &result) {
   if (const auto *shape = ref.shape()) {
     for (const fb::Dim *dim : *shape) {
       int64_t size;
-      if (!tryEvaluate(*dim, tokens, size) ||
-          __builtin_mul_overflow(bytes, size, &bytes))
+      if (!tryEvaluate(*dim, tokens, size) || __builtin_mul_overflow(bytes, size, &bytes))
         return false;
     }
   }
@@ -185,8 +174,7 @@ bool tryBufferBytes(const fb::BufferRef &ref, int64_t tokens, int64_t &result) {
 
 std::string dimText(const fb::Dim &dim) {
   return "{constant " + std::to_string(dim.constant()) + ", per_token " +
-         std::to_string(dim.per_token()) + ", align " +
-         std::to_string(dim.align()) + "}";
+         std::to_string(dim.per_token()) + ", align " + std::to_string(dim.align()) + "}";
 }
 
 // The verifier checks that a vector's length field is aligned, not that its
@@ -201,8 +189,7 @@ bool validKernelName(const flatbuffers::String *name) {
   if (empty(name))
     return false;
   return std::all_of(name->begin(), name->end(), [](char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') ||
-           (c >= '0' && c <= '9') || c == '_';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_';
   });
 }
 
@@ -210,8 +197,7 @@ bool validKernelName(const flatbuffers::String *name) {
 // checks, on a buffer that verified. Each failure names the field.
 class Checker {
 public:
-  Checker(const fb::Artifact &root, const std::string &source)
-      : root_(root), source_(source) {}
+  Checker(const fb::Artifact &root, const std::string &source) : root_(root), source_(source) {}
 
   void run() {
     checkVersion(root_.version(), source_);
@@ -227,27 +213,21 @@ public:
 
   // Also used before the full verification, so that an artifact of another
   // major version is reported as such even when its layout has changed.
-  static void checkVersion(const fb::Version *version,
-                           const std::string &source) {
+  static void checkVersion(const fb::Version *version, const std::string &source) {
     if (!version || version->schema_major() == fb::kSchemaMajor)
       return;
-    std::string written =
-        version->compiler()
-            ? " (written by " + escaped(version->compiler()->str()) + ")"
-            : std::string();
-    kiln::fail(source,
-               "version.schema_major: the artifact has schema version " +
-                   std::to_string(version->schema_major()) + "." +
-                   std::to_string(version->schema_minor()) + written +
-                   "; this runtime reads schema version " +
-                   std::to_string(fb::kSchemaMajor) +
-                   ".x: recompile it with this kilnc");
+    std::string written = version->compiler()
+                              ? " (written by " + escaped(version->compiler()->str()) + ")"
+                              : std::string();
+    kiln::fail(source, "version.schema_major: the artifact has schema version " +
+                           std::to_string(version->schema_major()) + "." +
+                           std::to_string(version->schema_minor()) + written +
+                           "; this runtime reads schema version " +
+                           std::to_string(fb::kSchemaMajor) + ".x: recompile it with this kilnc");
   }
 
 private:
-  [[noreturn]] void fail(const std::string &reason) const {
-    kiln::fail(source_, reason);
-  }
+  [[noreturn]] void fail(const std::string &reason) const { kiln::fail(source_, reason); }
 
   void requireTables() const {
     const std::pair<const void *, const char *> required[] = {
@@ -265,17 +245,16 @@ private:
   void checkTarget() const {
     const fb::Target &target = *root_.target();
     if (!validEnum(target.kind()))
-      fail("target.kind: unknown target kind " +
-           std::to_string(static_cast<int>(target.kind())));
+      fail("target.kind: unknown target kind " + std::to_string(static_cast<int>(target.kind())));
     const fb::KernelLibrary &library = *root_.library();
     const std::string_view expected = libraryFormatFor(target.kind());
     if (str(library.format()) != expected)
       fail("library.format " + quoted(library.format()) + " is not the " +
-           std::string(targetKindName(target.kind())) +
-           " kernel format (expected '" + std::string(expected) + "')");
+           std::string(targetKindName(target.kind())) + " kernel format (expected '" +
+           std::string(expected) + "')");
     if (sizeOf(root_.kernels()) != 0 && sizeOf(library.blob()) == 0)
-      fail("library.blob: empty, but the artifact has " +
-           std::to_string(sizeOf(root_.kernels())) + " kernels");
+      fail("library.blob: empty, but the artifact has " + std::to_string(sizeOf(root_.kernels())) +
+           " kernels");
     if (target.kind() == fb::TargetKind::NVPTX && sizeOf(library.blob()) != 0)
       checkPtxText(*library.blob());
     if (target.kind() == fb::TargetKind::AMDGCN && sizeOf(library.blob()) != 0)
@@ -289,9 +268,8 @@ private:
   // 64-byte header is read here; HIP checks the rest when it loads it.
   void checkHsaco(const flatbuffers::Vector<uint8_t> &blob) const {
     const std::string chip = str(root_.target()->chip());
-    const std::string but = "artifact is for " +
-                            describeTarget(*root_.target()) +
-                            ", but library.blob ";
+    const std::string but =
+        "artifact is for " + describeTarget(*root_.target()) + ", but library.blob ";
     const uint8_t *bytes = blob.data();
     const size_t size = blob.size();
     auto number = [](uint64_t value) { return std::to_string(value); };
@@ -304,15 +282,12 @@ private:
            "hsaco code object");
     }
     if (size < kElf64HeaderBytes)
-      fail(but + "is " + number(size) +
-           " bytes, shorter than an ELF64 header (" +
+      fail(but + "is " + number(size) + " bytes, shorter than an ELF64 header (" +
            number(kElf64HeaderBytes) + ")");
     if (bytes[4] != kElfClass64)
-      fail(but + "is not ELF64 (EI_CLASS " + number(bytes[4]) +
-           ", expected 2)");
+      fail(but + "is not ELF64 (EI_CLASS " + number(bytes[4]) + ", expected 2)");
     if (bytes[5] != kElfDataLittle)
-      fail(but + "is not little-endian ELF (EI_DATA " + number(bytes[5]) +
-           ", expected 1)");
+      fail(but + "is not little-endian ELF (EI_DATA " + number(bytes[5]) + ", expected 1)");
     auto read = [&](size_t offset, size_t width) {
       uint64_t value = 0;
       for (size_t i = width; i-- > 0;)
@@ -321,8 +296,7 @@ private:
     };
     const uint64_t machine = read(18, 2);
     if (machine != kElfMachineAmdgpu)
-      fail(but + "is not AMDGPU code (e_machine " + number(machine) +
-           ", expected EM_AMDGPU 224)");
+      fail(but + "is not AMDGPU code (e_machine " + number(machine) + ", expected EM_AMDGPU 224)");
     if (bytes[7] != kElfOsAbiAmdgpuHsa)
       fail(but + "is not an HSA code object (EI_OSABI " + number(bytes[7]) +
            ", expected ELFOSABI_AMDGPU_HSA 64)");
@@ -334,30 +308,30 @@ private:
     const AmdgpuMach *expected = findMach(chip);
     if (!expected)
       fail("artifact is for " + describeTarget(*root_.target()) +
-           ", but this runtime does not know the amdgcn chip " +
-           quoted(root_.target()->chip()) + " (it runs " + knownMachs() + ")");
+           ", but this runtime does not know the amdgcn chip " + quoted(root_.target()->chip()) +
+           " (it runs " + knownMachs() + ")");
     if (mach != expected->mach)
-      fail(but + "is code for " + machText(mach) + ", not for " +
-           escaped(chip) + " (EF_AMDGPU_MACH " + hex(expected->mach) + ")");
+      fail(but + "is code for " + machText(mach) + ", not for " + escaped(chip) +
+           " (EF_AMDGPU_MACH " + hex(expected->mach) + ")");
   }
 
   // PTX is text the driver reads up to its NUL: the blob must end with one
   // (padding NULs may follow it) and hold no text after it.
   void checkPtxText(const flatbuffers::Vector<uint8_t> &blob) const {
-    const std::string but =
-        "artifact is for " + describeTarget(*root_.target()) + ", but ";
+    const std::string but = "artifact is for " + describeTarget(*root_.target()) + ", but ";
     const size_t size = blob.size();
-    const size_t end = static_cast<size_t>(
-        std::find(blob.begin(), blob.end(), uint8_t{0}) - blob.begin());
+    const size_t end =
+        static_cast<size_t>(std::find(blob.begin(), blob.end(), uint8_t{0}) - blob.begin());
     if (end == size)
-      fail(but + "library.blob is not NUL-terminated PTX text (" +
-           std::to_string(size) + " bytes, the last not NUL)");
+      fail(but + "library.blob is not NUL-terminated PTX text (" + std::to_string(size) +
+           " bytes, the last not NUL)");
     if (end == 0)
       fail(but + "library.blob is empty PTX text (it starts with NUL)");
     for (size_t i = end; i < size; ++i)
       if (blob.Get(static_cast<flatbuffers::uoffset_t>(i)) != 0)
-        fail(but + "library.blob has bytes after the NUL that ends its PTX "
-                   "text (at byte " +
+        fail(but +
+             "library.blob has bytes after the NUL that ends its PTX "
+             "text (at byte " +
              std::to_string(end) + " of " + std::to_string(size) + ")");
   }
 
@@ -373,18 +347,15 @@ private:
       return;
     }
     if (launch.block() > kMaxBlock)
-      fail(where + ".block: " + std::to_string(launch.block()) +
-           " threads per block (at most " + std::to_string(kMaxBlock) + ")");
+      fail(where + ".block: " + std::to_string(launch.block()) + " threads per block (at most " +
+           std::to_string(kMaxBlock) + ")");
     if (const fb::Dim *grid = launch.grid()) {
       int64_t blocks;
       if (grid->constant() < 0 || grid->per_token() < 0 || grid->align() < 1)
-        fail(where + ".grid " + dimText(*grid) +
-             ": parts must be >= 0 and align >= 1");
-      if (!tryEvaluate(*grid, entry.max_tokens(), blocks) ||
-          blocks > kMaxGrid)
-        fail(where + ".grid " + dimText(*grid) + ": more than " +
-             std::to_string(kMaxGrid) + " blocks at T=" +
-             std::to_string(entry.max_tokens()));
+        fail(where + ".grid " + dimText(*grid) + ": parts must be >= 0 and align >= 1");
+      if (!tryEvaluate(*grid, entry.max_tokens(), blocks) || blocks > kMaxGrid)
+        fail(where + ".grid " + dimText(*grid) + ": more than " + std::to_string(kMaxGrid) +
+             " blocks at T=" + std::to_string(entry.max_tokens()));
     }
   }
 
@@ -398,8 +369,8 @@ private:
     if (layout.world() != std::max(layout.tp(), layout.ep()))
       fail("layout.world must be max(tp, ep) (" + text + ")");
     if (root_.rank() < 0 || root_.rank() >= layout.world())
-      fail("rank " + std::to_string(root_.rank()) +
-           " is not below layout.world " + std::to_string(layout.world()));
+      fail("rank " + std::to_string(root_.rank()) + " is not below layout.world " +
+           std::to_string(layout.world()));
   }
 
   // Each group is a partition of the world: every rank once, groups of
@@ -411,8 +382,8 @@ private:
       const fb::CommGroup &group = *groups->Get(static_cast<flatbuffers::uoffset_t>(g));
       const std::string where = "comm_groups[" + std::to_string(g) + "]";
       if (group.size() < 1 || world % static_cast<int32_t>(group.size()) != 0)
-        fail(where + ".size " + std::to_string(group.size()) +
-             " does not divide layout.world " + std::to_string(world));
+        fail(where + ".size " + std::to_string(group.size()) + " does not divide layout.world " +
+             std::to_string(world));
       if (sizeOf(group.ranks()) != static_cast<size_t>(world))
         fail(where + ".ranks: " + std::to_string(sizeOf(group.ranks())) +
              " ranks, expected every rank of layout.world " + std::to_string(world));
@@ -429,7 +400,8 @@ private:
     const auto *groups = root_.comm_groups();
     if (index < 0 || static_cast<size_t>(index) >= sizeOf(groups))
       fail(where + ": comm group " + std::to_string(index) + " does not exist (the artifact has " +
-           std::to_string(sizeOf(groups)) + "; multi-rank artifacts need schema 1.3: rebuild "
+           std::to_string(sizeOf(groups)) +
+           "; multi-rank artifacts need schema 1.3: rebuild "
            "with this kilnc)");
     return groups->Get(static_cast<flatbuffers::uoffset_t>(index))->size();
   }
@@ -446,8 +418,7 @@ private:
       fail(where + ".name: empty");
     where += " " + quoted(weight.name());
     if (!validEnum(weight.dtype()))
-      fail(where + ".dtype: unknown dtype " +
-           std::to_string(static_cast<int>(weight.dtype())));
+      fail(where + ".dtype: unknown dtype " + std::to_string(static_cast<int>(weight.dtype())));
     if (!validEnum(weight.transform()))
       fail(where + ".transform: unknown transform " +
            std::to_string(static_cast<int>(weight.transform())));
@@ -467,13 +438,12 @@ private:
     int64_t bytes = dtypeSize(toDType(weight.dtype()));
     for (size_t d = 0; d < shape.size(); ++d) {
       if (shape[d] < 0)
-        fail(where + ".shape[" + std::to_string(d) + "]: negative (" +
-             std::to_string(shape[d]) + ")");
+        fail(where + ".shape[" + std::to_string(d) + "]: negative (" + std::to_string(shape[d]) +
+             ")");
       if (__builtin_mul_overflow(bytes, shape[d], &bytes))
         fail(where + ".shape: too large");
     }
-    if (__builtin_mul_overflow(bytes, std::max<int64_t>(weight.stack(), 1),
-                               &bytes))
+    if (__builtin_mul_overflow(bytes, std::max<int64_t>(weight.stack(), 1), &bytes))
       fail(where + ".shape: too large");
 
     // The TP slice: piece i of slice_count along slice_dim, i the rank's
@@ -494,14 +464,12 @@ private:
     } else {
       if (weight.slice_dim() < 0 || weight.slice_dim() >= rank)
         fail(where + ".slice_dim " + std::to_string(weight.slice_dim()) +
-             " is not a dimension of its rank-" + std::to_string(rank) +
-             " shape");
+             " is not a dimension of its rank-" + std::to_string(rank) + " shape");
       const int64_t size = shape[weight.slice_dim()];
       if (weight.slice_count() < 1 || size % weight.slice_count() != 0)
         fail(where + ".slice_count " + std::to_string(weight.slice_count()) +
-             " does not divide dimension " +
-             std::to_string(weight.slice_dim()) + " (" + std::to_string(size) +
-             ")");
+             " does not divide dimension " + std::to_string(weight.slice_dim()) + " (" +
+             std::to_string(size) + ")");
       piece[weight.slice_dim()] = size / weight.slice_count();
       bytes /= weight.slice_count();
     }
@@ -511,8 +479,7 @@ private:
         fail(where +
              ".transform: VnniBf16 needs a rank-2 BF16 tensor "
              "(it is rank " +
-             std::to_string(rank) + " " +
-             std::string(dtypeName(toDType(weight.dtype()))) + ")");
+             std::to_string(rank) + " " + std::string(dtypeName(toDType(weight.dtype()))) + ")");
       if (piece[0] % 16 != 0 || piece[1] % 32 != 0)
         fail(where +
              ".transform: VnniBf16 needs N % 16 == 0 and "
@@ -524,23 +491,21 @@ private:
     // fills it from the checkpoint, so the two must agree.
     if (weight.bytes() != static_cast<uint64_t>(bytes))
       fail(where + ".bytes " + std::to_string(weight.bytes()) +
-           " does not match its shape, dtype, stack and slice (" +
-           std::to_string(bytes) + " bytes)");
+           " does not match its shape, dtype, stack and slice (" + std::to_string(bytes) +
+           " bytes)");
   }
 
   void checkKvCaches() const {
     const auto *caches = root_.kv_caches();
     for (size_t i = 0; i < sizeOf(caches); ++i) {
-      const fb::KvCache &cache =
-          *caches->Get(static_cast<flatbuffers::uoffset_t>(i));
+      const fb::KvCache &cache = *caches->Get(static_cast<flatbuffers::uoffset_t>(i));
       const std::string where = "kv_caches[" + std::to_string(i) + "]";
       if (!validEnum(cache.dtype()))
-        fail(where + ".dtype: unknown dtype " +
-             std::to_string(static_cast<int>(cache.dtype())));
+        fail(where + ".dtype: unknown dtype " + std::to_string(static_cast<int>(cache.dtype())));
       if (cache.kv_heads() < 1 || cache.head_dim() < 1)
         fail(where + ": kv_heads and head_dim must be >= 1 (kv_heads " +
-             std::to_string(cache.kv_heads()) + ", head_dim " +
-             std::to_string(cache.head_dim()) + ")");
+             std::to_string(cache.kv_heads()) + ", head_dim " + std::to_string(cache.head_dim()) +
+             ")");
     }
   }
 
@@ -548,18 +513,16 @@ private:
     const auto *kernels = root_.kernels();
     std::set<std::string> names;
     for (size_t i = 0; i < sizeOf(kernels); ++i) {
-      const fb::Kernel &kernel =
-          *kernels->Get(static_cast<flatbuffers::uoffset_t>(i));
+      const fb::Kernel &kernel = *kernels->Get(static_cast<flatbuffers::uoffset_t>(i));
       const std::string where = "kernels[" + std::to_string(i) + "].name";
       if (empty(kernel.name()))
         fail(where + ": empty");
       if (!validKernelName(kernel.name()))
-        fail(where + " " + quoted(kernel.name()) +
-             ": not a symbol name ([A-Za-z0-9_]+)");
+        fail(where + " " + quoted(kernel.name()) + ": not a symbol name ([A-Za-z0-9_]+)");
       if (!names.insert(kernel.name()->str()).second)
         fail(where + " " + quoted(kernel.name()) + ": duplicated");
-      checkSharedBytes(kernel, "kernels[" + std::to_string(i) + "] " +
-                                   quoted(kernel.name()) + ".shared_bytes");
+      checkSharedBytes(kernel, "kernels[" + std::to_string(i) + "] " + quoted(kernel.name()) +
+                                   ".shared_bytes");
     }
   }
 
@@ -606,13 +569,11 @@ private:
       }
       const auto *steps = entry.steps();
       for (flatbuffers::uoffset_t s = 0; s < sizeOf(steps); ++s)
-        checkStep(entry, *steps->Get(s),
-                  where + ": steps[" + std::to_string(s) + "]");
+        checkStep(entry, *steps->Get(s), where + ": steps[" + std::to_string(s) + "]");
     }
   }
 
-  void checkStep(const fb::EntryPoint &entry, const fb::StepEntry &step,
-                 std::string where) const {
+  void checkStep(const fb::EntryPoint &entry, const fb::StepEntry &step, std::string where) const {
     switch (step.step_type()) {
     case fb::Step::Launch:
       if (const fb::Launch *launch = step.step_as_Launch())
@@ -635,8 +596,7 @@ private:
     fail(where + ".step: missing");
   }
 
-  void checkLaunch(const fb::EntryPoint &entry, const fb::Launch &launch,
-                   std::string where) const {
+  void checkLaunch(const fb::EntryPoint &entry, const fb::Launch &launch, std::string where) const {
     const size_t numKernels = sizeOf(root_.kernels());
     if (launch.kernel() >= numKernels)
       fail(where + " (launch, op " + quoted(launch.op()) + ").kernel " +
@@ -644,25 +604,21 @@ private:
            ": out of range (the artifact "
            "has " +
            std::to_string(numKernels) + " kernels)");
-    where += " (launch of " +
-             quoted(root_.kernels()->Get(launch.kernel())->name()) + ", op " +
+    where += " (launch of " + quoted(root_.kernels()->Get(launch.kernel())->name()) + ", op " +
              quoted(launch.op()) + ")";
     if (launch.max_parts() < 1)
       fail(where + ".max_parts: must be >= 1");
     checkLaunchShape(entry, launch, where);
     const auto *buffers = launch.buffers();
     for (flatbuffers::uoffset_t b = 0; b < sizeOf(buffers); ++b)
-      checkBuffer(entry, *buffers->Get(b),
-                  where + ": buffers[" + std::to_string(b) + "]");
+      checkBuffer(entry, *buffers->Get(b), where + ": buffers[" + std::to_string(b) + "]");
     const auto *scalars = launch.scalars();
     for (flatbuffers::uoffset_t s = 0; s < sizeOf(scalars); ++s) {
       if (!validEnum(scalars->Get(s)->kind()))
-        fail(where + ": scalars[" + std::to_string(s) +
-             "].kind: unknown scalar kind " +
+        fail(where + ": scalars[" + std::to_string(s) + "].kind: unknown scalar kind " +
              std::to_string(static_cast<int>(scalars->Get(s)->kind())));
       if (scalars->Get(s)->kind() == fb::ScalarKind::GroupIndex)
-        commGroupSize(scalars->Get(s)->value(),
-                      where + ": scalars[" + std::to_string(s) + "]");
+        commGroupSize(scalars->Get(s)->value(), where + ": scalars[" + std::to_string(s) + "]");
       if (scalars->Get(s)->kind() == fb::ScalarKind::TensorMap)
         checkTensorMapScalar(launch, *scalars->Get(s),
                              where + ": scalars[" + std::to_string(s) + "]");
@@ -684,8 +640,7 @@ private:
     const size_t count = sizeOf(launch.tensor_maps());
     if (scalar.value() < 0 || static_cast<uint64_t>(scalar.value()) >= count)
       fail(where + ".value " + std::to_string(scalar.value()) +
-           ": no such tensor map (the launch has " + std::to_string(count) +
-           " tensor_maps)");
+           ": no such tensor map (the launch has " + std::to_string(count) + " tensor_maps)");
   }
 
   // Launch.tensor_maps (schema 1.5): each over one of the launch's buffers,
@@ -700,9 +655,8 @@ private:
       const fb::TensorMap &map = *maps->Get(m);
       const std::string at = where + ": tensor_maps[" + std::to_string(m) + "]";
       if (map.buffer() >= sizeOf(buffers))
-        fail(at + ".buffer " + std::to_string(map.buffer()) +
-             ": out of range (the launch has " + std::to_string(sizeOf(buffers)) +
-             " buffers)");
+        fail(at + ".buffer " + std::to_string(map.buffer()) + ": out of range (the launch has " +
+             std::to_string(sizeOf(buffers)) + " buffers)");
       const fb::BufferRef &ref = *buffers->Get(map.buffer());
       const std::string buffer = "buffers[" + std::to_string(map.buffer()) + "]";
       const DType dtype = toDType(ref.dtype());
@@ -717,8 +671,7 @@ private:
     }
   }
 
-  void checkBox(const fb::TensorMap &map, size_t rank, DType dtype,
-                const std::string &at) const {
+  void checkBox(const fb::TensorMap &map, size_t rank, DType dtype, const std::string &at) const {
     const auto *box = map.box();
     if (sizeOf(box) != rank)
       fail(at + ".box: " + std::to_string(sizeOf(box)) + " entries for a rank-" +
@@ -729,8 +682,8 @@ private:
              ": must be 1.." + std::to_string(kMaxBoxSide) + " elements");
     const uint64_t row = uint64_t{box->Get(0)} * static_cast<uint64_t>(dtypeSize(dtype));
     const std::string rowText = "the box's rows are " + std::to_string(row) + " bytes (" +
-                                std::to_string(box->Get(0)) + " " +
-                                std::string(dtypeName(dtype)) + ")";
+                                std::to_string(box->Get(0)) + " " + std::string(dtypeName(dtype)) +
+                                ")";
     if (row % kTensorMapRowAlign != 0)
       fail(at + ".box[0]: " + rowText + ", not a multiple of " +
            std::to_string(kTensorMapRowAlign));
@@ -754,14 +707,12 @@ private:
       const int64_t from = bufferBytes(*copy.source(), tokens);
       const int64_t to = bufferBytes(*copy.destination(), tokens);
       if (from != to)
-        fail(where + ": source and destination differ in size at T=" +
-             std::to_string(tokens) + " (" + std::to_string(from) + " and " +
-             std::to_string(to) + " bytes)");
+        fail(where + ": source and destination differ in size at T=" + std::to_string(tokens) +
+             " (" + std::to_string(from) + " and " + std::to_string(to) + " bytes)");
     }
   }
 
-  void checkCollective(const fb::EntryPoint &entry,
-                       const fb::Collective &collective,
+  void checkCollective(const fb::EntryPoint &entry, const fb::Collective &collective,
                        const std::string &where) const {
     const int32_t world = root_.layout()->world();
     if (world < 2)
@@ -770,8 +721,7 @@ private:
       fail(where + ".kind: unknown collective kind " +
            std::to_string(static_cast<int>(collective.kind())));
     if (!collective.source() || !collective.destination())
-      fail(where + ": missing " +
-           (collective.source() ? "destination" : "source"));
+      fail(where + ": missing " + (collective.source() ? "destination" : "source"));
     checkBuffer(entry, *collective.source(), where + ".source");
     checkBuffer(entry, *collective.destination(), where + ".destination");
     const int64_t ranks = commGroupSize(collective.comm_group(), where + ".comm_group");
@@ -796,21 +746,18 @@ private:
         break;
       }
       if (!ok)
-        fail(where + ": " + fb::EnumNameCollectiveKind(collective.kind()) +
-             " over " + std::to_string(ranks) + " ranks cannot take " +
-             std::to_string(from) + " bytes to " + std::to_string(to) +
-             " bytes (at T=" + std::to_string(tokens) + ")");
+        fail(where + ": " + fb::EnumNameCollectiveKind(collective.kind()) + " over " +
+             std::to_string(ranks) + " ranks cannot take " + std::to_string(from) + " bytes to " +
+             std::to_string(to) + " bytes (at T=" + std::to_string(tokens) + ")");
     }
   }
 
   void checkBuffer(const fb::EntryPoint &entry, const fb::BufferRef &ref,
                    const std::string &where) const {
     if (!validEnum(ref.kind()))
-      fail(where + ".kind: unknown buffer kind " +
-           std::to_string(static_cast<int>(ref.kind())));
+      fail(where + ".kind: unknown buffer kind " + std::to_string(static_cast<int>(ref.kind())));
     if (!validEnum(ref.dtype()))
-      fail(where + ".dtype: unknown dtype " +
-           std::to_string(static_cast<int>(ref.dtype())));
+      fail(where + ".dtype: unknown dtype " + std::to_string(static_cast<int>(ref.dtype())));
     if (!aligned(ref.shape()))
       fail(where + ".shape: corrupt (misaligned)");
     const size_t rank = sizeOf(ref.shape());
@@ -825,8 +772,7 @@ private:
     // Every size is monotone in T, so max_tokens bounds them all.
     const int64_t maxTokens = entry.max_tokens();
     int64_t bytes, end;
-    if (!tryBufferBytes(ref, maxTokens, bytes) ||
-        ref.offset() > static_cast<uint64_t>(INT64_MAX) ||
+    if (!tryBufferBytes(ref, maxTokens, bytes) || ref.offset() > static_cast<uint64_t>(INT64_MAX) ||
         __builtin_add_overflow(static_cast<int64_t>(ref.offset()), bytes, &end))
       fail(where + ": size overflows at T=" + std::to_string(maxTokens));
     const uint64_t extent = static_cast<uint64_t>(end);
@@ -836,62 +782,53 @@ private:
     switch (ref.kind()) {
     case fb::BufferKind::Arena:
       if (extent > entry.arena_bytes())
-        fail(where + ": arena buffer at offset " +
-             std::to_string(ref.offset()) + " of " + std::to_string(bytes) +
-             " bytes at T=" + std::to_string(maxTokens) + " ends at " +
-             std::to_string(extent) + ", past arena_bytes " +
-             std::to_string(entry.arena_bytes()));
+        fail(where + ": arena buffer at offset " + std::to_string(ref.offset()) + " of " +
+             std::to_string(bytes) + " bytes at T=" + std::to_string(maxTokens) + " ends at " +
+             std::to_string(extent) + ", past arena_bytes " + std::to_string(entry.arena_bytes()));
       if (ref.offset() % static_cast<uint64_t>(dtypeSize(dtype)) != 0)
-        fail(where + ".offset " + std::to_string(ref.offset()) +
-             ": not aligned to its " + std::string(dtypeName(dtype)) +
-             " elements");
+        fail(where + ".offset " + std::to_string(ref.offset()) + ": not aligned to its " +
+             std::string(dtypeName(dtype)) + " elements");
       break;
     case fb::BufferKind::Weight: {
       const size_t count = sizeOf(root_.weights());
       if (ref.index() >= count)
-        fail(where + ".index: Weight index " + index +
-             " out of range (the artifact has " + std::to_string(count) +
-             " weights)");
+        fail(where + ".index: Weight index " + index + " out of range (the artifact has " +
+             std::to_string(count) + " weights)");
       const fb::WeightBinding &weight = *root_.weights()->Get(ref.index());
       if (extent > weight.bytes())
         fail(where + ": reads bytes " + std::to_string(ref.offset()) + ".." +
-             std::to_string(extent) + " of weights[" + index + "] " +
-             quoted(weight.name()) + ", which has " +
-             std::to_string(weight.bytes()) + " bytes");
+             std::to_string(extent) + " of weights[" + index + "] " + quoted(weight.name()) +
+             ", which has " + std::to_string(weight.bytes()) + " bytes");
       break;
     }
     case fb::BufferKind::KvCache: {
       const size_t count = sizeOf(root_.kv_caches());
       if (ref.index() >= 2 * count)
-        fail(where + ".index: KvCache index " + index +
-             " out of range (the artifact has " + std::to_string(count) +
-             " KV caches, indices 0.." + std::to_string(2 * count) + ")");
+        fail(where + ".index: KvCache index " + index + " out of range (the artifact has " +
+             std::to_string(count) + " KV caches, indices 0.." + std::to_string(2 * count) + ")");
       const fb::KvCache &cache = *root_.kv_caches()->Get(ref.index() / 2);
       int64_t heads = -1, headDim = -1;
       if (rank == 3) {
         tryEvaluate(*ref.shape()->Get(1), maxTokens, heads);
         tryEvaluate(*ref.shape()->Get(2), maxTokens, headDim);
       }
-      if (rank != 3 || heads != cache.kv_heads() ||
-          headDim != cache.head_dim() || ref.dtype() != cache.dtype())
-        fail(where + ": KV cache " + std::to_string(ref.index() / 2) +
-             " is [slots, " + std::to_string(cache.kv_heads()) + ", " +
-             std::to_string(cache.head_dim()) + "] " +
+      if (rank != 3 || heads != cache.kv_heads() || headDim != cache.head_dim() ||
+          ref.dtype() != cache.dtype())
+        fail(where + ": KV cache " + std::to_string(ref.index() / 2) + " is [slots, " +
+             std::to_string(cache.kv_heads()) + ", " + std::to_string(cache.head_dim()) + "] " +
              std::string(dtypeName(toDType(cache.dtype()))) +
              "; the buffer's rank, shape or dtype differs");
       break;
     }
     case fb::BufferKind::Input:
       if (ref.index() >= 2)
-        fail(where + ".index: Input index " + index +
-             " out of range (0: token ids, 1: positions)");
+        fail(where + ".index: Input index " + index + " out of range (0: token ids, 1: positions)");
       if (ref.dtype() != fb::DType::I32 || rank != 1)
         fail(where + ": inputs are rank-1 I32");
       break;
     case fb::BufferKind::Output:
       if (ref.index() >= 1)
-        fail(where + ".index: Output index " + index +
-             " out of range (0: logits)");
+        fail(where + ".index: Output index " + index + " out of range (0: logits)");
       if (ref.dtype() != fb::DType::F32 || rank != 2)
         fail(where + ": the logits output is rank-2 F32");
       break;
@@ -908,9 +845,10 @@ private:
         fail(where + ": an exchange table is [" + std::to_string(group.size()) +
              "] I64, one address per member of comm group " + index);
       if (ref.offset() % 256 != 0 || ref.offset() >= group.exchange_bytes())
-        fail(where + ".offset " + std::to_string(ref.offset()) + ": not a 256-byte aligned site "
-             "within comm group " + index + "'s " + std::to_string(group.exchange_bytes()) +
-             " exchange bytes");
+        fail(where + ".offset " + std::to_string(ref.offset()) +
+             ": not a 256-byte aligned site "
+             "within comm group " +
+             index + "'s " + std::to_string(group.exchange_bytes()) + " exchange bytes");
       break;
     }
     }
@@ -927,13 +865,11 @@ const fb::Version *peekVersion(const uint8_t *data, size_t size) {
   const flatbuffers::uoffset_t offset = verifier.VerifyOffset(0);
   if (offset == 0)
     return nullptr;
-  const auto *table =
-      reinterpret_cast<const flatbuffers::Table *>(data + offset);
+  const auto *table = reinterpret_cast<const flatbuffers::Table *>(data + offset);
   if (!table->VerifyTableStart(verifier) ||
       !table->VerifyOffset(verifier, fb::Artifact::VT_VERSION))
     return nullptr;
-  const auto *version =
-      table->GetPointer<const fb::Version *>(fb::Artifact::VT_VERSION);
+  const auto *version = table->GetPointer<const fb::Version *>(fb::Artifact::VT_VERSION);
   return version && version->Verify(verifier) ? version : nullptr;
 }
 
@@ -944,23 +880,22 @@ Artifact::Artifact(std::vector<uint8_t> bytes, std::string source)
   const uint8_t *data = bytes_.data();
   const size_t size = bytes_.size();
   if (size < kMinSize)
-    fail(source_, "too small to be a Kiln artifact (" + std::to_string(size) +
-                      " bytes)");
+    fail(source_, "too small to be a Kiln artifact (" + std::to_string(size) + " bytes)");
   if (size >= kMaxSize)
     fail(source_, "too large to be a Kiln artifact (" + std::to_string(size) +
                       " bytes; flatbuffers stop at 2 GiB)");
   if (!fb::ArtifactBufferHasIdentifier(data))
     fail(source_, "not a Kiln artifact (identifier '" +
-                      identifierText(data + sizeof(flatbuffers::uoffset_t)) +
-                      "', expected '" + fb::ArtifactIdentifier() + "')");
+                      identifierText(data + sizeof(flatbuffers::uoffset_t)) + "', expected '" +
+                      fb::ArtifactIdentifier() + "')");
 
   Checker::checkVersion(peekVersion(data, size), source_);
 
   flatbuffers::Verifier::Options options;
   // Every table takes at least 4 bytes; the default cap (one million) would
   // refuse a large but valid artifact.
-  options.max_tables = static_cast<flatbuffers::uoffset_t>(
-      std::max<size_t>(options.max_tables, size / 4));
+  options.max_tables =
+      static_cast<flatbuffers::uoffset_t>(std::max<size_t>(options.max_tables, size / 4));
   flatbuffers::Verifier verifier(data, size, options);
   if (!fb::VerifyArtifactBuffer(verifier))
     fail(source_, "corrupt: the flatbuffer does not verify");
@@ -985,8 +920,7 @@ Artifact Artifact::load(const std::string &path) {
     if (!S_ISREG(info.st_mode))
       fail(path, "not a regular file");
     if (static_cast<uint64_t>(info.st_size) >= kMaxSize)
-      fail(path, "too large to be a Kiln artifact (" +
-                     std::to_string(info.st_size) +
+      fail(path, "too large to be a Kiln artifact (" + std::to_string(info.st_size) +
                      " bytes; flatbuffers stop at 2 GiB)");
     bytes.resize(static_cast<size_t>(info.st_size));
     size_t done = 0;
@@ -1033,8 +967,7 @@ const fb::EntryPoint &Artifact::entryPoint(std::string_view name) const {
   std::string names;
   for (const fb::EntryPoint *entry : *root_->entry_points())
     names += (names.empty() ? "" : ", ") + quoted(entry->name());
-  fail(source_,
-       "no entry point '" + escaped(name) + "' (it has " + names + ")");
+  fail(source_, "no entry point '" + escaped(name) + "' (it has " + names + ")");
 }
 
 DType toDType(fb::DType dtype) { return static_cast<DType>(dtype); }
@@ -1042,8 +975,8 @@ DType toDType(fb::DType dtype) { return static_cast<DType>(dtype); }
 int64_t evaluate(const fb::Dim &dim, int64_t tokens) {
   int64_t result;
   if (!tryEvaluate(dim, tokens, result))
-    throw ArtifactError("Dim " + dimText(dim) + " at T=" +
-                        std::to_string(tokens) + " is invalid or overflows");
+    throw ArtifactError("Dim " + dimText(dim) + " at T=" + std::to_string(tokens) +
+                        " is invalid or overflows");
   return result;
 }
 
@@ -1058,8 +991,7 @@ std::vector<int64_t> evaluateShape(const fb::BufferRef &ref, int64_t tokens) {
 int64_t bufferBytes(const fb::BufferRef &ref, int64_t tokens) {
   int64_t result;
   if (!validEnum(ref.dtype()) || !tryBufferBytes(ref, tokens, result))
-    throw ArtifactError("buffer size at T=" + std::to_string(tokens) +
-                        " is invalid or overflows");
+    throw ArtifactError("buffer size at T=" + std::to_string(tokens) + " is invalid or overflows");
   return result;
 }
 
@@ -1111,8 +1043,7 @@ void checkTarget(const Artifact &artifact, fb::TargetKind expected,
     if (!empty(target.chip()))
       text += " " + escaped(target.chip()->string_view());
     const std::string wanted(targetKindName(expected));
-    fail(artifact.source(), "artifact is for " + text + "; this runtime runs " +
-                                wanted +
+    fail(artifact.source(), "artifact is for " + text + "; this runtime runs " + wanted +
                                 " artifacts: rebuild with kilnc "
                                 "--target " +
                                 wanted);
@@ -1121,13 +1052,11 @@ void checkTarget(const Artifact &artifact, fb::TargetKind expected,
     return;
   if (std::string reason = supports(target); !reason.empty())
     fail(artifact.source(), "artifact is for " + describeTarget(target) +
-                                ", which this machine cannot run: " + reason +
-                                " (" + remedy + ")");
+                                ", which this machine cannot run: " + reason + " (" + remedy + ")");
 }
 
-std::vector<std::string>
-missingFeatures(const fb::Target &target,
-                const std::function<bool(std::string_view)> &has) {
+std::vector<std::string> missingFeatures(const fb::Target &target,
+                                         const std::function<bool(std::string_view)> &has) {
   std::vector<std::string> missing;
   if (const auto *features = target.features())
     for (const flatbuffers::String *feature : *features)

@@ -88,8 +88,7 @@ DType toDType(artifact::DType dtype);
 // 0 <= tokens <= max_tokens.
 int64_t evaluate(const artifact::Dim &dim, int64_t tokens);
 // The buffer's shape evaluated at `tokens`.
-std::vector<int64_t> evaluateShape(const artifact::BufferRef &ref,
-                                   int64_t tokens);
+std::vector<int64_t> evaluateShape(const artifact::BufferRef &ref, int64_t tokens);
 // Bytes of the buffer's elements at `tokens` (product of the shape times the
 // dtype size); ArtifactError on overflow. For a KvCache ref this uses the
 // stored shape[0], which the runtime replaces with its slot count.
@@ -115,13 +114,11 @@ using TargetSupportCheck = std::function<std::string(const artifact::Target &)>;
 // (what to do instead).
 void checkTarget(const Artifact &artifact, artifact::TargetKind expected,
                  const TargetSupportCheck &supports = nullptr,
-                 const std::string &remedy =
-                     "rebuild it for this machine's chip: kilnc --target");
+                 const std::string &remedy = "rebuild it for this machine's chip: kilnc --target");
 
 // The target's features for which `has` returns false, in order: a helper
 // for TargetSupportCheck implementations.
-std::vector<std::string>
-missingFeatures(const artifact::Target &target,
-                const std::function<bool(std::string_view)> &has);
+std::vector<std::string> missingFeatures(const artifact::Target &target,
+                                         const std::function<bool(std::string_view)> &has);
 
 } // namespace kiln

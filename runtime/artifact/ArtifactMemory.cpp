@@ -58,13 +58,11 @@ ArtifactMemory artifactMemory(const Artifact &artifact) {
   return memory;
 }
 
-int64_t kvTokensThatFit(const ArtifactMemory &memory, uint64_t deviceBytes,
-                        uint64_t reserveBytes) {
-  const int64_t left = static_cast<int64_t>(deviceBytes) - static_cast<int64_t>(memory.weightBytes) -
-                       static_cast<int64_t>(memory.arenaBytes) -
-                       static_cast<int64_t>(memory.slidingKvBytes) -
-                       static_cast<int64_t>(memory.exchangeBytes) -
-                       static_cast<int64_t>(reserveBytes);
+int64_t kvTokensThatFit(const ArtifactMemory &memory, uint64_t deviceBytes, uint64_t reserveBytes) {
+  const int64_t left =
+      static_cast<int64_t>(deviceBytes) - static_cast<int64_t>(memory.weightBytes) -
+      static_cast<int64_t>(memory.arenaBytes) - static_cast<int64_t>(memory.slidingKvBytes) -
+      static_cast<int64_t>(memory.exchangeBytes) - static_cast<int64_t>(reserveBytes);
   if (left < 0)
     return -1;
   return memory.globalKvBytesPerToken ? left / static_cast<int64_t>(memory.globalKvBytesPerToken)
@@ -75,12 +73,12 @@ bool printMemoryPlan(std::ostream &out, const ArtifactMemory &memory,
                      std::optional<uint64_t> deviceBytes, uint64_t reserveBytes) {
   out << "  weights               " << gib(memory.weightBytes) << " (" << memory.weightBytes
       << " bytes)\n"
-      << "  activation arena      " << gib(memory.arenaBytes) << " (the largest entry point's: "
-      << memory.arenas << ")\n"
+      << "  activation arena      " << gib(memory.arenaBytes)
+      << " (the largest entry point's: " << memory.arenas << ")\n"
       << "  KV per token          " << memory.globalKvBytesPerToken << " bytes in global layers, "
       << memory.slidingKvBytesPerToken << " in sliding layers (" << memory.kvDtype
-      << "); sliding rings full: " << gib(memory.slidingKvBytes) << " for "
-      << memory.conversations << (memory.conversations == 1 ? " conversation\n" : " conversations\n");
+      << "); sliding rings full: " << gib(memory.slidingKvBytes) << " for " << memory.conversations
+      << (memory.conversations == 1 ? " conversation\n" : " conversations\n");
   if (memory.exchangeBytes)
     out << "  peer exchange         " << mib(memory.exchangeBytes)
         << " (the MegaMoE kernels' slots in this rank's memory)\n";

@@ -20,10 +20,10 @@ struct ArtifactMemory {
   std::string arenas;                 // "prefill 64 tokens 12.0 MiB, decode 1 token 1.2 MiB"
   uint64_t globalKvBytesPerToken = 0; // K and V of every global layer, one conversation
   uint64_t slidingKvBytesPerToken = 0;
-  uint64_t slidingKvBytes = 0;        // every sliding ring full, all conversations
-  std::string kvDtype;                // "f32"
-  int64_t conversations = 1;          // the decode_batch entry's, or 1
-  uint64_t exchangeBytes = 0;         // peer exchange memory, every comm group's
+  uint64_t slidingKvBytes = 0; // every sliding ring full, all conversations
+  std::string kvDtype;         // "f32"
+  int64_t conversations = 1;   // the decode_batch entry's, or 1
+  uint64_t exchangeBytes = 0;  // peer exchange memory, every comm group's
 };
 
 ArtifactMemory artifactMemory(const Artifact &artifact);

@@ -8,8 +8,8 @@ GroupMembership membershipOf(const CommGroupSpec &group, int rank) {
       const size_t first = at / static_cast<size_t>(group.size) * static_cast<size_t>(group.size);
       GroupMembership membership;
       membership.members.assign(group.ranks.begin() + static_cast<std::ptrdiff_t>(first),
-                                group.ranks.begin() +
-                                    static_cast<std::ptrdiff_t>(first + static_cast<size_t>(group.size)));
+                                group.ranks.begin() + static_cast<std::ptrdiff_t>(
+                                                          first + static_cast<size_t>(group.size)));
       membership.index = static_cast<int>(at - first);
       return membership;
     }

@@ -70,8 +70,8 @@ HostCollectives::HostCollectives(const RankInfo &rank, std::vector<CommGroupSpec
   mappedBytes_ = kHeaderBytes + slotsBytes(world) + world * capacity_;
   const std::string &path = rank.rendezvous;
   const std::string who = "rank " + std::to_string(rank.rank) + ": rendezvous " + path;
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(rank.timeoutSeconds);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(rank.timeoutSeconds);
 
   int fd = -1;
   if (rank.rank == 0) {
@@ -84,8 +84,8 @@ HostCollectives::HostCollectives(const RankInfo &rank, std::vector<CommGroupSpec
       const std::string reason = std::strerror(errno);
       ::close(fd);
       ::unlink(temporary.c_str());
-      throw RuntimeError(who + ": cannot size it to " + std::to_string(mappedBytes_) + " bytes: " +
-                         reason);
+      throw RuntimeError(who + ": cannot size it to " + std::to_string(mappedBytes_) +
+                         " bytes: " + reason);
     }
     void *base = ::mmap(nullptr, mappedBytes_, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     if (base == MAP_FAILED) {
@@ -130,9 +130,11 @@ HostCollectives::HostCollectives(const RankInfo &rank, std::vector<CommGroupSpec
         h.capacity != capacity_ || static_cast<uint64_t>(info.st_size) != mappedBytes_) {
       ::munmap(base, static_cast<size_t>(info.st_size));
       ::close(fd);
-      throw RuntimeError(who + ": made by another job (" + std::to_string(h.world) +
-                         " ranks, " + std::to_string(h.capacity) + "-byte slots; this rank "
-                         "expects " + std::to_string(world) + " and " + std::to_string(capacity_) +
+      throw RuntimeError(who + ": made by another job (" + std::to_string(h.world) + " ranks, " +
+                         std::to_string(h.capacity) +
+                         "-byte slots; this rank "
+                         "expects " +
+                         std::to_string(world) + " and " + std::to_string(capacity_) +
                          "): every rank must run the same artifact with a fresh KILN_RENDEZVOUS");
     }
   }

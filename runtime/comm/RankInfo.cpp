@@ -10,7 +10,8 @@ namespace kiln {
 namespace {
 
 // The first of the variables that is set, with its name.
-std::optional<std::pair<std::string, std::string>> firstSet(std::initializer_list<const char *> names) {
+std::optional<std::pair<std::string, std::string>>
+firstSet(std::initializer_list<const char *> names) {
   for (const char *name : names)
     if (const char *value = std::getenv(name); value && *value)
       return std::make_pair(std::string(name), std::string(value));

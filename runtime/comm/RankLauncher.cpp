@@ -71,7 +71,8 @@ int launchRanks(const std::string &program, const std::vector<std::string> &args
   for (int rank = 0; rank < ranks; ++rank) {
     const pid_t pid = ::fork();
     if (pid < 0) {
-      Line(err) << program << ": error: cannot start rank " << rank << ": " << std::strerror(errno) << "\n";
+      Line(err) << program << ": error: cannot start rank " << rank << ": " << std::strerror(errno)
+                << "\n";
       forward(SIGTERM);
       for (pid_t child : children)
         ::waitpid(child, nullptr, 0);
@@ -89,8 +90,8 @@ int launchRanks(const std::string &program, const std::vector<std::string> &args
           ::dup2(null, STDOUT_FILENO);
       }
       ::execv("/proc/self/exe", cargv.data());
-      std::fprintf(stderr, "%s: error: rank %d: cannot run /proc/self/exe: %s\n", program.c_str(), rank,
-                   std::strerror(errno));
+      std::fprintf(stderr, "%s: error: rank %d: cannot run /proc/self/exe: %s\n", program.c_str(),
+                   rank, std::strerror(errno));
       std::_Exit(127);
     }
     children.push_back(pid);
@@ -120,7 +121,7 @@ int launchRanks(const std::string &program, const std::vector<std::string> &args
         for (size_t r = 0; r < children.size(); ++r)
           if (running[r]) {
             Line(err) << program << ": rank " << r << " (pid " << children[r]
-                << ") did not stop within " << grace << " s of the failure: killing it\n";
+                      << ") did not stop within " << grace << " s of the failure: killing it\n";
             ::kill(children[r], SIGKILL);
           }
         killed = true;
@@ -140,11 +141,11 @@ int launchRanks(const std::string &program, const std::vector<std::string> &args
     if (WIFSIGNALED(status)) {
       if (!killed)
         Line(err) << program << ": rank " << rank << " (pid " << pid << ") was killed by signal "
-            << WTERMSIG(status) << " (" << strsignal(WTERMSIG(status)) << ")\n";
+                  << WTERMSIG(status) << " (" << strsignal(WTERMSIG(status)) << ")\n";
       failure = 1;
     } else if (WIFEXITED(status) && WEXITSTATUS(status) != 0) {
       Line(err) << program << ": rank " << rank << " (pid " << pid << ") exited with status "
-          << WEXITSTATUS(status) << "\n";
+                << WEXITSTATUS(status) << "\n";
       failure = WEXITSTATUS(status);
     }
     if (failure && result == 0) {

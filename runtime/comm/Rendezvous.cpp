@@ -30,8 +30,8 @@ void publishRendezvous(const std::string &path, const std::string &bytes) {
 }
 
 std::string awaitRendezvous(const std::string &path, double timeoutSeconds, int rank) {
-  const auto deadline = std::chrono::steady_clock::now() +
-                        std::chrono::duration<double>(timeoutSeconds);
+  const auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::duration<double>(timeoutSeconds);
   for (;;) {
     std::ifstream in(path, std::ios::binary);
     if (in) {
@@ -40,9 +40,10 @@ std::string awaitRendezvous(const std::string &path, double timeoutSeconds, int 
       return bytes.str();
     }
     if (std::chrono::steady_clock::now() > deadline)
-      throw CollectiveError("rank " + std::to_string(rank) + ": rank 0 did not publish the "
-                            "rendezvous " + path + " within " +
-                            std::to_string(static_cast<int>(timeoutSeconds)) +
+      throw CollectiveError("rank " + std::to_string(rank) +
+                            ": rank 0 did not publish the "
+                            "rendezvous " +
+                            path + " within " + std::to_string(static_cast<int>(timeoutSeconds)) +
                             " s (is rank 0 running, with the same KILN_RENDEZVOUS?)");
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }

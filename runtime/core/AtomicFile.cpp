@@ -22,14 +22,12 @@ std::pair<std::string, std::string> splitPath(const std::string &path) {
 
 // Creates a fresh file next to `path` (mode 0666 less the umask, like any
 // new file); returns its descriptor and sets `tempPath`, or -1 with errno.
-int createTemp(const std::string &dir, const std::string &name,
-               std::string &tempPath) {
+int createTemp(const std::string &dir, const std::string &name, std::string &tempPath) {
   static std::atomic<unsigned> counter{0};
   for (int attempt = 0; attempt < 100; ++attempt) {
-    tempPath = dir + "/." + name + ".tmp." + std::to_string(::getpid()) + "." +
-               std::to_string(counter++);
-    const int fd =
-        ::open(tempPath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    tempPath =
+        dir + "/." + name + ".tmp." + std::to_string(::getpid()) + "." + std::to_string(counter++);
+    const int fd = ::open(tempPath.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
     if (fd >= 0 || errno != EEXIST)
       return fd;
   }

@@ -27,9 +27,7 @@ constexpr std::array<DTypeInfo, 15> kDTypes = {{
     {DType::F8_E5M2, "F8_E5M2", 1},
 }};
 
-const DTypeInfo &info(DType dtype) {
-  return kDTypes[static_cast<size_t>(dtype)];
-}
+const DTypeInfo &info(DType dtype) { return kDTypes[static_cast<size_t>(dtype)]; }
 } // namespace
 
 int64_t dtypeSize(DType dtype) { return info(dtype).size; }

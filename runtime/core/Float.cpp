@@ -29,8 +29,8 @@ float bitsFloat(uint32_t bits) {
 
 // Code of |value| (finite, >= 0) in a format with `mantBits` mantissa bits
 // and exponent bias `bias`, rounded to nearest even, clamped to `maxCode`.
-uint32_t encodeMagnitude(float magnitude, int mantBits, int bias,
-                         uint32_t maxCode, float maxValue) {
+uint32_t encodeMagnitude(float magnitude, int mantBits, int bias, uint32_t maxCode,
+                         float maxValue) {
   if (magnitude > maxValue)
     return maxCode;
   if (magnitude == 0.0f)
@@ -44,23 +44,20 @@ uint32_t encodeMagnitude(float magnitude, int mantBits, int bias,
   // Scaling by a power of two is exact, so only nearbyint rounds (the default
   // rounding mode is to nearest, ties to even).
   const double steps =
-      std::nearbyint(std::ldexp(static_cast<double>(magnitude),
-                                mantBits - exponent));
+      std::nearbyint(std::ldexp(static_cast<double>(magnitude), mantBits - exponent));
   const uint32_t mantissaUnits = static_cast<uint32_t>(steps);
   uint32_t code;
   if (exponent == minNormalExp && mantissaUnits < (1u << mantBits))
     code = mantissaUnits; // subnormal (or rounded up into the first normal)
   else
-    code = (static_cast<uint32_t>(exponent + bias) << mantBits) +
-           (mantissaUnits - (1u << mantBits));
+    code =
+        (static_cast<uint32_t>(exponent + bias) << mantBits) + (mantissaUnits - (1u << mantBits));
   return code > maxCode ? maxCode : code;
 }
 
 } // namespace
 
-float bf16ToFloat(uint16_t bits) {
-  return bitsFloat(static_cast<uint32_t>(bits) << 16);
-}
+float bf16ToFloat(uint16_t bits) { return bitsFloat(static_cast<uint32_t>(bits) << 16); }
 
 uint16_t floatToBf16(float value) {
   uint32_t bits = floatBits(value);
@@ -79,8 +76,8 @@ float f16ToFloat(uint16_t bits) {
   const uint32_t mantissa = bits & 0x3ffu;
   float magnitude;
   if (exponent == 0x1f)
-    magnitude = mantissa ? std::numeric_limits<float>::quiet_NaN()
-                         : std::numeric_limits<float>::infinity();
+    magnitude =
+        mantissa ? std::numeric_limits<float>::quiet_NaN() : std::numeric_limits<float>::infinity();
   else if (exponent == 0)
     magnitude = std::ldexp(static_cast<float>(mantissa), -24);
   else
@@ -97,8 +94,7 @@ uint16_t floatToF16(float value) {
   // above round to infinity.
   if (magnitude >= 65520.0f)
     return sign | 0x7c00;
-  return sign | static_cast<uint16_t>(
-                    encodeMagnitude(magnitude, 10, 15, 0x7bff, 65504.0f));
+  return sign | static_cast<uint16_t>(encodeMagnitude(magnitude, 10, 15, 0x7bff, 65504.0f));
 }
 
 float e4m3ToFloat(uint8_t bits) {
@@ -119,13 +115,11 @@ uint8_t floatToE4m3(float value) {
   const uint8_t sign = std::signbit(value) ? 0x80 : 0;
   if (std::isnan(value))
     return sign | 0x7f;
-  return sign | static_cast<uint8_t>(encodeMagnitude(std::fabs(value), 3, 7,
-                                                    0x7e, 448.0f));
+  return sign | static_cast<uint8_t>(encodeMagnitude(std::fabs(value), 3, 7, 0x7e, 448.0f));
 }
 
 float e2m1ToFloat(uint8_t bits) {
-  static constexpr float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f,
-                                       2.0f, 3.0f, 4.0f, 6.0f};
+  static constexpr float kValues[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   const float magnitude = kValues[bits & 0x7];
   return (bits & 0x8) ? -magnitude : magnitude;
 }

@@ -24,8 +24,8 @@ AlignedBuffer::AlignedBuffer(size_t size, const std::string &what) {
   if (size == 0)
     return;
   if (size >= kMapThreshold) {
-    void *memory = ::mmap(nullptr, size, PROT_READ | PROT_WRITE,
-                          MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    void *memory =
+        ::mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (memory == MAP_FAILED)
       throw RuntimeError("cannot allocate " + what + " (" + describe(size) +
                          "): " + std::strerror(errno));
@@ -38,16 +38,14 @@ AlignedBuffer::AlignedBuffer(size_t size, const std::string &what) {
     const size_t rounded = (size + kAlignment - 1) / kAlignment * kAlignment;
     data_ = static_cast<uint8_t *>(std::aligned_alloc(kAlignment, rounded));
     if (!data_)
-      throw RuntimeError("cannot allocate " + what + " (" + describe(size) +
-                         ")");
+      throw RuntimeError("cannot allocate " + what + " (" + describe(size) + ")");
     std::memset(data_, 0, rounded);
   }
   size_ = size;
 }
 
 AlignedBuffer::AlignedBuffer(AlignedBuffer &&other) noexcept
-    : data_(std::exchange(other.data_, nullptr)),
-      size_(std::exchange(other.size_, 0)),
+    : data_(std::exchange(other.data_, nullptr)), size_(std::exchange(other.size_, 0)),
       mapped_(std::exchange(other.mapped_, false)) {}
 
 AlignedBuffer &AlignedBuffer::operator=(AlignedBuffer &&other) noexcept {

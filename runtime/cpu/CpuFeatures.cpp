@@ -93,8 +93,7 @@ const Level kLevels[] = {
 #if defined(__x86_64__)
 bool cpuidBit(unsigned leaf, unsigned subleaf, Reg reg, int bit) {
   unsigned regs[4] = {0, 0, 0, 0};
-  if (static_cast<unsigned>(__get_cpuid_max(leaf & 0x80000000u, nullptr)) <
-          leaf ||
+  if (static_cast<unsigned>(__get_cpuid_max(leaf & 0x80000000u, nullptr)) < leaf ||
       !__get_cpuid_count(leaf, subleaf, &regs[0], &regs[1], &regs[2], &regs[3]))
     return false;
   return (regs[static_cast<int>(reg)] >> bit) & 1u;
@@ -202,8 +201,7 @@ void requestAmx() {
     if (syscall(SYS_arch_prctl, kArchReqXcompPerm, kXfeatureXtiledata) != 0)
       failure = std::string("the kernel refused AMX tile data "
                             "(arch_prctl ARCH_REQ_XCOMP_PERM): ") +
-                std::strerror(errno) +
-                (cpuHasAmx() ? "" : "; this CPU has no AMX");
+                std::strerror(errno) + (cpuHasAmx() ? "" : "; this CPU has no AMX");
 #else
     failure = "AMX needs an x86-64 Linux host";
 #endif

@@ -19,8 +19,7 @@ public:
   // Loads the shared object `data[0, size)`. `source` names it in errors (the
   // artifact path). Throws RuntimeError if the bytes are not an x86-64 ELF
   // shared object or the dynamic loader refuses them (its message included).
-  static KernelLibrary load(const uint8_t *data, size_t size,
-                            const std::string &source);
+  static KernelLibrary load(const uint8_t *data, size_t size, const std::string &source);
 
   KernelLibrary(KernelLibrary &&other) noexcept;
   KernelLibrary &operator=(KernelLibrary &&other) noexcept;

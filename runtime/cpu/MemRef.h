@@ -26,18 +26,15 @@ template <int R> struct Descriptor {
 };
 
 static_assert(offsetof(Descriptor<1>, sizes) == 24, "MLIR descriptor layout");
-static_assert(sizeof(Descriptor<3>) == 24 + 2 * 3 * 8,
-              "MLIR descriptor layout");
+static_assert(sizeof(Descriptor<3>) == 24 + 2 * 3 * 8, "MLIR descriptor layout");
 
 // Room for a descriptor of any supported rank.
 struct DescriptorStorage {
-  alignas(
-      Descriptor<kMaxRank>) unsigned char bytes[sizeof(Descriptor<kMaxRank>)];
+  alignas(Descriptor<kMaxRank>) unsigned char bytes[sizeof(Descriptor<kMaxRank>)];
 };
 
 namespace detail {
-template <int R>
-void *fill(DescriptorStorage &storage, void *base, const int64_t *sizes) {
+template <int R> void *fill(DescriptorStorage &storage, void *base, const int64_t *sizes) {
   auto *descriptor = new (storage.bytes) Descriptor<R>;
   descriptor->allocated = base;
   descriptor->aligned = base;
@@ -55,8 +52,8 @@ void *fill(DescriptorStorage &storage, void *base, const int64_t *sizes) {
 // Writes a descriptor of rank `rank` for the contiguous row-major buffer at
 // `base` with `sizes` into `storage` and returns its address (the kernel
 // argument); nullptr for a rank outside [kMinRank, kMaxRank].
-inline void *buildDescriptor(DescriptorStorage &storage, void *base,
-                             const int64_t *sizes, int rank) {
+inline void *buildDescriptor(DescriptorStorage &storage, void *base, const int64_t *sizes,
+                             int rank) {
   switch (rank) {
   case 1:
     return detail::fill<1>(storage, base, sizes);

@@ -51,8 +51,8 @@ inline void cpuRelax() {
 #endif
 }
 
-void runCapturing(const std::function<void(int)> &fn, int part,
-                  std::mutex &errorMutex, std::exception_ptr &error) {
+void runCapturing(const std::function<void(int)> &fn, int part, std::mutex &errorMutex,
+                  std::exception_ptr &error) {
   const bool wasInPart = tlsInPart;
   tlsInPart = true;
   try {
@@ -123,15 +123,12 @@ void ThreadPool::run(int parts, const std::function<void(int part)> &fn) {
   job->finishedParts.fetch_add(1, std::memory_order_acq_rel);
   drainParts(*job);
 
-  for (int i = 0; i < kSpinIterations &&
-                  job->finishedParts.load(std::memory_order_acquire) < parts;
+  for (int i = 0; i < kSpinIterations && job->finishedParts.load(std::memory_order_acquire) < parts;
        ++i)
     cpuRelax();
   {
     std::unique_lock<std::mutex> lock(mutex_);
-    done_.wait(lock, [&] {
-      return job->finishedParts.load(std::memory_order_acquire) == parts;
-    });
+    done_.wait(lock, [&] { return job->finishedParts.load(std::memory_order_acquire) == parts; });
     job_.reset();
   }
   if (job->error)
@@ -144,8 +141,7 @@ void ThreadPool::drainParts(Job &job) {
     if (part >= job.parts)
       return;
     runCapturing(*job.fn, part, job.errorMutex, job.error);
-    if (job.finishedParts.fetch_add(1, std::memory_order_acq_rel) + 1 ==
-        job.parts) {
+    if (job.finishedParts.fetch_add(1, std::memory_order_acq_rel) + 1 == job.parts) {
       // Taking the lock orders this with the caller's predicate check, so
       // the notification cannot be lost.
       std::lock_guard<std::mutex> lock(mutex_);
@@ -157,8 +153,7 @@ void ThreadPool::drainParts(Job &job) {
 void ThreadPool::workerLoop() {
   uint64_t seen = 0;
   for (;;) {
-    for (int i = 0; i < kSpinIterations &&
-                    generation_.load(std::memory_order_acquire) == seen &&
+    for (int i = 0; i < kSpinIterations && generation_.load(std::memory_order_acquire) == seen &&
                     !stopping_.load(std::memory_order_relaxed);
          ++i)
       cpuRelax();

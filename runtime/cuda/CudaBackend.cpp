@@ -40,16 +40,16 @@ struct LaunchTensorMap {
 // A launch: its kernel and the storage of its parameters.
 class CudaLaunch final : public PreparedLaunch {
 public:
-  CudaLaunch(CUfunction kernel, unsigned threads, std::string step,
-             KernelParams storage, unsigned resident, unsigned shared)
-      : function(kernel), block(threads), where(std::move(step)),
-        params(std::move(storage)), maxGrid(resident), sharedBytes(shared) {}
+  CudaLaunch(CUfunction kernel, unsigned threads, std::string step, KernelParams storage,
+             unsigned resident, unsigned shared)
+      : function(kernel), block(threads), where(std::move(step)), params(std::move(storage)),
+        maxGrid(resident), sharedBytes(shared) {}
 
   CUfunction function;
   unsigned block;
   std::string where;
   KernelParams params;
-  unsigned maxGrid; // persistent kernels: the blocks resident at once; else 0
+  unsigned maxGrid;     // persistent kernels: the blocks resident at once; else 0
   unsigned sharedBytes; // dynamic shared memory of every call
   // It waits for other ranks' stores (peer exchange): watched as a
   // collective, under this name; empty if not.
@@ -61,8 +61,8 @@ public:
 
 // "tensor_maps[1] (over buffers[0])", for messages.
 std::string mapName(size_t index, const TensorMapSpec &spec) {
-  return "tensor_maps[" + std::to_string(index) + "] (over buffers[" +
-         std::to_string(spec.buffer) + "])";
+  return "tensor_maps[" + std::to_string(index) + "] (over buffers[" + std::to_string(spec.buffer) +
+         "])";
 }
 
 // The driver's log on one line: lines joined with "; ".
@@ -83,8 +83,7 @@ std::string oneLine(const char *log) {
 
 std::string gibibytes(uint64_t bytes) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.1f GiB",
-                static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
   return text;
 }
 
@@ -95,41 +94,35 @@ bool launchBlocking() {
 
 } // namespace
 
-std::unique_ptr<CudaBackend>
-CudaBackend::create(const Artifact &artifact, int ordinal,
-                    const std::string &driverLibrary) {
+std::unique_ptr<CudaBackend> CudaBackend::create(const Artifact &artifact, int ordinal,
+                                                 const std::string &driverLibrary) {
   checkNvptxArtifact(artifact);
   const fb::Target &target = *artifact->target();
-  const std::string forTarget =
-      ": this artifact is for " + describeTarget(target);
+  const std::string forTarget = ": this artifact is for " + describeTarget(target);
   std::shared_ptr<const CudaDriver> driver;
   try {
-    driver = driverLibrary == CudaDriver::kLibrary
-                 ? CudaDriver::system()
-                 : CudaDriver::load(driverLibrary);
+    driver = driverLibrary == CudaDriver::kLibrary ? CudaDriver::system()
+                                                   : CudaDriver::load(driverLibrary);
   } catch (const CudaUnavailable &error) {
     throw RuntimeError(artifact.source() + ": " + error.what() + forTarget);
   }
   int count = 0;
-  driver->check(driver->api().cuDeviceGetCount(&count), "cuDeviceGetCount",
-                artifact.source());
+  driver->check(driver->api().cuDeviceGetCount(&count), "cuDeviceGetCount", artifact.source());
   if (count < 1)
     throw RuntimeError(artifact.source() + ": no CUDA device" + forTarget);
   if (ordinal < 0 || ordinal >= count)
-    throw RuntimeError(artifact.source() + ": no CUDA device " +
-                       std::to_string(ordinal) + " (this machine has " +
-                       std::to_string(count) + ", 0.." +
+    throw RuntimeError(artifact.source() + ": no CUDA device " + std::to_string(ordinal) +
+                       " (this machine has " + std::to_string(count) + ", 0.." +
                        std::to_string(count - 1) + ")" + forTarget);
 
-  std::unique_ptr<CudaBackend> backend(
-      new CudaBackend(std::move(driver), artifact.source()));
+  std::unique_ptr<CudaBackend> backend(new CudaBackend(std::move(driver), artifact.source()));
   backend->openDevice(ordinal);
   const DeviceInfo &device = backend->device_;
   checkTarget(artifact, fb::TargetKind::NVPTX, [&](const fb::Target &t) {
     const std::string chip = t.chip()->str();
     // checkNvptxArtifact has parsed it.
-    const std::string reason = nvptxChipSupport(
-        *parseNvptxChip(chip), chip, device.major, device.minor);
+    const std::string reason =
+        nvptxChipSupport(*parseNvptxChip(chip), chip, device.major, device.minor);
     if (reason.empty())
       return reason;
     return "device " + std::to_string(device.ordinal) + " (" + device.name +
@@ -146,19 +139,17 @@ void CudaBackend::openDevice(int ordinal) {
   device_.ordinal = ordinal;
   check(api.cuDeviceGet(&handle_, ordinal), "cuDeviceGet", context);
   char name[256] = {};
-  check(api.cuDeviceGetName(name, sizeof name - 1, handle_), "cuDeviceGetName",
-        context);
+  check(api.cuDeviceGetName(name, sizeof name - 1, handle_), "cuDeviceGetName", context);
   device_.name = name;
   auto attribute = [&](int which, const char *what) {
     int value = 0;
-    check(api.cuDeviceGetAttribute(&value, which, handle_),
-          "cuDeviceGetAttribute", context + ": " + what);
+    check(api.cuDeviceGetAttribute(&value, which, handle_), "cuDeviceGetAttribute",
+          context + ": " + what);
     return value;
   };
   device_.major = attribute(kAttrComputeCapabilityMajor, "compute capability");
   device_.minor = attribute(kAttrComputeCapabilityMinor, "compute capability");
-  device_.maxThreadsPerBlock =
-      attribute(kAttrMaxThreadsPerBlock, "max threads per block");
+  device_.maxThreadsPerBlock = attribute(kAttrMaxThreadsPerBlock, "max threads per block");
   device_.maxGridX = attribute(kAttrMaxGridDimX, "max grid size");
   size_t bytes = 0;
   check(api.cuDeviceTotalMem(&bytes, handle_), "cuDeviceTotalMem_v2", context);
@@ -168,11 +159,9 @@ void CudaBackend::openDevice(int ordinal) {
 void CudaBackend::openContext() {
   const CudaApi &api = driver_->api();
   const std::string context = "device " + std::to_string(device_.ordinal);
-  check(api.cuDevicePrimaryCtxRetain(&context_, handle_),
-        "cuDevicePrimaryCtxRetain", context);
+  check(api.cuDevicePrimaryCtxRetain(&context_, handle_), "cuDevicePrimaryCtxRetain", context);
   check(api.cuCtxSetCurrent(context_), "cuCtxSetCurrent", context);
-  check(api.cuStreamCreate(&stream_, kStreamNonBlocking), "cuStreamCreate",
-        context);
+  check(api.cuStreamCreate(&stream_, kStreamNonBlocking), "cuStreamCreate", context);
 }
 
 CudaBackend::~CudaBackend() {
@@ -200,21 +189,18 @@ CudaBackend::~CudaBackend() {
 }
 
 std::string CudaBackend::description() const {
-  return device_.name + " (compute capability " +
-         std::to_string(device_.major) + "." + std::to_string(device_.minor) +
-         ", " + gibibytes(device_.memoryBytes) + ", device " +
+  return device_.name + " (compute capability " + std::to_string(device_.major) + "." +
+         std::to_string(device_.minor) + ", " + gibibytes(device_.memoryBytes) + ", device " +
          std::to_string(device_.ordinal) + ")";
 }
 
 void CudaBackend::enter() {
   if (!stopped_.empty())
-    throw RuntimeError("an earlier CUDA error stopped this engine: " +
-                       stopped_);
+    throw RuntimeError("an earlier CUDA error stopped this engine: " + stopped_);
   check(driver_->api().cuCtxSetCurrent(context_), "cuCtxSetCurrent");
 }
 
-void CudaBackend::check(CUresult result, std::string_view call,
-                        const std::string &context) {
+void CudaBackend::check(CUresult result, std::string_view call, const std::string &context) {
   if (result == kSuccess)
     return;
   try {
@@ -231,11 +217,9 @@ DeviceAddress CudaBackend::allocate(uint64_t bytes, const std::string &what) {
     return 0;
   enter();
   CUdeviceptr address = 0;
-  check(driver_->api().cuMemAlloc(&address, static_cast<size_t>(bytes)),
-        "cuMemAlloc_v2",
-        source_ + ": " + what + " (" + std::to_string(bytes) + " bytes on " +
-            device_.name + ", device " + std::to_string(device_.ordinal) +
-            ")");
+  check(driver_->api().cuMemAlloc(&address, static_cast<size_t>(bytes)), "cuMemAlloc_v2",
+        source_ + ": " + what + " (" + std::to_string(bytes) + " bytes on " + device_.name +
+            ", device " + std::to_string(device_.ordinal) + ")");
   fill(address, 0, bytes);
   return address;
 }
@@ -252,8 +236,7 @@ void CudaBackend::upload(DeviceAddress to, const void *from, uint64_t bytes) {
   if (bytes == 0)
     return;
   enter();
-  check(driver_->api().cuMemcpyHtoDAsync(to, from, static_cast<size_t>(bytes),
-                                         stream_),
+  check(driver_->api().cuMemcpyHtoDAsync(to, from, static_cast<size_t>(bytes), stream_),
         "cuMemcpyHtoDAsync_v2", source_);
 }
 
@@ -261,16 +244,15 @@ void CudaBackend::download(void *to, DeviceAddress from, uint64_t bytes) {
   synchronize();
   if (bytes == 0)
     return;
-  check(driver_->api().cuMemcpyDtoH(to, from, static_cast<size_t>(bytes)),
-        "cuMemcpyDtoH_v2", source_);
+  check(driver_->api().cuMemcpyDtoH(to, from, static_cast<size_t>(bytes)), "cuMemcpyDtoH_v2",
+        source_);
 }
 
 void CudaBackend::fill(DeviceAddress to, uint8_t value, uint64_t bytes) {
   if (bytes == 0)
     return;
   enter();
-  check(driver_->api().cuMemsetD8Async(to, value, static_cast<size_t>(bytes),
-                                       stream_),
+  check(driver_->api().cuMemsetD8Async(to, value, static_cast<size_t>(bytes), stream_),
         "cuMemsetD8Async", source_);
 }
 
@@ -278,8 +260,7 @@ void CudaBackend::copy(DeviceAddress to, DeviceAddress from, uint64_t bytes) {
   if (bytes == 0)
     return;
   enter();
-  check(driver_->api().cuMemcpyDtoDAsync(to, from, static_cast<size_t>(bytes),
-                                         stream_),
+  check(driver_->api().cuMemcpyDtoDAsync(to, from, static_cast<size_t>(bytes), stream_),
         "cuMemcpyDtoDAsync_v2", source_);
 }
 
@@ -293,21 +274,18 @@ void CudaBackend::loadKernels(const Artifact &artifact) {
   std::vector<char> log(kJitLogBytes, '\0');
   int options[] = {kJitErrorLogBuffer, kJitErrorLogBufferSizeBytes};
   void *values[] = {log.data(), reinterpret_cast<void *>(log.size() - 1)};
-  const CUresult loaded =
-      api.cuModuleLoadDataEx(&module_, blob->data(), 2, options, values);
+  const CUresult loaded = api.cuModuleLoadDataEx(&module_, blob->data(), 2, options, values);
   if (loaded != kSuccess) {
     module_ = nullptr;
     const std::string text = oneLine(log.data());
     check(loaded, "cuModuleLoadDataEx",
-          source_ + ": loading the PTX module for " +
-              describeTarget(*artifact->target()) + " on " + device_.name +
-              (text.empty() ? std::string() : " (" + text + ")"));
+          source_ + ": loading the PTX module for " + describeTarget(*artifact->target()) + " on " +
+              device_.name + (text.empty() ? std::string() : " (" + text + ")"));
   }
   for (const fb::Kernel *kernel : *artifact->kernels()) {
     CUfunction function = nullptr;
     const std::string name = kernel->name()->str();
-    check(api.cuModuleGetFunction(&function, module_, name.c_str()),
-          "cuModuleGetFunction",
+    check(api.cuModuleGetFunction(&function, module_, name.c_str()), "cuModuleGetFunction",
           source_ + ": kernel '" + name + "' (not in the PTX module?)");
     functions_.push_back(function);
     kernelNames_.push_back(name);
@@ -325,8 +303,8 @@ unsigned CudaBackend::allowSharedBytes(CUfunction function, const std::string &n
   const CudaApi &api = driver_->api();
   const std::string where = source_ + ": kernel '" + name + "'";
   int statics = 0;
-  check(api.cuFuncGetAttribute(&statics, kFuncAttrSharedSizeBytes, function),
-        "cuFuncGetAttribute", where + ": static shared memory");
+  check(api.cuFuncGetAttribute(&statics, kFuncAttrSharedSizeBytes, function), "cuFuncGetAttribute",
+        where + ": static shared memory");
   // Without asking, static and dynamic shared memory share 48 KiB.
   if (bytes + static_cast<unsigned>(statics) <= kDefaultSharedBytes)
     return kDefaultSharedBytes;
@@ -339,10 +317,10 @@ unsigned CudaBackend::allowSharedBytes(CUfunction function, const std::string &n
                        std::to_string(statics) + " static; " + device_.name + ", device " +
                        std::to_string(device_.ordinal) + " gives a block at most " +
                        std::to_string(limit));
-  check(api.cuFuncSetAttribute(function, kFuncAttrMaxDynamicSharedSizeBytes,
-                               static_cast<int>(bytes)),
-        "cuFuncSetAttribute",
-        where + ": allowing " + std::to_string(bytes) + " bytes of dynamic shared memory");
+  check(
+      api.cuFuncSetAttribute(function, kFuncAttrMaxDynamicSharedSizeBytes, static_cast<int>(bytes)),
+      "cuFuncSetAttribute",
+      where + ": allowing " + std::to_string(bytes) + " bytes of dynamic shared memory");
   return bytes;
 }
 
@@ -353,17 +331,12 @@ std::unique_ptr<PreparedLaunch> CudaBackend::prepare(const LaunchSpec &spec) {
     if (kind == fb::ScalarKind::Part || kind == fb::ScalarKind::Parts)
       throw RuntimeError(where + ": GPU launches take no Part or Parts scalar");
   const CUfunction function = functions_.at(spec.kernel);
-  const std::string onDevice = device_.name + ", device " +
-                               std::to_string(device_.ordinal);
-  if (spec.block < 1 ||
-      spec.block > static_cast<uint32_t>(device_.maxThreadsPerBlock))
-    throw RuntimeError(where + ": a block of " + std::to_string(spec.block) +
-                       " threads; " + onDevice + " allows 1.." +
-                       std::to_string(device_.maxThreadsPerBlock));
+  const std::string onDevice = device_.name + ", device " + std::to_string(device_.ordinal);
+  if (spec.block < 1 || spec.block > static_cast<uint32_t>(device_.maxThreadsPerBlock))
+    throw RuntimeError(where + ": a block of " + std::to_string(spec.block) + " threads; " +
+                       onDevice + " allows 1.." + std::to_string(device_.maxThreadsPerBlock));
   int kernelMax = 0;
-  check(driver_->api().cuFuncGetAttribute(&kernelMax,
-                                          kFuncAttrMaxThreadsPerBlock,
-                                          function),
+  check(driver_->api().cuFuncGetAttribute(&kernelMax, kFuncAttrMaxThreadsPerBlock, function),
         "cuFuncGetAttribute", where);
   if (spec.block > static_cast<uint32_t>(kernelMax))
     throw RuntimeError(where + ": a block of " + std::to_string(spec.block) +
@@ -372,8 +345,8 @@ std::unique_ptr<PreparedLaunch> CudaBackend::prepare(const LaunchSpec &spec) {
                        " (registers or shared memory)");
   if (spec.maxGrid > device_.maxGridX)
     throw RuntimeError(where + ": a grid of " + std::to_string(spec.maxGrid) +
-                       " blocks at max_tokens; " + onDevice +
-                       " allows at most " + std::to_string(device_.maxGridX));
+                       " blocks at max_tokens; " + onDevice + " allows at most " +
+                       std::to_string(device_.maxGridX));
   if (spec.sharedBytes > sharedLimits_.at(spec.kernel))
     throw RuntimeError(where + ": " + std::to_string(spec.sharedBytes) +
                        " bytes of dynamic shared memory, but kernel '" +
@@ -392,23 +365,22 @@ std::unique_ptr<PreparedLaunch> CudaBackend::prepare(const LaunchSpec &spec) {
                                  "cuOccupancyMaxActiveBlocksPerMultiprocessor, which "
                                  "persistent kernels need");
     int perSm = 0, sms = 0;
-    check(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(&perSm, function,
-                                                          static_cast<int>(spec.block),
-                                                          spec.sharedBytes),
+    check(api.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+              &perSm, function, static_cast<int>(spec.block), spec.sharedBytes),
           "cuOccupancyMaxActiveBlocksPerMultiprocessor", where);
-    check(api.cuDeviceGetAttribute(&sms, kAttrMultiprocessorCount, handle_),
-          "cuDeviceGetAttribute", where + ": multiprocessor count");
+    check(api.cuDeviceGetAttribute(&sms, kAttrMultiprocessorCount, handle_), "cuDeviceGetAttribute",
+          where + ": multiprocessor count");
     if (perSm < 1 || sms < 1)
       throw RuntimeError(where + ": no block of " + std::to_string(spec.block) +
                          " threads of this persistent kernel fits on an SM of " + onDevice);
     resident = static_cast<unsigned>(perSm * sms);
   }
-  auto launch = std::make_unique<CudaLaunch>(
-      function, spec.block, spec.where,
-      KernelParams(spec.ranks, spec.scalarKinds.size()), resident, spec.sharedBytes);
+  auto launch = std::make_unique<CudaLaunch>(function, spec.block, spec.where,
+                                             KernelParams(spec.ranks, spec.scalarKinds.size()),
+                                             resident, spec.sharedBytes);
   if (exchanges)
-    launch->exchange = "peer exchange for '" + kernelNames_.at(spec.kernel) + "' (" +
-                       spec.where + ")";
+    launch->exchange =
+        "peer exchange for '" + kernelNames_.at(spec.kernel) + "' (" + spec.where + ")";
   prepareTensorMaps(*launch, spec);
   return launch;
 }
@@ -437,8 +409,8 @@ void CudaBackend::prepareTensorMaps(PreparedLaunch &prepared, const LaunchSpec &
                          std::to_string(spec.ranks.size()) + " buffers");
     checkTensorMapSpec(map, spec.ranks[map.buffer], where + ": " + mapName(m, map));
   }
-  launch.mapMemory = DeviceMemory::allocate(
-      *this, kTensorMapBytes * spec.tensorMaps.size(), spec.where + ": tensor maps");
+  launch.mapMemory = DeviceMemory::allocate(*this, kTensorMapBytes * spec.tensorMaps.size(),
+                                            spec.where + ": tensor maps");
   std::vector<uint64_t> addresses;
   for (size_t m = 0; m < spec.tensorMaps.size(); ++m) {
     LaunchTensorMap map;
@@ -470,11 +442,11 @@ void CudaBackend::refreshTensorMaps(PreparedLaunch &prepared, const LaunchCall &
     TensorMap encoded{};
     // A map the driver refuses leaves the context as it was: no stop.
     driver_->check(driver_->api().cuTensorMapEncodeTiled(
-              &encoded, e.dataType, e.rank,
-              reinterpret_cast<void *>(static_cast<uintptr_t>(e.globalAddress)), e.globalDim,
-              e.globalStrides, e.boxDim, e.elementStrides, e.interleave, e.swizzle,
-              e.l2Promotion, e.oobFill),
-          "cuTensorMapEncodeTiled", where);
+                       &encoded, e.dataType, e.rank,
+                       reinterpret_cast<void *>(static_cast<uintptr_t>(e.globalAddress)),
+                       e.globalDim, e.globalStrides, e.boxDim, e.elementStrides, e.interleave,
+                       e.swizzle, e.l2Promotion, e.oobFill),
+                   "cuTensorMapEncodeTiled", where);
     // Ordered before the launch on the stream; the driver has read
     // `encoded` (pageable memory) when the call returns.
     check(driver_->api().cuMemcpyHtoDAsync(map.device, &encoded, kTensorMapBytes, stream_),
@@ -491,14 +463,14 @@ void CudaBackend::launch(PreparedLaunch &prepared, const LaunchCall &call) {
   refreshTensorMaps(prepared, call);
   launch.params.pack(call.buffers, call.scalars);
   const unsigned grid = launchGrid(prepared, call);
-  check(driver_->api().cuLaunchKernel(launch.function, grid, 1, 1,
-                                      launch.block, 1, 1, launch.sharedBytes, stream_,
-                                      launch.params.pointers(), nullptr),
+  check(driver_->api().cuLaunchKernel(launch.function, grid, 1, 1, launch.block, 1, 1,
+                                      launch.sharedBytes, stream_, launch.params.pointers(),
+                                      nullptr),
         "cuLaunchKernel", source_ + ": " + launch.where);
   if (capture_)
-    capture_->push_back(CapturedLaunch{&prepared, capturedNode(),
-                                       launch.function, grid, launch.block,
-                                       launch.sharedBytes, launch.where, launch.params});
+    capture_->push_back(CapturedLaunch{&prepared, capturedNode(), launch.function, grid,
+                                       launch.block, launch.sharedBytes, launch.where,
+                                       launch.params});
   // A kernel that waits for the other ranks stalls as a collective would
   // when one of them dies: the watchdog names it.
   if (!launch.exchange.empty() && nccl_)
@@ -513,8 +485,7 @@ unsigned launchGrid(const PreparedLaunch &prepared, const LaunchCall &call) {
 
 std::vector<DeviceAddress> CudaBackend::sharePeerMemory(Collectives &comm, int group, int index,
                                                         int size, DeviceAddress local,
-                                                        uint64_t bytes,
-                                                        const std::string &what) {
+                                                        uint64_t bytes, const std::string &what) {
   enter();
   const CudaApi &api = driver_->api();
   if (!api.cuIpcGetMemHandle || !api.cuIpcOpenMemHandle)
@@ -564,12 +535,11 @@ CUgraphNode CudaBackend::capturedNode() {
   const CUgraphNode *dependencies = nullptr;
   size_t count = 0;
   if (api.cuStreamGetCaptureInfo_v3)
-    check(api.cuStreamGetCaptureInfo_v3(stream_, &status, nullptr, nullptr,
-                                        &dependencies, nullptr, &count),
+    check(api.cuStreamGetCaptureInfo_v3(stream_, &status, nullptr, nullptr, &dependencies, nullptr,
+                                        &count),
           "cuStreamGetCaptureInfo_v3", source_);
   else
-    check(api.cuStreamGetCaptureInfo_v2(stream_, &status, nullptr, nullptr,
-                                        &dependencies, &count),
+    check(api.cuStreamGetCaptureInfo_v2(stream_, &status, nullptr, nullptr, &dependencies, &count),
           "cuStreamGetCaptureInfo_v2", source_);
   // In a stream's capture the last operation is the one node that the next
   // depends on.
@@ -579,8 +549,8 @@ CUgraphNode CudaBackend::capturedNode() {
   return dependencies[0];
 }
 
-void CudaBackend::copy2D(DeviceAddress to, uint64_t toPitch, DeviceAddress from,
-                         uint64_t fromPitch, uint64_t width, uint64_t rows) {
+void CudaBackend::copy2D(DeviceAddress to, uint64_t toPitch, DeviceAddress from, uint64_t fromPitch,
+                         uint64_t width, uint64_t rows) {
   if (!driver_->api().cuMemcpy2DAsync)
     return Backend::copy2D(to, toPitch, from, fromPitch, width, rows);
   if (width == 0 || rows == 0)
@@ -650,8 +620,10 @@ void CudaBackend::watchCollectives() {
       reason = nccl_->asyncError();
       if (reason.empty() && now > deadline) {
         char text[96];
-        std::snprintf(text, sizeof(text), "timed out after %g s (a rank died or stalls; "
-                      "KILN_COMM_TIMEOUT)", nccl_->timeoutSeconds());
+        std::snprintf(text, sizeof(text),
+                      "timed out after %g s (a rank died or stalls; "
+                      "KILN_COMM_TIMEOUT)",
+                      nccl_->timeoutSeconds());
         reason = text;
       }
     }
@@ -669,10 +641,11 @@ void CudaBackend::watchCollectives() {
         }
       }
       if (stuck.empty())
-        stuck = replayed ? "one of the " + std::to_string(replayed) +
-                               " collectives of a recorded step (the first: " +
-                               inFlight_.front().what + ")"
-                         : "the step's collectives";
+        stuck = replayed
+                    ? "one of the " + std::to_string(replayed) +
+                          " collectives of a recorded step (the first: " + inFlight_.front().what +
+                          ")"
+                    : "the step's collectives";
       // NCCL's abort waits for the CUDA graphs that hold its work, whose
       // kernels wait for the lost peer: it runs on a thread of its own, and
       // this backend waits for and frees nothing more.
@@ -725,8 +698,7 @@ public:
                    "timing the kernels (a kernel failed)");
     for (size_t i = 1; i < events_.size(); ++i) {
       float ms = 0;
-      backend_.check(api.cuEventElapsedTime(&ms, events_[i - 1], events_[i]),
-                     "cuEventElapsedTime");
+      backend_.check(api.cuEventElapsedTime(&ms, events_[i - 1], events_[i]), "cuEventElapsedTime");
       result.push_back(ms);
     }
     return result;
@@ -749,13 +721,12 @@ std::unique_ptr<StepClock> CudaBackend::clock() {
 
 bool CudaBackend::canRecord() const { return !launchBlocking(); }
 
-std::unique_ptr<Recording>
-CudaBackend::record(const std::function<void()> &steps) {
+std::unique_ptr<Recording> CudaBackend::record(const std::function<void()> &steps) {
   enter();
   const CudaApi &api = driver_->api();
   const std::string context = source_ + ": recording the decode step";
-  check(api.cuStreamBeginCapture(stream_, kCaptureModeThreadLocal),
-        "cuStreamBeginCapture_v2", context);
+  check(api.cuStreamBeginCapture(stream_, kCaptureModeThreadLocal), "cuStreamBeginCapture_v2",
+        context);
   std::vector<CapturedLaunch> launches;
   std::vector<CollectiveMark> marks;
   capture_ = &launches;
@@ -774,8 +745,7 @@ CudaBackend::record(const std::function<void()> &steps) {
   capture_ = nullptr;
   captureMarks_ = nullptr;
   CUgraph graph = nullptr;
-  check(api.cuStreamEndCapture(stream_, &graph), "cuStreamEndCapture",
-        context);
+  check(api.cuStreamEndCapture(stream_, &graph), "cuStreamEndCapture", context);
   CUgraphExec exec = nullptr;
   const CUresult instantiated = api.cuGraphInstantiateWithFlags(&exec, graph, 0);
   if (instantiated != kSuccess) {
@@ -787,8 +757,7 @@ CudaBackend::record(const std::function<void()> &steps) {
 
 } // namespace cuda
 
-std::unique_ptr<Backend> createCudaBackend(const Artifact &artifact,
-                                           int device,
+std::unique_ptr<Backend> createCudaBackend(const Artifact &artifact, int device,
                                            const std::string &driverLibrary) {
   return cuda::CudaBackend::create(artifact, device, driverLibrary);
 }

@@ -121,8 +121,7 @@ public:
   std::unique_ptr<StepClock> clock() override;
 
   bool canRecord() const override;
-  std::unique_ptr<Recording>
-  record(const std::function<void()> &steps) override;
+  std::unique_ptr<Recording> record(const std::function<void()> &steps) override;
 
   const DeviceInfo &device() const { return device_; }
   // After a collective failed: the stream holds NCCL kernels that wait for a
@@ -137,8 +136,7 @@ public:
   void enter();
   // Throws "<context>: <call>: <error>" unless `result` is success, and
   // stops the backend: every later call refuses.
-  void check(CUresult result, std::string_view call,
-             const std::string &context = std::string());
+  void check(CUresult result, std::string_view call, const std::string &context = std::string());
 
 private:
   CudaBackend(std::shared_ptr<const CudaDriver> driver, std::string source)

@@ -42,8 +42,7 @@ constexpr NamedError kKnownErrors[] = {
 // An entry point: `symbol`, or when the driver lacks it and `fallback` is
 // given, that one; null when neither exists.
 template <typename Fn>
-bool resolve(void *handle, Fn &slot, const char *symbol,
-             const char *fallback = nullptr) {
+bool resolve(void *handle, Fn &slot, const char *symbol, const char *fallback = nullptr) {
   void *address = ::dlsym(handle, symbol);
   if (!address && fallback)
     address = ::dlsym(handle, fallback);
@@ -85,8 +84,7 @@ std::shared_ptr<const CudaDriver> CudaDriver::load(const std::string &library) {
   driver->library_ = library;
   CudaApi &api = driver->api_;
   std::string missing;
-  auto need = [&](auto &slot, const char *symbol,
-                  const char *fallback = nullptr) {
+  auto need = [&](auto &slot, const char *symbol, const char *fallback = nullptr) {
     if (!resolve(handle, slot, symbol, fallback) && missing.empty())
       missing = symbol;
   };
@@ -123,13 +121,12 @@ std::shared_ptr<const CudaDriver> CudaDriver::load(const std::string &library) {
   need(api.cuStreamSynchronize, "cuStreamSynchronize");
   need(api.cuStreamBeginCapture, "cuStreamBeginCapture_v2");
   need(api.cuStreamEndCapture, "cuStreamEndCapture");
-  if (!resolve(handle, api.cuStreamGetCaptureInfo_v3,
-               "cuStreamGetCaptureInfo_v3"))
+  if (!resolve(handle, api.cuStreamGetCaptureInfo_v3, "cuStreamGetCaptureInfo_v3"))
     need(api.cuStreamGetCaptureInfo_v2, "cuStreamGetCaptureInfo_v2");
   need(api.cuGraphInstantiateWithFlags, "cuGraphInstantiateWithFlags");
   need(api.cuGraphLaunch, "cuGraphLaunch");
-  need(api.cuGraphExecKernelNodeSetParams,
-       "cuGraphExecKernelNodeSetParams_v2", "cuGraphExecKernelNodeSetParams");
+  need(api.cuGraphExecKernelNodeSetParams, "cuGraphExecKernelNodeSetParams_v2",
+       "cuGraphExecKernelNodeSetParams");
   need(api.cuGraphExecDestroy, "cuGraphExecDestroy");
   need(api.cuGraphDestroy, "cuGraphDestroy");
   resolve(handle, api.cuEventCreate, "cuEventCreate");
@@ -160,19 +157,17 @@ std::shared_ptr<const CudaDriver> CudaDriver::load(const std::string &library) {
                           " is the CUDA toolkit's stub library, not a "
                           "driver: cuInit returned CUDA_ERROR_STUB_LIBRARY)");
   if (init == kErrorNoDevice)
-    throw CudaUnavailable("no CUDA device (cuInit: " + driver->describe(init) +
-                          ")");
+    throw CudaUnavailable("no CUDA device (cuInit: " + driver->describe(init) + ")");
   if (init != kSuccess)
-    throw CudaUnavailable(driver->name() + " does not start (cuInit: " +
-                          driver->describe(init) + ")");
+    throw CudaUnavailable(driver->name() + " does not start (cuInit: " + driver->describe(init) +
+                          ")");
   return driver;
 }
 
 std::string CudaDriver::name() const {
-  const std::string version =
-      version_ > 0 ? " " + std::to_string(version_ / 1000) + "." +
-                         std::to_string(version_ % 1000 / 10)
-                   : std::string();
+  const std::string version = version_ > 0 ? " " + std::to_string(version_ / 1000) + "." +
+                                                 std::to_string(version_ % 1000 / 10)
+                                           : std::string();
   return "the CUDA driver" + version + " (" + library_ + ")";
 }
 
@@ -180,22 +175,19 @@ std::string CudaDriver::describe(CUresult result) const {
   const char *name = nullptr;
   const char *text = nullptr;
   std::string description =
-      api_.cuGetErrorName && api_.cuGetErrorName(result, &name) == kSuccess &&
-              name
+      api_.cuGetErrorName && api_.cuGetErrorName(result, &name) == kSuccess && name
           ? std::string(name)
           : knownCudaErrorName(result);
-  if (api_.cuGetErrorString &&
-      api_.cuGetErrorString(result, &text) == kSuccess && text)
+  if (api_.cuGetErrorString && api_.cuGetErrorString(result, &text) == kSuccess && text)
     description += std::string(": ") + text;
   return description;
 }
 
-void CudaDriver::check(CUresult result, std::string_view call,
-                       const std::string &context) const {
+void CudaDriver::check(CUresult result, std::string_view call, const std::string &context) const {
   if (result == kSuccess)
     return;
-  throw RuntimeError((context.empty() ? std::string() : context + ": ") +
-                     std::string(call) + ": " + describe(result));
+  throw RuntimeError((context.empty() ? std::string() : context + ": ") + std::string(call) + ": " +
+                     describe(result));
 }
 
 } // namespace kiln::cuda

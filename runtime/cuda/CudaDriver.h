@@ -40,10 +40,10 @@ struct CUevent_st;
 using CUevent = CUevent_st *;
 
 // CUresult values the runtime tells apart.
-constexpr CUresult kSuccess = 0;            // CUDA_SUCCESS
-constexpr CUresult kErrorNotReady = 600;    // CUDA_ERROR_NOT_READY
-constexpr CUresult kErrorStubLibrary = 34;  // CUDA_ERROR_STUB_LIBRARY
-constexpr CUresult kErrorNoDevice = 100;    // CUDA_ERROR_NO_DEVICE
+constexpr CUresult kSuccess = 0;           // CUDA_SUCCESS
+constexpr CUresult kErrorNotReady = 600;   // CUDA_ERROR_NOT_READY
+constexpr CUresult kErrorStubLibrary = 34; // CUDA_ERROR_STUB_LIBRARY
+constexpr CUresult kErrorNoDevice = 100;   // CUDA_ERROR_NO_DEVICE
 
 // CUdevice_attribute.
 constexpr int kAttrMaxThreadsPerBlock = 1;
@@ -54,7 +54,7 @@ constexpr int kAttrComputeCapabilityMinor = 76;
 constexpr int kAttrMaxSharedMemoryPerBlockOptin = 97;
 // CUfunction_attribute.
 constexpr int kFuncAttrMaxThreadsPerBlock = 0;
-constexpr int kFuncAttrSharedSizeBytes = 1;            // static shared memory
+constexpr int kFuncAttrSharedSizeBytes = 1; // static shared memory
 constexpr int kFuncAttrMaxDynamicSharedSizeBytes = 8;
 // Dynamic shared memory a kernel gets without asking (above it, with
 // kFuncAttrMaxDynamicSharedSizeBytes up to the device's opt-in limit).
@@ -120,8 +120,8 @@ struct KernelNodeParams {
   unsigned sharedMemBytes = 0;
   void **kernelParams = nullptr;
   void **extra = nullptr;
-  void *kern = nullptr;      // CUkernel, unused when func is set
-  CUcontext ctx = nullptr;   // unused when func is set
+  void *kern = nullptr;    // CUkernel, unused when func is set
+  CUcontext ctx = nullptr; // unused when func is set
 };
 
 // The entry points, under their cuda.h names; the comment gives the symbol
@@ -140,19 +140,16 @@ struct CudaApi {
   CUresult (*cuDevicePrimaryCtxRelease)(CUdevice device); // _v2
   CUresult (*cuCtxSetCurrent)(CUcontext context);
   CUresult (*cuCtxSynchronize)();
-  CUresult (*cuModuleLoadDataEx)(CUmodule *module, const void *image,
-                                 unsigned numOptions, int *options,
-                                 void **optionValues);
-  CUresult (*cuModuleGetFunction)(CUfunction *function, CUmodule module,
-                                  const char *name);
+  CUresult (*cuModuleLoadDataEx)(CUmodule *module, const void *image, unsigned numOptions,
+                                 int *options, void **optionValues);
+  CUresult (*cuModuleGetFunction)(CUfunction *function, CUmodule module, const char *name);
   CUresult (*cuModuleUnload)(CUmodule module);
-  CUresult (*cuFuncGetAttribute)(int *value, int attribute,
-                                 CUfunction function);
+  CUresult (*cuFuncGetAttribute)(int *value, int attribute, CUfunction function);
   CUresult (*cuFuncSetAttribute)(CUfunction function, int attribute, int value);
   CUresult (*cuMemAlloc)(CUdeviceptr *address, size_t bytes); // _v2
   CUresult (*cuMemFree)(CUdeviceptr address);                 // _v2
   CUresult (*cuMemcpyHtoD)(CUdeviceptr to, const void *from,
-                           size_t bytes); // _v2
+                           size_t bytes);                             // _v2
   CUresult (*cuMemcpyDtoH)(void *to, CUdeviceptr from, size_t bytes); // _v2
   CUresult (*cuMemcpyDtoD)(CUdeviceptr to, CUdeviceptr from,
                            size_t bytes); // _v2
@@ -162,34 +159,28 @@ struct CudaApi {
                                 CUstream stream); // _v2
   CUresult (*cuMemcpyDtoDAsync)(CUdeviceptr to, CUdeviceptr from, size_t bytes,
                                 CUstream stream); // _v2
-  CUresult (*cuMemsetD8Async)(CUdeviceptr to, unsigned char value,
-                              size_t count, CUstream stream);
-  CUresult (*cuLaunchKernel)(CUfunction function, unsigned gridX,
-                             unsigned gridY, unsigned gridZ, unsigned blockX,
-                             unsigned blockY, unsigned blockZ,
-                             unsigned sharedMemBytes, CUstream stream,
-                             void **kernelParams, void **extra);
+  CUresult (*cuMemsetD8Async)(CUdeviceptr to, unsigned char value, size_t count, CUstream stream);
+  CUresult (*cuLaunchKernel)(CUfunction function, unsigned gridX, unsigned gridY, unsigned gridZ,
+                             unsigned blockX, unsigned blockY, unsigned blockZ,
+                             unsigned sharedMemBytes, CUstream stream, void **kernelParams,
+                             void **extra);
   CUresult (*cuStreamCreate)(CUstream *stream, unsigned flags);
   CUresult (*cuStreamDestroy)(CUstream stream); // _v2
   CUresult (*cuStreamSynchronize)(CUstream stream);
   CUresult (*cuStreamBeginCapture)(CUstream stream, int mode); // _v2
   CUresult (*cuStreamEndCapture)(CUstream stream, CUgraph *graph);
   // _v3 (CUDA 12.3 on) or _v2: one of them is set.
-  CUresult (*cuStreamGetCaptureInfo_v3)(CUstream stream, int *status,
-                                        unsigned long long *id, CUgraph *graph,
-                                        const CUgraphNode **dependencies,
-                                        const void **edgeData,
-                                        size_t *numDependencies);
-  CUresult (*cuStreamGetCaptureInfo_v2)(CUstream stream, int *status,
-                                        unsigned long long *id, CUgraph *graph,
-                                        const CUgraphNode **dependencies,
+  CUresult (*cuStreamGetCaptureInfo_v3)(CUstream stream, int *status, unsigned long long *id,
+                                        CUgraph *graph, const CUgraphNode **dependencies,
+                                        const void **edgeData, size_t *numDependencies);
+  CUresult (*cuStreamGetCaptureInfo_v2)(CUstream stream, int *status, unsigned long long *id,
+                                        CUgraph *graph, const CUgraphNode **dependencies,
                                         size_t *numDependencies);
   CUresult (*cuGraphInstantiateWithFlags)(CUgraphExec *exec, CUgraph graph,
                                           unsigned long long flags);
   CUresult (*cuGraphLaunch)(CUgraphExec exec, CUstream stream);
   // _v2 (CUDA 12 on), else the original, which reads the v1 fields.
-  CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec exec,
-                                             CUgraphNode node,
+  CUresult (*cuGraphExecKernelNodeSetParams)(CUgraphExec exec, CUgraphNode node,
                                              const KernelNodeParams *params);
   CUresult (*cuGraphExecDestroy)(CUgraphExec exec);
   CUresult (*cuGraphDestroy)(CUgraph graph);
@@ -198,7 +189,7 @@ struct CudaApi {
   CUresult (*cuEventRecord)(CUevent event, CUstream stream);
   CUresult (*cuEventSynchronize)(CUevent event);
   CUresult (*cuEventElapsedTime)(float *milliseconds, CUevent start, CUevent end); // _v2 from 12.8
-  CUresult (*cuEventDestroy)(CUevent event); // _v2
+  CUresult (*cuEventDestroy)(CUevent event);                                       // _v2
   // Multi-rank runs (the collectives' watchdog, column gathers): null where
   // the driver lacks them.
   CUresult (*cuStreamQuery)(CUstream stream);
@@ -217,8 +208,8 @@ struct CudaApi {
   CUresult (*cuTensorMapEncodeTiled)(TensorMap *map, int dataType, uint32_t rank,
                                      void *globalAddress, const uint64_t *globalDim,
                                      const uint64_t *globalStrides, const uint32_t *boxDim,
-                                     const uint32_t *elementStrides, int interleave,
-                                     int swizzle, int l2Promotion, int oobFill);
+                                     const uint32_t *elementStrides, int interleave, int swizzle,
+                                     int l2Promotion, int oobFill);
 };
 
 // No usable driver or device: a one-line reason ("no CUDA driver

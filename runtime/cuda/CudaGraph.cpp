@@ -5,10 +5,9 @@
 namespace kiln::cuda {
 
 CudaGraph::CudaGraph(CudaBackend &backend, CUgraph graph, CUgraphExec exec,
-                     std::vector<CapturedLaunch> launches,
-                     std::vector<CollectiveMark> collectives)
-    : backend_(backend), graph_(graph), exec_(exec),
-      launches_(std::move(launches)), collectives_(std::move(collectives)) {
+                     std::vector<CapturedLaunch> launches, std::vector<CollectiveMark> collectives)
+    : backend_(backend), graph_(graph), exec_(exec), launches_(std::move(launches)),
+      collectives_(std::move(collectives)) {
   // A launch runs once per call: one node each.
   for (size_t i = 0; i < launches_.size(); ++i)
     byLaunch_.emplace(launches_[i].launch, i);
@@ -49,18 +48,17 @@ void CudaGraph::update(PreparedLaunch &launch, const LaunchCall &call) {
   params.blockDimX = captured.block;
   params.sharedMemBytes = captured.sharedBytes;
   params.kernelParams = captured.params.pointers();
-  backend_.check(backend_.driver().api().cuGraphExecKernelNodeSetParams(
-                     exec_, captured.node, &params),
-                 "cuGraphExecKernelNodeSetParams", captured.where);
+  backend_.check(
+      backend_.driver().api().cuGraphExecKernelNodeSetParams(exec_, captured.node, &params),
+      "cuGraphExecKernelNodeSetParams", captured.where);
   captured.grid = grid;
   ++updates_;
 }
 
 void CudaGraph::replay() {
   backend_.enter();
-  backend_.check(
-      backend_.driver().api().cuGraphLaunch(exec_, backend_.stream()),
-      "cuGraphLaunch", "replaying the recorded decode step");
+  backend_.check(backend_.driver().api().cuGraphLaunch(exec_, backend_.stream()), "cuGraphLaunch",
+                 "replaying the recorded decode step");
   backend_.replayedCollectives(collectives_);
 }
 

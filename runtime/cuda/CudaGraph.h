@@ -25,7 +25,7 @@ struct CapturedLaunch {
   CUfunction function = nullptr;
   unsigned grid = 1, block = 1;
   unsigned sharedBytes = 0; // dynamic shared memory
-  std::string where; // for errors: the step, kernel and op
+  std::string where;        // for errors: the step, kernel and op
   KernelParams params;
 };
 

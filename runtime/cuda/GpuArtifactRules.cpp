@@ -13,11 +13,9 @@ constexpr uint32_t kMaxBlock = 1024;
 
 void checkGpuArtifact(const Artifact &artifact, const GpuTargetRules &rules) {
   const fb::Target &target = *artifact->target();
-  const std::string prefix = artifact.source() + ": artifact is for " +
-                             describeTarget(target) + ", but ";
-  auto fail = [&](const std::string &reason) {
-    throw RuntimeError(prefix + reason);
-  };
+  const std::string prefix =
+      artifact.source() + ": artifact is for " + describeTarget(target) + ", but ";
+  auto fail = [&](const std::string &reason) { throw RuntimeError(prefix + reason); };
   const std::string chip = target.chip() ? target.chip()->str() : "";
   if (!rules.knownChip(chip))
     fail("this runtime does not know the chip '" + chip + "' (" + std::string(rules.kind) +
@@ -36,23 +34,22 @@ void checkGpuArtifact(const Artifact &artifact, const GpuTargetRules &rules) {
       const fb::Launch *launch = steps->Get(s)->step_as_Launch();
       if (!launch)
         continue;
-      const std::string where =
-          "entry point '" + entry->name()->str() + "', steps[" +
-          std::to_string(s) + "] (launch of '" +
-          artifact->kernels()->Get(launch->kernel())->name()->str() +
-          "', op '" + (launch->op() ? launch->op()->str() : "") + "')";
+      const std::string where = "entry point '" + entry->name()->str() + "', steps[" +
+                                std::to_string(s) + "] (launch of '" +
+                                artifact->kernels()->Get(launch->kernel())->name()->str() +
+                                "', op '" + (launch->op() ? launch->op()->str() : "") + "')";
       if (!launch->grid() || launch->block() == 0)
         fail(where + " has no " + (launch->grid() ? "block" : "grid") +
              " (GPU launches need Launch.grid and Launch.block)");
       if (launch->block() > kMaxBlock)
-        fail(where + " has a block of " + std::to_string(launch->block()) +
-             " threads (at most " + std::to_string(kMaxBlock) + ")");
+        fail(where + " has a block of " + std::to_string(launch->block()) + " threads (at most " +
+             std::to_string(kMaxBlock) + ")");
       const auto *scalars = launch->scalars();
       for (flatbuffers::uoffset_t i = 0; scalars && i < scalars->size(); ++i) {
         const fb::ScalarKind kind = scalars->Get(i)->kind();
         if (kind == fb::ScalarKind::Part || kind == fb::ScalarKind::Parts)
-          fail(where + " takes a " + fb::EnumNameScalarKind(kind) +
-               " scalar (scalars[" + std::to_string(i) +
+          fail(where + " takes a " + fb::EnumNameScalarKind(kind) + " scalar (scalars[" +
+               std::to_string(i) +
                "]): GPU kernels derive their part from their block and "
                "thread indices");
       }

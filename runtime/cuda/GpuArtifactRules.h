@@ -12,8 +12,8 @@
 namespace kiln {
 
 struct GpuTargetRules {
-  std::string_view kind;                       // "nvptx", "amdgcn"
-  std::string_view chips;                      // the chips it knows, for messages
+  std::string_view kind;  // "nvptx", "amdgcn"
+  std::string_view chips; // the chips it knows, for messages
   bool (*knownChip)(std::string_view chip);
   bool (*knownFeature)(std::string_view feature);
 };

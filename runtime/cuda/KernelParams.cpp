@@ -13,9 +13,8 @@ size_t kernelParamCount(const std::vector<int> &ranks, size_t numScalars) {
   return count;
 }
 
-void packKernelParams(const BufferArgument *buffers, size_t numBuffers,
-                      const int64_t *scalars, size_t numScalars,
-                      uint64_t *values) {
+void packKernelParams(const BufferArgument *buffers, size_t numBuffers, const int64_t *scalars,
+                      size_t numScalars, uint64_t *values) {
   for (size_t b = 0; b < numBuffers; ++b) {
     const BufferArgument &buffer = buffers[b];
     const int rank = buffer.rank;
@@ -43,9 +42,8 @@ KernelParams::KernelParams(std::vector<int> ranks, size_t numScalars)
 }
 
 KernelParams::KernelParams(const KernelParams &other)
-    : ranks_(other.ranks_), numScalars_(other.numScalars_),
-      mapScalars_(other.mapScalars_), mapAddresses_(other.mapAddresses_),
-      values_(other.values_), scratch_(other.scratch_.size()),
+    : ranks_(other.ranks_), numScalars_(other.numScalars_), mapScalars_(other.mapScalars_),
+      mapAddresses_(other.mapAddresses_), values_(other.values_), scratch_(other.scratch_.size()),
       pointers_(other.pointers_.size()) {
   point();
 }
@@ -84,11 +82,10 @@ void KernelParams::mapTensorMaps(const std::vector<artifact::ScalarKind> &kinds,
 bool KernelParams::pack(const BufferArgument *buffers, const int64_t *scalars) {
   for (size_t b = 0; b < ranks_.size(); ++b)
     if (buffers[b].rank != ranks_[b])
-      throw std::logic_error("kernel parameters: buffer " + std::to_string(b) +
-                             " has rank " + std::to_string(buffers[b].rank) +
-                             ", prepared for " + std::to_string(ranks_[b]));
-  packKernelParams(buffers, ranks_.size(), scalars, numScalars_,
-                   scratch_.data());
+      throw std::logic_error("kernel parameters: buffer " + std::to_string(b) + " has rank " +
+                             std::to_string(buffers[b].rank) + ", prepared for " +
+                             std::to_string(ranks_[b]));
+  packKernelParams(buffers, ranks_.size(), scalars, numScalars_, scratch_.data());
   // The scalars come last.
   uint64_t *scalarValues = scratch_.data() + scratch_.size() - numScalars_;
   for (size_t s : mapScalars_) {

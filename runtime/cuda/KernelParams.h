@@ -23,9 +23,8 @@ size_t kernelParamCount(const std::vector<int> &ranks, size_t numScalars);
 
 // The parameter values of one call, in order, into `values`
 // (kernelParamCount of them). buffers[b].rank gives each buffer's rank.
-void packKernelParams(const BufferArgument *buffers, size_t numBuffers,
-                      const int64_t *scalars, size_t numScalars,
-                      uint64_t *values);
+void packKernelParams(const BufferArgument *buffers, size_t numBuffers, const int64_t *scalars,
+                      size_t numScalars, uint64_t *values);
 
 // A launch's parameter values and the pointer array cuLaunchKernel takes.
 class KernelParams {

@@ -115,8 +115,8 @@ void NcclCollectives::reduceScatter(int group, CommAddress src, CommAddress dst,
                                     const std::string &what) {
   backend_.enter();
   check(nccl_->api().ncclReduceScatter(reinterpret_cast<const void *>(src),
-                                       reinterpret_cast<void *>(dst), count, kNcclFloat32,
-                                       kNcclSum, comm(group, what), backend_.stream()),
+                                       reinterpret_cast<void *>(dst), count, kNcclFloat32, kNcclSum,
+                                       comm(group, what), backend_.stream()),
         "ncclReduceScatter", what);
   backend_.markCollective(what);
 }

@@ -22,7 +22,8 @@ std::shared_ptr<const NcclLibrary> NcclLibrary::load() {
                        "LD_LIBRARY_PATH or name the file in KILN_NCCL_LIBRARY");
   std::string missing;
   auto need = [&](auto &slot, const char *name) {
-    slot = reinterpret_cast<std::remove_reference_t<decltype(slot)>>(::dlsym(library->handle_, name));
+    slot =
+        reinterpret_cast<std::remove_reference_t<decltype(slot)>>(::dlsym(library->handle_, name));
     if (!slot)
       missing += (missing.empty() ? "" : ", ") + std::string(name);
   };
@@ -37,8 +38,8 @@ std::shared_ptr<const NcclLibrary> NcclLibrary::load() {
   need(api.ncclAllReduce, "ncclAllReduce");
   need(api.ncclAllGather, "ncclAllGather");
   need(api.ncclReduceScatter, "ncclReduceScatter");
-  api.ncclCommSplit = reinterpret_cast<decltype(api.ncclCommSplit)>(
-      ::dlsym(library->handle_, "ncclCommSplit"));
+  api.ncclCommSplit =
+      reinterpret_cast<decltype(api.ncclCommSplit)>(::dlsym(library->handle_, "ncclCommSplit"));
   if (!missing.empty())
     throw RuntimeError(path + " lacks " + missing + " (the runtime needs NCCL 2.4 or newer)");
   api.ncclGetVersion(&library->version_);

@@ -37,8 +37,8 @@ struct NcclApi {
   const char *(*ncclGetErrorString)(ncclResult_t result);
   ncclResult_t (*ncclAllReduce)(const void *src, void *dst, size_t count, int type, int op,
                                 ncclComm_t comm, void *stream);
-  ncclResult_t (*ncclAllGather)(const void *src, void *dst, size_t count, int type,
-                                ncclComm_t comm, void *stream);
+  ncclResult_t (*ncclAllGather)(const void *src, void *dst, size_t count, int type, ncclComm_t comm,
+                                void *stream);
   ncclResult_t (*ncclReduceScatter)(const void *src, void *dst, size_t count, int type, int op,
                                     ncclComm_t comm, void *stream);
 };

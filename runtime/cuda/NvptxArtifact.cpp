@@ -9,7 +9,6 @@ namespace fb = kiln::artifact;
 
 namespace {
 
-
 bool allDigits(std::string_view text) {
   if (text.empty())
     return false;
@@ -43,8 +42,7 @@ std::optional<NvptxChip> parseNvptxChip(std::string_view chip) {
     result.variant = chip.back();
     chip.remove_suffix(1);
   }
-  if (!allDigits(chip) || chip.size() < 2 || chip.size() > 4 ||
-      chip.front() == '0')
+  if (!allDigits(chip) || chip.size() < 2 || chip.size() > 4 || chip.front() == '0')
     return std::nullopt;
   const int number = std::stoi(std::string(chip));
   result.major = number / 10;
@@ -52,30 +50,28 @@ std::optional<NvptxChip> parseNvptxChip(std::string_view chip) {
   return result;
 }
 
-std::string nvptxChipSupport(const NvptxChip &chip, std::string_view name,
-                             int major, int minor) {
-  const std::string needs = std::string(name) + " needs compute capability " +
-                            capability(chip.major, chip.minor);
+std::string nvptxChipSupport(const NvptxChip &chip, std::string_view name, int major, int minor) {
+  const std::string needs =
+      std::string(name) + " needs compute capability " + capability(chip.major, chip.minor);
   const bool exact = major == chip.major && minor == chip.minor;
-  const bool atLeast =
-      major > chip.major || (major == chip.major && minor >= chip.minor);
+  const bool atLeast = major > chip.major || (major == chip.major && minor >= chip.minor);
   switch (chip.variant) {
   case 'a':
     return exact ? "" : needs + " exactly (arch-specific PTX)";
   case 'f':
     return major == chip.major && minor >= chip.minor
                ? ""
-               : needs + " (or a later " + std::to_string(chip.major) +
-                     ".x: family-specific PTX)";
+               : needs + " (or a later " + std::to_string(chip.major) + ".x: family-specific PTX)";
   default:
     return atLeast ? "" : needs + " or later";
   }
 }
 
 void checkNvptxArtifact(const Artifact &artifact) {
-  checkGpuArtifact(artifact, {"nvptx", "sm_XY, sm_XYa or sm_XYf",
-                              [](std::string_view chip) { return parseNvptxChip(chip).has_value(); },
-                              knownFeature});
+  checkGpuArtifact(artifact,
+                   {"nvptx", "sm_XY, sm_XYa or sm_XYf",
+                    [](std::string_view chip) { return parseNvptxChip(chip).has_value(); },
+                    knownFeature});
 }
 
 } // namespace kiln

@@ -27,8 +27,7 @@ std::optional<NvptxChip> parseNvptxChip(std::string_view chip);
 // Why a device of compute capability major.minor cannot run PTX for `chip`
 // (spelled `name`), or "" when it can: "sm_100a needs compute capability
 // 10.0".
-std::string nvptxChipSupport(const NvptxChip &chip, std::string_view name,
-                             int major, int minor);
+std::string nvptxChipSupport(const NvptxChip &chip, std::string_view name, int major, int minor);
 
 // Refuses an nvptx artifact (RuntimeError, "<source>: artifact is for nvptx
 // sm_90, but ...") whose chip or features this runtime does not know, or

@@ -9,7 +9,7 @@ namespace {
 
 // cuTensorMapEncodeTiled's limits (cuda.h).
 constexpr uint32_t kMaxBoxSide = 256;
-constexpr uint64_t kAlignBytes = 16;                 // base address, rows, strides
+constexpr uint64_t kAlignBytes = 16;                  // base address, rows, strides
 constexpr uint64_t kMaxDimension = uint64_t{1} << 32; // elements
 constexpr uint64_t kMaxStride = uint64_t{1} << 40;    // bytes, exclusive
 
@@ -75,11 +75,10 @@ void checkTensorMapSpec(const TensorMapSpec &spec, int rank, const std::string &
   if (row % kAlignBytes != 0)
     fail(where, rowText + ", not a multiple of " + std::to_string(kAlignBytes));
   if (swizzleOf(spec.swizzle) < 0)
-    fail(where, "a swizzle of " + std::to_string(spec.swizzle) +
-                    " bytes (it takes 0, 32, 64 or 128)");
+    fail(where,
+         "a swizzle of " + std::to_string(spec.swizzle) + " bytes (it takes 0, 32, 64 or 128)");
   if (spec.swizzle != 0 && row > spec.swizzle)
-    fail(where, rowText + ", more than the " + std::to_string(spec.swizzle) +
-                    "-byte swizzle span");
+    fail(where, rowText + ", more than the " + std::to_string(spec.swizzle) + "-byte swizzle span");
 }
 
 TensorMapEncoding encodeTensorMap(const TensorMapSpec &spec, const BufferArgument &buffer,
@@ -106,8 +105,8 @@ TensorMapEncoding encodeTensorMap(const TensorMapSpec &spec, const BufferArgumen
         fail(where, "dimension " + std::to_string(rank - 1 - d) +
                         " of the buffer has a stride of " +
                         (huge ? std::string("2^64 or more") : std::to_string(stride)) +
-                        " bytes (a tensor map takes multiples of " +
-                        std::to_string(kAlignBytes) + " below 2^40)");
+                        " bytes (a tensor map takes multiples of " + std::to_string(kAlignBytes) +
+                        " below 2^40)");
       encoding.globalStrides[d - 1] = stride;
     }
     encoding.globalDim[d] = static_cast<uint64_t>(size);

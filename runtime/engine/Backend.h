@@ -58,10 +58,10 @@ struct LaunchSpec {
   std::string where;
   std::vector<int> ranks; // of the buffer arguments, in order
   std::vector<artifact::ScalarKind> scalarKinds;
-  uint32_t maxParts = 1; // CPU: how many parts the launch may be split into
-  uint32_t block = 0;    // GPU: threads per block
-  int64_t maxGrid = 0;   // GPU: the most blocks any call launches
-  uint32_t sharedBytes = 0; // GPU: dynamic shared memory (Kernel.shared_bytes)
+  uint32_t maxParts = 1;                 // CPU: how many parts the launch may be split into
+  uint32_t block = 0;                    // GPU: threads per block
+  int64_t maxGrid = 0;                   // GPU: the most blocks any call launches
+  uint32_t sharedBytes = 0;              // GPU: dynamic shared memory (Kernel.shared_bytes)
   std::vector<TensorMapSpec> tensorMaps; // what TensorMap scalars index
 };
 
@@ -141,9 +141,8 @@ public:
   // Multi-rank artifacts: joins the job `rank` names and returns the
   // collectives among its ranks over this backend's memory, ordered with
   // the rest of its work. `capacityBytes` bounds any one collective's input.
-  virtual std::unique_ptr<Collectives> connect(const RankInfo &rank,
-                                               std::vector<CommGroupSpec> groups,
-                                               uint64_t capacityBytes);
+  virtual std::unique_ptr<Collectives>
+  connect(const RankInfo &rank, std::vector<CommGroupSpec> groups, uint64_t capacityBytes);
 
   // Peer exchange (schema 1.4's Exchange buffers): makes this rank's
   // `local` memory (allocate()d, `bytes`) reachable by the other members of
@@ -151,8 +150,8 @@ public:
   // theirs as this device sees it, in group order (this rank's is `local`).
   // A collective of the group: every member calls it at the same point.
   virtual std::vector<DeviceAddress> sharePeerMemory(Collectives &comm, int group, int index,
-                                                     int size, DeviceAddress local,
-                                                     uint64_t bytes, const std::string &what);
+                                                     int size, DeviceAddress local, uint64_t bytes,
+                                                     const std::string &what);
 
   // Loads the artifact's kernel library and resolves every kernel; a missing
   // one is an error here, before any launch.
@@ -201,7 +200,7 @@ inline std::unique_ptr<StepClock> Backend::clock() {
 }
 
 inline std::unique_ptr<Collectives> Backend::connect(const RankInfo &, std::vector<CommGroupSpec>,
-                                                   uint64_t) {
+                                                     uint64_t) {
   throw RuntimeError(description() + " runs single-rank artifacts only");
 }
 
@@ -214,8 +213,7 @@ inline std::vector<DeviceAddress> Backend::sharePeerMemory(Collectives &, int, i
                      "collective)");
 }
 
-inline std::unique_ptr<Recording>
-Backend::record(const std::function<void()> & /*steps*/) {
+inline std::unique_ptr<Recording> Backend::record(const std::function<void()> & /*steps*/) {
   throw std::logic_error("this backend cannot record steps");
 }
 
@@ -226,14 +224,12 @@ public:
   DeviceMemory(Backend &backend, DeviceAddress address, uint64_t size)
       : backend_(&backend), address_(address), size_(size) {}
   // allocate()d memory.
-  static DeviceMemory allocate(Backend &backend, uint64_t bytes,
-                               const std::string &what) {
+  static DeviceMemory allocate(Backend &backend, uint64_t bytes, const std::string &what) {
     return DeviceMemory(backend, backend.allocate(bytes, what), bytes);
   }
   DeviceMemory(DeviceMemory &&other) noexcept
       : backend_(std::exchange(other.backend_, nullptr)),
-        address_(std::exchange(other.address_, 0)),
-        size_(std::exchange(other.size_, 0)) {}
+        address_(std::exchange(other.address_, 0)), size_(std::exchange(other.size_, 0)) {}
   DeviceMemory &operator=(DeviceMemory &&other) noexcept {
     if (this != &other) {
       reset();

@@ -55,8 +55,7 @@ void *pointer(DeviceAddress address) {
 class CpuLaunch final : public PreparedLaunch {
 public:
   CpuLaunch(KernelFn fn, const LaunchSpec &spec, int parts)
-      : fn_(fn), ranks_(spec.ranks), parts_(parts),
-        descriptors_(spec.ranks.size()),
+      : fn_(fn), ranks_(spec.ranks), parts_(parts), descriptors_(spec.ranks.size()),
         scalars_(static_cast<size_t>(parts) * spec.scalarKinds.size()),
         args_(static_cast<size_t>(parts) * stride(spec)) {
     const size_t numBuffers = ranks_.size();
@@ -114,8 +113,7 @@ private:
 
 } // namespace
 
-std::unique_ptr<CpuBackend> CpuBackend::create(const Artifact &artifact,
-                                               ThreadPool &pool) {
+std::unique_ptr<CpuBackend> CpuBackend::create(const Artifact &artifact, ThreadPool &pool) {
   checkTarget(artifact, fb::TargetKind::X86, cpuSupport, cpuRemedy());
   std::vector<std::string> features;
   if (const auto *list = artifact->target()->features())
@@ -123,8 +121,7 @@ std::unique_ptr<CpuBackend> CpuBackend::create(const Artifact &artifact,
       features.push_back(feature->str());
   if (needsAmx(features)) {
     if (!cpuHasAmx())
-      throw RuntimeError(artifact.source() +
-                         ": the kernels need AMX, which this CPU lacks");
+      throw RuntimeError(artifact.source() + ": the kernels need AMX, which this CPU lacks");
     requestAmx();
   }
   return std::unique_ptr<CpuBackend>(new CpuBackend(pool));
@@ -141,15 +138,12 @@ DeviceAddress CpuBackend::allocate(uint64_t bytes, const std::string &what) {
 DeviceAddress CpuBackend::adopt(AlignedBuffer host, const std::string &) {
   if (host.empty())
     return 0;
-  const auto address = static_cast<DeviceAddress>(
-      reinterpret_cast<uintptr_t>(host.data()));
+  const auto address = static_cast<DeviceAddress>(reinterpret_cast<uintptr_t>(host.data()));
   memory_.emplace(address, std::move(host));
   return address;
 }
 
-void CpuBackend::release(DeviceAddress address) noexcept {
-  memory_.erase(address);
-}
+void CpuBackend::release(DeviceAddress address) noexcept { memory_.erase(address); }
 
 void CpuBackend::upload(DeviceAddress to, const void *from, uint64_t bytes) {
   if (bytes)
@@ -175,8 +169,7 @@ void CpuBackend::loadKernels(const Artifact &artifact) {
   if (artifact.numKernels() == 0)
     return;
   const auto *blob = artifact->library()->blob();
-  library_.emplace(
-      KernelLibrary::load(blob->data(), blob->size(), artifact.source()));
+  library_.emplace(KernelLibrary::load(blob->data(), blob->size(), artifact.source()));
   for (const fb::Kernel *kernel : *artifact->kernels())
     kernels_.push_back(library_->resolve(kernel->name()->str())); // the symbol
 }
@@ -186,15 +179,12 @@ std::unique_ptr<PreparedLaunch> CpuBackend::prepare(const LaunchSpec &spec) {
   if (spec.sharedBytes > 0)
     throw RuntimeError(spec.where + ": " + std::to_string(spec.sharedBytes) +
                        " bytes of dynamic shared memory, which x86 kernels do not have");
-  if (!spec.tensorMaps.empty() ||
-      std::find(spec.scalarKinds.begin(), spec.scalarKinds.end(), fb::ScalarKind::TensorMap) !=
-          spec.scalarKinds.end())
+  if (!spec.tensorMaps.empty() || std::find(spec.scalarKinds.begin(), spec.scalarKinds.end(),
+                                            fb::ScalarKind::TensorMap) != spec.scalarKinds.end())
     throw RuntimeError(spec.where + ": TensorMap scalars are CUDA tensor maps, for nvptx "
                                     "artifacts; x86 kernels take none");
   const int parts = static_cast<int>(std::max<uint32_t>(
-      std::min<uint32_t>(spec.maxParts,
-                         static_cast<uint32_t>(pool_.numThreads())),
-      1));
+      std::min<uint32_t>(spec.maxParts, static_cast<uint32_t>(pool_.numThreads())), 1));
   return std::make_unique<CpuLaunch>(kernels_.at(spec.kernel), spec, parts);
 }
 

@@ -24,8 +24,7 @@ public:
   // Refuses an artifact this machine cannot run (another target kind, a CPU
   // feature it lacks or does not know) and asks Linux for AMX when the
   // kernels need it. Parts run on `pool`, which must outlive the backend.
-  static std::unique_ptr<CpuBackend> create(const Artifact &artifact,
-                                            ThreadPool &pool);
+  static std::unique_ptr<CpuBackend> create(const Artifact &artifact, ThreadPool &pool);
 
   std::string description() const override;
 

@@ -29,8 +29,8 @@ std::unique_ptr<DeviceGreedy> DeviceGreedy::create(Backend &backend, const Artif
   spec.scalarKinds = {fb::ScalarKind::Constant, fb::ScalarKind::Constant};
   spec.block = kBlock;
   spec.maxGrid = maxRows * kMaxBlocksPerRow;
-  DeviceMemory keys = DeviceMemory::allocate(backend, static_cast<uint64_t>(maxRows) * 8,
-                                             "greedy token keys");
+  DeviceMemory keys =
+      DeviceMemory::allocate(backend, static_cast<uint64_t>(maxRows) * 8, "greedy token keys");
   return std::unique_ptr<DeviceGreedy>(
       new DeviceGreedy(backend, backend.prepare(spec), std::move(keys)));
 }
@@ -40,8 +40,8 @@ std::vector<int32_t> DeviceGreedy::choose(DeviceAddress logits, int64_t rows, in
     throw RuntimeError("greedy token choice: " + std::to_string(rows) + " rows, room for " +
                        std::to_string(keys_.size() / 8));
   const int64_t threads = (vocab + kEntriesPerThread - 1) / kEntriesPerThread;
-  const int64_t blocksPerRow = std::clamp<int64_t>((threads + kBlock - 1) / kBlock, 1,
-                                                   kMaxBlocksPerRow);
+  const int64_t blocksPerRow =
+      std::clamp<int64_t>((threads + kBlock - 1) / kBlock, 1, kMaxBlocksPerRow);
   backend_.fill(keys_.address(), 0, static_cast<uint64_t>(rows) * 8);
   BufferArgument args[2];
   args[0].address = logits;

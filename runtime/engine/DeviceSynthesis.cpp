@@ -121,17 +121,17 @@ public:
       const std::optional<Piece> piece = pieceOf(spec, module.rows, module.cols);
       if (!piece || piece->col0 % 16 != 0 || piece->cols % 16 != 0)
         return false;
-      if (scaleSpec && (scaleSpec->sliceCount != spec.sliceCount ||
-                        scaleSpec->sliceDim != spec.sliceDim ||
-                        scaleSpec->sliceIndex != spec.sliceIndex))
+      if (scaleSpec &&
+          (scaleSpec->sliceCount != spec.sliceCount || scaleSpec->sliceDim != spec.sliceDim ||
+           scaleSpec->sliceIndex != spec.sliceIndex))
         return false;
       const uint64_t key =
           muse_spark::syntheticStreamKey(muse_spark::syntheticStreamName(names[e]), seed_);
       const int64_t blocks = piece->rows * piece->cols / 16;
       backend_.fill(amaxWord_.address(), 0, 4);
       run(*amax_, {buffer(amaxWord_.address(), 1)},
-          {static_cast<int64_t>(key), module.rows * module.cols,
-           bitsOf(module.distribution.mean), bitsOf(module.distribution.stddev)},
+          {static_cast<int64_t>(key), module.rows * module.cols, bitsOf(module.distribution.mean),
+           bitsOf(module.distribution.stddev)},
           module.rows * module.cols, kAmaxGrid);
       // Codes; the block scales go to a scratch stack when not bound.
       if (!scales) {
@@ -154,8 +154,8 @@ public:
   }
 
 private:
-  std::unique_ptr<PreparedLaunch> prepare(const Artifact &artifact, const char *name,
-                                          int buffers, int scalars) {
+  std::unique_ptr<PreparedLaunch> prepare(const Artifact &artifact, const char *name, int buffers,
+                                          int scalars) {
     const std::optional<uint32_t> index = artifact.findKernel(name);
     if (!index)
       throw RuntimeError(artifact.source() + ": no kernel " + name +

@@ -50,9 +50,9 @@ void Engine::Impl::createBackend(const EngineOptions &options) {
 void Engine::Impl::parseModel(const EngineOptions &options) {
   const fb::Model &model = *artifact->model();
   try {
-    config = muse_spark::parseConfig(
-        model.config_json() ? model.config_json()->str() : std::string(),
-        artifact.source() + ": model.config_json");
+    config =
+        muse_spark::parseConfig(model.config_json() ? model.config_json()->str() : std::string(),
+                                artifact.source() + ": model.config_json");
   } catch (const muse_spark::ConfigError &error) {
     throw RuntimeError(error.what());
   }
@@ -61,8 +61,7 @@ void Engine::Impl::parseModel(const EngineOptions &options) {
   if (contextLength == 0)
     contextLength = defaultContextLength(config);
   if (contextLength < 1 || contextLength > config.maxPositionEmbeddings)
-    throw RuntimeError("context length " + std::to_string(contextLength) +
-                       " is outside 1.." +
+    throw RuntimeError("context length " + std::to_string(contextLength) + " is outside 1.." +
                        std::to_string(config.maxPositionEmbeddings) +
                        " (the model's max_position_embeddings)");
 }
@@ -73,13 +72,11 @@ void Engine::Impl::allocateBuffers() {
   past.assign(static_cast<size_t>(conversations), 0);
   if (const auto *caches = artifact->kv_caches())
     for (const fb::KvCache *cache : *caches) {
-      const KvCacheSpec spec{cache->layer(), cache->window(),
-                             cache->kv_heads(), cache->head_dim(),
+      const KvCacheSpec spec{cache->layer(), cache->window(), cache->kv_heads(), cache->head_dim(),
                              toDType(cache->dtype())};
       const uint64_t bytes =
           kvCacheBufferBytes(spec, contextLength) * static_cast<uint64_t>(conversations);
-      const std::string name =
-          "KV cache of layer " + std::to_string(spec.layer);
+      const std::string name = "KV cache of layer " + std::to_string(spec.layer);
       kvSlots.push_back(kvCacheSlots(spec, contextLength));
       kv.push_back(DeviceMemory::allocate(*backend, bytes, name + " (K)"));
       kv.push_back(DeviceMemory::allocate(*backend, bytes, name + " (V)"));
@@ -92,14 +89,12 @@ void Engine::Impl::allocateBuffers() {
     maxTokens = std::max<int64_t>(maxTokens, int64_t(entry->max_tokens()) *
                                                  std::max<int64_t>(1, entry->token_split()));
     if (entry->logits_rows())
-      maxRows = std::max(maxRows,
-                         evaluate(*entry->logits_rows(), entry->max_tokens()));
+      maxRows = std::max(maxRows, evaluate(*entry->logits_rows(), entry->max_tokens()));
   }
   const uint64_t inputBytes = static_cast<uint64_t>((maxTokens * 4 + 63) / 64 * 64);
   inputs[0] = DeviceMemory::allocate(*backend, inputBytes, "token ids");
   inputs[1] = DeviceMemory::allocate(*backend, inputBytes, "positions");
-  logits = DeviceMemory::allocate(
-      *backend, static_cast<uint64_t>(maxRows * vocab * 4), "logits");
+  logits = DeviceMemory::allocate(*backend, static_cast<uint64_t>(maxRows * vocab * 4), "logits");
   greedy = DeviceGreedy::create(*backend, artifact, maxRows);
   hostInputs.assign(static_cast<size_t>(2 * maxTokens), 0);
 
@@ -108,8 +103,7 @@ void Engine::Impl::allocateBuffers() {
       weightCapacity.push_back(binding->bytes());
 }
 
-BufferArg Engine::Impl::planBuffer(const fb::BufferRef &ref,
-                                   const EntryPlan &entry,
+BufferArg Engine::Impl::planBuffer(const fb::BufferRef &ref, const EntryPlan &entry,
                                    const std::string &where) const {
   BufferArg arg;
   arg.kind = ref.kind();
@@ -122,8 +116,7 @@ BufferArg Engine::Impl::planBuffer(const fb::BufferRef &ref,
   const int rank = static_cast<int>(arg.dims.size());
   if (rank < memref::kMinRank || rank > memref::kMaxRank)
     fail(where + ": rank " + std::to_string(rank) + " (kernels take ranks " +
-         std::to_string(memref::kMinRank) + ".." +
-         std::to_string(memref::kMaxRank) + ")");
+         std::to_string(memref::kMinRank) + ".." + std::to_string(memref::kMaxRank) + ")");
   if (arg.kind == fb::BufferKind::KvCache) {
     // A batched entry sees every conversation's cache, one after another.
     arg.slots = kvSlots.at(arg.index / 2) * (entry.sequences ? conversations : 1);
@@ -133,8 +126,8 @@ BufferArg Engine::Impl::planBuffer(const fb::BufferRef &ref,
   if (arg.kind == fb::BufferKind::Output && rank == 2) {
     const int64_t width = evaluate(arg.dims[1], entry.maxTokens);
     if (width != vocab)
-      fail(where + ": logits of width " + std::to_string(width) +
-           ", but the vocabulary has " + std::to_string(vocab) + " tokens");
+      fail(where + ": logits of width " + std::to_string(width) + ", but the vocabulary has " +
+           std::to_string(vocab) + " tokens");
   }
   // An exchange table's offset is its site in the members' memory; the
   // artifact's checks have placed it.
@@ -144,19 +137,16 @@ BufferArg Engine::Impl::planBuffer(const fb::BufferRef &ref,
   const uint64_t available = capacity(arg, entry);
   for (int64_t tokens : {int64_t{1}, entry.maxTokens}) {
     int64_t sizes[memref::kMaxRank];
-    const uint64_t end =
-        arg.offset + static_cast<uint64_t>(evaluateArg(arg, tokens, sizes));
+    const uint64_t end = arg.offset + static_cast<uint64_t>(evaluateArg(arg, tokens, sizes));
     if (end > available || end < arg.offset)
       fail(where + ": " + fb::EnumNameBufferKind(arg.kind) + " buffer " +
-           std::to_string(arg.index) + " is used up to byte " +
-           std::to_string(end) + " at T=" + std::to_string(tokens) +
-           ", past its " + std::to_string(available) + " bytes");
+           std::to_string(arg.index) + " is used up to byte " + std::to_string(end) + " at T=" +
+           std::to_string(tokens) + ", past its " + std::to_string(available) + " bytes");
   }
   return arg;
 }
 
-uint64_t Engine::Impl::capacity(const BufferArg &arg,
-                                const EntryPlan &entry) const {
+uint64_t Engine::Impl::capacity(const BufferArg &arg, const EntryPlan &entry) const {
   switch (arg.kind) {
   case fb::BufferKind::Arena:
     return entry.arenaBytes;
@@ -174,8 +164,7 @@ uint64_t Engine::Impl::capacity(const BufferArg &arg,
   return 0;
 }
 
-LaunchPlan Engine::Impl::planLaunch(const fb::Launch &launch,
-                                    const EntryPlan &entry,
+LaunchPlan Engine::Impl::planLaunch(const fb::Launch &launch, const EntryPlan &entry,
                                     const std::string &where) const {
   LaunchPlan plan;
   LaunchSpec spec;
@@ -188,8 +177,8 @@ LaunchPlan Engine::Impl::planLaunch(const fb::Launch &launch,
   spec.where = where;
   const auto *buffers = launch.buffers();
   for (flatbuffers::uoffset_t b = 0; buffers && b < buffers->size(); ++b) {
-    plan.buffers.push_back(planBuffer(
-        *buffers->Get(b), entry, where + ": buffers[" + std::to_string(b) + "]"));
+    plan.buffers.push_back(
+        planBuffer(*buffers->Get(b), entry, where + ": buffers[" + std::to_string(b) + "]"));
     spec.ranks.push_back(static_cast<int>(plan.buffers.back().dims.size()));
   }
   if (const auto *scalars = launch.scalars())
@@ -232,8 +221,8 @@ void Engine::Impl::planEntries() {
   uint64_t arenaBytes = 0;
   for (const fb::EntryPoint *source : entryPoints)
     arenaBytes = std::max<uint64_t>(arenaBytes, source->arena_bytes());
-  arena = DeviceMemory::allocate(*backend, arenaBytes,
-                                 "activation arena (the largest entry point's)");
+  arena =
+      DeviceMemory::allocate(*backend, arenaBytes, "activation arena (the largest entry point's)");
   for (flatbuffers::uoffset_t e = 0; e < entryPoints.size(); ++e) {
     const fb::EntryPoint &source = *entryPoints.Get(e);
     EntryPlan &entry = entries[e];
@@ -250,26 +239,21 @@ void Engine::Impl::planEntries() {
     const int64_t rowsAtMax = evaluate(entry.logitsRows, entry.maxTokens);
     if (entry.sequences && rowsAtMax != entry.maxTokens)
       fail("entry point '" + entry.name + "': a batched entry writes every token's logits");
-    if (evaluate(entry.logitsRows, 1) < 1 ||
-        (rowsAtMax != 1 && rowsAtMax < entry.maxTokens))
-      fail("entry point '" + entry.name +
-           "': logits_rows must be 1 (last token) or at least T");
+    if (evaluate(entry.logitsRows, 1) < 1 || (rowsAtMax != 1 && rowsAtMax < entry.maxTokens))
+      fail("entry point '" + entry.name + "': logits_rows must be 1 (last token) or at least T");
 
     const auto *steps = source.steps();
     for (flatbuffers::uoffset_t s = 0; steps && s < steps->size(); ++s) {
       const fb::StepEntry &step = *steps->Get(s);
-      std::string where =
-          "entry point '" + entry.name + "', steps[" + std::to_string(s) + "]";
+      std::string where = "entry point '" + entry.name + "', steps[" + std::to_string(s) + "]";
       if (const fb::Launch *launch = step.step_as_Launch()) {
-        where += " (launch of '" +
-                 artifact->kernels()->Get(launch->kernel())->name()->str() +
+        where += " (launch of '" + artifact->kernels()->Get(launch->kernel())->name()->str() +
                  "', op " + quoted(launch->op()) + ")";
         entry.steps.emplace_back(planLaunch(*launch, entry, where));
       } else if (const fb::Copy *copy = step.step_as_Copy()) {
         where += " (copy)";
-        CopyPlan plan{
-            planBuffer(*copy->source(), entry, where + ": source"),
-            planBuffer(*copy->destination(), entry, where + ": destination")};
+        CopyPlan plan{planBuffer(*copy->source(), entry, where + ": source"),
+                      planBuffer(*copy->destination(), entry, where + ": destination")};
         entry.steps.emplace_back(std::move(plan));
       } else if (const fb::Collective *collective = step.step_as_Collective()) {
         entry.steps.emplace_back(planCollective(*collective, entry, where));
@@ -323,22 +307,20 @@ void Engine::Impl::bindAllWeights(const EngineOptions &options) {
     return;
   const fb::Model &model = *artifact->model();
   std::unique_ptr<WeightSource> source = openWeightSource(
-      options.weights,
-      model.config_json() ? model.config_json()->str() : std::string(),
+      options.weights, model.config_json() ? model.config_json()->str() : std::string(),
       model.weight_format() ? model.weight_format()->str() : std::string());
   // Every tensor is checked before any is bound.
   checkWeights(specs, *source);
 
   const std::optional<uint64_t> seed = syntheticSeed(options.weights);
   const bool gpu = artifact->target()->kind() != fb::TargetKind::X86;
-  const bool onDevice =
-      seed && (options.synthesis == EngineOptions::Synthesis::Device ||
-               (options.synthesis == EngineOptions::Synthesis::Auto && gpu &&
-                hasSynthesisKernels(artifact)));
+  const bool onDevice = seed && (options.synthesis == EngineOptions::Synthesis::Device ||
+                                 (options.synthesis == EngineOptions::Synthesis::Auto && gpu &&
+                                  hasSynthesisKernels(artifact)));
   if (onDevice) {
-    weights = synthesizeWeights(*backend, artifact, config, *seed, specs, *source, pool.get(),
-                                static_cast<uint32_t>(pool ? pool->numThreads() : 1),
-                                options.progress);
+    weights =
+        synthesizeWeights(*backend, artifact, config, *seed, specs, *source, pool.get(),
+                          static_cast<uint32_t>(pool ? pool->numThreads() : 1), options.progress);
     return;
   }
 
@@ -347,9 +329,7 @@ void Engine::Impl::bindAllWeights(const EngineOptions &options) {
     total += spec.bytes;
   BindProgress progress;
   if (options.progress)
-    progress = [&](uint64_t batchDone, uint64_t) {
-      options.progress(done + batchDone, total);
-    };
+    progress = [&](uint64_t batchDone, uint64_t) { options.progress(done + batchDone, total); };
   // Bindings in the order their first tensors lie in the checkpoint: shard
   // by shard, each front to back (synthetic weights: the artifact's order).
   std::vector<size_t> order(specs.size());
@@ -372,14 +352,11 @@ void Engine::Impl::bindAllWeights(const EngineOptions &options) {
     std::vector<WeightSpec> batch;
     for (size_t k = first; k < end; ++k)
       batch.push_back(specs[order[k]]);
-    std::vector<AlignedBuffer> bound =
-        bindWeights(batch, *source, pool.get(), progress);
+    std::vector<AlignedBuffer> bound = bindWeights(batch, *source, pool.get(), progress);
     for (size_t i = 0; i < bound.size(); ++i) {
       const uint64_t size = bound[i].size();
       weights[order[first + i]] = DeviceMemory(
-          *backend,
-          backend->adopt(std::move(bound[i]), "weight '" + batch[i].name + "'"),
-          size);
+          *backend, backend->adopt(std::move(bound[i]), "weight '" + batch[i].name + "'"), size);
     }
     done += batchBytes;
     first = end;
@@ -427,13 +404,11 @@ void Engine::Impl::resolveAddresses() {
   }
 }
 
-LaunchCall Engine::Impl::evaluateLaunch(LaunchPlan &launch,
-                                        int64_t tokens) const {
+LaunchCall Engine::Impl::evaluateLaunch(LaunchPlan &launch, int64_t tokens) const {
   for (size_t b = 0; b < launch.buffers.size(); ++b) {
     const BufferArg &arg = launch.buffers[b];
     BufferArgument &argument = launch.arguments[b];
-    argument.address =
-        arg.address + static_cast<uint64_t>(current) * arg.conversationBytes;
+    argument.address = arg.address + static_cast<uint64_t>(current) * arg.conversationBytes;
     argument.rank = static_cast<int>(arg.dims.size());
     evaluateArg(arg, tokens, argument.sizes);
   }
@@ -494,11 +469,9 @@ void Engine::Impl::runSteps(EntryPlan &entry, int64_t tokens, StepClock *clock) 
     const int64_t bytes = evaluateArg(copy.source, tokens, sizes);
     if (bytes != evaluateArg(copy.destination, tokens, sizes))
       fail("entry point '" + entry.name +
-           "': a copy's source and destination differ in size at T=" +
-           std::to_string(tokens));
+           "': a copy's source and destination differ in size at T=" + std::to_string(tokens));
     if (bytes > 0)
-      backend->copy(copy.destination.address, copy.source.address,
-                    static_cast<uint64_t>(bytes));
+      backend->copy(copy.destination.address, copy.source.address, static_cast<uint64_t>(bytes));
   }
 }
 
@@ -515,8 +488,8 @@ void Engine::Impl::updateRecording(EntryPlan &entry, int64_t tokens) {
     }
 }
 
-void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count,
-                       bool decodeCall, StepClock *clock) {
+void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count, bool decodeCall,
+                       StepClock *clock) {
   if (alone)
     fail("rank " + std::to_string(rank.rank) + " of " + std::to_string(rank.world) +
          " was loaded alone (EngineOptions::loadAlone): it runs only in its job");
@@ -527,8 +500,8 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count,
     for (int64_t t = 0; t < count; ++t)
       if (past[t] + 1 > contextLength)
         throw RuntimeError("the context of conversation " + std::to_string(t) + " is full (" +
-                           std::to_string(past[t]) + " tokens of " +
-                           std::to_string(contextLength) + "; raise the context length)");
+                           std::to_string(past[t]) + " tokens of " + std::to_string(contextLength) +
+                           "; raise the context length)");
     for (int64_t t = 0; t < count; ++t) {
       ids[t] = tokens[t];
       positions[t] = static_cast<int32_t>(past[t]);
@@ -553,8 +526,7 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count,
   // A recorded step keeps the addresses and T it was recorded with:
   // conversation 0's caches at T = 1, or a full batch.
   const bool recordable = decodeCall && backend->canRecord() &&
-                          (entry.sequences ? count == entry.maxTokens
-                                           : count == 1 && current == 0);
+                          (entry.sequences ? count == entry.maxTokens : count == 1 && current == 0);
   if (clock) {
     runSteps(entry, count, clock);
     if (!recordable)
@@ -582,13 +554,11 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count,
     past[current] += count * entry.split;
 }
 
-std::vector<float> Engine::Impl::lastLogits(const EntryPlan &entry,
-                                            int64_t tokens) {
+std::vector<float> Engine::Impl::lastLogits(const EntryPlan &entry, int64_t tokens) {
   const int64_t rows = evaluate(entry.logitsRows, tokens);
   const int64_t row = rows == 1 ? 0 : tokens - 1;
   std::vector<float> result(static_cast<size_t>(vocab));
-  backend->download(result.data(),
-                    logits.address() + static_cast<uint64_t>(row * vocab * 4),
+  backend->download(result.data(), logits.address() + static_cast<uint64_t>(row * vocab * 4),
                     static_cast<uint64_t>(vocab * 4));
   return result;
 }
@@ -597,8 +567,7 @@ void Engine::Impl::checkTokens(const int32_t *tokens, int64_t count) const {
   for (int64_t t = 0; t < count; ++t)
     if (tokens[t] < 0 || tokens[t] >= vocab)
       throw RuntimeError("token id " + std::to_string(tokens[t]) +
-                         " is outside the vocabulary 0.." +
-                         std::to_string(vocab - 1));
+                         " is outside the vocabulary 0.." + std::to_string(vocab - 1));
 }
 
 // Threads for the pool: as asked, else the machine's shared by the ranks
@@ -624,8 +593,7 @@ std::unique_ptr<Engine> Engine::load(const std::string &artifactPath,
   return create(Artifact::load(artifactPath), options);
 }
 
-std::unique_ptr<Engine> Engine::create(Artifact artifact,
-                                       const EngineOptions &options) {
+std::unique_ptr<Engine> Engine::create(Artifact artifact, const EngineOptions &options) {
   auto impl = std::make_unique<Impl>(std::move(artifact));
   // Cheap checks first, weights (the slow part) last.
   impl->pool = std::make_unique<ThreadPool>(threadsFor(options));
@@ -764,8 +732,9 @@ std::vector<Engine::StepTime> launchTimes(const EntryPlan &entry, StepClock &clo
       const std::string kind = collective.what.substr(0, collective.what.find(' '));
       const size_t open = collective.what.find('\''), close = collective.what.find('\'', open + 1);
       times.push_back({"collective:" + kind,
-                       open == std::string::npos ? std::string()
-                                                 : collective.what.substr(open + 1, close - open - 1),
+                       open == std::string::npos
+                           ? std::string()
+                           : collective.what.substr(open + 1, close - open - 1),
                        intervals[next++]});
     }
   }

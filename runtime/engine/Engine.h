@@ -80,8 +80,7 @@ public:
   // RuntimeError for anything this machine or the weights refuse.
   static std::unique_ptr<Engine> load(const std::string &artifactPath,
                                       const EngineOptions &options);
-  static std::unique_ptr<Engine> create(Artifact artifact,
-                                        const EngineOptions &options);
+  static std::unique_ptr<Engine> create(Artifact artifact, const EngineOptions &options);
   ~Engine();
   Engine(const Engine &) = delete;
   Engine &operator=(const Engine &) = delete;

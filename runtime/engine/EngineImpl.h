@@ -40,8 +40,7 @@ struct BufferArg {
 inline int64_t evaluateArg(const BufferArg &arg, int64_t tokens, int64_t *sizes) {
   int64_t bytes = arg.elementSize;
   for (size_t d = 0; d < arg.dims.size(); ++d) {
-    const int64_t size =
-        d == 0 && arg.slots >= 0 ? arg.slots : evaluate(arg.dims[d], tokens);
+    const int64_t size = d == 0 && arg.slots >= 0 ? arg.slots : evaluate(arg.dims[d], tokens);
     sizes[d] = size;
     bytes *= size;
   }
@@ -187,8 +186,8 @@ struct Engine::Impl {
   void bindAllWeights(const EngineOptions &options);
   void resolveAddresses();
 
-  void run(EntryPlan &entry, const int32_t *tokens, int64_t count,
-           bool decodeCall, StepClock *clock = nullptr);
+  void run(EntryPlan &entry, const int32_t *tokens, int64_t count, bool decodeCall,
+           StepClock *clock = nullptr);
   // With a clock: a mark before the first launch and after each.
   void runSteps(EntryPlan &entry, int64_t tokens, StepClock *clock = nullptr);
   LaunchCall evaluateLaunch(LaunchPlan &launch, int64_t tokens) const;

@@ -19,8 +19,8 @@ void Engine::Impl::joinLayout(const EngineOptions &options) {
   alone = options.loadAlone;
   std::optional<RankInfo> info = options.rank ? options.rank : rankFromEnvironment();
   if (!info)
-    fail("the artifact runs on " + shape +
-         ", one process each: start it with kiln-run --nproc " + std::to_string(layout.world()) +
+    fail("the artifact runs on " + shape + ", one process each: start it with kiln-run --nproc " +
+         std::to_string(layout.world()) +
          ", or set KILN_RANK, KILN_WORLD_SIZE and KILN_RENDEZVOUS in each process");
   if (info->world != layout.world())
     fail("the artifact runs on " + shape + ", but this job has " + std::to_string(info->world) +
@@ -45,7 +45,7 @@ CollectivePlan Engine::Impl::planCollective(const fb::Collective &collective,
   plan.kind = collective.kind();
   plan.group = static_cast<int>(collective.comm_group());
   plan.axis = collective.axis();
-  plan.what = std::string(plan.kind == fb::CollectiveKind::AllReduce      ? "all_reduce"
+  plan.what = std::string(plan.kind == fb::CollectiveKind::AllReduce       ? "all_reduce"
                           : plan.kind == fb::CollectiveKind::AllGather     ? "all_gather"
                           : plan.kind == fb::CollectiveKind::ReduceScatter ? "reduce_scatter"
                                                                            : "all_to_all") +
@@ -100,8 +100,8 @@ void Engine::Impl::connectRanks() {
     const uint64_t bytes = artifact->comm_groups()->Get(static_cast<uint32_t>(g))->exchange_bytes();
     if (bytes == 0)
       continue;
-    const std::string what = "exchange memory of comm group " + std::to_string(g) + " '" +
-                             groups[g].name + "'";
+    const std::string what =
+        "exchange memory of comm group " + std::to_string(g) + " '" + groups[g].name + "'";
     exchangeMemory[g] = DeviceMemory::allocate(*backend, bytes, what);
     exchangePeers[g] =
         alone ? std::vector<DeviceAddress>(static_cast<size_t>(groups[g].size),

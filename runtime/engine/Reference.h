@@ -17,9 +17,9 @@ struct ReferenceStep {
 };
 
 struct Reference {
-  std::string source;            // who wrote it ("kiln-interp", "kiln-check x86")
+  std::string source; // who wrote it ("kiln-interp", "kiln-check x86")
   std::vector<int32_t> prompt;
-  std::vector<float> logits;     // of the prompt's last token
+  std::vector<float> logits; // of the prompt's last token
   std::vector<ReferenceStep> steps;
 };
 

@@ -12,8 +12,7 @@ namespace {
 
 // Most probable first; equal probabilities: lowest token first, so the
 // nucleus is the same on every platform.
-bool moreProbable(const std::pair<double, int32_t> &a,
-                  const std::pair<double, int32_t> &b) {
+bool moreProbable(const std::pair<double, int32_t> &a, const std::pair<double, int32_t> &b) {
   return a.first > b.first || (a.first == b.first && a.second < b.second);
 }
 
@@ -40,14 +39,12 @@ int32_t argmax(const float *logits, size_t count) {
   return best;
 }
 
-Sampler::Sampler(const SamplingOptions &options)
-    : options_(options), rng_(options.seed) {
+Sampler::Sampler(const SamplingOptions &options) : options_(options), rng_(options.seed) {
   if (!std::isfinite(options.temperature))
     throw RuntimeError("temperature " + std::to_string(options.temperature) +
                        " is not a finite number");
   if (!(options.topP > 0.0 && options.topP <= 1.0))
-    throw RuntimeError("top-p " + std::to_string(options.topP) +
-                       " is outside (0, 1]");
+    throw RuntimeError("top-p " + std::to_string(options.topP) + " is outside (0, 1]");
 }
 
 int32_t Sampler::sample(const float *logits, size_t count) {
@@ -63,9 +60,7 @@ int32_t Sampler::sample(const float *logits, size_t count) {
   double total = 0.0;
   for (size_t i = 0; i < count; ++i) {
     const double weight =
-        std::isnan(logits[i])
-            ? 0.0
-            : std::exp((double{logits[i]} - maxLogit) * inverseT);
+        std::isnan(logits[i]) ? 0.0 : std::exp((double{logits[i]} - maxLogit) * inverseT);
     candidates_[i] = {weight, static_cast<int32_t>(i)};
     total += weight;
   }
@@ -80,9 +75,8 @@ int32_t Sampler::sample(const float *logits, size_t count) {
     double mass = 0.0;
     size_t guess = std::min(count, kFirstNucleusGuess);
     for (;;) {
-      std::partial_sort(candidates_.begin() + sorted,
-                        candidates_.begin() + guess, candidates_.end(),
-                        moreProbable);
+      std::partial_sort(candidates_.begin() + sorted, candidates_.begin() + guess,
+                        candidates_.end(), moreProbable);
       for (; sorted < guess && mass < target; ++sorted)
         mass += candidates_[sorted].first;
       if (mass >= target || guess == count)

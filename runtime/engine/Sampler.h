@@ -32,9 +32,7 @@ public:
 
   const SamplingOptions &options() const { return options_; }
   int32_t sample(const float *logits, size_t count);
-  int32_t sample(const std::vector<float> &logits) {
-    return sample(logits.data(), logits.size());
-  }
+  int32_t sample(const std::vector<float> &logits) { return sample(logits.data(), logits.size()); }
 
 private:
   SamplingOptions options_;

@@ -26,10 +26,9 @@ uint64_t elementCount(const WeightSpec &spec) {
   uint64_t count = 1;
   for (int64_t size : spec.shape) {
     if (size < 0)
-      throw RuntimeError("weight " + quoted(spec.name) + ": negative size " +
-                         std::to_string(size) + " in its shape");
-    if (size != 0 && count > std::numeric_limits<uint64_t>::max() / 4 /
-                                 static_cast<uint64_t>(size))
+      throw RuntimeError("weight " + quoted(spec.name) + ": negative size " + std::to_string(size) +
+                         " in its shape");
+    if (size != 0 && count > std::numeric_limits<uint64_t>::max() / 4 / static_cast<uint64_t>(size))
       throw RuntimeError("weight " + quoted(spec.name) + ": shape too large");
     count *= static_cast<uint64_t>(size);
   }
@@ -51,20 +50,19 @@ void checkSpec(const WeightSpec &spec) {
                        (isStack ? " with" : " without") + " '{e}' in the name");
   const int rank = static_cast<int>(spec.shape.size());
   if (spec.sliceCount < 1)
-    throw RuntimeError(what + ": slice_count " +
-                       std::to_string(spec.sliceCount) + " is not positive");
+    throw RuntimeError(what + ": slice_count " + std::to_string(spec.sliceCount) +
+                       " is not positive");
   if (spec.sliceCount > 1) {
     if (spec.sliceDim < 0 || spec.sliceDim >= rank)
       throw RuntimeError(what + ": slice_dim " + std::to_string(spec.sliceDim) +
                          " is outside its rank " + std::to_string(rank));
     if (spec.shape[spec.sliceDim] % spec.sliceCount != 0)
-      throw RuntimeError(
-          what + ": dimension " + std::to_string(spec.sliceDim) + " of size " +
-          std::to_string(spec.shape[spec.sliceDim]) + " does not split into " +
-          std::to_string(spec.sliceCount) + " pieces");
+      throw RuntimeError(what + ": dimension " + std::to_string(spec.sliceDim) + " of size " +
+                         std::to_string(spec.shape[spec.sliceDim]) + " does not split into " +
+                         std::to_string(spec.sliceCount) + " pieces");
     if (spec.sliceIndex < 0 || spec.sliceIndex >= spec.sliceCount)
-      throw RuntimeError(what + ": piece " + std::to_string(spec.sliceIndex) +
-                         " of " + std::to_string(spec.sliceCount));
+      throw RuntimeError(what + ": piece " + std::to_string(spec.sliceIndex) + " of " +
+                         std::to_string(spec.sliceCount));
   } else if (spec.sliceDim < -1 || spec.sliceDim >= rank) {
     throw RuntimeError(what + ": slice_dim " + std::to_string(spec.sliceDim) +
                        " is outside its rank " + std::to_string(rank));
@@ -80,19 +78,15 @@ void checkSpec(const WeightSpec &spec) {
       throw RuntimeError(what +
                          ": VnniBf16 needs [N, K] with N % 16 == 0 "
                          "and K % 32 == 0, the slice is [" +
-                         std::to_string(sliced[0]) + ", " +
-                         std::to_string(sliced[1]) + "]");
+                         std::to_string(sliced[0]) + ", " + std::to_string(sliced[1]) + "]");
   } else if (spec.transform != WeightTransform::None) {
     throw RuntimeError(what + ": unknown transform " +
                        std::to_string(static_cast<int>(spec.transform)));
   }
-  const uint64_t expected =
-      boundTensorBytes(spec) * std::max<uint64_t>(spec.stack, 1);
+  const uint64_t expected = boundTensorBytes(spec) * std::max<uint64_t>(spec.stack, 1);
   if (expected != spec.bytes)
-    throw RuntimeError(what + ": the artifact says " +
-                       std::to_string(spec.bytes) +
-                       " bytes, its shape, stack " + "and slice give " +
-                       std::to_string(expected));
+    throw RuntimeError(what + ": the artifact says " + std::to_string(spec.bytes) +
+                       " bytes, its shape, stack " + "and slice give " + std::to_string(expected));
 }
 
 // One tensor to produce: a name and where its bytes go.
@@ -113,9 +107,8 @@ std::string moduleOf(const std::string &name) {
   return name;
 }
 
-void bindItem(const WeightSpec &spec, const std::string &name,
-              const WeightSource &source, uint8_t *out,
-              std::vector<uint8_t> &scratch, std::vector<uint8_t> &sliced) {
+void bindItem(const WeightSpec &spec, const std::string &name, const WeightSource &source,
+              uint8_t *out, std::vector<uint8_t> &scratch, std::vector<uint8_t> &sliced) {
   ByteView bytes = source.read(name, scratch);
   const size_t elementSize = static_cast<size_t>(dtypeSize(spec.dtype));
   const bool slice = spec.sliceCount > 1;
@@ -132,8 +125,8 @@ void bindItem(const WeightSpec &spec, const std::string &name,
       sliced.resize(bytes.size / static_cast<size_t>(spec.sliceCount));
       target = sliced.data();
     }
-    slicePiece(bytes.data, shape, elementSize, spec.sliceDim, spec.sliceCount,
-               spec.sliceIndex, target);
+    slicePiece(bytes.data, shape, elementSize, spec.sliceDim, spec.sliceCount, spec.sliceIndex,
+               target);
     shape[spec.sliceDim] /= spec.sliceCount;
     matrix = target;
   }
@@ -144,7 +137,7 @@ void bindItem(const WeightSpec &spec, const std::string &name,
       matrix = sliced.data();
     }
     vnniBf16Blocks(reinterpret_cast<const uint16_t *>(matrix), shape[0], shape[1],
-                reinterpret_cast<uint16_t *>(out));
+                   reinterpret_cast<uint16_t *>(out));
   }
 }
 
@@ -158,35 +151,30 @@ std::vector<std::string> tensorNames(const WeightSpec &spec) {
   for (uint32_t e = 0; e < spec.stack; ++e) {
     std::string name = spec.name;
     if (at != std::string::npos)
-      name.replace(at, std::strlen(kExpertPattern),
-                   std::to_string(uint64_t{spec.firstExpert} + e));
+      name.replace(at, std::strlen(kExpertPattern), std::to_string(uint64_t{spec.firstExpert} + e));
     names.push_back(std::move(name));
   }
   return names;
 }
 
-void checkWeights(const std::vector<WeightSpec> &specs,
-                  const WeightSource &source) {
+void checkWeights(const std::vector<WeightSpec> &specs, const WeightSource &source) {
   for (const WeightSpec &spec : specs) {
     checkSpec(spec);
     const TensorType expected{spec.dtype, spec.shape};
     for (const std::string &name : tensorNames(spec)) {
       std::optional<TensorType> found = source.find(name);
       if (!found)
-        throw RuntimeError("weight " + quoted(name) + ": not in " +
-                           source.description());
+        throw RuntimeError("weight " + quoted(name) + ": not in " + source.description());
       if (found->dtype != spec.dtype || found->shape != spec.shape)
-        throw RuntimeError(
-            "weight " + quoted(name) + ": the artifact expects " +
-            describeTensorType(expected) + ", " + source.description() +
-            " has " + describeTensorType(*found));
+        throw RuntimeError("weight " + quoted(name) + ": the artifact expects " +
+                           describeTensorType(expected) + ", " + source.description() + " has " +
+                           describeTensorType(*found));
     }
   }
 }
 
 std::vector<AlignedBuffer> bindWeights(const std::vector<WeightSpec> &specs,
-                                       const WeightSource &source,
-                                       ThreadPool *pool,
+                                       const WeightSource &source, ThreadPool *pool,
                                        const BindProgress &progress) {
   checkWeights(specs, source);
 
@@ -236,8 +224,7 @@ std::vector<AlignedBuffer> bindWeights(const std::vector<WeightSpec> &specs,
       const Item &item = items[index];
       const WeightSpec &spec = specs[item.spec];
       try {
-        bindItem(spec, item.name, source,
-                 buffers[item.spec].data() + item.offset, scratch, sliced);
+        bindItem(spec, item.name, source, buffers[item.spec].data() + item.offset, scratch, sliced);
       } catch (...) {
         failed = true; // the others stop at their next tensor
         throw;

@@ -45,8 +45,7 @@ std::vector<std::string> tensorNames(const WeightSpec &spec);
 // adds up) and against the source (every tensor present with the spec's
 // dtype and shape). Throws RuntimeError naming the first offending tensor,
 // with what was expected and what was found.
-void checkWeights(const std::vector<WeightSpec> &specs,
-                  const WeightSource &source);
+void checkWeights(const std::vector<WeightSpec> &specs, const WeightSource &source);
 
 // Bytes done out of the total; called from one thread at a time.
 using BindProgress = std::function<void(uint64_t done, uint64_t total)>;
@@ -58,8 +57,7 @@ BindProgress progressLines(std::FILE *out);
 // checkWeights, then one buffer of spec.bytes per spec. Tensors are produced
 // in parallel on `pool` when given.
 std::vector<AlignedBuffer> bindWeights(const std::vector<WeightSpec> &specs,
-                                       const WeightSource &source,
-                                       ThreadPool *pool = nullptr,
+                                       const WeightSource &source, ThreadPool *pool = nullptr,
                                        const BindProgress &progress = {});
 
 } // namespace kiln

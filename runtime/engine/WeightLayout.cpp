@@ -4,9 +4,8 @@
 
 namespace kiln {
 
-void slicePiece(const uint8_t *src, const std::vector<int64_t> &shape,
-                size_t elementSize, int dim, int count, int index,
-                uint8_t *dst) {
+void slicePiece(const uint8_t *src, const std::vector<int64_t> &shape, size_t elementSize, int dim,
+                int count, int index, uint8_t *dst) {
   size_t outer = 1;
   for (int i = 0; i < dim; ++i)
     outer *= static_cast<size_t>(shape[i]);
@@ -29,8 +28,7 @@ void vnniBf16Blocks(const uint16_t *src, int64_t n, int64_t k, uint16_t *dst) {
     for (int64_t bk = 0; bk < blocksK; ++bk) {
       uint16_t *block = dst + (bn * blocksK + bk) * 16 * 32;
       for (int64_t r = 0; r < 16; ++r)
-        std::memcpy(block + r * 32 + 2 * c, in + bk * 32 + 2 * r,
-                    2 * sizeof(uint16_t));
+        std::memcpy(block + r * 32 + 2 * c, in + bk * 32 + 2 * r, 2 * sizeof(uint16_t));
     }
   }
 }

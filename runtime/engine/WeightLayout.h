@@ -13,9 +13,8 @@ namespace kiln {
 // tensor `src` (`shape`, `elementSize` bytes an element) to `dst`, which
 // receives shape[dim] / count rows of that dimension. The caller checks that
 // shape[dim] % count == 0.
-void slicePiece(const uint8_t *src, const std::vector<int64_t> &shape,
-                size_t elementSize, int dim, int count, int index,
-                uint8_t *dst);
+void slicePiece(const uint8_t *src, const std::vector<int64_t> &shape, size_t elementSize, int dim,
+                int count, int index, uint8_t *dst);
 
 // Rearranges the bf16 matrix W [n, k] (n % 16 == 0, k % 32 == 0) into VNNI
 // blocks: n/16 * k/32 blocks of 16 x 32 bf16, block (bn, bk) at index

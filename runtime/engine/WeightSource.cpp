@@ -17,12 +17,9 @@ using muse_spark::WeightFormat;
 
 class CheckpointWeights final : public WeightSource {
 public:
-  explicit CheckpointWeights(Checkpoint checkpoint)
-      : checkpoint_(std::move(checkpoint)) {}
+  explicit CheckpointWeights(Checkpoint checkpoint) : checkpoint_(std::move(checkpoint)) {}
 
-  std::string description() const override {
-    return "checkpoint " + checkpoint_.directory();
-  }
+  std::string description() const override { return "checkpoint " + checkpoint_.directory(); }
 
   std::optional<TensorType> find(const std::string &name) const override {
     CheckpointTensor tensor = checkpoint_.find(name);
@@ -31,8 +28,7 @@ public:
     return TensorType{tensor.info->dtype, tensor.info->shape};
   }
 
-  ByteView read(const std::string &name,
-                std::vector<uint8_t> &) const override {
+  ByteView read(const std::string &name, std::vector<uint8_t> &) const override {
     return checkpoint_.find(name).bytes;
   }
 
@@ -42,7 +38,8 @@ public:
       return std::nullopt;
     const std::vector<SafetensorsFile> &files = checkpoint_.files();
     const size_t file = static_cast<size_t>(tensor.file - files.data());
-    return std::make_pair(file, static_cast<uint64_t>(reinterpret_cast<uintptr_t>(tensor.bytes.data)));
+    return std::make_pair(file,
+                          static_cast<uint64_t>(reinterpret_cast<uintptr_t>(tensor.bytes.data)));
   }
 
 private:
@@ -70,8 +67,7 @@ public:
     return TensorType{it->second.dtype, it->second.shape};
   }
 
-  ByteView read(const std::string &name,
-                std::vector<uint8_t> &scratch) const override {
+  ByteView read(const std::string &name, std::vector<uint8_t> &scratch) const override {
     const TensorSpec &spec = specs_.at(name);
     int64_t bytes = dtypeSize(spec.dtype);
     for (int64_t size : spec.shape)
@@ -92,15 +88,12 @@ private:
 };
 
 uint64_t parseSeed(const std::string &text) {
-  if (text.empty() || text.size() > 20 ||
-      text.find_first_not_of("0123456789") != std::string::npos)
-    throw RuntimeError("synthetic weights: seed '" + text +
-                       "' is not a decimal number");
+  if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos)
+    throw RuntimeError("synthetic weights: seed '" + text + "' is not a decimal number");
   try {
     return std::stoull(text);
   } catch (const std::out_of_range &) {
-    throw RuntimeError("synthetic weights: seed '" + text +
-                       "' does not fit in 64 bits");
+    throw RuntimeError("synthetic weights: seed '" + text + "' does not fit in 64 bits");
   }
 }
 
@@ -114,15 +107,14 @@ std::unique_ptr<WeightSource> openCheckpointWeights(const std::string &dir) {
   }
 }
 
-std::unique_ptr<WeightSource>
-makeSyntheticWeights(const muse_spark::Config &config,
-                     muse_spark::WeightFormat format, uint64_t seed) {
+std::unique_ptr<WeightSource> makeSyntheticWeights(const muse_spark::Config &config,
+                                                   muse_spark::WeightFormat format, uint64_t seed) {
   return std::make_unique<SyntheticWeights>(config, format, seed);
 }
 
-std::unique_ptr<WeightSource>
-openWeightSource(const std::string &spec, const std::string &configJson,
-                 const std::string &weightFormat) {
+std::unique_ptr<WeightSource> openWeightSource(const std::string &spec,
+                                               const std::string &configJson,
+                                               const std::string &weightFormat) {
   const std::string prefix = "synthetic:";
   if (spec.compare(0, prefix.size(), prefix) != 0)
     return openCheckpointWeights(spec);
@@ -133,12 +125,11 @@ openWeightSource(const std::string &spec, const std::string &configJson,
   else if (weightFormat == "nvfp4")
     format = WeightFormat::NVFP4;
   else
-    throw RuntimeError("synthetic weights: unknown weight format '" +
-                       weightFormat + "' (expected bf16 or nvfp4)");
+    throw RuntimeError("synthetic weights: unknown weight format '" + weightFormat +
+                       "' (expected bf16 or nvfp4)");
   try {
     return makeSyntheticWeights(
-        muse_spark::parseConfig(configJson, "the artifact's model.config_json"),
-        format, seed);
+        muse_spark::parseConfig(configJson, "the artifact's model.config_json"), format, seed);
   } catch (const muse_spark::ConfigError &error) {
     throw RuntimeError(error.what());
   }

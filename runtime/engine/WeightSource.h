@@ -30,8 +30,7 @@ public:
   // The bytes of a tensor find() knows: either a view of storage that lives
   // as long as the source, or `scratch` after filling it. Safe to call from
   // several threads at once (each with its own scratch).
-  virtual ByteView read(const std::string &name,
-                        std::vector<uint8_t> &scratch) const = 0;
+  virtual ByteView read(const std::string &name, std::vector<uint8_t> &scratch) const = 0;
   // Where a tensor's bytes lie in the source's storage, as an order: (file,
   // position in it). Binding in this order reads a checkpoint shard by
   // shard, front to back; none for sources without files.
@@ -45,9 +44,8 @@ std::unique_ptr<WeightSource> openCheckpointWeights(const std::string &dir);
 
 // Tensors of checkpointManifest(config, format), generated with
 // synthesizeTensor.
-std::unique_ptr<WeightSource>
-makeSyntheticWeights(const muse_spark::Config &config,
-                     muse_spark::WeightFormat format, uint64_t seed);
+std::unique_ptr<WeightSource> makeSyntheticWeights(const muse_spark::Config &config,
+                                                   muse_spark::WeightFormat format, uint64_t seed);
 
 // `synthetic:SEED` (SEED a decimal u64) or a checkpoint directory. For
 // synthetic weights, the config and format ("bf16", "nvfp4") are the

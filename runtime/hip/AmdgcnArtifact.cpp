@@ -41,8 +41,7 @@ char deviceMode(std::string_view gcnArchName, std::string_view mode) {
   size_t at = 0;
   while ((at = gcnArchName.find(':', at)) != std::string_view::npos) {
     ++at;
-    const std::string_view field =
-        gcnArchName.substr(at, gcnArchName.find(':', at) - at);
+    const std::string_view field = gcnArchName.substr(at, gcnArchName.find(':', at) - at);
     if (field.size() == mode.size() + 1 && field.substr(0, mode.size()) == mode)
       return field.back();
   }
@@ -58,8 +57,7 @@ bool isKnownAmdgcnChip(std::string_view chip) {
   return false;
 }
 
-std::string amdgcnChipSupport(const fb::Target &target,
-                              std::string_view gcnArchName) {
+std::string amdgcnChipSupport(const fb::Target &target, std::string_view gcnArchName) {
   const std::string chip = target.chip() ? target.chip()->str() : "";
   const std::string_view arch = gcnArchName.substr(0, gcnArchName.find(':'));
   if (arch != chip)
@@ -74,8 +72,8 @@ std::string amdgcnChipSupport(const fb::Target &target,
         continue;
       const char wanted = text.front();
       if (deviceMode(gcnArchName, mode) != wanted)
-        return "its code needs " + std::string(mode) + wanted + " (feature " +
-               std::string(text) + ")";
+        return "its code needs " + std::string(mode) + wanted + " (feature " + std::string(text) +
+               ")";
     }
   return "";
 }

@@ -17,8 +17,7 @@ bool isKnownAmdgcnChip(std::string_view chip);
 // cannot run code for `target` (its chip and its xnack / sramecc features),
 // or "" when it can: "gfx950 code runs only on gfx950 devices", "its code
 // needs xnack+ (feature +xnack)".
-std::string amdgcnChipSupport(const artifact::Target &target,
-                              std::string_view gcnArchName);
+std::string amdgcnChipSupport(const artifact::Target &target, std::string_view gcnArchName);
 
 // Refuses an amdgcn artifact (RuntimeError, "<source>: artifact is for amdgcn
 // gfx950, but ...") whose chip or features this runtime does not know, or

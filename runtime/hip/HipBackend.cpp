@@ -22,8 +22,7 @@ constexpr uint64_t kMaxWorkItemsX = std::numeric_limits<uint32_t>::max();
 
 std::string gibibytes(uint64_t bytes) {
   char text[32];
-  std::snprintf(text, sizeof text, "%.1f GiB",
-                static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
   return text;
 }
 
@@ -61,50 +60,44 @@ std::string oneLine(const std::string &log) {
 
 HipLaunch::HipLaunch(hipFunction_t kernel, unsigned threads, std::string step,
                      const LaunchSpec &spec)
-    : function(kernel), block(threads), sharedBytes(spec.sharedBytes),
-      where(std::move(step)), params(spec.ranks, spec.scalarKinds.size()) {}
+    : function(kernel), block(threads), sharedBytes(spec.sharedBytes), where(std::move(step)),
+      params(spec.ranks, spec.scalarKinds.size()) {}
 
 void **HipLaunch::arguments(const LaunchCall &call) {
   params.pack(call.buffers, call.scalars);
   return params.pointers();
 }
 
-std::unique_ptr<HipBackend> HipBackend::create(const Artifact &artifact,
-                                               int ordinal,
+std::unique_ptr<HipBackend> HipBackend::create(const Artifact &artifact, int ordinal,
                                                const std::string &library) {
   checkAmdgcnArtifact(artifact);
   const fb::Target &target = *artifact->target();
-  const std::string forTarget =
-      ": this artifact is for " + describeTarget(target);
+  const std::string forTarget = ": this artifact is for " + describeTarget(target);
   std::shared_ptr<const HipDriver> driver;
   try {
-    driver = library == HipDriver::kLibrary ? HipDriver::system()
-                                            : HipDriver::load(library);
+    driver = library == HipDriver::kLibrary ? HipDriver::system() : HipDriver::load(library);
   } catch (const HipUnavailable &error) {
     throw RuntimeError(artifact.source() + ": " + error.what() + forTarget);
   }
   const int count = driver->deviceCount();
   if (ordinal < 0 || ordinal >= count)
-    throw RuntimeError(artifact.source() + ": no AMD GPU " +
-                       std::to_string(ordinal) + " (this machine has " +
-                       std::to_string(count) + ", 0.." +
+    throw RuntimeError(artifact.source() + ": no AMD GPU " + std::to_string(ordinal) +
+                       " (this machine has " + std::to_string(count) + ", 0.." +
                        std::to_string(count - 1) + ")" + forTarget);
 
-  std::unique_ptr<HipBackend> backend(
-      new HipBackend(std::move(driver), artifact.source()));
+  std::unique_ptr<HipBackend> backend(new HipBackend(std::move(driver), artifact.source()));
   backend->openDevice(ordinal);
   const DeviceInfo &device = backend->device_;
   checkTarget(artifact, fb::TargetKind::AMDGCN, [&](const fb::Target &t) {
     const std::string reason = amdgcnChipSupport(t, device.gcnArchName);
     if (reason.empty())
       return reason;
-    return "device " + std::to_string(device.ordinal) + " (" + device.name +
-           ") is " + device.gcnArchName + "; " + reason;
+    return "device " + std::to_string(device.ordinal) + " (" + device.name + ") is " +
+           device.gcnArchName + "; " + reason;
   });
-  backend->check(backend->driver_->api().hipStreamCreateWithFlags(
-                     &backend->stream_, kStreamNonBlocking),
-                 "hipStreamCreateWithFlags",
-                 "AMD GPU " + std::to_string(ordinal));
+  backend->check(
+      backend->driver_->api().hipStreamCreateWithFlags(&backend->stream_, kStreamNonBlocking),
+      "hipStreamCreateWithFlags", "AMD GPU " + std::to_string(ordinal));
   return backend;
 }
 
@@ -114,34 +107,30 @@ void HipBackend::openDevice(int ordinal) {
   device_.ordinal = ordinal;
   check(api.hipSetDevice(ordinal), "hipSetDevice", context);
   DeviceProperties properties;
-  check(driver_->properties(ordinal, properties), "hipGetDeviceProperties",
-        context);
+  check(driver_->properties(ordinal, properties), "hipGetDeviceProperties", context);
   device_.name = text(properties.name, sizeof properties.name);
   if (device_.name.empty())
     device_.name = "AMD GPU";
-  device_.gcnArchName =
-      text(properties.gcnArchName, sizeof properties.gcnArchName);
+  device_.gcnArchName = text(properties.gcnArchName, sizeof properties.gcnArchName);
   // A runtime whose hipDeviceProp_t is not HIP 5's would leave something
   // else here; refuse rather than compare the chip against it.
   if (device_.gcnArchName.rfind("gfx", 0) != 0 ||
       device_.gcnArchName.size() == sizeof properties.gcnArchName)
-    throw RuntimeError(
-        source_ + ": " + context +
-        ": hipGetDeviceProperties gave no gfx architecture name (this "
-        "runtime reads HIP 5's hipDeviceProp_t, which the HIP runtime " +
-        driver_->versionText() + " (" + driver_->library() +
-        ") does not seem to keep)");
+    throw RuntimeError(source_ + ": " + context +
+                       ": hipGetDeviceProperties gave no gfx architecture name (this "
+                       "runtime reads HIP 5's hipDeviceProp_t, which the HIP runtime " +
+                       driver_->versionText() + " (" + driver_->library() +
+                       ") does not seem to keep)");
   device_.memoryBytes = properties.totalGlobalMem;
   device_.computeUnits = properties.multiProcessorCount;
   auto attribute = [&](int which, const char *what) {
     int value = 0;
-    check(api.hipDeviceGetAttribute(&value, which, ordinal),
-          "hipDeviceGetAttribute", context + ": " + what);
+    check(api.hipDeviceGetAttribute(&value, which, ordinal), "hipDeviceGetAttribute",
+          context + ": " + what);
     return value;
   };
   device_.sharedBytesPerBlock = properties.sharedMemPerBlock;
-  device_.maxThreadsPerBlock =
-      attribute(kAttrMaxThreadsPerBlock, "max threads per block");
+  device_.maxThreadsPerBlock = attribute(kAttrMaxThreadsPerBlock, "max threads per block");
   device_.maxGridX = attribute(kAttrMaxGridDimX, "max grid size");
   device_.warpSize = attribute(kAttrWarpSize, "wavefront size");
 }
@@ -159,9 +148,8 @@ HipBackend::~HipBackend() {
 }
 
 std::string HipBackend::description() const {
-  return device_.name + " (" + device_.gcnArchName + ", " +
-         std::to_string(device_.computeUnits) + " compute units, " +
-         gibibytes(device_.memoryBytes) + ", device " +
+  return device_.name + " (" + device_.gcnArchName + ", " + std::to_string(device_.computeUnits) +
+         " compute units, " + gibibytes(device_.memoryBytes) + ", device " +
          std::to_string(device_.ordinal) + ")";
 }
 
@@ -171,8 +159,7 @@ void HipBackend::enter() {
   check(driver_->api().hipSetDevice(device_.ordinal), "hipSetDevice");
 }
 
-void HipBackend::check(hipError_t result, std::string_view call,
-                       const std::string &context) {
+void HipBackend::check(hipError_t result, std::string_view call, const std::string &context) {
   if (result == kSuccess)
     return;
   try {
@@ -189,12 +176,10 @@ DeviceAddress HipBackend::allocate(uint64_t bytes, const std::string &what) {
     return 0;
   enter();
   void *address = nullptr;
-  check(driver_->api().hipMalloc(&address, static_cast<size_t>(bytes)),
-        "hipMalloc",
-        source_ + ": " + what + " (" + std::to_string(bytes) + " bytes on " +
-            device_.name + ", device " + std::to_string(device_.ordinal) + ")");
-  const auto result =
-      static_cast<DeviceAddress>(reinterpret_cast<uintptr_t>(address));
+  check(driver_->api().hipMalloc(&address, static_cast<size_t>(bytes)), "hipMalloc",
+        source_ + ": " + what + " (" + std::to_string(bytes) + " bytes on " + device_.name +
+            ", device " + std::to_string(device_.ordinal) + ")");
+  const auto result = static_cast<DeviceAddress>(reinterpret_cast<uintptr_t>(address));
   fill(result, 0, bytes);
   return result;
 }
@@ -214,8 +199,8 @@ void HipBackend::upload(DeviceAddress to, const void *from, uint64_t bytes) {
     throw std::logic_error("an upload cannot be recorded");
   enter();
   const HipApi &api = driver_->api();
-  check(api.hipMemcpyAsync(pointer(to), from, static_cast<size_t>(bytes),
-                           kMemcpyHostToDevice, stream_),
+  check(api.hipMemcpyAsync(pointer(to), from, static_cast<size_t>(bytes), kMemcpyHostToDevice,
+                           stream_),
         "hipMemcpyAsync (host to device)", source_);
   check(api.hipStreamSynchronize(stream_), "hipStreamSynchronize",
         source_ + ": uploading " + std::to_string(bytes) + " bytes");
@@ -226,8 +211,8 @@ void HipBackend::download(void *to, DeviceAddress from, uint64_t bytes) {
   if (bytes == 0)
     return;
   const HipApi &api = driver_->api();
-  check(api.hipMemcpyAsync(to, pointer(from), static_cast<size_t>(bytes),
-                           kMemcpyDeviceToHost, stream_),
+  check(api.hipMemcpyAsync(to, pointer(from), static_cast<size_t>(bytes), kMemcpyDeviceToHost,
+                           stream_),
         "hipMemcpyAsync (device to host)", source_);
   check(api.hipStreamSynchronize(stream_), "hipStreamSynchronize",
         source_ + ": downloading " + std::to_string(bytes) + " bytes");
@@ -237,8 +222,7 @@ void HipBackend::fill(DeviceAddress to, uint8_t value, uint64_t bytes) {
   if (bytes == 0)
     return;
   enter();
-  check(driver_->api().hipMemsetAsync(pointer(to), value,
-                                      static_cast<size_t>(bytes), stream_),
+  check(driver_->api().hipMemsetAsync(pointer(to), value, static_cast<size_t>(bytes), stream_),
         "hipMemsetAsync", source_);
 }
 
@@ -246,8 +230,7 @@ void HipBackend::copy(DeviceAddress to, DeviceAddress from, uint64_t bytes) {
   if (bytes == 0)
     return;
   enter();
-  check(driver_->api().hipMemcpyAsync(pointer(to), pointer(from),
-                                      static_cast<size_t>(bytes),
+  check(driver_->api().hipMemcpyAsync(pointer(to), pointer(from), static_cast<size_t>(bytes),
                                       kMemcpyDeviceToDevice, stream_),
         "hipMemcpyAsync (device to device)", source_);
 }
@@ -263,15 +246,13 @@ void HipBackend::loadKernels(const Artifact &artifact) {
   if (loaded != kSuccess) {
     module_ = nullptr;
     check(loaded, "hipModuleLoadData",
-          source_ + ": loading the code object for " +
-              describeTarget(*artifact->target()) + " on " + device_.name +
-              " (" + device_.gcnArchName + ")");
+          source_ + ": loading the code object for " + describeTarget(*artifact->target()) +
+              " on " + device_.name + " (" + device_.gcnArchName + ")");
   }
   for (const fb::Kernel *kernel : *artifact->kernels()) {
     hipFunction_t function = nullptr;
     const std::string name = kernel->name()->str();
-    check(api.hipModuleGetFunction(&function, module_, name.c_str()),
-          "hipModuleGetFunction",
+    check(api.hipModuleGetFunction(&function, module_, name.c_str()), "hipModuleGetFunction",
           source_ + ": kernel '" + name + "' (not in the code object?)");
     functions_.push_back(function);
   }
@@ -283,22 +264,17 @@ std::unique_ptr<PreparedLaunch> HipBackend::prepare(const LaunchSpec &spec) {
   for (fb::ScalarKind kind : spec.scalarKinds)
     if (kind == fb::ScalarKind::Part || kind == fb::ScalarKind::Parts)
       throw RuntimeError(where + ": GPU launches take no Part or Parts scalar");
-  if (!spec.tensorMaps.empty() ||
-      std::find(spec.scalarKinds.begin(), spec.scalarKinds.end(), fb::ScalarKind::TensorMap) !=
-          spec.scalarKinds.end())
+  if (!spec.tensorMaps.empty() || std::find(spec.scalarKinds.begin(), spec.scalarKinds.end(),
+                                            fb::ScalarKind::TensorMap) != spec.scalarKinds.end())
     throw RuntimeError(where + ": TensorMap scalars are CUDA tensor maps, for nvptx artifacts; "
                                "AMD GPUs have none");
   const hipFunction_t function = functions_.at(spec.kernel);
-  const std::string onDevice =
-      device_.name + ", device " + std::to_string(device_.ordinal);
-  if (spec.block < 1 ||
-      spec.block > static_cast<uint32_t>(device_.maxThreadsPerBlock))
-    throw RuntimeError(where + ": a block of " + std::to_string(spec.block) +
-                       " threads; " + onDevice + " allows 1.." +
-                       std::to_string(device_.maxThreadsPerBlock));
+  const std::string onDevice = device_.name + ", device " + std::to_string(device_.ordinal);
+  if (spec.block < 1 || spec.block > static_cast<uint32_t>(device_.maxThreadsPerBlock))
+    throw RuntimeError(where + ": a block of " + std::to_string(spec.block) + " threads; " +
+                       onDevice + " allows 1.." + std::to_string(device_.maxThreadsPerBlock));
   int kernelMax = 0;
-  check(driver_->api().hipFuncGetAttribute(
-            &kernelMax, kFuncAttrMaxThreadsPerBlock, function),
+  check(driver_->api().hipFuncGetAttribute(&kernelMax, kFuncAttrMaxThreadsPerBlock, function),
         "hipFuncGetAttribute", where);
   if (spec.block > static_cast<uint32_t>(kernelMax))
     throw RuntimeError(where + ": a block of " + std::to_string(spec.block) +
@@ -307,15 +283,15 @@ std::unique_ptr<PreparedLaunch> HipBackend::prepare(const LaunchSpec &spec) {
                        " (its amdgpu-flat-work-group-size)");
   if (spec.maxGrid > device_.maxGridX)
     throw RuntimeError(where + ": a grid of " + std::to_string(spec.maxGrid) +
-                       " blocks at max_tokens; " + onDevice +
-                       " allows at most " + std::to_string(device_.maxGridX));
+                       " blocks at max_tokens; " + onDevice + " allows at most " +
+                       std::to_string(device_.maxGridX));
   if (spec.sharedBytes > device_.sharedBytesPerBlock)
     throw RuntimeError(where + ": " + std::to_string(spec.sharedBytes) +
                        " bytes of dynamic shared memory (LDS); " + onDevice +
                        " gives a block at most " + std::to_string(device_.sharedBytesPerBlock));
   if (static_cast<uint64_t>(spec.maxGrid) * spec.block > kMaxWorkItemsX)
-    throw RuntimeError(where + ": a grid of " + std::to_string(spec.maxGrid) +
-                       " blocks of " + std::to_string(spec.block) +
+    throw RuntimeError(where + ": a grid of " + std::to_string(spec.maxGrid) + " blocks of " +
+                       std::to_string(spec.block) +
                        " threads at max_tokens; HIP launches at most " +
                        std::to_string(kMaxWorkItemsX) + " threads along x");
   return std::make_unique<HipLaunch>(function, spec.block, spec.where, spec);
@@ -326,14 +302,13 @@ void HipBackend::launch(PreparedLaunch &prepared, const LaunchCall &call) {
   enter();
   void **arguments = launch.arguments(call);
   const auto grid = static_cast<unsigned>(call.grid);
-  check(driver_->api().hipModuleLaunchKernel(launch.function, grid, 1, 1,
-                                             launch.block, 1, 1, launch.sharedBytes,
-                                             stream_, arguments, nullptr),
+  check(driver_->api().hipModuleLaunchKernel(launch.function, grid, 1, 1, launch.block, 1, 1,
+                                             launch.sharedBytes, stream_, arguments, nullptr),
         "hipModuleLaunchKernel", source_ + ": " + launch.where);
   if (capture_)
-    capture_->push_back(CapturedLaunch{&prepared, capturedNode(),
-                                       launch.function, grid, launch.block,
-                                       launch.sharedBytes, launch.where, launch.params});
+    capture_->push_back(CapturedLaunch{&prepared, capturedNode(), launch.function, grid,
+                                       launch.block, launch.sharedBytes, launch.where,
+                                       launch.params});
 }
 
 hipGraphNode_t HipBackend::capturedNode() {
@@ -342,8 +317,8 @@ hipGraphNode_t HipBackend::capturedNode() {
   hipGraph_t graph = nullptr;
   const hipGraphNode_t *dependencies = nullptr;
   size_t count = 0;
-  check(driver_->api().hipStreamGetCaptureInfo_v2(stream_, &status, &id, &graph,
-                                                  &dependencies, &count),
+  check(driver_->api().hipStreamGetCaptureInfo_v2(stream_, &status, &id, &graph, &dependencies,
+                                                  &count),
         "hipStreamGetCaptureInfo_v2", source_);
   // In a stream's capture the last operation is the one node that the next
   // depends on.
@@ -361,13 +336,12 @@ void HipBackend::synchronize() {
 
 bool HipBackend::canRecord() const { return !launchBlocking(); }
 
-std::unique_ptr<Recording>
-HipBackend::record(const std::function<void()> &steps) {
+std::unique_ptr<Recording> HipBackend::record(const std::function<void()> &steps) {
   enter();
   const HipApi &api = driver_->api();
   const std::string context = source_ + ": recording the decode step";
-  check(api.hipStreamBeginCapture(stream_, kCaptureModeThreadLocal),
-        "hipStreamBeginCapture", context);
+  check(api.hipStreamBeginCapture(stream_, kCaptureModeThreadLocal), "hipStreamBeginCapture",
+        context);
   std::vector<CapturedLaunch> launches;
   capture_ = &launches;
   try {
@@ -382,8 +356,7 @@ HipBackend::record(const std::function<void()> &steps) {
   }
   capture_ = nullptr;
   hipGraph_t graph = nullptr;
-  check(api.hipStreamEndCapture(stream_, &graph), "hipStreamEndCapture",
-        context);
+  check(api.hipStreamEndCapture(stream_, &graph), "hipStreamEndCapture", context);
   hipGraphExec_t exec = nullptr;
   hipGraphNode_t failed = nullptr;
   char log[1024] = {};

@@ -42,9 +42,8 @@ namespace kiln {
 // is for amdgcn gfx950, which this machine cannot run: device 0 (AMD Instinct
 // MI300X) is gfx942:sramecc+:xnack-; gfx950 code runs only on gfx950
 // devices".
-std::unique_ptr<Backend>
-createHipBackend(const Artifact &artifact, int device,
-                 const std::string &library = hip::HipDriver::kLibrary);
+std::unique_ptr<Backend> createHipBackend(const Artifact &artifact, int device,
+                                          const std::string &library = hip::HipDriver::kLibrary);
 
 namespace hip {
 
@@ -68,8 +67,7 @@ struct DeviceInfo {
 // cuda::KernelParams.
 class HipLaunch final : public PreparedLaunch {
 public:
-  HipLaunch(hipFunction_t kernel, unsigned threads, std::string step,
-            const LaunchSpec &spec);
+  HipLaunch(hipFunction_t kernel, unsigned threads, std::string step, const LaunchSpec &spec);
 
   // Packs `call`'s arguments and returns the kernelParams array
   // hipModuleLaunchKernel takes: one pointer per parameter, to its 8 bytes.
@@ -85,9 +83,8 @@ public:
 
 class HipBackend final : public Backend {
 public:
-  static std::unique_ptr<HipBackend>
-  create(const Artifact &artifact, int device,
-         const std::string &library = HipDriver::kLibrary);
+  static std::unique_ptr<HipBackend> create(const Artifact &artifact, int device,
+                                            const std::string &library = HipDriver::kLibrary);
   ~HipBackend() override;
 
   std::string description() const override;
@@ -107,8 +104,7 @@ public:
   void synchronize() override;
 
   bool canRecord() const override;
-  std::unique_ptr<Recording>
-  record(const std::function<void()> &steps) override;
+  std::unique_ptr<Recording> record(const std::function<void()> &steps) override;
 
   const DeviceInfo &device() const { return device_; }
   const HipDriver &driver() const { return *driver_; }
@@ -119,8 +115,7 @@ public:
   void enter();
   // Throws "<context>: <call>: <error>" unless `result` is success, and
   // stops the backend: every later call refuses.
-  void check(hipError_t result, std::string_view call,
-             const std::string &context = std::string());
+  void check(hipError_t result, std::string_view call, const std::string &context = std::string());
 
 private:
   HipBackend(std::shared_ptr<const HipDriver> driver, std::string source)

@@ -40,8 +40,7 @@ constexpr NamedError kKnownErrors[] = {
     {999, "hipErrorUnknown"},
 };
 
-template <typename Fn>
-bool resolve(void *handle, Fn &slot, const char *symbol) {
+template <typename Fn> bool resolve(void *handle, Fn &slot, const char *symbol) {
   void *address = ::dlsym(handle, symbol);
   slot = reinterpret_cast<Fn>(address);
   return address != nullptr;
@@ -132,26 +131,22 @@ std::shared_ptr<const HipDriver> HipDriver::load(const std::string &library) {
 
   const hipError_t init = api.hipInit(0);
   if (isNoDevice(init))
-    throw HipUnavailable("no AMD GPU (" + library +
-                         ": hipInit: " + driver->describe(init) + ")");
+    throw HipUnavailable("no AMD GPU (" + library + ": hipInit: " + driver->describe(init) + ")");
   if (init != kSuccess)
-    throw HipUnavailable(
-        "the HIP runtime (" + library +
-        ") does not start (hipInit: " + driver->describe(init) + ")");
+    throw HipUnavailable("the HIP runtime (" + library +
+                         ") does not start (hipInit: " + driver->describe(init) + ")");
   if (api.hipRuntimeGetVersion(&driver->version_) != kSuccess)
     driver->version_ = 0;
   const std::string version = driver->versionText();
-  const std::string named = "the HIP runtime" +
-                            (version.empty() ? "" : " " + version) + " (" +
-                            library + ")";
+  const std::string named =
+      "the HIP runtime" + (version.empty() ? "" : " " + version) + " (" + library + ")";
   int count = 0;
   const hipError_t counted = api.hipGetDeviceCount(&count);
   if (isNoDevice(counted) || (counted == kSuccess && count < 1))
-    throw HipUnavailable("no AMD GPU (" + library +
-                         ": hipGetDeviceCount found none)");
+    throw HipUnavailable("no AMD GPU (" + library + ": hipGetDeviceCount found none)");
   if (counted != kSuccess)
-    throw HipUnavailable(named + " does not start (hipGetDeviceCount: " +
-                         driver->describe(counted) + ")");
+    throw HipUnavailable(named +
+                         " does not start (hipGetDeviceCount: " + driver->describe(counted) + ")");
   driver->deviceCount_ = count;
   return driver;
 }
@@ -159,32 +154,26 @@ std::shared_ptr<const HipDriver> HipDriver::load(const std::string &library) {
 std::string HipDriver::versionText() const {
   if (version_ <= 0)
     return std::string();
-  return std::to_string(version_ / 10000000) + "." +
-         std::to_string(version_ / 100000 % 100);
+  return std::to_string(version_ / 10000000) + "." + std::to_string(version_ / 100000 % 100);
 }
 
 std::string HipDriver::describe(hipError_t result) const {
-  const char *name =
-      api_.hipGetErrorName ? api_.hipGetErrorName(result) : nullptr;
-  std::string description =
-      name && *name ? std::string(name) : knownHipErrorName(result);
-  const char *text =
-      api_.hipGetErrorString ? api_.hipGetErrorString(result) : nullptr;
+  const char *name = api_.hipGetErrorName ? api_.hipGetErrorName(result) : nullptr;
+  std::string description = name && *name ? std::string(name) : knownHipErrorName(result);
+  const char *text = api_.hipGetErrorString ? api_.hipGetErrorString(result) : nullptr;
   if (text && *text && description != text)
     description += std::string(": ") + text;
   return description;
 }
 
-void HipDriver::check(hipError_t result, std::string_view call,
-                      const std::string &context) const {
+void HipDriver::check(hipError_t result, std::string_view call, const std::string &context) const {
   if (result == kSuccess)
     return;
-  throw RuntimeError((context.empty() ? std::string() : context + ": ") +
-                     std::string(call) + ": " + describe(result));
+  throw RuntimeError((context.empty() ? std::string() : context + ": ") + std::string(call) + ": " +
+                     describe(result));
 }
 
-hipError_t HipDriver::properties(int ordinal,
-                                 DeviceProperties &properties) const {
+hipError_t HipDriver::properties(int ordinal, DeviceProperties &properties) const {
   std::vector<unsigned char> buffer(kDevicePropertiesBytes, 0);
   const hipError_t result = api_.hipGetDeviceProperties(buffer.data(), ordinal);
   if (result == kSuccess)

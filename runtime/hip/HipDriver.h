@@ -124,39 +124,30 @@ struct HipApi {
   hipError_t (*hipGetDeviceProperties)(void *properties, int ordinal);
   hipError_t (*hipDeviceGetAttribute)(int *value, int attribute, int ordinal);
   hipError_t (*hipModuleLoadData)(hipModule_t *module, const void *image);
-  hipError_t (*hipModuleGetFunction)(hipFunction_t *function,
-                                     hipModule_t module, const char *name);
+  hipError_t (*hipModuleGetFunction)(hipFunction_t *function, hipModule_t module, const char *name);
   hipError_t (*hipModuleUnload)(hipModule_t module);
-  hipError_t (*hipFuncGetAttribute)(int *value, int attribute,
-                                    hipFunction_t function);
+  hipError_t (*hipFuncGetAttribute)(int *value, int attribute, hipFunction_t function);
   hipError_t (*hipMalloc)(void **address, size_t bytes);
   hipError_t (*hipFree)(void *address);
-  hipError_t (*hipMemcpyAsync)(void *to, const void *from, size_t bytes,
-                               int kind, hipStream_t stream);
-  hipError_t (*hipMemsetAsync)(void *to, int value, size_t bytes,
+  hipError_t (*hipMemcpyAsync)(void *to, const void *from, size_t bytes, int kind,
                                hipStream_t stream);
-  hipError_t (*hipModuleLaunchKernel)(hipFunction_t function, unsigned gridX,
-                                      unsigned gridY, unsigned gridZ,
-                                      unsigned blockX, unsigned blockY,
-                                      unsigned blockZ, unsigned sharedMemBytes,
-                                      hipStream_t stream, void **kernelParams,
-                                      void **extra);
+  hipError_t (*hipMemsetAsync)(void *to, int value, size_t bytes, hipStream_t stream);
+  hipError_t (*hipModuleLaunchKernel)(hipFunction_t function, unsigned gridX, unsigned gridY,
+                                      unsigned gridZ, unsigned blockX, unsigned blockY,
+                                      unsigned blockZ, unsigned sharedMemBytes, hipStream_t stream,
+                                      void **kernelParams, void **extra);
   hipError_t (*hipStreamCreateWithFlags)(hipStream_t *stream, unsigned flags);
   hipError_t (*hipStreamDestroy)(hipStream_t stream);
   hipError_t (*hipStreamSynchronize)(hipStream_t stream);
   hipError_t (*hipStreamBeginCapture)(hipStream_t stream, int mode);
   hipError_t (*hipStreamEndCapture)(hipStream_t stream, hipGraph_t *graph);
-  hipError_t (*hipStreamGetCaptureInfo_v2)(hipStream_t stream, int *status,
-                                           unsigned long long *id,
-                                           hipGraph_t *graph,
-                                           const hipGraphNode_t **dependencies,
+  hipError_t (*hipStreamGetCaptureInfo_v2)(hipStream_t stream, int *status, unsigned long long *id,
+                                           hipGraph_t *graph, const hipGraphNode_t **dependencies,
                                            size_t *numDependencies);
   hipError_t (*hipGraphInstantiate)(hipGraphExec_t *exec, hipGraph_t graph,
-                                    hipGraphNode_t *errorNode, char *log,
-                                    size_t logBytes);
+                                    hipGraphNode_t *errorNode, char *log, size_t logBytes);
   hipError_t (*hipGraphLaunch)(hipGraphExec_t exec, hipStream_t stream);
-  hipError_t (*hipGraphExecKernelNodeSetParams)(hipGraphExec_t exec,
-                                                hipGraphNode_t node,
+  hipError_t (*hipGraphExecKernelNodeSetParams)(hipGraphExec_t exec, hipGraphNode_t node,
                                                 const KernelNodeParams *params);
   hipError_t (*hipGraphExecDestroy)(hipGraphExec_t exec);
   hipError_t (*hipGraphDestroy)(hipGraph_t graph);

@@ -6,8 +6,7 @@ namespace kiln::hip {
 
 HipGraph::HipGraph(HipBackend &backend, hipGraph_t graph, hipGraphExec_t exec,
                    std::vector<CapturedLaunch> launches)
-    : backend_(backend), graph_(graph), exec_(exec),
-      launches_(std::move(launches)) {
+    : backend_(backend), graph_(graph), exec_(exec), launches_(std::move(launches)) {
   // A launch runs once per call: one node each.
   for (size_t i = 0; i < launches_.size(); ++i)
     byLaunch_.emplace(launches_[i].launch, i);
@@ -42,18 +41,17 @@ void HipGraph::update(PreparedLaunch &launch, const LaunchCall &call) {
   params.blockDim.x = captured.block;
   params.sharedMemBytes = captured.sharedBytes;
   params.kernelParams = captured.params.pointers();
-  backend_.check(backend_.driver().api().hipGraphExecKernelNodeSetParams(
-                     exec_, captured.node, &params),
-                 "hipGraphExecKernelNodeSetParams", captured.where);
+  backend_.check(
+      backend_.driver().api().hipGraphExecKernelNodeSetParams(exec_, captured.node, &params),
+      "hipGraphExecKernelNodeSetParams", captured.where);
   captured.grid = grid;
   ++updates_;
 }
 
 void HipGraph::replay() {
   backend_.enter();
-  backend_.check(
-      backend_.driver().api().hipGraphLaunch(exec_, backend_.stream()),
-      "hipGraphLaunch", "replaying the recorded decode step");
+  backend_.check(backend_.driver().api().hipGraphLaunch(exec_, backend_.stream()), "hipGraphLaunch",
+                 "replaying the recorded decode step");
 }
 
 } // namespace kiln::hip

@@ -23,7 +23,7 @@ struct CapturedLaunch {
   hipFunction_t function = nullptr;
   unsigned grid = 1, block = 1;
   unsigned sharedBytes = 0; // dynamic LDS
-  std::string where; // for errors: the step, kernel and op
+  std::string where;        // for errors: the step, kernel and op
   cuda::KernelParams params;
 };
 

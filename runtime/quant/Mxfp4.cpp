@@ -22,12 +22,10 @@ constexpr float kE2m1Max = 6.0f;
 
 void checkShape(int64_t rows, int64_t cols, const char *what) {
   if (rows < 0 || cols < 0)
-    throw std::invalid_argument(std::string(what) + ": negative shape [" +
-                                std::to_string(rows) + ", " +
-                                std::to_string(cols) + "]");
+    throw std::invalid_argument(std::string(what) + ": negative shape [" + std::to_string(rows) +
+                                ", " + std::to_string(cols) + "]");
   if (cols % kBlock != 0)
-    throw std::invalid_argument(std::string(what) + ": cols = " +
-                                std::to_string(cols) +
+    throw std::invalid_argument(std::string(what) + ": cols = " + std::to_string(cols) +
                                 " is not a multiple of 32");
 }
 
@@ -51,8 +49,7 @@ Mxfp4Matrix quantizeMxfp4(const float *values, int64_t rows, int64_t cols) {
       for (int64_t i = 0; i < kBlock; ++i) {
         const float a = std::fabs(block[i]);
         if (!std::isfinite(a))
-          throw std::invalid_argument("quantizeMxfp4: element " +
-                                      std::to_string(start + i) +
+          throw std::invalid_argument("quantizeMxfp4: element " + std::to_string(start + i) +
                                       " is not finite");
         amax = std::max(amax, a);
       }
@@ -74,8 +71,8 @@ Mxfp4Matrix quantizeMxfp4(const float *values, int64_t rows, int64_t cols) {
   return result;
 }
 
-void dequantizeMxfp4(const uint8_t *packed, const uint8_t *scales, int64_t rows,
-                     int64_t cols, float *out) {
+void dequantizeMxfp4(const uint8_t *packed, const uint8_t *scales, int64_t rows, int64_t cols,
+                     float *out) {
   checkShape(rows, cols, "dequantizeMxfp4");
   const int64_t blocksPerRow = cols / kBlock;
   for (int64_t r = 0; r < rows; ++r) {
@@ -88,8 +85,8 @@ void dequantizeMxfp4(const uint8_t *packed, const uint8_t *scales, int64_t rows,
   }
 }
 
-Mxfp4Matrix nvfp4ToMxfp4(const uint8_t *packed, const uint8_t *scales,
-                         float globalScale, int64_t rows, int64_t cols) {
+Mxfp4Matrix nvfp4ToMxfp4(const uint8_t *packed, const uint8_t *scales, float globalScale,
+                         int64_t rows, int64_t cols) {
   checkShape(rows, cols, "nvfp4ToMxfp4");
   std::vector<float> values(static_cast<size_t>(rows * cols));
   dequantizeNvfp4(packed, scales, globalScale, rows, cols, values.data());

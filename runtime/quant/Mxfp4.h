@@ -31,8 +31,8 @@ Mxfp4Matrix quantizeMxfp4(const float *values, int64_t rows, int64_t cols);
 
 // Decodes into `out` (rows * cols floats, row-major). Exact: an E2M1 value
 // times a power of two is an f32.
-void dequantizeMxfp4(const uint8_t *packed, const uint8_t *scales, int64_t rows,
-                     int64_t cols, float *out);
+void dequantizeMxfp4(const uint8_t *packed, const uint8_t *scales, int64_t rows, int64_t cols,
+                     float *out);
 
 // Converts an NVFP4 matrix (see Nvfp4.h) to MXFP4. This is a requantisation,
 // not a re-encoding: the NVFP4 values are decoded and quantised again with
@@ -43,7 +43,7 @@ void dequantizeMxfp4(const uint8_t *packed, const uint8_t *scales, int64_t rows,
 // against the original f32 values it adds to the NVFP4 error. Values already
 // on the MXFP4 grid convert exactly. Throws std::invalid_argument if cols is
 // not a multiple of 32 or a decoded value is not finite (an e4m3 NaN scale).
-Mxfp4Matrix nvfp4ToMxfp4(const uint8_t *packed, const uint8_t *scales,
-                         float globalScale, int64_t rows, int64_t cols);
+Mxfp4Matrix nvfp4ToMxfp4(const uint8_t *packed, const uint8_t *scales, float globalScale,
+                         int64_t rows, int64_t cols);
 
 } // namespace kiln

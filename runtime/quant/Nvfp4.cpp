@@ -22,12 +22,10 @@ constexpr float kE4m3Max = 448.0f;
 
 void checkShape(int64_t rows, int64_t cols, const char *what) {
   if (rows < 0 || cols < 0)
-    throw std::invalid_argument(std::string(what) + ": negative shape [" +
-                                std::to_string(rows) + ", " +
-                                std::to_string(cols) + "]");
+    throw std::invalid_argument(std::string(what) + ": negative shape [" + std::to_string(rows) +
+                                ", " + std::to_string(cols) + "]");
   if (cols % kBlock != 0)
-    throw std::invalid_argument(std::string(what) + ": cols = " +
-                                std::to_string(cols) +
+    throw std::invalid_argument(std::string(what) + ": cols = " + std::to_string(cols) +
                                 " is not a multiple of 16");
 }
 
@@ -40,8 +38,7 @@ Nvfp4Matrix quantizeNvfp4(const float *values, int64_t rows, int64_t cols) {
   for (int64_t i = 0; i < count; ++i) {
     const float a = std::fabs(values[i]);
     if (!std::isfinite(a))
-      throw std::invalid_argument("quantizeNvfp4: element " +
-                                  std::to_string(i) + " is not finite");
+      throw std::invalid_argument("quantizeNvfp4: element " + std::to_string(i) + " is not finite");
     amax = std::max(amax, a);
   }
 
@@ -81,9 +78,8 @@ Nvfp4Matrix quantizeNvfp4(const float *values, int64_t rows, int64_t cols) {
   return result;
 }
 
-void dequantizeNvfp4(const uint8_t *packed, const uint8_t *scales,
-                     float globalScale, int64_t rows, int64_t cols,
-                     float *out) {
+void dequantizeNvfp4(const uint8_t *packed, const uint8_t *scales, float globalScale, int64_t rows,
+                     int64_t cols, float *out) {
   checkShape(rows, cols, "dequantizeNvfp4");
   const int64_t blocksPerRow = cols / kBlock;
   for (int64_t r = 0; r < rows; ++r) {

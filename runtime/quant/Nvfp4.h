@@ -23,7 +23,7 @@ struct Nvfp4Matrix {
 Nvfp4Matrix quantizeNvfp4(const float *values, int64_t rows, int64_t cols);
 
 // Decodes into `out` (rows * cols floats, row-major).
-void dequantizeNvfp4(const uint8_t *packed, const uint8_t *scales, float globalScale,
-                     int64_t rows, int64_t cols, float *out);
+void dequantizeNvfp4(const uint8_t *packed, const uint8_t *scales, float globalScale, int64_t rows,
+                     int64_t cols, float *out);
 
 } // namespace kiln

@@ -38,10 +38,8 @@ std::string joinPath(const std::string &dir, const std::string &name) {
 // Shard names come from a file we do not trust: they must name a file in the
 // checkpoint directory itself.
 bool isPlainFileName(const std::string &name) {
-  return !name.empty() && name != "." && name != ".." &&
-         name.find('/') == std::string::npos &&
-         name.find('\\') == std::string::npos &&
-         name.find('\0') == std::string::npos &&
+  return !name.empty() && name != "." && name != ".." && name.find('/') == std::string::npos &&
+         name.find('\\') == std::string::npos && name.find('\0') == std::string::npos &&
          name.find("..") == std::string::npos;
 }
 
@@ -54,8 +52,7 @@ std::string readIndexFile(const std::string &path) {
     throw SafetensorsError(path + ": index of " + std::to_string(size) +
                            " bytes is implausibly large");
   std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)),
-                   std::istreambuf_iterator<char>());
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   if (!in.good() && !in.eof())
     throw SafetensorsError(path + ": cannot read");
   return text;
@@ -63,8 +60,7 @@ std::string readIndexFile(const std::string &path) {
 
 // Optional "metadata.total_size": a non-negative integer (some writers emit
 // it as an integral float).
-std::optional<uint64_t> parseTotalSize(const std::string &indexPath,
-                                       const json &index) {
+std::optional<uint64_t> parseTotalSize(const std::string &indexPath, const json &index) {
   auto metadata = index.find("metadata");
   if (metadata == index.end())
     return std::nullopt;
@@ -80,13 +76,11 @@ std::optional<uint64_t> parseTotalSize(const std::string &indexPath,
     if (value >= 0 && value < 9007199254740992.0 && std::floor(value) == value)
       return static_cast<uint64_t>(value);
   }
-  throw SafetensorsError(
-      indexPath + ": 'metadata.total_size' is not a non-negative integer");
+  throw SafetensorsError(indexPath + ": 'metadata.total_size' is not a non-negative integer");
 }
 
 // tensor name -> shard file name, validated.
-std::map<std::string, std::string> parseWeightMap(const std::string &indexPath,
-                                                  const json &index) {
+std::map<std::string, std::string> parseWeightMap(const std::string &indexPath, const json &index) {
   auto weightMap = index.find("weight_map");
   if (weightMap == index.end())
     throw SafetensorsError(indexPath + ": missing 'weight_map'");
@@ -95,14 +89,12 @@ std::map<std::string, std::string> parseWeightMap(const std::string &indexPath,
   std::map<std::string, std::string> result;
   for (const auto &item : weightMap->items()) {
     if (!item.value().is_string())
-      throw SafetensorsError(indexPath + ": 'weight_map' entry of tensor " +
-                             quoteName(item.key()) + " is not a string");
+      throw SafetensorsError(indexPath + ": 'weight_map' entry of tensor " + quoteName(item.key()) +
+                             " is not a string");
     const std::string &file = item.value().get_ref<const std::string &>();
     if (!isPlainFileName(file))
-      throw SafetensorsError(indexPath + ": 'weight_map' entry of tensor " +
-                             quoteName(item.key()) + " names " +
-                             quoteName(file) +
-                             ", which is not a plain file name");
+      throw SafetensorsError(indexPath + ": 'weight_map' entry of tensor " + quoteName(item.key()) +
+                             " names " + quoteName(file) + ", which is not a plain file name");
     result.emplace(item.key(), file);
   }
   return result;
@@ -122,8 +114,7 @@ using TensorFeed = std::function<void(size_t index, SafetensorsWriter &writer)>;
 
 std::vector<std::string> writeSharded(const std::string &dir,
                                       const std::vector<TensorDecl> &tensors,
-                                      const TensorFeed &feed,
-                                      uint64_t maxShardBytes,
+                                      const TensorFeed &feed, uint64_t maxShardBytes,
                                       const SafetensorsMetadata &metadata,
                                       const WriteProgress &progress) {
   if (maxShardBytes == 0)
@@ -146,8 +137,7 @@ std::vector<std::string> writeSharded(const std::string &dir,
   std::vector<std::vector<size_t>> shards(1);
   uint64_t shardBytes = 0;
   for (size_t i = 0; i < tensors.size(); ++i) {
-    if (!shards.back().empty() &&
-        sizes[i] > maxShardBytes - std::min(shardBytes, maxShardBytes)) {
+    if (!shards.back().empty() && sizes[i] > maxShardBytes - std::min(shardBytes, maxShardBytes)) {
       shards.emplace_back();
       shardBytes = 0;
     }
@@ -158,8 +148,7 @@ std::vector<std::string> writeSharded(const std::string &dir,
   std::error_code error;
   fs::create_directories(dir, error);
   if (error)
-    throw SafetensorsError(dir +
-                           ": cannot create directory: " + error.message());
+    throw SafetensorsError(dir + ": cannot create directory: " + error.message());
 
   std::vector<std::string> fileNames;
   json weightMap = json::object();
@@ -178,18 +167,16 @@ std::vector<std::string> writeSharded(const std::string &dir,
       shardProgress = [&, base = done](uint64_t shardDone, uint64_t) {
         progress(base + shardDone, totalBytes);
       };
-    SafetensorsWriter writer(joinPath(dir, fileNames.back()), std::move(decls),
-                             metadata, shardProgress);
+    SafetensorsWriter writer(joinPath(dir, fileNames.back()), std::move(decls), metadata,
+                             shardProgress);
     for (size_t i : shards[s])
       feed(i, writer);
     writer.finish();
     done += writer.dataSize();
   }
 
-  json index = {{"metadata", {{"total_size", totalBytes}}},
-                {"weight_map", std::move(weightMap)}};
-  writeTextAtomically(joinPath(dir, Checkpoint::kIndexFileName),
-                      index.dump(2) + "\n");
+  json index = {{"metadata", {{"total_size", totalBytes}}}, {"weight_map", std::move(weightMap)}};
+  writeTextAtomically(joinPath(dir, Checkpoint::kIndexFileName), index.dump(2) + "\n");
   return fileNames;
 }
 
@@ -197,8 +184,7 @@ std::vector<std::string> writeSharded(const std::string &dir,
 
 std::string shardFileName(size_t index, size_t count) {
   char name[64];
-  std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", index,
-                count);
+  std::snprintf(name, sizeof(name), "model-%05zu-of-%05zu.safetensors", index, count);
   return name;
 }
 
@@ -219,11 +205,10 @@ Checkpoint Checkpoint::open(const std::string &dir) {
   const bool hasSingle = fs::exists(singlePath, error);
   if (hasIndex && hasSingle)
     // Loaders disagree on which one wins; refuse rather than guess.
-    throw SafetensorsError(dir + ": both " + kSingleFileName + " and " +
-                           kIndexFileName + " exist");
+    throw SafetensorsError(dir + ": both " + kSingleFileName + " and " + kIndexFileName + " exist");
   if (!hasIndex && !hasSingle)
-    throw SafetensorsError(dir + ": neither " + std::string(kSingleFileName) +
-                           " nor " + kIndexFileName + " found");
+    throw SafetensorsError(dir + ": neither " + std::string(kSingleFileName) + " nor " +
+                           kIndexFileName + " found");
 
   Checkpoint checkpoint;
   checkpoint.dir_ = dir;
@@ -236,13 +221,11 @@ Checkpoint Checkpoint::open(const std::string &dir) {
   }
 
   checkpoint.sharded_ = true;
-  const json index =
-      parseJsonRejectingDuplicates(readIndexFile(indexPath), indexPath);
+  const json index = parseJsonRejectingDuplicates(readIndexFile(indexPath), indexPath);
   if (!index.is_object())
     throw SafetensorsError(indexPath + ": not a JSON object");
   const std::optional<uint64_t> totalSize = parseTotalSize(indexPath, index);
-  const std::map<std::string, std::string> weightMap =
-      parseWeightMap(indexPath, index);
+  const std::map<std::string, std::string> weightMap = parseWeightMap(indexPath, index);
 
   // Shard file name -> first tensor mapped to it (for error messages).
   std::map<std::string, std::string> fileNames;
@@ -252,9 +235,8 @@ Checkpoint Checkpoint::open(const std::string &dir) {
   for (const auto &[file, tensor] : fileNames) {
     const std::string shardPath = joinPath(dir, file);
     if (!fs::is_regular_file(shardPath, error))
-      throw SafetensorsError(indexPath + ": shard " + quoteName(file) +
-                             " of tensor " + quoteName(tensor) +
-                             " is missing (no regular file " + shardPath + ")");
+      throw SafetensorsError(indexPath + ": shard " + quoteName(file) + " of tensor " +
+                             quoteName(tensor) + " is missing (no regular file " + shardPath + ")");
     names.push_back(file);
     checkpoint.addFile(SafetensorsFile::open(shardPath));
   }
@@ -265,36 +247,30 @@ Checkpoint Checkpoint::open(const std::string &dir) {
     const std::vector<TensorInfo> &tensors = checkpoint.files_[f].tensors();
     for (size_t t = 0; t < tensors.size(); ++t) {
       const std::string &name = tensors[t].name;
-      auto [it, inserted] =
-          checkpoint.byName_.emplace(name, std::make_pair(f, t));
+      auto [it, inserted] = checkpoint.byName_.emplace(name, std::make_pair(f, t));
       if (!inserted)
-        throw SafetensorsError(
-            indexPath + ": tensor " + quoteName(name) + " is stored in both " +
-            quoteName(names[it->second.first]) + " and " + quoteName(names[f]));
+        throw SafetensorsError(indexPath + ": tensor " + quoteName(name) + " is stored in both " +
+                               quoteName(names[it->second.first]) + " and " + quoteName(names[f]));
       auto mapped = weightMap.find(name);
       if (mapped == weightMap.end())
-        throw SafetensorsError(indexPath + ": tensor " + quoteName(name) +
-                               " of " + quoteName(names[f]) +
-                               " is missing from the weight_map");
+        throw SafetensorsError(indexPath + ": tensor " + quoteName(name) + " of " +
+                               quoteName(names[f]) + " is missing from the weight_map");
     }
   }
   for (const auto &[name, file] : weightMap) {
     auto stored = checkpoint.byName_.find(name);
     if (stored == checkpoint.byName_.end())
-      throw SafetensorsError(indexPath + ": tensor " + quoteName(name) +
-                             " is mapped to " + quoteName(file) +
-                             " but that file does not contain it");
+      throw SafetensorsError(indexPath + ": tensor " + quoteName(name) + " is mapped to " +
+                             quoteName(file) + " but that file does not contain it");
     const std::string &actual = names[stored->second.first];
     if (actual != file)
-      throw SafetensorsError(indexPath + ": tensor " + quoteName(name) +
-                             " is mapped to " + quoteName(file) +
-                             " but stored in " + quoteName(actual));
+      throw SafetensorsError(indexPath + ": tensor " + quoteName(name) + " is mapped to " +
+                             quoteName(file) + " but stored in " + quoteName(actual));
   }
   if (totalSize && *totalSize != checkpoint.totalBytes_)
-    throw SafetensorsError(indexPath + ": metadata.total_size is " +
-                           std::to_string(*totalSize) +
-                           " but the tensors hold " +
-                           std::to_string(checkpoint.totalBytes_) + " bytes");
+    throw SafetensorsError(indexPath + ": metadata.total_size is " + std::to_string(*totalSize) +
+                           " but the tensors hold " + std::to_string(checkpoint.totalBytes_) +
+                           " bytes");
   return checkpoint;
 }
 
@@ -315,24 +291,25 @@ CheckpointTensor Checkpoint::find(std::string_view name) const {
   return {&info, file.bytes(info), &file};
 }
 
-std::vector<std::string> writeShardedCheckpoint(
-    const std::string &dir, const std::vector<TensorData> &tensors,
-    uint64_t maxShardBytes, const SafetensorsMetadata &metadata,
-    const WriteProgress &progress) {
+std::vector<std::string> writeShardedCheckpoint(const std::string &dir,
+                                                const std::vector<TensorData> &tensors,
+                                                uint64_t maxShardBytes,
+                                                const SafetensorsMetadata &metadata,
+                                                const WriteProgress &progress) {
   std::vector<TensorDecl> decls = declarationsOf(dir, tensors);
   auto feed = [&](size_t index, SafetensorsWriter &writer) {
     const ByteView bytes = tensors[index].bytes;
     for (size_t done = 0; done < bytes.size; done += kProgressChunk)
-      writer.append(bytes.data + done,
-                    std::min(kProgressChunk, bytes.size - done));
+      writer.append(bytes.data + done, std::min(kProgressChunk, bytes.size - done));
   };
   return writeSharded(dir, decls, feed, maxShardBytes, metadata, progress);
 }
 
-std::vector<std::string> writeShardedCheckpoint(
-    const std::string &dir, const std::vector<TensorDecl> &tensors,
-    const TensorFill &fill, uint64_t maxShardBytes,
-    const SafetensorsMetadata &metadata, const WriteProgress &progress) {
+std::vector<std::string> writeShardedCheckpoint(const std::string &dir,
+                                                const std::vector<TensorDecl> &tensors,
+                                                const TensorFill &fill, uint64_t maxShardBytes,
+                                                const SafetensorsMetadata &metadata,
+                                                const WriteProgress &progress) {
   std::unique_ptr<uint8_t[]> buffer;
   uint64_t capacity = 0;
   auto feed = [&](size_t index, SafetensorsWriter &writer) {

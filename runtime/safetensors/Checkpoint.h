@@ -69,17 +69,17 @@ std::string shardFileName(size_t index, size_t count);
 // `metadata`. Each file is written atomically and the index last, so a
 // reader never sees an index whose shards are incomplete. Returns the shard
 // file names. Deterministic: same input, same bytes.
-std::vector<std::string> writeShardedCheckpoint(
-    const std::string &dir, const std::vector<TensorData> &tensors,
-    uint64_t maxShardBytes, const SafetensorsMetadata &metadata = {},
-    const WriteProgress &progress = {});
+std::vector<std::string> writeShardedCheckpoint(const std::string &dir,
+                                                const std::vector<TensorData> &tensors,
+                                                uint64_t maxShardBytes,
+                                                const SafetensorsMetadata &metadata = {},
+                                                const WriteProgress &progress = {});
 
 // Same, with bytes produced by `fill` one tensor at a time.
-std::vector<std::string>
-writeShardedCheckpoint(const std::string &dir,
-                       const std::vector<TensorDecl> &tensors,
-                       const TensorFill &fill, uint64_t maxShardBytes,
-                       const SafetensorsMetadata &metadata = {},
-                       const WriteProgress &progress = {});
+std::vector<std::string> writeShardedCheckpoint(const std::string &dir,
+                                                const std::vector<TensorDecl> &tensors,
+                                                const TensorFill &fill, uint64_t maxShardBytes,
+                                                const SafetensorsMetadata &metadata = {},
+                                                const WriteProgress &progress = {});
 
 } // namespace kiln

@@ -108,10 +108,8 @@ public:
   [[noreturn]] void fail(const std::string &what) const {
     throw SafetensorsError(path_ + ": " + what);
   }
-  [[noreturn]] void fail(std::string_view tensor,
-                         const std::string &what) const {
-    throw SafetensorsError(path_ + ": tensor " + quoteName(tensor) + ": " +
-                           what);
+  [[noreturn]] void fail(std::string_view tensor, const std::string &what) const {
+    throw SafetensorsError(path_ + ": tensor " + quoteName(tensor) + ": " + what);
   }
 
 private:
@@ -119,24 +117,21 @@ private:
 };
 
 // Reads the non-negative integers of `data_offsets`.
-std::pair<uint64_t, uint64_t> parseDataOffsets(const Reporter &report,
-                                               std::string_view name,
+std::pair<uint64_t, uint64_t> parseDataOffsets(const Reporter &report, std::string_view name,
                                                const json &value) {
-  const char *expected =
-      "'data_offsets' must be an array of two non-negative integers";
-  if (!value.is_array() || value.size() != 2 ||
-      !value[0].is_number_unsigned() || !value[1].is_number_unsigned())
+  const char *expected = "'data_offsets' must be an array of two non-negative integers";
+  if (!value.is_array() || value.size() != 2 || !value[0].is_number_unsigned() ||
+      !value[1].is_number_unsigned())
     report.fail(name, std::string(expected) + ", got " + shortDump(value));
   const uint64_t begin = value[0].get<uint64_t>();
   const uint64_t end = value[1].get<uint64_t>();
   if (begin > end)
-    report.fail(name, "'data_offsets' begin " + std::to_string(begin) +
-                          " is greater than end " + std::to_string(end));
+    report.fail(name, "'data_offsets' begin " + std::to_string(begin) + " is greater than end " +
+                          std::to_string(end));
   return {begin, end};
 }
 
-std::vector<int64_t> parseShape(const Reporter &report, std::string_view name,
-                                const json &value) {
+std::vector<int64_t> parseShape(const Reporter &report, std::string_view name, const json &value) {
   if (!value.is_array())
     report.fail(name, "'shape' is not an array");
   std::vector<int64_t> shape;
@@ -147,27 +142,23 @@ std::vector<int64_t> parseShape(const Reporter &report, std::string_view name,
     if (dim.is_number_unsigned()) {
       const uint64_t size = dim.get<uint64_t>();
       if (size > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
-        report.fail(name, "'shape' dimension " + std::to_string(size) +
-                              " overflows 64 bits");
+        report.fail(name, "'shape' dimension " + std::to_string(size) + " overflows 64 bits");
       shape.push_back(static_cast<int64_t>(size));
     } else {
       const int64_t size = dim.get<int64_t>();
       if (size < 0)
-        report.fail(name,
-                    "'shape' has negative dimension " + std::to_string(size));
+        report.fail(name, "'shape' has negative dimension " + std::to_string(size));
       shape.push_back(size);
     }
   }
   return shape;
 }
 
-TensorInfo parseTensor(const Reporter &report, const std::string &name,
-                       const json &entry) {
+TensorInfo parseTensor(const Reporter &report, const std::string &name, const json &entry) {
   if (!entry.is_object())
     report.fail(name, "entry is not a JSON object");
   for (const auto &field : entry.items())
-    if (field.key() != "dtype" && field.key() != "shape" &&
-        field.key() != "data_offsets")
+    if (field.key() != "dtype" && field.key() != "shape" && field.key() != "data_offsets")
       report.fail(name, "unknown field " + quoteName(field.key()));
   for (const char *required : {"dtype", "shape", "data_offsets"})
     if (!entry.contains(required))
@@ -178,34 +169,27 @@ TensorInfo parseTensor(const Reporter &report, const std::string &name,
   const json &dtype = entry["dtype"];
   if (!dtype.is_string())
     report.fail(name, "'dtype' is not a string");
-  std::optional<DType> parsed =
-      parseDType(dtype.get_ref<const std::string &>());
+  std::optional<DType> parsed = parseDType(dtype.get_ref<const std::string &>());
   if (!parsed)
-    report.fail(name, "unknown dtype " +
-                          quoteName(dtype.get_ref<const std::string &>()));
+    report.fail(name, "unknown dtype " + quoteName(dtype.get_ref<const std::string &>()));
   info.dtype = *parsed;
   info.shape = parseShape(report, name, entry["shape"]);
 
   int64_t numElements = 1;
   for (int64_t dim : info.shape)
     if (__builtin_mul_overflow(numElements, dim, &numElements))
-      report.fail(name, "element count of shape " + shapeString(info.shape) +
-                            " overflows 64 bits");
+      report.fail(name, "element count of shape " + shapeString(info.shape) + " overflows 64 bits");
   int64_t expectedBytes;
-  if (__builtin_mul_overflow(numElements, dtypeSize(info.dtype),
-                             &expectedBytes))
+  if (__builtin_mul_overflow(numElements, dtypeSize(info.dtype), &expectedBytes))
     report.fail(name, "byte size of shape " + shapeString(info.shape) + " x " +
-                          std::string(dtypeName(info.dtype)) +
-                          " overflows 64 bits");
+                          std::string(dtypeName(info.dtype)) + " overflows 64 bits");
 
   auto [begin, end] = parseDataOffsets(report, name, entry["data_offsets"]);
   if (end - begin != static_cast<uint64_t>(expectedBytes))
-    report.fail(name, "data_offsets [" + std::to_string(begin) + ", " +
-                          std::to_string(end) + "] hold " +
-                          std::to_string(end - begin) + " bytes but shape " +
-                          shapeString(info.shape) + " of " +
-                          std::string(dtypeName(info.dtype)) + " needs " +
-                          std::to_string(expectedBytes));
+    report.fail(name, "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                          "] hold " + std::to_string(end - begin) + " bytes but shape " +
+                          shapeString(info.shape) + " of " + std::string(dtypeName(info.dtype)) +
+                          " needs " + std::to_string(expectedBytes));
   // Relative to the data area until the tiling check; made absolute after.
   info.offset = begin;
   info.size = end - begin;
@@ -218,8 +202,7 @@ SafetensorsMetadata parseMetadata(const Reporter &report, const json &value) {
   SafetensorsMetadata metadata;
   for (const auto &item : value.items()) {
     if (!item.value().is_string())
-      report.fail("'__metadata__' value of key " + quoteName(item.key()) +
-                  " is not a string");
+      report.fail("'__metadata__' value of key " + quoteName(item.key()) + " is not a string");
     metadata.emplace(item.key(), item.value().get<std::string>());
   }
   return metadata;
@@ -228,20 +211,18 @@ SafetensorsMetadata parseMetadata(const Reporter &report, const json &value) {
 } // namespace
 
 int64_t TensorInfo::numElements() const {
-  return std::accumulate(shape.begin(), shape.end(), int64_t{1},
-                         std::multiplies<int64_t>());
+  return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
 }
 
 std::string quoteName(std::string_view name) {
   constexpr size_t kMaxShown = 200;
   if (name.size() <= kMaxShown)
     return "'" + std::string(name) + "'";
-  return "'" + std::string(name.substr(0, kMaxShown)) + "...' (" +
-         std::to_string(name.size()) + " bytes)";
+  return "'" + std::string(name.substr(0, kMaxShown)) + "...' (" + std::to_string(name.size()) +
+         " bytes)";
 }
 
-json parseJsonRejectingDuplicates(std::string_view text,
-                                  const std::string &source) {
+json parseJsonRejectingDuplicates(std::string_view text, const std::string &source) {
   // One key set per open object; `owner` names the key the object sits under.
   struct OpenObject {
     std::unordered_set<std::string> keys;
@@ -249,8 +230,7 @@ json parseJsonRejectingDuplicates(std::string_view text,
   };
   std::vector<OpenObject> objects;
   std::string lastKey;
-  json::parser_callback_t callback = [&](int depth, json::parse_event_t event,
-                                         json &parsed) {
+  json::parser_callback_t callback = [&](int depth, json::parse_event_t event, json &parsed) {
     switch (event) {
     case json::parse_event_t::object_start:
     case json::parse_event_t::array_start:
@@ -267,10 +247,9 @@ json parseJsonRejectingDuplicates(std::string_view text,
       lastKey = parsed.get<std::string>();
       if (!objects.back().keys.insert(lastKey).second) {
         const std::string &owner = objects.back().owner;
-        throw SafetensorsError(
-            source + ": duplicate key " + quoteName(lastKey) +
-            (objects.size() == 1 ? std::string(" in the top-level object")
-                                 : " in the object of " + quoteName(owner)));
+        throw SafetensorsError(source + ": duplicate key " + quoteName(lastKey) +
+                               (objects.size() == 1 ? std::string(" in the top-level object")
+                                                    : " in the object of " + quoteName(owner)));
       }
       break;
     }
@@ -305,8 +284,7 @@ SafetensorsFile SafetensorsFile::open(const std::string &path) {
   // A file under 8 bytes is rejected by parse() without looking at its bytes
   // (and mmap cannot map an empty file).
   if (file.size_ >= 8) {
-    void *mapping = ::mmap(nullptr, static_cast<size_t>(file.size_), PROT_READ,
-                           MAP_PRIVATE, fd, 0);
+    void *mapping = ::mmap(nullptr, static_cast<size_t>(file.size_), PROT_READ, MAP_PRIVATE, fd, 0);
     if (mapping == MAP_FAILED)
       throw SafetensorsError(path + ": cannot mmap: " + std::strerror(errno));
     file.mapping_ = mapping;
@@ -320,8 +298,7 @@ SafetensorsFile SafetensorsFile::open(const std::string &path) {
   return file;
 }
 
-SafetensorsFile SafetensorsFile::openFromMemory(const uint8_t *data,
-                                                size_t size,
+SafetensorsFile SafetensorsFile::openFromMemory(const uint8_t *data, size_t size,
                                                 std::string source) {
   SafetensorsFile file;
   file.path_ = std::move(source);
@@ -331,9 +308,7 @@ SafetensorsFile SafetensorsFile::openFromMemory(const uint8_t *data,
   return file;
 }
 
-SafetensorsFile::SafetensorsFile(SafetensorsFile &&other) noexcept {
-  *this = std::move(other);
-}
+SafetensorsFile::SafetensorsFile(SafetensorsFile &&other) noexcept { *this = std::move(other); }
 
 SafetensorsFile &SafetensorsFile::operator=(SafetensorsFile &&other) noexcept {
   if (this == &other)
@@ -366,21 +341,19 @@ void SafetensorsFile::parse() {
                 " bytes, shorter than the 8-byte header length");
   const uint64_t headerSize = readLittleEndian64(data_);
   if (headerSize > kMaxHeaderSize)
-    report.fail("header length " + std::to_string(headerSize) +
-                " exceeds the limit of " + std::to_string(kMaxHeaderSize) +
-                " bytes");
+    report.fail("header length " + std::to_string(headerSize) + " exceeds the limit of " +
+                std::to_string(kMaxHeaderSize) + " bytes");
   if (headerSize > size_ - 8)
-    report.fail("header length " + std::to_string(headerSize) +
-                " is larger than the file (" + std::to_string(size_) +
-                " bytes)");
+    report.fail("header length " + std::to_string(headerSize) + " is larger than the file (" +
+                std::to_string(size_) + " bytes)");
   dataOffset_ = 8 + headerSize;
   const uint64_t dataSize = size_ - dataOffset_;
 
   const std::string_view text(reinterpret_cast<const char *>(data_ + 8),
                               static_cast<size_t>(headerSize));
   if (size_t bad = findInvalidUtf8(text); bad != std::string_view::npos)
-    report.fail("header is not valid UTF-8 (bad byte at header offset " +
-                std::to_string(bad) + ")");
+    report.fail("header is not valid UTF-8 (bad byte at header offset " + std::to_string(bad) +
+                ")");
   // The reference implementation insists on '{' first; trailing spaces (the
   // format's padding) are JSON whitespace and pass the parser.
   if (text.empty() || text.front() != '{')
@@ -398,47 +371,40 @@ void SafetensorsFile::parse() {
 
   // Sorted by begin, the ranges must tile [0, dataSize) with no gap, overlap
   // or leftover. Zero-size ranges [x, x] fit anywhere on a boundary.
-  std::sort(tensors_.begin(), tensors_.end(),
-            [](const TensorInfo &a, const TensorInfo &b) {
-              return std::tie(a.offset, a.size, a.name) <
-                     std::tie(b.offset, b.size, b.name);
-            });
+  std::sort(tensors_.begin(), tensors_.end(), [](const TensorInfo &a, const TensorInfo &b) {
+    return std::tie(a.offset, a.size, a.name) < std::tie(b.offset, b.size, b.name);
+  });
   uint64_t covered = 0;
   const TensorInfo *previous = nullptr;
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const TensorInfo &info = tensors_[i];
     const uint64_t begin = info.offset, end = info.offset + info.size;
     if (begin < covered)
-      report.fail(info.name, "data_offsets [" + std::to_string(begin) + ", " +
-                                 std::to_string(end) +
-                                 "] overlap those of tensor " +
-                                 quoteName(previous->name) + " (which end at " +
-                                 std::to_string(covered) + ")");
+      report.fail(info.name, "data_offsets [" + std::to_string(begin) + ", " + std::to_string(end) +
+                                 "] overlap those of tensor " + quoteName(previous->name) +
+                                 " (which end at " + std::to_string(covered) + ")");
     if (begin > covered)
-      report.fail(info.name,
-                  "gap of " + std::to_string(begin - covered) +
-                      " bytes before it in the data area (" +
-                      (previous ? "after tensor " + quoteName(previous->name)
-                                : std::string("ranges must start at 0")) +
-                      ")");
+      report.fail(info.name, "gap of " + std::to_string(begin - covered) +
+                                 " bytes before it in the data area (" +
+                                 (previous ? "after tensor " + quoteName(previous->name)
+                                           : std::string("ranges must start at 0")) +
+                                 ")");
     if (end > dataSize) {
       if (i + 1 == tensors_.size())
         report.fail(info.name, "file is truncated: data ends at data offset " +
-                                   std::to_string(end) +
-                                   " but the data area has only " +
+                                   std::to_string(end) + " but the data area has only " +
                                    std::to_string(dataSize) + " bytes");
       report.fail(info.name, "data_offsets end " + std::to_string(end) +
-                                 " is beyond the data area (" +
-                                 std::to_string(dataSize) + " bytes)");
+                                 " is beyond the data area (" + std::to_string(dataSize) +
+                                 " bytes)");
     }
     covered = end;
     previous = &info;
   }
   if (covered != dataSize)
     report.fail(std::to_string(dataSize - covered) +
-                " trailing bytes after the last tensor (data area is " +
-                std::to_string(dataSize) + " bytes, tensors cover " +
-                std::to_string(covered) + ")");
+                " trailing bytes after the last tensor (data area is " + std::to_string(dataSize) +
+                " bytes, tensors cover " + std::to_string(covered) + ")");
 
   for (size_t i = 0; i < tensors_.size(); ++i) {
     tensors_[i].offset += dataOffset_;
@@ -452,8 +418,7 @@ const TensorInfo *SafetensorsFile::find(std::string_view name) const {
 }
 
 ByteView SafetensorsFile::bytes(const TensorInfo &info) const {
-  if (info.offset < dataOffset_ || info.offset > size_ ||
-      info.size > size_ - info.offset)
+  if (info.offset < dataOffset_ || info.offset > size_ || info.size > size_ - info.offset)
     throw SafetensorsError(path_ + ": tensor " + quoteName(info.name) +
                            " is not a tensor of this file");
   return {data_ + info.offset, static_cast<size_t>(info.size)};

@@ -62,8 +62,7 @@ public:
   static SafetensorsFile open(const std::string &path);
   // Same checks on a file image already in memory, which is not copied: it
   // must outlive the returned object. `source` stands for the path in errors.
-  static SafetensorsFile openFromMemory(const uint8_t *data, size_t size,
-                                        std::string source);
+  static SafetensorsFile openFromMemory(const uint8_t *data, size_t size, std::string source);
 
   SafetensorsFile(SafetensorsFile &&other) noexcept;
   SafetensorsFile &operator=(SafetensorsFile &&other) noexcept;
@@ -106,8 +105,7 @@ private:
 // which nlohmann would silently collapse to the last one. Errors are
 // SafetensorsError messages starting with `source`. Shared with the index
 // reader of Checkpoint.
-nlohmann::json parseJsonRejectingDuplicates(std::string_view text,
-                                            const std::string &source);
+nlohmann::json parseJsonRejectingDuplicates(std::string_view text, const std::string &source);
 
 // Quotes a tensor or file name for an error message, shortening very long
 // ones (a hostile header can hold a name of many megabytes).

@@ -38,9 +38,8 @@ std::string jsonString(const std::string &text, const std::string &source,
 // on directories.
 void syncParentDirectory(const std::string &path) {
   const size_t slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos
-                              ? "."
-                              : (slash == 0 ? "/" : path.substr(0, slash));
+  const std::string dir =
+      slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0)
     return;
@@ -50,13 +49,11 @@ void syncParentDirectory(const std::string &path) {
 
 } // namespace
 
-uint64_t tensorByteSize(DType dtype, const std::vector<int64_t> &shape,
-                        const std::string &what) {
+uint64_t tensorByteSize(DType dtype, const std::vector<int64_t> &shape, const std::string &what) {
   int64_t count = 1;
   for (int64_t dim : shape) {
     if (dim < 0)
-      throw SafetensorsError(what + ": negative dimension " +
-                             std::to_string(dim));
+      throw SafetensorsError(what + ": negative dimension " + std::to_string(dim));
     if (__builtin_mul_overflow(count, dim, &count))
       throw SafetensorsError(what + ": element count overflows 64 bits");
   }
@@ -121,8 +118,7 @@ std::string encodeSafetensorsHeader(const std::vector<TensorDecl> &tensors,
   // 8 + header length is a multiple of 8 exactly when the length is.
   text.append((8 - text.size() % 8) % 8, ' ');
   if (text.size() > SafetensorsFile::kMaxHeaderSize)
-    throw SafetensorsError(source + ": header of " +
-                           std::to_string(text.size()) +
+    throw SafetensorsError(source + ": header of " + std::to_string(text.size()) +
                            " bytes exceeds the limit of " +
                            std::to_string(SafetensorsFile::kMaxHeaderSize));
 
@@ -133,12 +129,9 @@ std::string encodeSafetensorsHeader(const std::vector<TensorDecl> &tensors,
   return prefix + text;
 }
 
-SafetensorsWriter::SafetensorsWriter(std::string path,
-                                     std::vector<TensorDecl> tensors,
-                                     SafetensorsMetadata metadata,
-                                     WriteProgress progress)
-    : path_(std::move(path)), tensors_(std::move(tensors)),
-      progress_(std::move(progress)) {
+SafetensorsWriter::SafetensorsWriter(std::string path, std::vector<TensorDecl> tensors,
+                                     SafetensorsMetadata metadata, WriteProgress progress)
+    : path_(std::move(path)), tensors_(std::move(tensors)), progress_(std::move(progress)) {
   // Validate everything before a file is created.
   const std::string header = encodeSafetensorsHeader(tensors_, metadata, path_);
   for (const TensorDecl &tensor : tensors_) {
@@ -148,8 +141,7 @@ SafetensorsWriter::SafetensorsWriter(std::string path,
 
   buffer_.reserve(kBufferSize);
   tempPath_ = path_ + ".tmp." + std::to_string(::getpid());
-  fd_ =
-      ::open(tempPath_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  fd_ = ::open(tempPath_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd_ < 0) {
     const std::string reason = errnoText();
     tempPath_.clear(); // nothing was created
@@ -179,8 +171,7 @@ void SafetensorsWriter::fail(const std::string &what) {
 
 void SafetensorsWriter::writeOut(const uint8_t *data, size_t size) {
   while (size > 0) {
-    const ssize_t n =
-        ::write(fd_, data, std::min<size_t>(size, size_t{1} << 30));
+    const ssize_t n = ::write(fd_, data, std::min<size_t>(size, size_t{1} << 30));
     if (n < 0) {
       if (errno == EINTR)
         continue;
@@ -200,8 +191,8 @@ void SafetensorsWriter::append(const void *data, size_t size) {
   if (fd_ < 0)
     throw SafetensorsError(path_ + ": writer is finished or failed");
   if (size > dataSize_ - written_)
-    fail("more tensor bytes than declared (" + std::to_string(written_ + size) +
-         " > " + std::to_string(dataSize_) + ")");
+    fail("more tensor bytes than declared (" + std::to_string(written_ + size) + " > " +
+         std::to_string(dataSize_) + ")");
   const auto *bytes = static_cast<const uint8_t *>(data);
   if (buffer_.size() + size <= kBufferSize) {
     buffer_.insert(buffer_.end(), bytes, bytes + size);
@@ -250,9 +241,8 @@ std::vector<TensorDecl> declarationsOf(const std::string &where,
     const std::string what = where + ": tensor " + quoteName(tensor.name);
     const uint64_t size = tensorByteSize(tensor.dtype, tensor.shape, what);
     if (tensor.bytes.size != size)
-      throw SafetensorsError(
-          what + ": got " + std::to_string(tensor.bytes.size) +
-          " bytes but dtype and shape need " + std::to_string(size));
+      throw SafetensorsError(what + ": got " + std::to_string(tensor.bytes.size) +
+                             " bytes but dtype and shape need " + std::to_string(size));
     if (size > 0 && !tensor.bytes.data)
       throw SafetensorsError(what + ": null data");
     decls.push_back({tensor.name, tensor.dtype, tensor.shape});
@@ -260,22 +250,17 @@ std::vector<TensorDecl> declarationsOf(const std::string &where,
   return decls;
 }
 
-void writeSafetensors(const std::string &path,
-                      const std::vector<TensorData> &tensors,
-                      const SafetensorsMetadata &metadata,
-                      const WriteProgress &progress) {
+void writeSafetensors(const std::string &path, const std::vector<TensorData> &tensors,
+                      const SafetensorsMetadata &metadata, const WriteProgress &progress) {
   SafetensorsWriter writer(path, declarationsOf(path, tensors), metadata, progress);
   for (const TensorData &tensor : tensors)
     for (size_t done = 0; done < tensor.bytes.size; done += kProgressChunk)
-      writer.append(tensor.bytes.data + done,
-                    std::min(kProgressChunk, tensor.bytes.size - done));
+      writer.append(tensor.bytes.data + done, std::min(kProgressChunk, tensor.bytes.size - done));
   writer.finish();
 }
 
-void writeSafetensors(const std::string &path,
-                      const std::vector<TensorDecl> &tensors,
-                      const TensorFill &fill,
-                      const SafetensorsMetadata &metadata,
+void writeSafetensors(const std::string &path, const std::vector<TensorDecl> &tensors,
+                      const TensorFill &fill, const SafetensorsMetadata &metadata,
                       const WriteProgress &progress) {
   SafetensorsWriter writer(path, tensors, metadata, progress);
   std::unique_ptr<uint8_t[]> buffer;

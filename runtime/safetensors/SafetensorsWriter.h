@@ -43,10 +43,9 @@ uint64_t tensorByteSize(DType dtype, const std::vector<int64_t> &shape,
 // The file prefix for these tensors laid out in the given order: the 8-byte
 // header length and the padded JSON header. Validates names (unique, valid
 // UTF-8, not `__metadata__`) and shapes; errors start with `source`.
-std::string
-encodeSafetensorsHeader(const std::vector<TensorDecl> &tensors,
-                        const SafetensorsMetadata &metadata = {},
-                        const std::string &source = "safetensors header");
+std::string encodeSafetensorsHeader(const std::vector<TensorDecl> &tensors,
+                                    const SafetensorsMetadata &metadata = {},
+                                    const std::string &source = "safetensors header");
 
 // Streams one file: declare the tensors, append their bytes in declared order
 // in pieces of any size, then finish(). Memory use is a fixed small buffer,
@@ -55,8 +54,7 @@ encodeSafetensorsHeader(const std::vector<TensorDecl> &tensors,
 class SafetensorsWriter {
 public:
   SafetensorsWriter(std::string path, std::vector<TensorDecl> tensors,
-                    SafetensorsMetadata metadata = {},
-                    WriteProgress progress = {});
+                    SafetensorsMetadata metadata = {}, WriteProgress progress = {});
   ~SafetensorsWriter();
   SafetensorsWriter(const SafetensorsWriter &) = delete;
   SafetensorsWriter &operator=(const SafetensorsWriter &) = delete;
@@ -99,17 +97,13 @@ std::vector<TensorDecl> declarationsOf(const std::string &where,
                                        const std::vector<TensorData> &tensors);
 
 // Writes tensors with their bytes, whose sizes must match dtype and shape.
-void writeSafetensors(const std::string &path,
-                      const std::vector<TensorData> &tensors,
-                      const SafetensorsMetadata &metadata = {},
-                      const WriteProgress &progress = {});
+void writeSafetensors(const std::string &path, const std::vector<TensorData> &tensors,
+                      const SafetensorsMetadata &metadata = {}, const WriteProgress &progress = {});
 
 // Writes declared tensors whose bytes `fill` produces one tensor at a time
 // (memory: one buffer as large as the largest tensor).
-void writeSafetensors(const std::string &path,
-                      const std::vector<TensorDecl> &tensors,
-                      const TensorFill &fill,
-                      const SafetensorsMetadata &metadata = {},
+void writeSafetensors(const std::string &path, const std::vector<TensorDecl> &tensors,
+                      const TensorFill &fill, const SafetensorsMetadata &metadata = {},
                       const WriteProgress &progress = {});
 
 } // namespace kiln

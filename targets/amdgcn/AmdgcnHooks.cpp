@@ -29,10 +29,14 @@ AmdgcnHooks::matrixExperts(int64_t experts, int64_t k, int64_t intermediate, int
   kernels::ExpertTileShape s{experts, k, intermediate, latent, nvfp4, maxTokens};
   if (maxTokens < kMatrixMinTokens || !mfmaExpertsFit(s))
     return std::nullopt;
-  return MatrixExperts{kernels::expertLists(s),      mfmaExpertGateUp(s),
-                       mfmaExpertDown(s),            kernels::expertListsWork(s),
-                       mfmaExpertGateUpWork(s),      mfmaExpertDownWork(s),
-                       experts + 2,                  2 * s.maxTiles(),
+  return MatrixExperts{kernels::expertLists(s),
+                       mfmaExpertGateUp(s),
+                       mfmaExpertDown(s),
+                       kernels::expertListsWork(s),
+                       mfmaExpertGateUpWork(s),
+                       mfmaExpertDownWork(s),
+                       experts + 2,
+                       2 * s.maxTiles(),
                        s.maxItems()};
 }
 

@@ -13,9 +13,7 @@ class AmdgcnHooks final : public kernels::TargetHooks {
 public:
   std::string name() const override { return "amdgcn"; }
   bool isGpu() const override { return true; }
-  std::optional<TiledGemm> tiledGemm(int64_t, int64_t) const override {
-    return std::nullopt;
-  }
+  std::optional<TiledGemm> tiledGemm(int64_t, int64_t) const override { return std::nullopt; }
   std::optional<MatrixGemm> matrixGemm(int64_t n, int64_t k, int64_t maxTokens,
                                        bool exactInput) const override;
   std::optional<MatrixExperts> matrixExperts(int64_t experts, int64_t k, int64_t intermediate,

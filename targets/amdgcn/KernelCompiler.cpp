@@ -74,9 +74,9 @@ void allocateInPrivateMemory(mlir::ModuleOp module) {
   for (mlir::LLVM::AllocaOp alloca : generic) {
     mlir::OpBuilder b(alloca);
     auto privatePtr = mlir::LLVM::LLVMPointerType::get(b.getContext(), kPrivate);
-    auto moved = mlir::LLVM::AllocaOp::create(b, alloca.getLoc(), privatePtr, alloca.getElemType(),
-                                              alloca.getArraySize(),
-                                              alloca.getAlignment().value_or(0));
+    auto moved =
+        mlir::LLVM::AllocaOp::create(b, alloca.getLoc(), privatePtr, alloca.getElemType(),
+                                     alloca.getArraySize(), alloca.getAlignment().value_or(0));
     auto cast = mlir::LLVM::AddrSpaceCastOp::create(b, alloca.getLoc(), alloca.getType(), moved);
     alloca.replaceAllUsesWith(cast.getResult());
     alloca.erase();
@@ -95,15 +95,13 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGpuModule(mlir::MLIRContext &context,
   mlir::registerGPUDialectTranslation(registry);
   context.appendDialectRegistry(registry);
   context.loadAllAvailableDialects();
-  auto target =
-      mlir::ROCDL::ROCDLTargetAttr::get(&context, options.optLevel, "amdgcn-amd-amdhsa",
-                                        options.chip, /*features=*/"", /*abi=*/"600");
+  auto target = mlir::ROCDL::ROCDLTargetAttr::get(&context, options.optLevel, "amdgcn-amd-amdhsa",
+                                                  options.chip, /*features=*/"", /*abi=*/"600");
   return kernels::buildGpuKernelModule(context, kernels, target, "amdgcn");
 }
 
 bool compileHsaco(mlir::MLIRContext &context, const std::vector<kernels::KernelSpec> &kernels,
-                  const CompileOptions &options, std::vector<uint8_t> &hsaco,
-                  std::string &error) {
+                  const CompileOptions &options, std::vector<uint8_t> &hsaco, std::string &error) {
   ToolkitFolder toolkit;
   if (!toolkit.create(options, error))
     return false;

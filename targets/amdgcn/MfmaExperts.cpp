@@ -184,10 +184,11 @@ kernels::KernelSpec mfmaExpertGateUp(const ExpertTileShape &s) {
   std::string ht = "memref<?x" + str(s.k) + "x" + str(s.intermediate) + "xf32>";
   Projection gate = projection("gate", s, s.intermediate, s.latent);
   Projection up = projection("up", s, s.intermediate, s.latent);
-  std::string globals = s.nvfp4 ? "    %gate_glob = memref.load %gate_g[%e] : memref<" +
-                                      str(s.experts) + "xf32>\n    %up_glob = memref.load %up_g[%e] : memref<" +
-                                      str(s.experts) + "xf32>\n"
-                                : "    %gate_glob = arith.constant 1.0 : f32\n    %up_glob = arith.constant 1.0 : f32\n";
+  std::string globals =
+      s.nvfp4
+          ? "    %gate_glob = memref.load %gate_g[%e] : memref<" + str(s.experts) +
+                "xf32>\n    %up_glob = memref.load %up_g[%e] : memref<" + str(s.experts) + "xf32>\n"
+          : "    %gate_glob = arith.constant 1.0 : f32\n    %up_glob = arith.constant 1.0 : f32\n";
   std::string body = fillTemplate(R"(
 func.func @@@name@@(%z: @@zt@@, @@lists@@, @@gargs@@, @@uargs@@, %h: @@ht@@, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "mfma-experts", tile = [128, 32, 8], block = 256 : i64}} {
@@ -248,9 +249,9 @@ kernels::KernelSpec mfmaExpertDown(const ExpertTileShape &s) {
   std::string ht = "memref<?x" + str(s.k) + "x" + str(s.intermediate) + "xf32>";
   std::string yt = "memref<?x" + str(s.k) + "x" + str(s.latent) + "xf32>";
   Projection down = projection("down", s, s.latent, s.intermediate);
-  std::string globals = s.nvfp4 ? "    %down_glob = memref.load %down_g[%e] : memref<" +
-                                      str(s.experts) + "xf32>\n"
-                                : "    %down_glob = arith.constant 1.0 : f32\n";
+  std::string globals =
+      s.nvfp4 ? "    %down_glob = memref.load %down_g[%e] : memref<" + str(s.experts) + "xf32>\n"
+              : "    %down_glob = arith.constant 1.0 : f32\n";
   std::string body = fillTemplate(R"(
 func.func @@@name@@(%hin: @@ht@@, @@lists@@, @@dargs@@, %y: @@yt@@, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "mfma-experts", tile = [128, 32, 8], block = 256 : i64}} {

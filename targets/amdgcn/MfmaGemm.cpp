@@ -43,7 +43,8 @@ kernels::Work mfmaGemmWork(int64_t n, int64_t maxTokens) {
 
 kernels::KernelSpec mfmaGemm(int64_t n, int64_t k) {
   std::string name = "linear_mfma_" + str(n) + "x" + str(k);
-  std::string xt = "memref<?x" + str(k) + "xf32>", wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
+  std::string xt = "memref<?x" + str(k) + "xf32>",
+              wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
   std::string yt = "memref<?x" + str(n) + "xf32>";
   // The 16 results of lane l: rows 8 (j / 4) + 4 (l / 32) + j % 4 of the tile.
   std::string stores;
@@ -119,8 +120,8 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@yt@@, %rows_i: i64, %part: i64
                                    {"m1", mfmaStep("%a1", "%a_hi", "%w_i", "%a")},
                                    {"m2", mfmaStep("%a2", "%a_lo", "%w_i", "%a1")},
                                    {"stores", stores}});
-  return kernels::KernelSpec{name, "kiln.linear",
-                             "{\"kind\": \"mfma-gemm\", \"tile\": [32, 32, 8], \"block\": 64}", body};
+  return kernels::KernelSpec{
+      name, "kiln.linear", "{\"kind\": \"mfma-gemm\", \"tile\": [32, 32, 8], \"block\": 64}", body};
 }
 
 } // namespace kiln::amdgcn

@@ -50,11 +50,11 @@ func.func @@@name@@(%x: @@t3@@, %pos: memref<?xi32>, %out: @@t3@@, %rows_i: i64,
   return KernelSpec{name, "kiln.rope", "{\"kind\": \"rows\", \"parallel\": \"tokens\"}", body};
 }
 
-KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
-                     double scale, int64_t sequences) {
+KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window, double scale,
+                     int64_t sequences) {
   std::string name = "attention_" + std::to_string(qHeads) + "x" + std::to_string(kvHeads) + "x" +
-                     std::to_string(headDim) + (window ? "_w" + std::to_string(window) : "_global") +
-                     batchSuffix(sequences);
+                     std::to_string(headDim) +
+                     (window ? "_w" + std::to_string(window) : "_global") + batchSuffix(sequences);
   std::string lanes = headDim % 16 == 0 ? "16" : "1";
   std::string q = "memref<?x" + std::to_string(qHeads) + "x" + std::to_string(headDim) + "xf32>";
   std::string kv = "memref<?x" + std::to_string(kvHeads) + "x" + std::to_string(headDim) + "xf32>";
@@ -93,10 +93,12 @@ KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t w
         scf.yield %m_new, %l_new : f32, f32
 )";
   std::string D = std::to_string(headDim);
-  std::string cached = fillTemplate(update, {{"K", "%kc"}, {"V", "%vc"}, {"row", "%slot"},
-                                             {"vf", vf}, {"qt", q}, {"kvt", kv}, {"D", D}});
-  std::string fresh = fillTemplate(update, {{"K", "%k"}, {"V", "%v"}, {"row", "%t2"},
-                                            {"vf", vf}, {"qt", q}, {"kvt", kv}, {"D", D}});
+  std::string cached = fillTemplate(
+      update,
+      {{"K", "%kc"}, {"V", "%vc"}, {"row", "%slot"}, {"vf", vf}, {"qt", q}, {"kvt", kv}, {"D", D}});
+  std::string fresh = fillTemplate(
+      update,
+      {{"K", "%k"}, {"V", "%v"}, {"row", "%t2"}, {"vf", vf}, {"qt", q}, {"kvt", kv}, {"D", D}});
   std::string body = fillTemplate(R"(
 func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@@@positions@@, %out: @@qt@@,
                     %tokens: i64, %past_i: i64, %part: i64, %parts: i64)
@@ -193,7 +195,7 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
       %aring = arith.remui %ap, %slots : index
       %abase = arith.muli %t2, %slots : index
       %slot = arith.addi %abase, %aring : index)"
-                                                              : R"(
+                                                             : R"(
       %pp = arith.addi %past, %t2 : index
       %slot = arith.remui %pp, %slots : index)"},
                                    {"cached", cached},

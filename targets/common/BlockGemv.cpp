@@ -23,9 +23,11 @@ int64_t blockGemvRows() { return kRowsPerWarp * kWarps; }
 
 KernelSpec linearBlockTokens(int64_t n, int64_t k, int64_t tokens) {
   std::string name = "linear_block_tokens" + str(tokens) + "_" + str(n) + "x" + str(k);
-  std::string xt = "memref<?x" + str(k) + "xf32>", wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
+  std::string xt = "memref<?x" + str(k) + "xf32>",
+              wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
   std::string yt = "memref<?x" + str(n) + "xf32>";
-  std::string st = "memref<" + str(tokens) + "x" + str(kChunk) + "xf32, #gpu.address_space<workgroup>>";
+  std::string st =
+      "memref<" + str(tokens) + "x" + str(kChunk) + "xf32, #gpu.address_space<workgroup>>";
   auto acc = [](int64_t r, int64_t t) { return "%a" + str(r) + "_" + str(t); };
 
   std::string accArgs, accTypes, chunkBody;
@@ -38,17 +40,17 @@ KernelSpec linearBlockTokens(int64_t n, int64_t k, int64_t tokens) {
   // The weight rows' slices, as f32 elements %w<r>_<i>.
   for (int64_t r = 0; r < kRowsPerWarp; ++r) {
     std::string R = str(r);
-    chunkBody += "      %wb" + R + " = vector.load %w[%row" + R + ", %kl] {alignment = 16} : " + wt +
-                 ", vector<8xbf16>\n" + "      %wf" + R + " = arith.extf %wb" + R +
-                 " : vector<8xbf16> to vector<8xf32>\n";
+    chunkBody += "      %wb" + R + " = vector.load %w[%row" + R +
+                 ", %kl] {alignment = 16} : " + wt + ", vector<8xbf16>\n" + "      %wf" + R +
+                 " = arith.extf %wb" + R + " : vector<8xbf16> to vector<8xf32>\n";
     for (int64_t i = 0; i < kLaneElems; ++i)
       chunkBody += "      %w" + R + "_" + str(i) + " = vector.extract %wf" + R + "[" + str(i) +
                    "] : f32 from vector<8xf32>\n";
   }
   for (int64_t t = 0; t < tokens; ++t) {
     std::string T = str(t);
-    chunkBody += "      %xs" + T + " = vector.load %sx[%c" + T + "_t, %l8] {alignment = 32} : " + st +
-                 ", vector<8xf32>\n";
+    chunkBody += "      %xs" + T + " = vector.load %sx[%c" + T +
+                 "_t, %l8] {alignment = 32} : " + st + ", vector<8xf32>\n";
     for (int64_t i = 0; i < kLaneElems; ++i)
       chunkBody += "      %x" + T + "_" + str(i) + " = vector.extract %xs" + T + "[" + str(i) +
                    "] : f32 from vector<8xf32>\n";
@@ -75,8 +77,8 @@ KernelSpec linearBlockTokens(int64_t n, int64_t k, int64_t tokens) {
   for (int64_t r = 0; r < kRowsPerWarp; ++r) {
     std::string R = str(r);
     consts += "  %c" + R + "_r = arith.constant " + R + " : index\n";
-    rowsText += "  %row" + R + "_at = arith.addi %row_base, %c" + R + "_r : index\n" +
-                "  %row" + R + " = arith.minui %row" + R + "_at, %n_last : index\n";
+    rowsText += "  %row" + R + "_at = arith.addi %row_base, %c" + R + "_r : index\n" + "  %row" +
+                R + " = arith.minui %row" + R + "_at, %n_last : index\n";
   }
   for (int64_t r = 0; r < kRowsPerWarp; ++r)
     for (int64_t t = 0; t < tokens; ++t) {
@@ -95,7 +97,9 @@ KernelSpec linearBlockTokens(int64_t n, int64_t k, int64_t tokens) {
                              {{"RT", RT}, {"T", str(t)}, {"R", str(r)}, {"yt", yt}});
     }
 
-  std::string body = "memref.global \"private\" @" + name + "_x : " + st + "\n" + fillTemplate(R"(
+  std::string body =
+      "memref.global \"private\" @" + name + "_x : " + st + "\n" +
+      fillTemplate(R"(
 func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@yt@@, %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "block-gemv-tokens", rows_per_block = @@RPB@@ : i64, tokens = @@T@@ : i64}} {
   %c0 = arith.constant 0 : index
@@ -141,28 +145,29 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@yt@@, %rows_i: i64, %part: i64
   return
 }
 )",
-                                                                                 {{"name", name},
-                                                                                  {"xt", xt},
-                                                                                  {"wt", wt},
-                                                                                  {"yt", yt},
-                                                                                  {"st", st},
-                                                                                  {"T", str(tokens)},
-                                                                                  {"RPB", str(blockGemvRows())},
-                                                                                  {"chunk", str(kChunk)},
-                                                                                  {"k", str(k)},
-                                                                                  {"n", str(n)},
-                                                                                  {"n_last", str(n - 1)},
-                                                                                  {"consts", consts + "  %c" + str(tokens) + "_all = arith.constant " + str(tokens) + " : index\n"},
-                                                                                  {"rows", rowsText},
-                                                                                  {"N", str(kRowsPerWarp * tokens)},
-                                                                                  {"acc_args", accArgs},
-                                                                                  {"acc_types", accTypes},
-                                                                                  {"chunk_body", chunkBody},
-                                                                                  {"yields", ordered},
-                                                                                  {"stores", stores}});
+                   {{"name", name},
+                    {"xt", xt},
+                    {"wt", wt},
+                    {"yt", yt},
+                    {"st", st},
+                    {"T", str(tokens)},
+                    {"RPB", str(blockGemvRows())},
+                    {"chunk", str(kChunk)},
+                    {"k", str(k)},
+                    {"n", str(n)},
+                    {"n_last", str(n - 1)},
+                    {"consts", consts + "  %c" + str(tokens) + "_all = arith.constant " +
+                                   str(tokens) + " : index\n"},
+                    {"rows", rowsText},
+                    {"N", str(kRowsPerWarp * tokens)},
+                    {"acc_args", accArgs},
+                    {"acc_types", accTypes},
+                    {"chunk_body", chunkBody},
+                    {"yields", ordered},
+                    {"stores", stores}});
   return KernelSpec{name, "kiln.linear",
-                    "{\"kind\": \"block-gemv-tokens\", \"rows_per_block\": " + str(blockGemvRows()) +
-                        ", \"tokens\": " + str(tokens) + "}",
+                    "{\"kind\": \"block-gemv-tokens\", \"rows_per_block\": " +
+                        str(blockGemvRows()) + ", \"tokens\": " + str(tokens) + "}",
                     body};
 }
 

@@ -33,7 +33,8 @@ std::string tilingJson(int64_t width) {
 
 KernelSpec castToBf16(int64_t width) {
   std::string name = "cast_bf16_" + std::to_string(width);
-  std::string body = fillTemplate(R"(
+  std::string body = fillTemplate(
+      R"(
 func.func @@@name@@(%x: memref<?x@@w@@xf32>, %y: memref<?x@@w@@xbf16>, %first: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
   %c0 = arith.constant 0 : index
@@ -60,13 +61,13 @@ func.func @@@name@@(%x: memref<?x@@w@@xf32>, %y: memref<?x@@w@@xbf16>, %first: i
   return
 }
 )",
-                                  {{"name", name},
-                                   {"w", std::to_string(width)},
-                                   {"lanes", lanesFor(width)},
-                                   {"vf", vec(width, "f32")},
-                                   {"vbf", vec(width, "bf16")},
-                                   {"tiling", tilingAttr(width)},
-                                   {"range", partRange("%rows", "r") + "    %one_r = arith.constant 1 : index\n"}});
+      {{"name", name},
+       {"w", std::to_string(width)},
+       {"lanes", lanesFor(width)},
+       {"vf", vec(width, "f32")},
+       {"vbf", vec(width, "bf16")},
+       {"tiling", tilingAttr(width)},
+       {"range", partRange("%rows", "r") + "    %one_r = arith.constant 1 : index\n"}});
   return make(name, "kiln.cast_bf16", tilingJson(width), body);
 }
 
@@ -154,19 +155,20 @@ namespace {
 // An RMSNorm kernel over every row of width `width`: rows of [T, width]
 // (heads = 0) or [T, heads, width] rows (head norms); the eps is part of the
 // name, so norms with other eps get other kernels.
-KernelSpec normKernel(const std::string &name, const std::string &op, int64_t heads,
-                      int64_t width, double eps) {
+KernelSpec normKernel(const std::string &name, const std::string &op, int64_t heads, int64_t width,
+                      double eps) {
   std::string w = "memref<" + std::to_string(width) + "xbf16>";
-  std::string xt = heads ? "memref<?x" + std::to_string(heads) + "x" + std::to_string(width) +
-                               "xf32>"
-                         : "memref<?x" + std::to_string(width) + "xf32>";
+  std::string xt = heads
+                       ? "memref<?x" + std::to_string(heads) + "x" + std::to_string(width) + "xf32>"
+                       : "memref<?x" + std::to_string(width) + "xf32>";
   std::string loop = heads ? R"(
     scf.for %hh = %c0 to %heads step %c1 {
       @@norm@@
     })"
                            : R"(
     @@norm@@)";
-  std::string body = fillTemplate(R"(
+  std::string body = fillTemplate(
+      R"(
 func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@xt@@, %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
   %c0 = arith.constant 0 : index
@@ -181,29 +183,26 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@xt@@, %rows_i: i64, %part: i64
   return
 }
 )",
-                                  {{"name", name},
-                                   {"xt", xt},
-                                   {"wt", w},
-                                   {"w", std::to_string(width)},
-                                   {"wf", floatLiteral(double(width))},
-                                   {"heads", heads ? "  %heads = arith.constant " +
-                                                         std::to_string(heads) + " : index\n"
-                                                   : ""},
-                                   {"lanes", lanesFor(width)},
-                                   {"tiling", tilingAttr(width)},
-                                   {"range", partRange("%rows", "r")},
-                                   {"loop", loop}});
-  body = fillTemplate(body, {{"norm", normRow("%x", xt, "%y", xt, "%w", w,
-                                                heads ? "%r, %hh" : "%r", floatLiteral(eps),
-                                                width, "n")}});
+      {{"name", name},
+       {"xt", xt},
+       {"wt", w},
+       {"w", std::to_string(width)},
+       {"wf", floatLiteral(double(width))},
+       {"heads", heads ? "  %heads = arith.constant " + std::to_string(heads) + " : index\n" : ""},
+       {"lanes", lanesFor(width)},
+       {"tiling", tilingAttr(width)},
+       {"range", partRange("%rows", "r")},
+       {"loop", loop}});
+  body = fillTemplate(body, {{"norm", normRow("%x", xt, "%y", xt, "%w", w, heads ? "%r, %hh" : "%r",
+                                              floatLiteral(eps), width, "n")}});
   return make(name, op, tilingJson(width), body);
 }
 
 } // namespace
 
 KernelSpec rmsNorm(int64_t width, double eps) {
-  return normKernel("rms_norm_" + std::to_string(width) + epsSuffix(eps), "kiln.rms_norm", 0,
-                    width, eps);
+  return normKernel("rms_norm_" + std::to_string(width) + epsSuffix(eps), "kiln.rms_norm", 0, width,
+                    eps);
 }
 
 KernelSpec headNorm(int64_t heads, int64_t headDim, double eps) {
@@ -270,10 +269,12 @@ KernelSpec binary(const std::string &kind, int64_t width, bool rhsIsWeight, bool
   std::string rhsElem = rhsIsWeight ? "bf16" : "f32";
   std::string rhsType = rhsIsVector ? "memref<" + std::to_string(width) + "x" + rhsElem + ">"
                                     : "memref<?x" + std::to_string(width) + "x" + rhsElem + ">";
-  std::string load = rhsIsVector ? "%rv = vector.load %rhs[%c] : " + rhsType + ", " + vec(width, rhsElem)
-                                 : "%rv = vector.load %rhs[%r, %c] : " + rhsType + ", " + vec(width, rhsElem);
-  std::string extend = rhsIsWeight ? "%rf = arith.extf %rv : " + vec(width, "bf16") + " to " + vec(width, "f32")
-                                   : "%rf = arith.addf %rv, %zero : " + vec(width, "f32");
+  std::string load =
+      rhsIsVector ? "%rv = vector.load %rhs[%c] : " + rhsType + ", " + vec(width, rhsElem)
+                  : "%rv = vector.load %rhs[%r, %c] : " + rhsType + ", " + vec(width, rhsElem);
+  std::string extend =
+      rhsIsWeight ? "%rf = arith.extf %rv : " + vec(width, "bf16") + " to " + vec(width, "f32")
+                  : "%rf = arith.addf %rv, %zero : " + vec(width, "f32");
   std::string body = fillTemplate(R"(
 func.func @@@name@@(%lhs: @@row@@, %rhs: @@rt@@, %out: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {

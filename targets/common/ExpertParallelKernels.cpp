@@ -46,7 +46,8 @@ func.func @@@name@@(%idx: memref<?x@@K@@xi32>, %out: memref<?x@@K@@xi32>, %rows_
 
 KernelSpec sliceRows(int64_t width) {
   std::string name = "slice_rows_" + std::to_string(width);
-  std::string body = fillTemplate(R"(
+  std::string body = fillTemplate(
+      R"(
 func.func @@@name@@(%in: memref<?x@@W@@xf32>, %out: memref<?x@@W@@xf32>, %rows_i: i64,
                     %member: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "rows"}} {
@@ -67,9 +68,7 @@ func.func @@@name@@(%in: memref<?x@@W@@xf32>, %out: memref<?x@@W@@xf32>, %rows_i
   return
 }
 )",
-                                  {{"name", name},
-                                   {"W", std::to_string(width)},
-                                   {"range", partRange("%rows", "t")}});
+      {{"name", name}, {"W", std::to_string(width)}, {"range", partRange("%rows", "t")}});
   return KernelSpec{name, "shard.all_slice", "{\"kind\": \"rows\"}", body};
 }
 

@@ -75,8 +75,8 @@ KernelSpec linearVector(int64_t n, int64_t k);
 
 // Attention (AttentionKernels.cpp).
 KernelSpec rope(int64_t heads, int64_t headDim, double theta);
-KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
-                     double scale, int64_t sequences = 0);
+KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window, double scale,
+                     int64_t sequences = 0);
 
 // Latent MoE (MoEKernels.cpp).
 KernelSpec routerTopK(int64_t experts, int64_t k);

@@ -29,26 +29,25 @@ KernelSpec castBf16Threads(int64_t width) {
     return {MemRefType::get({dynamic, width}, b.getF32Type()),
             MemRefType::get({dynamic, width}, b.getBF16Type()), b.getI64Type()};
   };
-  return buildKernel(
-      "cast_bf16_threads_" + std::to_string(width), "kiln.cast_bf16", tiling, args,
-      [&](KernelScope &k) {
-        ImplicitLocOpBuilder &b = k.b;
-        Value chunks = k.index(width / kCastLanes);
-        Value count = arith::MulIOp::create(b, k.argIndex(2), chunks);
-        // Threads past the rows' chunks, and a grid with fewer threads than
-        // chunks, stride over them.
-        auto loop = scf::ForOp::create(b, k.argIndex(3), count, k.argIndex(4));
-        b.setInsertionPointToStart(loop.getBody());
-        Value i = loop.getInductionVar();
-        Value row = arith::DivUIOp::create(b, i, chunks);
-        Value col = arith::MulIOp::create(b, arith::RemUIOp::create(b, i, chunks),
-                                          k.index(kCastLanes));
-        auto f32s = VectorType::get({kCastLanes}, b.getF32Type());
-        auto bf16s = VectorType::get({kCastLanes}, b.getBF16Type());
-        Value v = vector::LoadOp::create(b, f32s, k.arg(0), ValueRange{row, col});
-        vector::StoreOp::create(b, arith::TruncFOp::create(b, bf16s, v), k.arg(1),
-                                ValueRange{row, col});
-      });
+  return buildKernel("cast_bf16_threads_" + std::to_string(width), "kiln.cast_bf16", tiling, args,
+                     [&](KernelScope &k) {
+                       ImplicitLocOpBuilder &b = k.b;
+                       Value chunks = k.index(width / kCastLanes);
+                       Value count = arith::MulIOp::create(b, k.argIndex(2), chunks);
+                       // Threads past the rows' chunks, and a grid with fewer threads than
+                       // chunks, stride over them.
+                       auto loop = scf::ForOp::create(b, k.argIndex(3), count, k.argIndex(4));
+                       b.setInsertionPointToStart(loop.getBody());
+                       Value i = loop.getInductionVar();
+                       Value row = arith::DivUIOp::create(b, i, chunks);
+                       Value col = arith::MulIOp::create(b, arith::RemUIOp::create(b, i, chunks),
+                                                         k.index(kCastLanes));
+                       auto f32s = VectorType::get({kCastLanes}, b.getF32Type());
+                       auto bf16s = VectorType::get({kCastLanes}, b.getBF16Type());
+                       Value v = vector::LoadOp::create(b, f32s, k.arg(0), ValueRange{row, col});
+                       vector::StoreOp::create(b, arith::TruncFOp::create(b, bf16s, v), k.arg(1),
+                                               ValueRange{row, col});
+                     });
 }
 
 } // namespace kiln::kernels

@@ -20,7 +20,8 @@ namespace {
 // deterministic total %out.
 std::string blockSum(const std::string &in, const std::string &out, int64_t slot, int64_t warps,
                      const std::string &smemType) {
-  std::string text = warp::warpSum(in, out + "_w") + fillTemplate(R"(
+  std::string text = warp::warpSum(in, out + "_w") +
+                     fillTemplate(R"(
     %@@o@@_lead = arith.cmpi eq, %lane, %c0 : index
     %@@o@@_slot = arith.constant @@slot@@ : index
     %@@o@@_at = arith.addi %wid, %@@o@@_slot : index
@@ -29,7 +30,7 @@ std::string blockSum(const std::string &in, const std::string &out, int64_t slot
     }
     gpu.barrier
 )",
-                                                                  {{"o", out}, {"slot", str(slot)}, {"st", smemType}});
+                                  {{"o", out}, {"slot", str(slot)}, {"st", smemType}});
   std::string sum;
   for (int64_t w = 0; w < warps; ++w) {
     std::string v = "%" + out + "_p" + str(w);
@@ -96,7 +97,8 @@ std::string sumSquares(const std::string &src, const std::string &type, const st
 std::string scaleRow(const std::string &src, const std::string &dst, const std::string &type,
                      const std::string &weight, const std::string &weightType,
                      const std::string &inv) {
-  return fillTemplate(R"(
+  return fillTemplate(
+      R"(
     scf.for %c = %t4 to %width step %stride {
       %v = vector.load @@src@@[%row, %c] {alignment = 16} : @@t@@, vector<4xf32>
       %wb = vector.load @@w@@[%c] : @@wt@@, vector<4xbf16>
@@ -106,8 +108,7 @@ std::string scaleRow(const std::string &src, const std::string &dst, const std::
       vector.store %o, @@dst@@[%row, %c] {alignment = 16} : @@t@@, vector<4xf32>
     }
 )",
-                      {{"src", src}, {"dst", dst}, {"t", type}, {"w", weight}, {"wt", weightType},
-                       {"inv", inv}});
+      {{"src", src}, {"dst", dst}, {"t", type}, {"w", weight}, {"wt", weightType}, {"inv", inv}});
 }
 
 // 1 / sqrt(sum / width + eps), as the CPU kernels compute it.
@@ -144,7 +145,8 @@ KernelSpec rmsNormBlock(int64_t width, double eps) {
   int64_t threads = rowBlockThreads(width);
   std::string name = "rms_norm_block_" + str(width) + epsSuffix(eps);
   std::string row = "memref<?x" + str(width) + "xf32>", wt = "memref<" + str(width) + "xbf16>";
-  std::string body = sharedSlots(name + "_smem", threads) + fillTemplate(R"(
+  std::string body = sharedSlots(name + "_smem", threads) +
+                     fillTemplate(R"(
 func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "block-row", threads = @@threads@@ : i64}} {
 @@ids@@
@@ -155,16 +157,17 @@ func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i
   return
 }
 )",
-                                                                 {{"name", name},
-                                                                  {"row", row},
-                                                                  {"threads", str(threads)},
-                                                                  {"wt", wt},
-                                                                  {"ids", blockIds(name + "_smem", threads)},
-                                                                  {"W", str(width)},
-                                                                  {"Wf", floatLiteral(double(width))},
-                                                                  {"inv", blockInverseRms("%x", row, "inv", 0, eps, threads)},
-                                                                  {"out", scaleRow("%x", "%y", row, "%w", wt, "%inv_v")}});
-  return KernelSpec{name, "kiln.rms_norm", "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
+                                  {{"name", name},
+                                   {"row", row},
+                                   {"threads", str(threads)},
+                                   {"wt", wt},
+                                   {"ids", blockIds(name + "_smem", threads)},
+                                   {"W", str(width)},
+                                   {"Wf", floatLiteral(double(width))},
+                                   {"inv", blockInverseRms("%x", row, "inv", 0, eps, threads)},
+                                   {"out", scaleRow("%x", "%y", row, "%w", wt, "%inv_v")}});
+  return KernelSpec{name, "kiln.rms_norm",
+                    "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
 }
 
 KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps) {
@@ -172,7 +175,9 @@ KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps) {
   std::string name = "norm_residual_block_" + str(width) + epsSuffix(postEps) + epsSuffix(nextEps);
   std::string row = "memref<?x" + str(width) + "xf32>", wt = "memref<" + str(width) + "xbf16>";
   // new_res = res + gate * RMSNorm(upd; post); normed = RMSNorm(new_res; next).
-  std::string body = sharedSlots(name + "_smem", threads) + fillTemplate(R"(
+  std::string body =
+      sharedSlots(name + "_smem", threads) +
+      fillTemplate(R"(
 func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, %next: @@wt@@,
                     %new_res: @@row@@, %normed: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "block-row", threads = @@threads@@ : i64}} {
@@ -202,18 +207,19 @@ func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, 
   return
 }
 )",
-                                                                 {{"name", name},
-                                                                  {"row", row},
-                                                                  {"threads", str(threads)},
-                                                                  {"wt", wt},
-                                                                  {"ids", blockIds(name + "_smem", threads)},
-                                                                  {"W", str(width)},
-                                                                  {"Wf", floatLiteral(double(width))},
-                                                                  {"inv1", blockInverseRms("%upd", row, "inv1", 0, postEps, threads)},
-                                                                  {"sum2", blockSum("hs", "t2", threads / 32, threads / 32, smemType(threads))},
-                                                                  {"inv2", inverseRms("t2", floatLiteral(nextEps), "inv2")},
-                                                                  {"out", scaleRow("%new_res", "%normed", row, "%next", wt, "%inv2_v")}});
-  return KernelSpec{name, "kiln.norm_residual", "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
+                   {{"name", name},
+                    {"row", row},
+                    {"threads", str(threads)},
+                    {"wt", wt},
+                    {"ids", blockIds(name + "_smem", threads)},
+                    {"W", str(width)},
+                    {"Wf", floatLiteral(double(width))},
+                    {"inv1", blockInverseRms("%upd", row, "inv1", 0, postEps, threads)},
+                    {"sum2", blockSum("hs", "t2", threads / 32, threads / 32, smemType(threads))},
+                    {"inv2", inverseRms("t2", floatLiteral(nextEps), "inv2")},
+                    {"out", scaleRow("%new_res", "%normed", row, "%next", wt, "%inv2_v")}});
+  return KernelSpec{name, "kiln.norm_residual",
+                    "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
 }
 
 KernelSpec headNormWarp(int64_t heads, int64_t headDim, double eps) {
@@ -266,8 +272,8 @@ func.func @@@name@@(%x: @@t3@@, %w: @@wt@@, %y: @@t3@@, %rows_i: i64, %part: i64
                                    {"Df", floatLiteral(double(headDim))},
                                    {"sum", warp::warpSum("ss", "total")},
                                    {"inv", inverseRms("total", floatLiteral(eps), "inv")}});
-  return KernelSpec{name, "kiln.head_norm", "{\"kind\": \"warp-rows\", \"parallel\": \"tokens*heads\"}",
-                    body};
+  return KernelSpec{name, "kiln.head_norm",
+                    "{\"kind\": \"warp-rows\", \"parallel\": \"tokens*heads\"}", body};
 }
 
 KernelSpec ropeWarp(int64_t heads, int64_t headDim, double theta) {
@@ -307,12 +313,14 @@ func.func @@@name@@(%x: @@t3@@, %pos: memref<?xi32>, %out: @@t3@@, %rows_i: i64,
                                    {"H", str(heads)},
                                    {"theta", floatLiteral(theta)},
                                    {"m2d", floatLiteral(-2.0 / double(headDim))}});
-  return KernelSpec{name, "kiln.rope", "{\"kind\": \"warp-rows\", \"parallel\": \"tokens*heads\"}", body};
+  return KernelSpec{name, "kiln.rope", "{\"kind\": \"warp-rows\", \"parallel\": \"tokens*heads\"}",
+                    body};
 }
 
 KernelSpec embedThreads(int64_t vocab, int64_t hidden) {
   std::string name = "embed_threads_" + str(vocab) + "x" + str(hidden);
-  std::string body = fillTemplate(R"(
+  std::string body =
+      fillTemplate(R"(
 func.func @@@name@@(%table: memref<@@v@@x@@h@@xbf16>, %ids: memref<?xi32>, %out: memref<?x@@h@@xf32>, %tokens: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "threads", elements = 4 : i64}} {
   %c4 = arith.constant 4 : index
@@ -333,10 +341,7 @@ func.func @@@name@@(%table: memref<@@v@@x@@h@@xbf16>, %ids: memref<?xi32>, %out:
   return
 }
 )",
-                                  {{"name", name},
-                                   {"v", str(vocab)},
-                                   {"h", str(hidden)},
-                                   {"q", str(hidden / 4)}});
+                   {{"name", name}, {"v", str(vocab)}, {"h", str(hidden)}, {"q", str(hidden / 4)}});
   return KernelSpec{name, "kiln.embed", "{\"kind\": \"threads\", \"elements\": 4}", body};
 }
 
@@ -345,7 +350,9 @@ KernelSpec expertScalesBlock(int64_t k, int64_t latent, double eps) {
   std::string name = "expert_scales_block_top" + str(k) + "_" + str(latent) + epsSuffix(eps);
   std::string yt = "memref<?x" + str(k) + "x" + str(latent) + "xf32>";
   // scale[t, j] = weight[t, j] / sqrt(mean(y[t, j]^2) + eps): a block per (t, j).
-  std::string body = sharedSlots(name + "_smem", threads) + fillTemplate(R"(
+  std::string body =
+      sharedSlots(name + "_smem", threads) +
+      fillTemplate(R"(
 func.func @@@name@@(%y: @@yt@@, %w: memref<?x@@K@@xf32>, %scales: memref<?x@@K@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "block-row", threads = @@threads@@ : i64}} {
 @@ids@@
@@ -371,15 +378,15 @@ func.func @@@name@@(%y: @@yt@@, %w: memref<?x@@K@@xf32>, %scales: memref<?x@@K@@
   return
 }
 )",
-                                                                        {{"name", name},
-                                                                         {"yt", yt},
-                                                                         {"K", str(k)},
-                                                                         {"L", str(latent)},
-                                                                         {"Lf", floatLiteral(double(latent))},
-                                                                         {"threads", str(threads)},
-                                                                         {"ids", blockIds(name + "_smem", threads)},
-                                                                         {"sum", blockSum("sq", "ss", 0, threads / 32, smemType(threads))},
-                                                                         {"inv", inverseRms("ss", floatLiteral(eps), "inv")}});
+                   {{"name", name},
+                    {"yt", yt},
+                    {"K", str(k)},
+                    {"L", str(latent)},
+                    {"Lf", floatLiteral(double(latent))},
+                    {"threads", str(threads)},
+                    {"ids", blockIds(name + "_smem", threads)},
+                    {"sum", blockSum("sq", "ss", 0, threads / 32, smemType(threads))},
+                    {"inv", inverseRms("ss", floatLiteral(eps), "inv")}});
   return KernelSpec{name, "kiln.megamoe",
                     "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
 }
@@ -397,51 +404,84 @@ KernelSpec routerTopKWarp(int64_t experts, int64_t k) {
   std::string loads, pinit, maxChain = "%neg_inf";
   for (int64_t i = 0; i < per; ++i) {
     std::string I = str(i);
-    loads += "    %ci" + I + " = arith.constant " + str(32 * i) + " : index\n"
-             "    %e" + I + " = arith.addi %lane, %ci" + I + " : index\n"
-             "    %l" + I + " = memref.load %logits[%t, %e" + I + "] : " + lt + "\n"
-             "    %m" + I + " = arith.maximumf " + maxChain + ", %l" + I + " : f32\n";
+    loads += "    %ci" + I + " = arith.constant " + str(32 * i) +
+             " : index\n"
+             "    %e" +
+             I + " = arith.addi %lane, %ci" + I +
+             " : index\n"
+             "    %l" +
+             I + " = memref.load %logits[%t, %e" + I + "] : " + lt +
+             "\n"
+             "    %m" +
+             I + " = arith.maximumf " + maxChain + ", %l" + I + " : f32\n";
     maxChain = "%m" + I;
   }
   std::string maxReduce;
   std::string value = maxChain;
   for (int offset = 1; offset < 32; offset *= 2) {
     std::string o = str(offset);
-    maxReduce += "    %mo" + o + " = arith.constant " + o + " : i32\n"
-                 "    %mx" + o + ", %mok" + o + " = gpu.shuffle xor " + value + ", %mo" + o + ", %w32 : f32\n"
-                 "    %mr" + o + " = arith.maximumf " + value + ", %mx" + o + " : f32\n";
+    maxReduce += "    %mo" + o + " = arith.constant " + o +
+                 " : i32\n"
+                 "    %mx" +
+                 o + ", %mok" + o + " = gpu.shuffle xor " + value + ", %mo" + o +
+                 ", %w32 : f32\n"
+                 "    %mr" +
+                 o + " = arith.maximumf " + value + ", %mx" + o + " : f32\n";
     value = "%mr" + o;
   }
   std::string iterArgs, iterTypes, yieldsInit;
   for (int64_t i = 0; i < per; ++i) {
     std::string I = str(i);
-    pinit += "    %d" + I + " = arith.subf %l" + I + ", " + value + " : f32\n"
-             "    %p" + I + " = math.exp %d" + I + " : f32\n";
+    pinit += "    %d" + I + " = arith.subf %l" + I + ", " + value +
+             " : f32\n"
+             "    %p" +
+             I + " = math.exp %d" + I + " : f32\n";
     iterArgs += ", %q" + I + " = %p" + I;
     iterTypes += ", f32";
   }
   // One round: this lane's best (value, expert), then the warp's.
-  std::string round = "      %bv0 = arith.addf %taken, %zero_f : f32\n      %bi0 = arith.addi %c0, %c0 : index\n";
+  std::string round =
+      "      %bv0 = arith.addf %taken, %zero_f : f32\n      %bi0 = arith.addi %c0, %c0 : index\n";
   for (int64_t i = 0; i < per; ++i) {
     std::string I = str(i), N = str(i + 1);
-    round += "      %better" + I + " = arith.cmpf ogt, %q" + I + ", %bv" + I + " : f32\n"
-             "      %bv" + N + " = arith.select %better" + I + ", %q" + I + ", %bv" + I + " : f32\n"
-             "      %bi" + N + " = arith.select %better" + I + ", %e" + I + ", %bi" + I + " : index\n";
+    round += "      %better" + I + " = arith.cmpf ogt, %q" + I + ", %bv" + I +
+             " : f32\n"
+             "      %bv" +
+             N + " = arith.select %better" + I + ", %q" + I + ", %bv" + I +
+             " : f32\n"
+             "      %bi" +
+             N + " = arith.select %better" + I + ", %e" + I + ", %bi" + I + " : index\n";
   }
   std::string bv = "%bv" + str(per), bi = "%bi" + str(per);
   round += "      %bi32 = arith.index_cast " + bi + " : index to i32\n";
   std::string v = bv, ix = "%bi32";
   for (int offset = 1; offset < 32; offset *= 2) {
     std::string o = str(offset);
-    round += "      %ov" + o + ", %ovk" + o + " = gpu.shuffle xor " + v + ", %mo" + o + ", %w32 : f32\n"
-             "      %oi" + o + ", %oik" + o + " = gpu.shuffle xor " + ix + ", %mo" + o + ", %w32 : i32\n"
-             "      %gt" + o + " = arith.cmpf ogt, %ov" + o + ", " + v + " : f32\n"
-             "      %eq" + o + " = arith.cmpf oeq, %ov" + o + ", " + v + " : f32\n"
-             "      %lt" + o + " = arith.cmpi slt, %oi" + o + ", " + ix + " : i32\n"
-             "      %tie" + o + " = arith.andi %eq" + o + ", %lt" + o + " : i1\n"
-             "      %take" + o + " = arith.ori %gt" + o + ", %tie" + o + " : i1\n"
-             "      %wv" + o + " = arith.select %take" + o + ", %ov" + o + ", " + v + " : f32\n"
-             "      %wi" + o + " = arith.select %take" + o + ", %oi" + o + ", " + ix + " : i32\n";
+    round += "      %ov" + o + ", %ovk" + o + " = gpu.shuffle xor " + v + ", %mo" + o +
+             ", %w32 : f32\n"
+             "      %oi" +
+             o + ", %oik" + o + " = gpu.shuffle xor " + ix + ", %mo" + o +
+             ", %w32 : i32\n"
+             "      %gt" +
+             o + " = arith.cmpf ogt, %ov" + o + ", " + v +
+             " : f32\n"
+             "      %eq" +
+             o + " = arith.cmpf oeq, %ov" + o + ", " + v +
+             " : f32\n"
+             "      %lt" +
+             o + " = arith.cmpi slt, %oi" + o + ", " + ix +
+             " : i32\n"
+             "      %tie" +
+             o + " = arith.andi %eq" + o + ", %lt" + o +
+             " : i1\n"
+             "      %take" +
+             o + " = arith.ori %gt" + o + ", %tie" + o +
+             " : i1\n"
+             "      %wv" +
+             o + " = arith.select %take" + o + ", %ov" + o + ", " + v +
+             " : f32\n"
+             "      %wi" +
+             o + " = arith.select %take" + o + ", %oi" + o + ", " + ix + " : i32\n";
     v = "%wv" + o;
     ix = "%wi" + o;
   }
@@ -449,8 +489,10 @@ KernelSpec routerTopKWarp(int64_t experts, int64_t k) {
   std::string retire, yields = "%nsum";
   for (int64_t i = 0; i < per; ++i) {
     std::string I = str(i);
-    retire += "      %hit" + I + " = arith.cmpi eq, %e" + I + ", %win : index\n"
-              "      %r" + I + " = arith.select %hit" + I + ", %taken, %q" + I + " : f32\n";
+    retire += "      %hit" + I + " = arith.cmpi eq, %e" + I +
+              ", %win : index\n"
+              "      %r" +
+              I + " = arith.select %hit" + I + ", %taken, %q" + I + " : f32\n";
     yields += ", %r" + I;
   }
   std::string body = fillTemplate(R"(
@@ -505,11 +547,13 @@ func.func @@@name@@(%logits: @@lt@@, %weights: memref<?x@@K@@xf32>, %indices: me
                                    {"ix", ix},
                                    {"retire", retire},
                                    {"yields", yields}});
-  return KernelSpec{name, "kiln.router_topk", "{\"kind\": \"warp-rows\", \"parallel\": \"tokens\"}", body};
+  return KernelSpec{name, "kiln.router_topk", "{\"kind\": \"warp-rows\", \"parallel\": \"tokens\"}",
+                    body};
 }
 
 KernelSpec expertCombineThreads(int64_t experts, int64_t k, int64_t latent) {
-  std::string name = "expert_combine_threads_" + str(experts) + "e_top" + str(k) + "_" + str(latent);
+  std::string name =
+      "expert_combine_threads_" + str(experts) + "e_top" + str(k) + "_" + str(latent);
   std::string yt = "memref<?x" + str(k) + "x" + str(latent) + "xf32>";
   // out[t, c..c+3] = sum_j scale[t, j] * post_norm[e_j, c..] * y[t, j, c..], j in order.
   std::string body = fillTemplate(R"(

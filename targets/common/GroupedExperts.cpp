@@ -90,7 +90,8 @@ KernelSpec expertGateUpGrouped(const ExpertTileShape &s) {
         sums += warp::warpSum(name + "d", name);
       }
     for (int64_t r = 0; r < 2; ++r)
-      store += fillTemplate(R"(
+      store +=
+          fillTemplate(R"(
           %ng@@X@@ = arith.negf %g@@X@@ : f32
           %ex@@X@@ = math.exp %ng@@X@@ : f32
           %den@@X@@ = arith.addf %one_f, %ex@@X@@ : f32
@@ -98,10 +99,11 @@ KernelSpec expertGateUpGrouped(const ExpertTileShape &s) {
           %h@@X@@ = arith.mulf %sig@@X@@, %u@@X@@ : f32
           memref.store %h@@X@@, %h[%t@@I@@, %j@@I@@, %o@@R@@] : @@ht@@
 )",
-                            {{"X", str(r) + "_" + str(i)}, {"I", str(i)}, {"R", str(r)}, {"ht", ht}});
+                       {{"X", str(r) + "_" + str(i)}, {"I", str(i)}, {"R", str(r)}, {"ht", ht}});
     stores += "        scf.if %in" + str(i) + " {" + store + "        }\n";
   }
-  std::string body = fillTemplate(R"(
+  std::string body =
+      fillTemplate(R"(
 func.func @@@name@@(%z: @@zt@@, @@lists@@, @@gargs@@, @@uargs@@, %h: @@ht@@, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface,
                 kiln.tiling = {kind = "warp-gemv-grouped@@fmt@@", parallel = "experts*intermediate", items_per_pass = @@G@@ : i64}} {
@@ -122,23 +124,22 @@ func.func @@@name@@(%z: @@zt@@, @@lists@@, @@gargs@@, @@uargs@@, %h: @@ht@@, %pa
   return
 }
 )",
-                                  {{"name", name},
-                                   {"zt", zt},
-                                   {"ht", ht},
-                                   {"lists", expertListArgs(s)},
-                                   {"gargs", gate.args},
-                                   {"uargs", up.args},
-                                   {"fmt", formatSuffix(s.nvfp4)},
-                                   {"G", str(kGroupedItems)},
-                                   {"ids", warp::warpIds()},
-                                   {"loop", groupedLoop(s, s.intermediate / 2)},
-                                   {"gglob", gate.globalLoad},
-                                   {"uglob", up.globalLoad},
-                                   {"dot", warp::rowsDot(perItem(rows, false), s.nvfp4, "%z", zt,
-                                                         "%t0", s.latent, outs, "",
-                                                         warp::Nvfp4Lanes::Grouped)},
-                                   {"sums", sums},
-                                   {"stores", stores}});
+                   {{"name", name},
+                    {"zt", zt},
+                    {"ht", ht},
+                    {"lists", expertListArgs(s)},
+                    {"gargs", gate.args},
+                    {"uargs", up.args},
+                    {"fmt", formatSuffix(s.nvfp4)},
+                    {"G", str(kGroupedItems)},
+                    {"ids", warp::warpIds()},
+                    {"loop", groupedLoop(s, s.intermediate / 2)},
+                    {"gglob", gate.globalLoad},
+                    {"uglob", up.globalLoad},
+                    {"dot", warp::rowsDot(perItem(rows, false), s.nvfp4, "%z", zt, "%t0", s.latent,
+                                          outs, "", warp::Nvfp4Lanes::Grouped)},
+                    {"sums", sums},
+                    {"stores", stores}});
   return KernelSpec{name, "kiln.megamoe",
                     "{\"kind\": \"warp-gemv-grouped" + formatSuffix(s.nvfp4) +
                         "\", \"parallel\": \"experts*intermediate\", \"items_per_pass\": " +
@@ -151,9 +152,8 @@ KernelSpec expertDownGrouped(const ExpertTileShape &s) {
   std::string name = "expert_down_grouped_" + expertShapeSuffix(s);
   std::string ht = "memref<?x" + str(s.k) + "x" + str(s.intermediate) + "xf32>";
   std::string yt = "memref<?x" + str(s.k) + "x" + str(s.latent) + "xf32>";
-  warp::ExpertProjection down =
-      warp::expertProjection("down", s.experts, s.latent, s.intermediate, s.nvfp4,
-                             {"%o0", "%o1", "%o2", "%o3"});
+  warp::ExpertProjection down = warp::expertProjection("down", s.experts, s.latent, s.intermediate,
+                                                       s.nvfp4, {"%o0", "%o1", "%o2", "%o3"});
   std::vector<std::string> outs;
   std::string sums;
   std::string stores;
@@ -169,7 +169,8 @@ KernelSpec expertDownGrouped(const ExpertTileShape &s) {
     }
     stores += "        scf.if %in" + I + " {\n" + store + "        }\n";
   }
-  std::string body = fillTemplate(R"(
+  std::string body =
+      fillTemplate(R"(
 func.func @@@name@@(%h: @@ht@@, @@lists@@, @@dargs@@, %y: @@yt@@, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface,
                 kiln.tiling = {kind = "warp-gemv-grouped@@fmt@@", parallel = "experts*latent", items_per_pass = @@G@@ : i64}} {
@@ -192,26 +193,25 @@ func.func @@@name@@(%h: @@ht@@, @@lists@@, @@dargs@@, %y: @@yt@@, %part: i64, %p
   return
 }
 )",
-                                  {{"name", name},
-                                   {"ht", ht},
-                                   {"yt", yt},
-                                   {"lists", expertListArgs(s)},
-                                   {"dargs", down.args},
-                                   {"fmt", formatSuffix(s.nvfp4)},
-                                   {"G", str(kGroupedItems)},
-                                   {"ids", warp::warpIds()},
-                                   {"loop", groupedLoop(s, s.latent / 4)},
-                                   {"glob", down.globalLoad},
-                                   {"dot", warp::rowsDot(perItem(down.rows, true), s.nvfp4, "%h", ht,
-                                                         "%t0, %j0", s.intermediate, outs, "",
-                                                         warp::Nvfp4Lanes::Grouped)},
-                                   {"sums", sums},
-                                   {"stores", stores}});
-  return KernelSpec{name, "kiln.megamoe",
-                    "{\"kind\": \"warp-gemv-grouped" + formatSuffix(s.nvfp4) +
-                        "\", \"parallel\": \"experts*latent\", \"items_per_pass\": " +
-                        str(kGroupedItems) + "}",
-                    body};
+                   {{"name", name},
+                    {"ht", ht},
+                    {"yt", yt},
+                    {"lists", expertListArgs(s)},
+                    {"dargs", down.args},
+                    {"fmt", formatSuffix(s.nvfp4)},
+                    {"G", str(kGroupedItems)},
+                    {"ids", warp::warpIds()},
+                    {"loop", groupedLoop(s, s.latent / 4)},
+                    {"glob", down.globalLoad},
+                    {"dot", warp::rowsDot(perItem(down.rows, true), s.nvfp4, "%h", ht, "%t0, %j0",
+                                          s.intermediate, outs, "", warp::Nvfp4Lanes::Grouped)},
+                    {"sums", sums},
+                    {"stores", stores}});
+  return KernelSpec{
+      name, "kiln.megamoe",
+      "{\"kind\": \"warp-gemv-grouped" + formatSuffix(s.nvfp4) +
+          "\", \"parallel\": \"experts*latent\", \"items_per_pass\": " + str(kGroupedItems) + "}",
+      body};
 }
 
 } // namespace

@@ -32,9 +32,10 @@ Tiling &Tiling::set(const std::string &key, const std::string &value) {
 DictionaryAttr Tiling::attr(Builder &b) const {
   SmallVector<NamedAttribute> named;
   for (const auto &[key, value] : fields)
-    named.push_back(b.getNamedAttr(key, std::holds_alternative<int64_t>(value)
-                                            ? Attribute(b.getI64IntegerAttr(std::get<int64_t>(value)))
-                                            : Attribute(b.getStringAttr(std::get<std::string>(value)))));
+    named.push_back(
+        b.getNamedAttr(key, std::holds_alternative<int64_t>(value)
+                                ? Attribute(b.getI64IntegerAttr(std::get<int64_t>(value)))
+                                : Attribute(b.getStringAttr(std::get<std::string>(value)))));
   return b.getDictionaryAttr(named);
 }
 
@@ -55,13 +56,9 @@ BlockArgument KernelScope::arg(unsigned i) const { return func.getArgument(i); }
 
 Value KernelScope::index(int64_t value) const { return arith::ConstantIndexOp::create(b, value); }
 
-Value KernelScope::i32(int64_t value) const {
-  return arith::ConstantIntOp::create(b, value, 32);
-}
+Value KernelScope::i32(int64_t value) const { return arith::ConstantIntOp::create(b, value, 32); }
 
-Value KernelScope::i64(int64_t value) const {
-  return arith::ConstantIntOp::create(b, value, 64);
-}
+Value KernelScope::i64(int64_t value) const { return arith::ConstantIntOp::create(b, value, 64); }
 
 Value KernelScope::argIndex(unsigned i) const {
   return arith::IndexCastOp::create(b, b.getIndexType(), arg(i));
@@ -71,10 +68,9 @@ KernelSpec buildKernel(const std::string &name, const std::string &op, const Til
                        const std::function<std::vector<Type>(Builder &)> &args,
                        const std::function<void(KernelScope &)> &body) {
   MLIRContext context(MLIRContext::Threading::DISABLED);
-  context.loadDialect<arith::ArithDialect, func::FuncDialect, gpu::GPUDialect,
-                      LLVM::LLVMDialect, math::MathDialect, memref::MemRefDialect,
-                      NVVM::NVVMDialect, scf::SCFDialect, vector::VectorDialect,
-                      x86vector::X86VectorDialect>();
+  context.loadDialect<arith::ArithDialect, func::FuncDialect, gpu::GPUDialect, LLVM::LLVMDialect,
+                      math::MathDialect, memref::MemRefDialect, NVVM::NVVMDialect, scf::SCFDialect,
+                      vector::VectorDialect, x86vector::X86VectorDialect>();
   ImplicitLocOpBuilder b(UnknownLoc::get(&context), &context);
   OwningOpRef<ModuleOp> module = ModuleOp::create(b);
   b.setInsertionPointToEnd(module->getBody());

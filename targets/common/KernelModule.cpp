@@ -34,8 +34,8 @@ mlir::OwningOpRef<mlir::ModuleOp> parseKernelModule(mlir::MLIRContext &context,
   mlir::DialectRegistry registry;
   registry.insert<mlir::amx::AMXDialect, mlir::arith::ArithDialect, mlir::cf::ControlFlowDialect,
                   mlir::func::FuncDialect, mlir::LLVM::LLVMDialect, mlir::math::MathDialect,
-                  mlir::memref::MemRefDialect, mlir::scf::SCFDialect,
-                  mlir::vector::VectorDialect, mlir::x86vector::X86VectorDialect>();
+                  mlir::memref::MemRefDialect, mlir::scf::SCFDialect, mlir::vector::VectorDialect,
+                  mlir::x86vector::X86VectorDialect>();
   mlir::registerAllExtensions(registry); // the dialects' ConvertToLLVM interfaces
   mlir::registerBuiltinDialectTranslation(registry);
   mlir::registerLLVMDialectTranslation(registry);

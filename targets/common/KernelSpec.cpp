@@ -5,7 +5,8 @@
 
 namespace kiln::kernels {
 
-std::string fillTemplate(const std::string &text, const std::map<std::string, std::string> &values) {
+std::string fillTemplate(const std::string &text,
+                         const std::map<std::string, std::string> &values) {
   std::string out;
   out.reserve(text.size() * 2);
   size_t at = 0;

@@ -10,15 +10,15 @@
 namespace kiln::kernels {
 
 struct KernelSpec {
-  std::string name;   // func symbol; the library exports kiln_<name>(void **args)
-  std::string op;     // the graph op it implements ("kiln.linear")
-  std::string tiling; // JSON, also attached to the func as kiln.tiling
-  std::string mlir;   // the func.func text
+  std::string name;        // func symbol; the library exports kiln_<name>(void **args)
+  std::string op;          // the graph op it implements ("kiln.linear")
+  std::string tiling;      // JSON, also attached to the func as kiln.tiling
+  std::string mlir;        // the func.func text
   int64_t sharedBytes = 0; // dynamic shared memory a GPU kernel needs at launch
 };
 
-// Fills `@@key@@` placeholders of an MLIR template (MLIR itself uses braces). Every placeholder must have
-// a value; a missing one is a generator bug and aborts.
+// Fills `@@key@@` placeholders of an MLIR template (MLIR itself uses braces). Every placeholder
+// must have a value; a missing one is a generator bug and aborts.
 std::string fillTemplate(const std::string &text, const std::map<std::string, std::string> &values);
 
 } // namespace kiln::kernels

@@ -84,7 +84,8 @@ LogicalResult Lowering::lowerShardOp(Operation *op, StringRef what) {
       })
       .Case([&](shard::AllReduceOp o) -> LogicalResult {
         if (o.getReduction() != shard::ReductionKind::Sum)
-          return o.emitOpError() << "reduces with " << shard::stringifyReductionKind(o.getReduction())
+          return o.emitOpError() << "reduces with "
+                                 << shard::stringifyReductionKind(o.getReduction())
                                  << ": targets all-reduce by sum";
         FailureOr<int64_t> group = commGroup(o, o.getGridAttr(), o.getGridAxes());
         if (failed(group))

@@ -41,7 +41,6 @@ int64_t attentionSplits(int64_t window, int64_t maxTokens) {
   return maxTokens > 1 ? std::min<int64_t>(splits, 4) : splits;
 }
 
-
 } // namespace
 
 namespace lowering {
@@ -248,8 +247,9 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         FailureOr<Buf> global = weight(o.getGlobal(), Transform::None);
         if (failed(packed) || failed(scales) || failed(global))
           return failure();
-        Buf y = allocShape({fixed(out.getDimSize(0)), fixed(out.getDimSize(1)), fixed(out.getDimSize(2))},
-                           b.getBF16Type());
+        Buf y = allocShape(
+            {fixed(out.getDimSize(0)), fixed(out.getDimSize(1)), fixed(out.getDimSize(2))},
+            b.getBF16Type());
         launch(nvfp4Dequant(out.getDimSize(0), out.getDimSize(1), out.getDimSize(2)),
                {*packed, *scales, *global, y}, {"part", "parts"},
                Work{out.getDimSize(0) * out.getDimSize(1), 0}, what);
@@ -289,8 +289,9 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       .Case([&](CombineOp o) -> LogicalResult {
         auto in = llvm::cast<RankedTensorType>(o.getInput().getType());
         Buf y = alloc({in.getDimSize(2)}, f32);
-        launch(combine(in.getDimSize(1), in.getDimSize(2)), {act(o.getInput()), act(o.getWeights()), y},
-               {"tokens:0", "part", "parts"}, Work{0, 1}, what);
+        launch(combine(in.getDimSize(1), in.getDimSize(2)),
+               {act(o.getInput()), act(o.getWeights()), y}, {"tokens:0", "part", "parts"},
+               Work{0, 1}, what);
         values[o.getResult()] = y;
         return success();
       })
@@ -358,7 +359,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         values[o.getResult()] = y;
         return success();
       })
-      .Case([&](LinearOp o) { return lowerLinear(o.getInput(), o.getWeight(), o.getResult(), what); })
+      .Case(
+          [&](LinearOp o) { return lowerLinear(o.getInput(), o.getWeight(), o.getResult(), what); })
       .Case([&](SplitHeadsOp o) -> LogicalResult {
         values[o.getResult()] = view(act(o.getInput()), dims3(o.getResult()));
         return success();
@@ -386,7 +388,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         int64_t cache = attentionLayer++;
         if (static_cast<int64_t>(model.kvCaches.size()) <= cache)
           model.kvCaches.push_back({cache, window, k.getDimSize(1), k.getDimSize(2)});
-        SmallVector<plan::DimAttr> cacheDims = {fixed(1), fixed(k.getDimSize(1)), fixed(k.getDimSize(2))};
+        SmallVector<plan::DimAttr> cacheDims = {fixed(1), fixed(k.getDimSize(1)),
+                                                fixed(k.getDimSize(2))};
         Buf kc = binding("kv", 2 * cache, cacheDims, f32);
         Buf vc = binding("kv", 2 * cache + 1, cacheDims, f32);
         Buf y = allocShape(dims3(o.getResult()), f32);
@@ -432,7 +435,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
           return failure();
         int64_t w = width(o.getResidual());
         Buf h = alloc({w}, f32), y = alloc({w}, f32);
-        double postEps = o.getPostEps().convertToDouble(), nextEps = o.getNextEps().convertToDouble();
+        double postEps = o.getPostEps().convertToDouble(),
+               nextEps = o.getNextEps().convertToDouble();
         bool gpu = gpuRows(w);
         launch(gpu ? normResidualBlock(w, postEps, nextEps) : normResidual(w, postEps, nextEps),
                {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
@@ -512,8 +516,8 @@ LogicalResult Lowering::lowerOp(Operation *op) {
         return success();
       })
       .Default([&](Operation *other) {
-        return other->emitOpError() << "has no " << hooks.name()
-                                    << " kernel (targets run single-rank graphs)";
+        return other->emitOpError()
+               << "has no " << hooks.name() << " kernel (targets run single-rank graphs)";
       });
 }
 
@@ -549,10 +553,10 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
     }
   }
   auto finish = [&](const Buf &y) {
-    values[o.getResult()] = dispatch      ? scatterTokens(y, *expertGroup, what)
-                            : expertGroup ? collective("all_reduce", y, y.shape, *expertGroup, 0,
-                                                       what)
-                                          : y;
+    values[o.getResult()] = dispatch ? scatterTokens(y, *expertGroup, what)
+                            : expertGroup
+                                ? collective("all_reduce", y, y.shape, *expertGroup, 0, what)
+                                : y;
     return success();
   };
   SmallVector<Buf> args = {input, indices, weights};
@@ -563,9 +567,9 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
     auto dequant = stack.getDefiningOp<Nvfp4DequantOp>();
     if (bool(dequant) != nvfp4)
       return o.emitOpError() << "mixes NVFP4 and BF16 expert projections";
-    SmallVector<Value> parts = nvfp4 ? SmallVector<Value>{dequant.getPacked(), dequant.getScales(),
-                                                          dequant.getGlobal()}
-                                     : SmallVector<Value>{stack};
+    SmallVector<Value> parts =
+        nvfp4 ? SmallVector<Value>{dequant.getPacked(), dequant.getScales(), dequant.getGlobal()}
+              : SmallVector<Value>{stack};
     for (Value part : parts) {
       FailureOr<Buf> w = weight(part, Transform::None);
       if (failed(w))
@@ -583,8 +587,8 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
   if (expertGroup && !dispatch && options.peerExchange) {
     // One persistent kernel that also combines across the group.
     int64_t members = groups.all()[*expertGroup].size;
-    if (std::optional<TargetHooks::PeerMegaMoE> peer = hooks.peerMegaMoE(
-            {experts, k, inter, latent, eps, nvfp4, members, maxRows()})) {
+    if (std::optional<TargetHooks::PeerMegaMoE> peer =
+            hooks.peerMegaMoE({experts, k, inter, latent, eps, nvfp4, members, maxRows()})) {
       int64_t site = groups.reserveExchange(*expertGroup, peer->siteBytes);
       Buf table = binding("exchange", *expertGroup, {fixed(members)}, b.getI64Type());
       SmallVector<Buf> peerArgs = args;
@@ -631,8 +635,8 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
       Buf meta = allocShape({fixed(listed->metaWords)}, i32);
       Buf tiles = allocShape({fixed(listed->tileWords)}, i32);
       Buf items = allocShape({fixed(listed->itemWords)}, i32);
-      launch(listed->lists, {indices, meta, tiles, items},
-             {"tokens:0", "part", "parts"}, listed->listsWork, what);
+      launch(listed->lists, {indices, meta, tiles, items}, {"tokens:0", "part", "parts"},
+             listed->listsWork, what);
       SmallVector<Buf> up = {input, meta, tiles, items};
       up.append(projections[0]);
       up.append(projections[1]);
@@ -648,38 +652,34 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
       up.append(projections[0]);
       up.append(projections[1]);
       up.push_back(h);
-      launch(expertGateUpWarp(experts, k, inter, latent, nvfp4), up,
-             {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * k * inter / 2}, what);
+      launch(expertGateUpWarp(experts, k, inter, latent, nvfp4), up, {"tokens:0", "part", "parts"},
+             Work{0, warp::kWarp * k * inter / 2}, what);
       SmallVector<Buf> down = {h, indices};
       down.append(projections[2]);
       down.push_back(yk);
-      launch(expertDownWarp(experts, k, inter, latent, nvfp4), down,
-             {"tokens:0", "part", "parts"}, Work{0, warp::kWarp * k * latent / 4}, what);
+      launch(expertDownWarp(experts, k, inter, latent, nvfp4), down, {"tokens:0", "part", "parts"},
+             Work{0, warp::kWarp * k * latent / 4}, what);
     }
     Buf scales = alloc({k}, f32);
     int64_t threads = rowBlockThreads(latent);
-    launch(expertScalesBlock(k, latent, eps),
-           {yk, weights, scales}, {"tokens:0", "part", "parts"},
+    launch(expertScalesBlock(k, latent, eps), {yk, weights, scales}, {"tokens:0", "part", "parts"},
            Work{0, k * threads, threads}, what);
     launch(expertCombineThreads(experts, k, latent), {yk, indices, scales, *pn, y},
            {"tokens:0", "part", "parts"}, Work{0, latent / 4}, what);
     return finish(y);
   }
   args.push_back(y);
-  launch(megaMoE(experts, k, inter, latent, eps, nvfp4), args,
-         {"tokens:0", "part", "parts"}, Work{0, 1}, what);
+  launch(megaMoE(experts, k, inter, latent, eps, nvfp4), args, {"tokens:0", "part", "parts"},
+         Work{0, 1}, what);
   return finish(y);
 }
 
 LogicalResult Lowering::lowerEntry(func::FuncOp forward, const EntryInfo &entry) {
   b.setInsertionPointToEnd(model.plan->getBody());
-  auto op = plan::EntryOp::create(b, forward.getLoc(), b.getStringAttr(entry.name),
-                                  b.getI64IntegerAttr(entry.maxTokens),
-                                  entry.sequences ? b.getI64IntegerAttr(entry.sequences)
-                                                  : IntegerAttr(),
-                                  entry.split > 1 ? b.getI64IntegerAttr(entry.split)
-                                                  : IntegerAttr(),
-                                  IntegerAttr());
+  auto op = plan::EntryOp::create(
+      b, forward.getLoc(), b.getStringAttr(entry.name), b.getI64IntegerAttr(entry.maxTokens),
+      entry.sequences ? b.getI64IntegerAttr(entry.sequences) : IntegerAttr(),
+      entry.split > 1 ? b.getI64IntegerAttr(entry.split) : IntegerAttr(), IntegerAttr());
   op.getBody().emplaceBlock();
   b.setInsertionPointToStart(&op.getBody().front());
   entryMaxTokens = entry.maxTokens;
@@ -728,7 +728,7 @@ FailureOr<LoweredModel> Lowering::run() {
     auto grid = spGraph.lookupSymbol<shard::GridOp>("tp");
     if (!spForward || !grid)
       return spGraph.emitError() << "the sequence-parallel graph needs @forward and the "
-                                            "tp grid";
+                                    "tp grid";
     EntryInfo sp{"prefill_sp", 1, false, 0, grid.getShape()[1] * grid.getShape()[2]};
     sp.maxTokens = std::max<int64_t>(1, options.maxPrefillTokens / sp.split);
     model.entries.push_back(sp);
@@ -736,8 +736,7 @@ FailureOr<LoweredModel> Lowering::run() {
       return failure();
   }
   // The kernels that synthesise `synthetic:SEED` weights on the device.
-  for (const KernelSpec &kernel :
-       {synthesizeBf16(), synthesizeNvfp4Amax(), synthesizeNvfp4Quant()})
+  for (const KernelSpec &kernel : {synthesizeBf16(), synthesizeNvfp4Amax(), synthesizeNvfp4Quant()})
     if (kernelIndex.try_emplace(kernel.name, model.kernels.size()).second)
       model.kernels.push_back(kernel);
   // GPUs choose greedy tokens where the logits are.

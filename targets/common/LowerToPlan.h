@@ -29,7 +29,7 @@ struct WeightInfo {
   std::vector<int64_t> shape; // one tensor's checkpoint shape
   DType dtype = DType::BF16;
   Transform transform = Transform::None;
-  int64_t bytes = 0;          // after transform and slice
+  int64_t bytes = 0; // after transform and slice
   // A rank's piece (shard.all_slice of the weight): of a stack, its block of
   // `stack` experts; of a tensor, piece i of sliceCount along sliceDim; i is
   // the rank's index in comm group sliceGroup (-1: the whole weight).

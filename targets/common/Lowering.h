@@ -53,19 +53,19 @@ private:
   }
   Buf allocShape(ArrayRef<plan::DimAttr> dims, Type elem) {
     auto op = plan::AllocOp::create(b, loc, plan::BufferType::get(ctx), shapeAttr(dims),
-                                   TypeAttr::get(elem), IntegerAttr());
+                                    TypeAttr::get(elem), IntegerAttr());
     return {op.getBuffer(), SmallVector<plan::DimAttr>(dims), elem};
   }
   Buf view(const Buf &source, ArrayRef<plan::DimAttr> dims, int64_t byteOffset = 0) {
     auto op = plan::ViewOp::create(b, loc, plan::BufferType::get(ctx), source.value,
-                                   b.getI64IntegerAttr(byteOffset),
-                                   shapeAttr(dims), TypeAttr::get(source.elem));
+                                   b.getI64IntegerAttr(byteOffset), shapeAttr(dims),
+                                   TypeAttr::get(source.elem));
     return {op.getView(), SmallVector<plan::DimAttr>(dims), source.elem};
   }
   Buf binding(StringRef kind, int64_t index, ArrayRef<plan::DimAttr> dims, Type elem) {
-    auto op = plan::BindingOp::create(b, loc, plan::BufferType::get(ctx), b.getStringAttr(kind),
-                                     b.getI64IntegerAttr(index), shapeAttr(dims),
-                                     TypeAttr::get(elem));
+    auto op =
+        plan::BindingOp::create(b, loc, plan::BufferType::get(ctx), b.getStringAttr(kind),
+                                b.getI64IntegerAttr(index), shapeAttr(dims), TypeAttr::get(elem));
     return {op.getBuffer(), SmallVector<plan::DimAttr>(dims), elem};
   }
   // Launches `kernel` over `work` independent pieces (rows, columns, heads).
@@ -118,8 +118,8 @@ private:
   // tokens (batched decode), sharing each weight load among the tokens;
   // false where no such kernel fits.
   // y = x · Wᵀ through the target's matrix-core GEMM, split-K included.
-  void launchMatrixGemm(const TargetHooks::MatrixGemm &gemm, int64_t n, const Buf &x,
-                        const Buf &w, const Buf &y, StringRef what);
+  void launchMatrixGemm(const TargetHooks::MatrixGemm &gemm, int64_t n, const Buf &x, const Buf &w,
+                        const Buf &y, StringRef what);
   bool launchFewTokensGemv(int64_t n, int64_t k, const Buf &x, const Buf &w, const Buf &y,
                            StringRef what);
 

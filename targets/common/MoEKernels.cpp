@@ -101,10 +101,12 @@ KernelSpec megaMoE(int64_t experts, int64_t k, int64_t intermediate, int64_t lat
           %dot_@@W@@ = vector.reduction <add>, %accv_@@W@@ : vector<16xf32> into f32
 )";
   } else {
-    weightArgs =
-        "%gate: memref<@@E@@x@@I@@x@@LH@@xi8>, %gate_s: memref<@@E@@x@@I@@x@@LS@@xi8>, %gate_g: memref<@@E@@xf32>, "
-        "%up: memref<@@E@@x@@I@@x@@LH@@xi8>, %up_s: memref<@@E@@x@@I@@x@@LS@@xi8>, %up_g: memref<@@E@@xf32>, "
-        "%down: memref<@@E@@x@@L@@x@@IH@@xi8>, %down_s: memref<@@E@@x@@L@@x@@IS@@xi8>, %down_g: memref<@@E@@xf32>";
+    weightArgs = "%gate: memref<@@E@@x@@I@@x@@LH@@xi8>, %gate_s: memref<@@E@@x@@I@@x@@LS@@xi8>, "
+                 "%gate_g: memref<@@E@@xf32>, "
+                 "%up: memref<@@E@@x@@I@@x@@LH@@xi8>, %up_s: memref<@@E@@x@@I@@x@@LS@@xi8>, %up_g: "
+                 "memref<@@E@@xf32>, "
+                 "%down: memref<@@E@@x@@L@@x@@IH@@xi8>, %down_s: memref<@@E@@x@@L@@x@@IS@@xi8>, "
+                 "%down_g: memref<@@E@@xf32>";
     dot = R"(
           %glob_@@W@@ = memref.load %@@W@@_g[%e] : memref<@@E@@xf32>
           %blocks_@@W@@ = arith.divui %in_@@W@@, %c16 : index
@@ -143,9 +145,17 @@ KernelSpec megaMoE(int64_t experts, int64_t k, int64_t intermediate, int64_t lat
   auto product = [&](const std::string &w, const std::string &in, const std::string &out,
                      const std::string &x, const std::string &xt, const std::string &xi,
                      const std::string &xi0, const std::string &xi1) {
-    return fillTemplate(dot, {{"W", w}, {"IN", in}, {"OUT", out}, {"INS", std::to_string(std::stoll(in) / 16)},
-                              {"INH", std::to_string(std::stoll(in) / 2)}, {"X", x}, {"XT", xt},
-                              {"XI", xi}, {"XI0", xi0}, {"XI1", xi1}, {"E", E}});
+    return fillTemplate(dot, {{"W", w},
+                              {"IN", in},
+                              {"OUT", out},
+                              {"INS", std::to_string(std::stoll(in) / 16)},
+                              {"INH", std::to_string(std::stoll(in) / 2)},
+                              {"X", x},
+                              {"XT", xt},
+                              {"XI", xi},
+                              {"XI0", xi0},
+                              {"XI1", xi1},
+                              {"E", E}});
   };
   std::string zrow = "memref<?x" + L + "xf32>";
   std::string gateDot = product("gate", L, I, "%z", zrow, "%t, %c", "%t, %x0i", "%t, %x1i");
@@ -156,10 +166,14 @@ KernelSpec megaMoE(int64_t experts, int64_t k, int64_t intermediate, int64_t lat
   std::string luts = nvfp4 ? lookupTable(name + "_e2m1", 16, e2m1ToFloat) +
                                  lookupTable(name + "_e4m3", 256, e4m3ToFloat)
                            : "";
-  std::string lutLoads = nvfp4 ? "%e2m1 = memref.get_global @" + name + "_e2m1 : memref<16xf32>\n"
-                                 "  %e4m3 = memref.get_global @" + name + "_e4m3 : memref<256xf32>\n"
+  std::string lutLoads = nvfp4 ? "%e2m1 = memref.get_global @" + name +
+                                     "_e2m1 : memref<16xf32>\n"
+                                     "  %e4m3 = memref.get_global @" +
+                                     name + "_e4m3 : memref<256xf32>\n"
                                : "";
-  std::string body = luts + fillTemplate(R"(
+  std::string body =
+      luts + fillTemplate(
+                 R"(
 func.func @@@name@@(%z: memref<?x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %w: memref<?x@@K@@xf32>,
                     @@wargs@@, %pn: memref<@@E@@x@@L@@xbf16>, %out: memref<?x@@L@@xf32>,
                     %rows_i: i64, %part: i64, %parts: i64)
@@ -244,26 +258,27 @@ func.func @@@name@@(%z: memref<?x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %w: memr
   return
 }
 )",
-                                         {{"name", name},
-                                          {"wargs", fillTemplate(weightArgs,
-                                                                 {{"E", E}, {"I", I}, {"L", L},
-                                                                  {"LH", std::to_string(latent / 2)},
-                                                                  {"LS", std::to_string(latent / 16)},
-                                                                  {"IH", std::to_string(intermediate / 2)},
-                                                                  {"IS", std::to_string(intermediate / 16)}})},
-                                          {"E", E},
-                                          {"I", I},
-                                          {"L", L},
-                                          {"K", std::to_string(k)},
-                                          {"Lf", floatLiteral(double(latent))},
-                                          {"eps", floatLiteral(eps)},
-                                          {"kind", nvfp4 ? "w4a16-nvfp4" : "vector-bf16"},
-                                          {"luts", lutLoads},
-                                          {"range", partRange("%rows", "t")},
-                                          {"gate", gateDot},
-                                          {"up", upDot},
-                                          {"down", downDot},
-                                          {"res", result}});
+                 {{"name", name},
+                  {"wargs", fillTemplate(weightArgs, {{"E", E},
+                                                      {"I", I},
+                                                      {"L", L},
+                                                      {"LH", std::to_string(latent / 2)},
+                                                      {"LS", std::to_string(latent / 16)},
+                                                      {"IH", std::to_string(intermediate / 2)},
+                                                      {"IS", std::to_string(intermediate / 16)}})},
+                  {"E", E},
+                  {"I", I},
+                  {"L", L},
+                  {"K", std::to_string(k)},
+                  {"Lf", floatLiteral(double(latent))},
+                  {"eps", floatLiteral(eps)},
+                  {"kind", nvfp4 ? "w4a16-nvfp4" : "vector-bf16"},
+                  {"luts", lutLoads},
+                  {"range", partRange("%rows", "t")},
+                  {"gate", gateDot},
+                  {"up", upDot},
+                  {"down", downDot},
+                  {"res", result}});
   return KernelSpec{name, "kiln.megamoe",
                     std::string("{\"kind\": \"") + (nvfp4 ? "w4a16-nvfp4" : "vector-bf16") +
                         "\", \"parallel\": \"tokens\"}",

@@ -170,7 +170,8 @@ func.func @synth_bf16(%out: memref<?xi16>, %key: i64, %rows: i64, %cols: i64, %f
 KernelSpec synthesizeNvfp4Amax() {
   // The module's amax as f32 bits (non-negative floats order as their bits):
   // each part's maximum, then an atomic max into %amax[0] (zeroed first).
-  std::string body = fillTemplate(R"(
+  std::string body =
+      fillTemplate(R"(
 func.func @synth_nvfp4_amax(%amax: memref<1xi32>, %key: i64, %count: i64, %mean_bits: i64,
                             %std_bits: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "synthesis"}} {
@@ -188,7 +189,7 @@ func.func @synth_nvfp4_amax(%amax: memref<1xi32>, %key: i64, %count: i64, %mean_
   return
 }
 )",
-                                  {{"consts", synthesisConstants()}, {"sample", sample("v", "%i")}});
+                   {{"consts", synthesisConstants()}, {"sample", sample("v", "%i")}});
   return KernelSpec{"synth_nvfp4_amax", "kiln.synthesize", "{\"kind\": \"synthesis\"}", body};
 }
 
@@ -199,11 +200,11 @@ KernelSpec synthesizeNvfp4Quant() {
   std::string values, maxChain = "%zero_f";
   for (int k = 0; k < 16; ++k) {
     std::string K = std::to_string(k);
-    values += "      %ck" + K + " = arith.constant " + K + " : i64\n" +
-              "      %colk" + K + " = arith.addi %cb16, %ck" + K + " : i64\n" +
-              pieceIndex("at" + K, "%r", "%colk" + K) + sample("v" + K, "%at" + K) +
-              "      %av" + K + " = math.absf %v" + K + " : f32\n" +
-              "      %mx" + K + " = arith.maximumf " + maxChain + ", %av" + K + " : f32\n";
+    values += "      %ck" + K + " = arith.constant " + K + " : i64\n" + "      %colk" + K +
+              " = arith.addi %cb16, %ck" + K + " : i64\n" +
+              pieceIndex("at" + K, "%r", "%colk" + K) + sample("v" + K, "%at" + K) + "      %av" +
+              K + " = math.absf %v" + K + " : f32\n" + "      %mx" + K + " = arith.maximumf " +
+              maxChain + ", %av" + K + " : f32\n";
     maxChain = "%mx" + K;
   }
   std::string codes;
@@ -253,7 +254,8 @@ KernelSpec synthesizeNvfp4Quant() {
 )",
                           {{"k", K}, {"k1", K1}, {"b", B}});
   }
-  std::string body = fillTemplate(R"(
+  std::string body = fillTemplate(
+      R"(
 func.func @synth_nvfp4_quant(%codes: memref<?xi8>, %scales: memref<?xi8>, %global: memref<1xf32>,
                              %amax: memref<1xi32>, %key: i64, %rows: i64, %cols: i64,
                              %full_cols: i64, %row0: i64, %col0: i64, %mean_bits: i64,
@@ -374,10 +376,7 @@ func.func @synth_nvfp4_quant(%codes: memref<?xi8>, %scales: memref<?xi8>, %globa
   return
 }
 )",
-                                  {{"consts", synthesisConstants()},
-                                   {"values", values},
-                                   {"codes", codes},
-                                   {"packs", packs}});
+      {{"consts", synthesisConstants()}, {"values", values}, {"codes", codes}, {"packs", packs}});
   return KernelSpec{"synth_nvfp4_quant", "kiln.synthesize", "{\"kind\": \"synthesis\"}", body};
 }
 

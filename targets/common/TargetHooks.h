@@ -23,9 +23,9 @@ struct Work {
 
 // A launch's shape: CPU parts, or GPU blocks of threads.
 struct LaunchShape {
-  int64_t maxParts = 1;                      // CPU: parts the runtime may run at once
-  std::optional<Work> gridBlocks;            // GPU: blocks (may grow with T)
-  int64_t blockThreads = 0;                  // GPU: threads per block
+  int64_t maxParts = 1;           // CPU: parts the runtime may run at once
+  std::optional<Work> gridBlocks; // GPU: blocks (may grow with T)
+  int64_t blockThreads = 0;       // GPU: threads per block
 };
 
 // A MegaMoE stage split over an expert group: `experts` of them on each of
@@ -74,8 +74,7 @@ public:
   // `exactInput`: the products decide something discrete (a router's
   // logits pick experts), so x must reach them unrounded (as f32, or split
   // into bf16 halves), not as bf16.
-  virtual std::optional<MatrixGemm> matrixGemm(int64_t /*n*/, int64_t /*k*/,
-                                               int64_t /*maxTokens*/,
+  virtual std::optional<MatrixGemm> matrixGemm(int64_t /*n*/, int64_t /*k*/, int64_t /*maxTokens*/,
                                                bool /*exactInput*/) const {
     return std::nullopt;
   }

@@ -13,7 +13,8 @@ KernelSpec expertSwiGLU(int64_t experts, int64_t k, int64_t intermediate, int64_
   std::string E = std::to_string(experts), K = std::to_string(k), I = std::to_string(intermediate),
               L = std::to_string(latent);
   std::string name = "expert_swiglu_" + E + "e_top" + K + "_" + I + "x" + L;
-  std::string body = fillTemplate(R"(
+  std::string body = fillTemplate(
+      R"(
 func.func @@@name@@(%z: memref<?x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %gate: memref<@@E@@x@@I@@x@@L@@xbf16>,
                     %up: memref<@@E@@x@@I@@x@@L@@xbf16>, %down: memref<@@E@@x@@L@@x@@I@@xbf16>,
                     %out: memref<?x@@K@@x@@L@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
@@ -76,8 +77,7 @@ func.func @@@name@@(%z: memref<?x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %gate: m
   return
 }
 )",
-                                  {{"name", name}, {"E", E}, {"K", K}, {"I", I}, {"L", L},
-                                   {"range", partRange("%rows", "t")}});
+      {{"name", name}, {"E", E}, {"K", K}, {"I", I}, {"L", L}, {"range", partRange("%rows", "t")}});
   return KernelSpec{name, "kiln.expert_swiglu", "{\"kind\": \"scalar\", \"parallel\": \"tokens\"}",
                     body};
 }
@@ -135,8 +135,12 @@ func.func @@@name@@(%y: memref<?x@@K@@x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %w
   return
 }
 )",
-                                  {{"name", name}, {"E", E}, {"K", K}, {"L", L},
-                                   {"Lf", floatLiteral(double(latent))}, {"eps", floatLiteral(eps)},
+                                  {{"name", name},
+                                   {"E", E},
+                                   {"K", K},
+                                   {"L", L},
+                                   {"Lf", floatLiteral(double(latent))},
+                                   {"eps", floatLiteral(eps)},
                                    {"range", partRange("%rows", "t")}});
   return KernelSpec{name, "kiln.expert_norm", "{\"kind\": \"scalar\", \"parallel\": \"tokens\"}",
                     body};
@@ -145,7 +149,8 @@ func.func @@@name@@(%y: memref<?x@@K@@x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %w
 KernelSpec combine(int64_t k, int64_t latent) {
   std::string K = std::to_string(k), L = std::to_string(latent);
   std::string name = "combine_top" + K + "_" + L;
-  std::string body = fillTemplate(R"(
+  std::string body =
+      fillTemplate(R"(
 func.func @@@name@@(%y: memref<?x@@K@@x@@L@@xf32>, %w: memref<?x@@K@@xf32>, %out: memref<?x@@L@@xf32>,
                     %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "scalar", parallel = "tokens"}} {
@@ -171,15 +176,15 @@ func.func @@@name@@(%y: memref<?x@@K@@x@@L@@xf32>, %w: memref<?x@@K@@xf32>, %out
   return
 }
 )",
-                                  {{"name", name}, {"K", K}, {"L", L}, {"range", partRange("%rows", "t")}});
+                   {{"name", name}, {"K", K}, {"L", L}, {"range", partRange("%rows", "t")}});
   return KernelSpec{name, "kiln.combine", "{\"kind\": \"scalar\", \"parallel\": \"tokens\"}", body};
 }
 
 KernelSpec nvfp4Dequant(int64_t matrices, int64_t rows, int64_t cols) {
   std::string E = std::to_string(matrices), O = std::to_string(rows), I = std::to_string(cols);
   std::string name = "nvfp4_dequant_" + E + "x" + O + "x" + I;
-  std::string luts = lookupTable(name + "_e2m1", 16, e2m1ToFloat) +
-                     lookupTable(name + "_e4m3", 256, e4m3ToFloat);
+  std::string luts =
+      lookupTable(name + "_e2m1", 16, e2m1ToFloat) + lookupTable(name + "_e4m3", 256, e4m3ToFloat);
   std::string body = luts + fillTemplate(R"(
 func.func @@@name@@(%packed: memref<@@E@@x@@O@@x@@IH@@xi8>, %scales: memref<@@E@@x@@O@@x@@IS@@xi8>, %global: memref<@@E@@xf32>,
                     %out: memref<@@E@@x@@O@@x@@I@@xbf16>, %part: i64, %parts: i64)
@@ -229,7 +234,10 @@ func.func @@@name@@(%packed: memref<@@E@@x@@O@@x@@IH@@xi8>, %scales: memref<@@E@
   return
 }
 )",
-                                         {{"name", name}, {"E", E}, {"O", O}, {"I", I},
+                                         {{"name", name},
+                                          {"E", E},
+                                          {"O", O},
+                                          {"I", I},
                                           {"IH", std::to_string(cols / 2)},
                                           {"IS", std::to_string(cols / 16)},
                                           {"ALL", std::to_string(matrices * rows)},

@@ -51,7 +51,8 @@ KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, 
                      (perWarp > 1 ? "_q" + str(perWarp) : "") + batchSuffix(sequences);
   std::string q = "memref<?x" + str(qHeads) + "x" + str(headDim) + "xf32>";
   std::string kv = "memref<?x" + str(kvHeads) + "x" + str(headDim) + "xf32>";
-  std::string pt = "memref<?x" + str(qHeads) + "x" + str(splits) + "x" + str(partialWidth(headDim)) + "xf32>";
+  std::string pt =
+      "memref<?x" + str(qHeads) + "x" + str(splits) + "x" + str(partialWidth(headDim)) + "xf32>";
   // Per query head i of the warp's: its query, its online softmax step for
   // a key (each key read once for all of them), and at the end the merge of
   // the warp's key groups (lanes lanesPerKey apart hold the same dims of
@@ -69,7 +70,8 @@ KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, 
     carried += sep + "%m" + I + " = %floor, %l" + I + " = %zero_f, %acc" + I + " = %zero_v";
     carriedTypes += sep + "f32, f32, vector<16xf32>";
     yields += sep + "%m_new" + I + ", %l_new" + I + ", %acc_new" + I;
-    steps += fillTemplate(R"(
+    steps +=
+        fillTemplate(R"(
       %prod@@I@@ = arith.mulf %kv#0, %qv@@I@@ : vector<16xf32>
       %dpart@@I@@ = vector.reduction <add>, %prod@@I@@ : vector<16xf32> into f32
 @@keysum@@
@@ -88,8 +90,7 @@ KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, 
       %ac@@I@@ = arith.mulf %acc@@I@@, %corr_v@@I@@ : vector<16xf32>
       %acc_new@@I@@ = vector.fma %kv#1, %pw_v@@I@@, %ac@@I@@ : vector<16xf32>
 )",
-                          {{"I", I},
-                           {"keysum", warp::warpSum("dpart" + I, "dot" + I, 1, lanesPerKey)}});
+                     {{"I", I}, {"keysum", warp::warpSum("dpart" + I, "dot" + I, 1, lanesPerKey)}});
     // The merge across key groups: results 3i .. 3i + 2 of the loop.
     std::string m = "%res#" + str(3 * i), l = "%res#" + str(3 * i + 1),
                 acc = "%res#" + str(3 * i + 2);
@@ -246,16 +247,19 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
                                    {"steps", steps},
                                    {"yields", yields},
                                    {"merges", merges}});
-  return KernelSpec{name, "kiln.attention",
-                    "{\"kind\": \"warp-split-kv\", \"parallel\": \"tokens*heads*splits\", \"splits\": " +
-                        str(splits) + ", \"window\": " + str(window) +
-                        ", \"heads_per_warp\": " + str(perWarp) + "}",
-                    body};
+  return KernelSpec{
+      name, "kiln.attention",
+      "{\"kind\": \"warp-split-kv\", \"parallel\": \"tokens*heads*splits\", \"splits\": " +
+          str(splits) + ", \"window\": " + str(window) + ", \"heads_per_warp\": " + str(perWarp) +
+          "}",
+      body};
 }
 
 KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits) {
-  std::string name = "attention_merge_warp_" + str(qHeads) + "x" + str(headDim) + "_s" + str(splits);
-  std::string pt = "memref<?x" + str(qHeads) + "x" + str(splits) + "x" + str(partialWidth(headDim)) + "xf32>";
+  std::string name =
+      "attention_merge_warp_" + str(qHeads) + "x" + str(headDim) + "_s" + str(splits);
+  std::string pt =
+      "memref<?x" + str(qHeads) + "x" + str(splits) + "x" + str(partialWidth(headDim)) + "xf32>";
   std::string ot = "memref<?x" + str(qHeads) + "x" + str(headDim) + "xf32>";
   // Straight-line over the splits, so every load can be in flight at once:
   // the splits' maxima, then their sums rescaled to the overall maximum, then
@@ -264,25 +268,41 @@ KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits) {
   std::string mx = "%floor", total = "%zero_f", acc = "%zero_v";
   for (int64_t i = 0; i < splits; ++i) {
     std::string I = str(i);
-    stats += "    %s" + I + " = arith.constant " + I + " : index\n"
-             "    %m" + I + " = memref.load %in[%t, %h, %s" + I + ", %dim] : " + pt + "\n"
-             "    %sum" + I + " = memref.load %in[%t, %h, %s" + I + ", %dim1] : " + pt + "\n"
-             "    %mx" + I + " = arith.maximumf " + mx + ", %m" + I + " : f32\n";
+    stats += "    %s" + I + " = arith.constant " + I +
+             " : index\n"
+             "    %m" +
+             I + " = memref.load %in[%t, %h, %s" + I + ", %dim] : " + pt +
+             "\n"
+             "    %sum" +
+             I + " = memref.load %in[%t, %h, %s" + I + ", %dim1] : " + pt +
+             "\n"
+             "    %mx" +
+             I + " = arith.maximumf " + mx + ", %m" + I + " : f32\n";
     mx = "%mx" + I;
   }
   for (int64_t i = 0; i < splits; ++i) {
     std::string I = str(i);
-    sums += "    %d" + I + " = arith.subf %m" + I + ", " + mx + " : f32\n"
-            "    %f" + I + " = math.exp %d" + I + " : f32\n"
-            "    %tl" + I + " = math.fma %sum" + I + ", %f" + I + ", " + total + " : f32\n";
+    sums += "    %d" + I + " = arith.subf %m" + I + ", " + mx +
+            " : f32\n"
+            "    %f" +
+            I + " = math.exp %d" + I +
+            " : f32\n"
+            "    %tl" +
+            I + " = math.fma %sum" + I + ", %f" + I + ", " + total + " : f32\n";
     total = "%tl" + I;
   }
   for (int64_t i = 0; i < splits; ++i) {
     std::string I = str(i);
-    accs += "      %fi" + I + " = arith.mulf %f" + I + ", %inv : f32\n"
-            "      %fv" + I + " = vector.broadcast %fi" + I + " : f32 to vector<4xf32>\n"
-            "      %av" + I + " = vector.load %in[%t, %h, %s" + I + ", %c] {alignment = 16} : " + pt + ", vector<4xf32>\n"
-            "      %a" + I + " = vector.fma %av" + I + ", %fv" + I + ", " + acc + " : vector<4xf32>\n";
+    accs += "      %fi" + I + " = arith.mulf %f" + I +
+            ", %inv : f32\n"
+            "      %fv" +
+            I + " = vector.broadcast %fi" + I +
+            " : f32 to vector<4xf32>\n"
+            "      %av" +
+            I + " = vector.load %in[%t, %h, %s" + I + ", %c] {alignment = 16} : " + pt +
+            ", vector<4xf32>\n"
+            "      %a" +
+            I + " = vector.fma %av" + I + ", %fv" + I + ", " + acc + " : vector<4xf32>\n";
     acc = "%a" + I;
   }
   std::string body = fillTemplate(R"(
@@ -327,8 +347,8 @@ func.func @@@name@@(%in: @@pt@@, %out: @@ot@@, %tokens: i64, %part: i64, %parts:
                                    {"total", total},
                                    {"accs", accs},
                                    {"acc", acc}});
-  return KernelSpec{name, "kiln.attention", "{\"kind\": \"warp-rows\", \"parallel\": \"tokens*heads\"}",
-                    body};
+  return KernelSpec{name, "kiln.attention",
+                    "{\"kind\": \"warp-rows\", \"parallel\": \"tokens*heads\"}", body};
 }
 
 KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim, int64_t sequences) {
@@ -336,7 +356,8 @@ KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim, int64_t sequences) {
   std::string kv = "memref<?x" + str(kvHeads) + "x" + str(headDim) + "xf32>";
   // Token t goes to slot (past + t) % slots unless a later token of this call
   // lands on the same slot: the result is the ring a sequential append leaves.
-  std::string body = fillTemplate(R"(
+  std::string body =
+      fillTemplate(R"(
 func.func @@@name@@(%k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@@@positions@@, %tokens: i64, %past_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "warp-rows", parallel = "tokens*kv_heads"}} {
 @@ids@@
@@ -370,18 +391,17 @@ func.func @@@name@@(%k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@@@positi
   return
 }
 )",
-                                  {{"name", name},
-                                   {"kvt", kv},
-                                   {"positions", batchPositionsArg(sequences)},
-                                   {"slots", batchCacheSlots(sequences, kv) +
-                                                 "  %batched = arith.constant " +
-                                                 (sequences ? "true" : "false") + "\n"},
-                                   {"state", batchTokenState(sequences)},
-                                   {"ids", warp::warpIds()},
-                                   {"H", str(kvHeads)},
-                                   {"D", str(headDim)}});
-  return KernelSpec{name, "kiln.attention", "{\"kind\": \"warp-rows\", \"parallel\": \"tokens*kv_heads\"}",
-                    body};
+                   {{"name", name},
+                    {"kvt", kv},
+                    {"positions", batchPositionsArg(sequences)},
+                    {"slots", batchCacheSlots(sequences, kv) + "  %batched = arith.constant " +
+                                  (sequences ? "true" : "false") + "\n"},
+                    {"state", batchTokenState(sequences)},
+                    {"ids", warp::warpIds()},
+                    {"H", str(kvHeads)},
+                    {"D", str(headDim)}});
+  return KernelSpec{name, "kiln.attention",
+                    "{\"kind\": \"warp-rows\", \"parallel\": \"tokens*kv_heads\"}", body};
 }
 
 } // namespace kiln::kernels

@@ -48,8 +48,10 @@ bool warpMoEFits(int64_t intermediate, int64_t latent) {
 
 KernelSpec linearWarp(int64_t n, int64_t k) {
   std::string name = "linear_warp_" + str(n) + "x" + str(k);
-  std::string xt = "memref<?x" + str(k) + "xf32>", wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
-  std::string body = fillTemplate(R"(
+  std::string xt = "memref<?x" + str(k) + "xf32>",
+              wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
+  std::string body = fillTemplate(
+      R"(
 func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %first_i: i64, %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "warp-gemv", parallel = "n"}} {
 @@ids@@
@@ -70,14 +72,13 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %first_i: i
   return
 }
 )",
-                                  {{"name", name},
-                                   {"xt", xt},
-                                   {"wt", wt},
-                                   {"n", str(n)},
-                                   {"ids", warp::warpIds()},
-                                   {"dot", warp::rowsDot({{"%w", wt, "%o", "", "", ""}}, false, "%x", xt,
-                                                         "%xr", k, {"y_dot"})},
-                                   {"sum", warp::warpSum("y_dot", "y_sum")}});
+      {{"name", name},
+       {"xt", xt},
+       {"wt", wt},
+       {"n", str(n)},
+       {"ids", warp::warpIds()},
+       {"dot", warp::rowsDot({{"%w", wt, "%o", "", "", ""}}, false, "%x", xt, "%xr", k, {"y_dot"})},
+       {"sum", warp::warpSum("y_dot", "y_sum")}});
   return KernelSpec{name, "kiln.linear", "{\"kind\": \"warp-gemv\", \"parallel\": \"n\"}", body};
 }
 
@@ -85,7 +86,8 @@ KernelSpec linearWarpTokens(int64_t n, int64_t k, int64_t tokens) {
   // A warp per output row, `tokens` rows of x at a time: each weight load
   // serves them all (batched decode reads the weights once, not per token).
   std::string name = "linear_warp_tokens" + str(tokens) + "_" + str(n) + "x" + str(k);
-  std::string xt = "memref<?x" + str(k) + "xf32>", wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
+  std::string xt = "memref<?x" + str(k) + "xf32>",
+              wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
   std::vector<warp::WeightRow> rows;
   std::vector<std::string> outs;
   std::string rowIdx, stores;
@@ -93,8 +95,8 @@ KernelSpec linearWarpTokens(int64_t n, int64_t k, int64_t tokens) {
     std::string I = str(i);
     rows.push_back({"%w", wt, "%o", "", "", "", "%xr" + I});
     outs.push_back("y_dot" + I);
-    rowIdx += "      %r_at" + I + " = arith.addi %r0, %c" + I + "_i : index\n" +
-              "      %xr" + I + " = arith.minui %r_at" + I + ", %last : index\n";
+    rowIdx += "      %r_at" + I + " = arith.addi %r0, %c" + I + "_i : index\n" + "      %xr" + I +
+              " = arith.minui %r_at" + I + ", %last : index\n";
     stores += warp::warpSum("y_dot" + I, "y_sum" + I) + fillTemplate(R"(
       %in@@I@@ = arith.cmpi ult, %r_at@@I@@, %rows : index
       %st@@I@@ = arith.andi %lead, %in@@I@@ : i1
@@ -102,7 +104,7 @@ KernelSpec linearWarpTokens(int64_t n, int64_t k, int64_t tokens) {
         memref.store %y_sum@@I@@, %y[%r_at@@I@@, %o] : memref<?x@@n@@xf32>
       }
 )",
-                                                                       {{"I", I}, {"n", str(n)}});
+                                                                     {{"I", I}, {"n", str(n)}});
   }
   std::string consts;
   for (int64_t i = 0; i < tokens; ++i)
@@ -137,10 +139,10 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %rows_i: i6
                                    {"rowIdx", rowIdx},
                                    {"dot", warp::rowsDot(rows, false, "%x", xt, "%xr0", k, outs)},
                                    {"stores", stores}});
-  return KernelSpec{name, "kiln.linear",
-                    "{\"kind\": \"warp-gemv-tokens\", \"parallel\": \"n\", \"tokens\": " +
-                        str(tokens) + "}",
-                    body};
+  return KernelSpec{
+      name, "kiln.linear",
+      "{\"kind\": \"warp-gemv-tokens\", \"parallel\": \"n\", \"tokens\": " + str(tokens) + "}",
+      body};
 }
 
 bool splitGemvFits(int64_t n, int64_t k) { return n < 4096 && k % 1024 == 0; }
@@ -149,9 +151,12 @@ KernelSpec linearSplitBlock(int64_t n, int64_t k) {
   // A block of four warps per output row, each warp a quarter of k; the
   // quarters summed through shared memory in order.
   std::string name = "linear_split_block_" + str(n) + "x" + str(k);
-  std::string xt = "memref<?x" + str(k) + "xf32>", wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
-  std::string body = "memref.global \"private\" @" + name + "_smem : memref<4xf32, #gpu.address_space<workgroup>>\n" +
-                     fillTemplate(R"(
+  std::string xt = "memref<?x" + str(k) + "xf32>",
+              wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
+  std::string body =
+      "memref.global \"private\" @" + name +
+      "_smem : memref<4xf32, #gpu.address_space<workgroup>>\n" +
+      fillTemplate(R"(
 func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %first_i: i64, %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface, kiln.tiling = {kind = "split-k-gemv", splits = 4 : i64, parallel = "n"}} {
   %c0 = arith.constant 0 : index
@@ -193,16 +198,16 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %first_i: i
   return
 }
 )",
-                                  {{"name", name},
-                                   {"xt", xt},
-                                   {"wt", wt},
-                                   {"n", str(n)},
-                                   {"k4", str(k / 4)},
-                                   {"dot", warp::rowsDot({{"%w", wt, "%o", "", "", ""}}, false, "%x", xt,
-                                                         "%xr", k / 4, {"q_dot"}, "%col")},
-                                   {"sum", warp::warpSum("q_dot", "part_sum")}});
-  return KernelSpec{name, "kiln.linear", "{\"kind\": \"split-k-gemv\", \"splits\": 4, \"parallel\": \"n\"}",
-                    body};
+                   {{"name", name},
+                    {"xt", xt},
+                    {"wt", wt},
+                    {"n", str(n)},
+                    {"k4", str(k / 4)},
+                    {"dot", warp::rowsDot({{"%w", wt, "%o", "", "", ""}}, false, "%x", xt, "%xr",
+                                          k / 4, {"q_dot"}, "%col")},
+                    {"sum", warp::warpSum("q_dot", "part_sum")}});
+  return KernelSpec{name, "kiln.linear",
+                    "{\"kind\": \"split-k-gemv\", \"splits\": 4, \"parallel\": \"n\"}", body};
 }
 
 KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
@@ -212,11 +217,14 @@ KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, in
   std::string name = "expert_gateup_warp_" + str(experts) + "e_top" + str(k) + "_" +
                      str(intermediate) + "x" + str(latent) + formatSuffix(nvfp4);
   std::string zt = "memref<?x" + str(latent) + "xf32>";
-  warp::ExpertProjection gate = warp::expertProjection("gate", experts, intermediate, latent, nvfp4, {"%o0", "%o1"});
-  warp::ExpertProjection up = warp::expertProjection("up", experts, intermediate, latent, nvfp4, {"%o0", "%o1"});
+  warp::ExpertProjection gate =
+      warp::expertProjection("gate", experts, intermediate, latent, nvfp4, {"%o0", "%o1"});
+  warp::ExpertProjection up =
+      warp::expertProjection("up", experts, intermediate, latent, nvfp4, {"%o0", "%o1"});
   std::vector<warp::WeightRow> rows = gate.rows;
   rows.insert(rows.end(), up.rows.begin(), up.rows.end());
-  std::string body = fillTemplate(R"(
+  std::string body = fillTemplate(
+      R"(
 func.func @@@name@@(%z: @@zt@@, %idx: memref<?x@@K@@xi32>, @@gargs@@, @@uargs@@,
                     %h: memref<?x@@K@@x@@I@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface,
@@ -241,45 +249,47 @@ func.func @@@name@@(%z: @@zt@@, %idx: memref<?x@@K@@xi32>, @@gargs@@, @@uargs@@,
   return
 }
 )",
-                                  {{"name", name},
-                                   {"zt", zt},
-                                   {"K", str(k)},
-                                   {"I", str(intermediate)},
-                                   {"I2", str(intermediate / 2)},
-                                   {"loop", expertItemLoop(2, k)},
-                                   {"KI2", str(k * intermediate / 2)},
-                                   {"fmt", formatSuffix(nvfp4)},
-                                   {"gargs", gate.args},
-                                   {"uargs", up.args},
-                                   {"ids", warp::warpIds()},
-                                   {"gglob", gate.globalLoad},
-                                   {"uglob", up.globalLoad},
-                                   {"dot", warp::rowsDot(rows, nvfp4, "%z", zt, "%t", latent,
-                                                         {"gd0", "gd1", "ud0", "ud1"})},
-                                   {"s0", warp::warpSum("gd0", "g0")},
-                                   {"s1", warp::warpSum("gd1", "g1")},
-                                   {"s2", warp::warpSum("ud0", "u0")},
-                                   {"s3", warp::warpSum("ud1", "u1")},
-                                   {"swiglu", warp::swiGluStore("%h", "memref<?x" + str(k) + "x" + str(intermediate) + "xf32>")}});
-  return KernelSpec{name, "kiln.megamoe",
-                    "{\"kind\": \"warp-gemv" + formatSuffix(nvfp4) +
-                        "\", \"parallel\": \"tokens*experts_per_token*intermediate\", \"rows_per_warp\": 2}",
-                    body};
+      {{"name", name},
+       {"zt", zt},
+       {"K", str(k)},
+       {"I", str(intermediate)},
+       {"I2", str(intermediate / 2)},
+       {"loop", expertItemLoop(2, k)},
+       {"KI2", str(k * intermediate / 2)},
+       {"fmt", formatSuffix(nvfp4)},
+       {"gargs", gate.args},
+       {"uargs", up.args},
+       {"ids", warp::warpIds()},
+       {"gglob", gate.globalLoad},
+       {"uglob", up.globalLoad},
+       {"dot", warp::rowsDot(rows, nvfp4, "%z", zt, "%t", latent, {"gd0", "gd1", "ud0", "ud1"})},
+       {"s0", warp::warpSum("gd0", "g0")},
+       {"s1", warp::warpSum("gd1", "g1")},
+       {"s2", warp::warpSum("ud0", "u0")},
+       {"s3", warp::warpSum("ud1", "u1")},
+       {"swiglu",
+        warp::swiGluStore("%h", "memref<?x" + str(k) + "x" + str(intermediate) + "xf32>")}});
+  return KernelSpec{
+      name, "kiln.megamoe",
+      "{\"kind\": \"warp-gemv" + formatSuffix(nvfp4) +
+          "\", \"parallel\": \"tokens*experts_per_token*intermediate\", \"rows_per_warp\": 2}",
+      body};
 }
 
 KernelSpec expertDownWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
                           bool nvfp4) {
   // A warp computes rows o0 .. o0 + 3: four weight rows sharing each load of h.
-  std::string name = "expert_down_warp_" + str(experts) + "e_top" + str(k) + "_" +
-                     str(latent) + "x" + str(intermediate) + formatSuffix(nvfp4);
+  std::string name = "expert_down_warp_" + str(experts) + "e_top" + str(k) + "_" + str(latent) +
+                     "x" + str(intermediate) + formatSuffix(nvfp4);
   std::string ht = "memref<?x" + str(k) + "x" + str(intermediate) + "xf32>";
-  warp::ExpertProjection down =
-      warp::expertProjection("down", experts, latent, intermediate, nvfp4, {"%o0", "%o1", "%o2", "%o3"});
+  warp::ExpertProjection down = warp::expertProjection("down", experts, latent, intermediate, nvfp4,
+                                                       {"%o0", "%o1", "%o2", "%o3"});
   std::string stores;
   for (int r = 0; r < 4; ++r)
     stores += "      memref.store %y" + std::to_string(r) + ", %y[%t, %j, %o" + std::to_string(r) +
               "] : memref<?x" + str(k) + "x" + str(latent) + "xf32>\n";
-  std::string body = fillTemplate(R"(
+  std::string body =
+      fillTemplate(R"(
 func.func @@@name@@(%h: @@ht@@, %idx: memref<?x@@K@@xi32>, @@dargs@@,
                     %y: memref<?x@@K@@x@@L@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
     attributes {llvm.emit_c_interface,
@@ -303,28 +313,29 @@ func.func @@@name@@(%h: @@ht@@, %idx: memref<?x@@K@@xi32>, @@dargs@@,
   return
 }
 )",
-                                  {{"name", name},
-                                   {"ht", ht},
-                                   {"K", str(k)},
-                                   {"L", str(latent)},
-                                   {"L4", str(latent / 4)},
-                                   {"loop", expertItemLoop(4, k)},
-                                   {"KL4", str(k * latent / 4)},
-                                   {"fmt", formatSuffix(nvfp4)},
-                                   {"dargs", down.args},
-                                   {"ids", warp::warpIds()},
-                                   {"glob", down.globalLoad},
-                                   {"dot", warp::rowsDot(down.rows, nvfp4, "%h", ht, "%t, %j", intermediate,
-                                                         {"yd0", "yd1", "yd2", "yd3"})},
-                                   {"s0", warp::warpSum("yd0", "y0")},
-                                   {"s1", warp::warpSum("yd1", "y1")},
-                                   {"s2", warp::warpSum("yd2", "y2")},
-                                   {"s3", warp::warpSum("yd3", "y3")},
-                                   {"stores", stores}});
-  return KernelSpec{name, "kiln.megamoe",
-                    "{\"kind\": \"warp-gemv" + formatSuffix(nvfp4) +
-                        "\", \"parallel\": \"tokens*experts_per_token*latent\", \"rows_per_warp\": 4}",
-                    body};
+                   {{"name", name},
+                    {"ht", ht},
+                    {"K", str(k)},
+                    {"L", str(latent)},
+                    {"L4", str(latent / 4)},
+                    {"loop", expertItemLoop(4, k)},
+                    {"KL4", str(k * latent / 4)},
+                    {"fmt", formatSuffix(nvfp4)},
+                    {"dargs", down.args},
+                    {"ids", warp::warpIds()},
+                    {"glob", down.globalLoad},
+                    {"dot", warp::rowsDot(down.rows, nvfp4, "%h", ht, "%t, %j", intermediate,
+                                          {"yd0", "yd1", "yd2", "yd3"})},
+                    {"s0", warp::warpSum("yd0", "y0")},
+                    {"s1", warp::warpSum("yd1", "y1")},
+                    {"s2", warp::warpSum("yd2", "y2")},
+                    {"s3", warp::warpSum("yd3", "y3")},
+                    {"stores", stores}});
+  return KernelSpec{
+      name, "kiln.megamoe",
+      "{\"kind\": \"warp-gemv" + formatSuffix(nvfp4) +
+          "\", \"parallel\": \"tokens*experts_per_token*latent\", \"rows_per_warp\": 4}",
+      body};
 }
 
 } // namespace kiln::kernels

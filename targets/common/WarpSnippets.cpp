@@ -48,8 +48,7 @@ namespace {
 std::string bf16Chunk(const std::vector<WeightRow> &rows, const std::string &x,
                       const std::string &xType, const std::string &xIdx, const std::string &at,
                       const std::string &P, const std::string & /*C*/,
-                      const std::vector<std::string> &acc,
-                      const std::vector<std::string> &next) {
+                      const std::vector<std::string> &acc, const std::vector<std::string> &next) {
   // Each distinct vector row and weight row is loaded once per chunk.
   std::map<std::string, std::string> xs, ws;
   std::string text;
@@ -62,12 +61,12 @@ std::string bf16Chunk(const std::vector<WeightRow> &rows, const std::string &x,
               "] {alignment = 32} : " + xType + ", vector<8xf32>\n";
     auto [wf, newW] = ws.emplace(rows[r].w + "[" + rows[r].rowIdx + "]", R + "wf");
     if (newW)
-      text += fillTemplate(R"(
+      text += fillTemplate(
+          R"(
       @@R@@wb = vector.load @@w@@[@@ri@@, @@at@@] {alignment = 16} : @@wt@@, vector<8xbf16>
       @@R@@wf = arith.extf @@R@@wb : vector<8xbf16> to vector<8xf32>
 )",
-                           {{"R", R}, {"w", rows[r].w}, {"ri", rows[r].rowIdx}, {"at", at},
-                            {"wt", rows[r].type}});
+          {{"R", R}, {"w", rows[r].w}, {"ri", rows[r].rowIdx}, {"at", at}, {"wt", rows[r].type}});
     text += "      " + next[r] + " = vector.fma " + xv->second + ", " + wf->second + ", " + acc[r] +
             " : vector<8xf32>\n";
   }
@@ -145,8 +144,9 @@ std::string groupedWeightLoads(const WeightRow &row, const std::string &at, cons
           "wq1 [0, 1, 2, 3, 4, 5, 6, 7] : vector<4xi8>, vector<4xi8>\n";
   text += "      " + R + "wh1 = vector.shuffle " + R + "wq2, " + R +
           "wq3 [0, 1, 2, 3, 4, 5, 6, 7] : vector<4xi8>, vector<4xi8>\n";
-  text += "      " + R + "wv = vector.shuffle " + R + "wh0, " + R +
-          "wh1 [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] : vector<8xi8>, vector<8xi8>\n";
+  text +=
+      "      " + R + "wv = vector.shuffle " + R + "wh0, " + R +
+      "wh1 [0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15] : vector<8xi8>, vector<8xi8>\n";
   text += fillTemplate(R"(
       @@R@@wi = vector.bitcast @@R@@wv : vector<16xi8> to vector<4xi32>
       @@R@@sv = vector.from_elements @@scales@@ : vector<8xi8>
@@ -158,19 +158,18 @@ std::string groupedWeightLoads(const WeightRow &row, const std::string &at, cons
 std::string nvfp4Chunk(Nvfp4Lanes lanes, const std::vector<WeightRow> &rows, const std::string &x,
                        const std::string &xType, const std::string &xIdx, const std::string &at,
                        const std::string &P, const std::string &C,
-                       const std::vector<std::string> &acc,
-                       const std::vector<std::string> &next) {
+                       const std::vector<std::string> &acc, const std::vector<std::string> &next) {
   const bool grouped = lanes == Nvfp4Lanes::Grouped;
   // `at`: the lane's first code byte; its vector elements start at 2 at, its
   // first scale at at / 8. Group m (Grouped) or word m (Contiguous) is
   // `groupStep` elements further.
   const int64_t groupStep = grouped ? 128 : 4;
-  std::string text = "      " + P + "xb = arith.muli " + at + ", " + C + "c2 : index\n" +
-                     "      " + P + "sb = arith.divui " + at + ", " + C + "c8 : index\n";
+  std::string text = "      " + P + "xb = arith.muli " + at + ", " + C + "c2 : index\n" + "      " +
+                     P + "sb = arith.divui " + at + ", " + C + "c8 : index\n";
   for (int m = 1; m < 8; ++m) {
     text += "      " + P + "xo" + str(m) + " = arith.constant " + str(groupStep * m) +
-            " : index\n" + "      " + P + "xi" + str(m) + " = arith.addi " + P + "xb, " + P +
-            "xo" + str(m) + " : index\n";
+            " : index\n" + "      " + P + "xi" + str(m) + " = arith.addi " + P + "xb, " + P + "xo" +
+            str(m) + " : index\n";
     if (grouped)
       text += "      " + P + "co" + str(m) + " = arith.constant " + str(64 * m) + " : index\n" +
               "      " + P + "ci" + str(m) + " = arith.addi " + at + ", " + P + "co" + str(m) +
@@ -195,7 +194,8 @@ std::string nvfp4Chunk(Nvfp4Lanes lanes, const std::vector<WeightRow> &rows, con
                 "] : f32 from vector<4xf32>\n";
         elems += (m ? ", " : "") + e;
       }
-      load += "      " + V + "X" + str(i) + " = vector.from_elements " + elems + " : vector<8xf32>\n";
+      load +=
+          "      " + V + "X" + str(i) + " = vector.from_elements " + elems + " : vector<8xf32>\n";
     }
     return load;
   };
@@ -224,8 +224,13 @@ std::string nvfp4Chunk(Nvfp4Lanes lanes, const std::vector<WeightRow> &rows, con
       @@R@@s1 = vector.extract @@R@@sf[1] : f32 from vector<2xf32>
       @@R@@svec = vector.from_elements @@R@@s0, @@R@@s0, @@R@@s0, @@R@@s0, @@R@@s1, @@R@@s1, @@R@@s1, @@R@@s1 : vector<8xf32>
 )",
-                             {{"R", R}, {"P", P}, {"w", rows[r].w}, {"ri", rows[r].rowIdx},
-                              {"at", at}, {"wt", rows[r].type}, {"s", rows[r].scales},
+                             {{"R", R},
+                              {"P", P},
+                              {"w", rows[r].w},
+                              {"ri", rows[r].rowIdx},
+                              {"at", at},
+                              {"wt", rows[r].type},
+                              {"s", rows[r].scales},
                               {"st", rows[r].scalesType},
                               {"decode", e4m3Decode(R, C, 2, "s_", R + "sf")}});
       for (int i = 0; i < 4; ++i) {
@@ -296,12 +301,12 @@ std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::s
   if (nvfp4)
     text += nvfp4Constants(P);
   auto chunkBody = [&](const std::vector<WeightRow> &chunkRows, const std::string &vec,
-                       const std::string &vecType, const std::string &vecIdx,
-                       const std::string &at, const std::string &names,
-                       const std::string &constants, const std::vector<std::string> &from,
-                       const std::vector<std::string> &to) {
-    return nvfp4 ? nvfp4Chunk(lanes, chunkRows, vec, vecType, vecIdx, at, names, constants, from, to)
-                 : bf16Chunk(chunkRows, vec, vecType, vecIdx, at, names, constants, from, to);
+                       const std::string &vecType, const std::string &vecIdx, const std::string &at,
+                       const std::string &names, const std::string &constants,
+                       const std::vector<std::string> &from, const std::vector<std::string> &to) {
+    return nvfp4
+               ? nvfp4Chunk(lanes, chunkRows, vec, vecType, vecIdx, at, names, constants, from, to)
+               : bf16Chunk(chunkRows, vec, vecType, vecIdx, at, names, constants, from, to);
   };
   std::vector<std::string> acc, yields;
   std::string args, types;
@@ -330,9 +335,10 @@ std::string rowsDot(const std::vector<WeightRow> &rows, bool nvfp4, const std::s
     int64_t chunks = extent / chunk, u = chunksPerStep(chunks, rows.size(), nvfp4);
     text += "    " + P + "iters = arith.constant " + str(chunks / u) + " : index\n" + "    " + P +
             "stride = arith.constant " + str(chunk * u) + " : index\n" + "    " + results + ":" +
-            str(int64_t(rows.size())) + " = scf.for " + P + "i = %c0 to " + P + "iters step %c1 iter_args(" +
-            args + ") -> (" + types + ") {\n" + "      " + P + "b0 = arith.muli " + P + "i, " + P +
-            "stride : index\n" + "      " + P + "b = arith.addi " + P + "b0, " + P + "lo : index\n";
+            str(int64_t(rows.size())) + " = scf.for " + P + "i = %c0 to " + P +
+            "iters step %c1 iter_args(" + args + ") -> (" + types + ") {\n" + "      " + P +
+            "b0 = arith.muli " + P + "i, " + P + "stride : index\n" + "      " + P +
+            "b = arith.addi " + P + "b0, " + P + "lo : index\n";
     std::vector<std::string> current = acc;
     for (int64_t i = 0; i < u; ++i) {
       std::string at = P + "b";

@@ -17,8 +17,8 @@ class MLIRContext;
 namespace kiln::nvptx {
 
 struct CompileOptions {
-  std::string chip = "sm_90";    // sm_90 (H100/H200), sm_100 (B200/B300)
-  std::string features;          // empty: the PTX ISA the chip needs
+  std::string chip = "sm_90"; // sm_90 (H100/H200), sm_100 (B200/B300)
+  std::string features;       // empty: the PTX ISA the chip needs
   int optLevel = 3;
   std::string libdevice = "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc";
 };

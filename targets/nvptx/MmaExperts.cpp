@@ -190,14 +190,15 @@ kernels::KernelSpec mmaExpertGateUp(const MmaExpertsShape &s) {
   std::string ht = "memref<?x" + str(s.k) + "x" + str(s.intermediate) + "xf32>";
   MmaTileKernel kernel;
   kernel.name = "expert_gateup_mma_" + kernels::expertShapeSuffix(s);
-  kernel.args =
-      "%z: " + zt + ", " + kernels::expertListArgs(s) + ", " + gate.args + ", " + up.args + ", %h: " + ht;
+  kernel.args = "%z: " + zt + ", " + kernels::expertListArgs(s) + ", " + gate.args + ", " +
+                up.args + ", %h: " + ht;
   kernel.tiling = "kind = \"mma-expert-gateup\", tile = [128, 128, 32], block = 256 : i64";
   kernel.k = s.latent;
   kernel.setup = kernels::expertTileOfBlock(s, s.intermediate / kGateUpCols);
   // Tile row r: gate (r % 32 < 16) or up, column 64 nt + 16 (r / 32) + r % 16.
-  kernel.rows = "\n    %ck = arith.constant " + str(s.k) + " : index" + kernels::expertTileItems(s) +
-                stagingItem(s) + (s.nvfp4 ? kNvfp4Constants : "") + R"(
+  kernel.rows = "\n    %ck = arith.constant " + str(s.k) + " : index" +
+                kernels::expertTileItems(s) + stagingItem(s) + (s.nvfp4 ? kNvfp4Constants : "") +
+                R"(
     %bw = arith.divui %lrow, %c32 : index
     %bin = arith.remui %lrow, %c32 : index
     %is_up = arith.cmpi uge, %bin, %c16 : index
@@ -274,12 +275,14 @@ kernels::KernelSpec mmaExpertDown(const MmaExpertsShape &s) {
   std::string yt = "memref<?x" + str(s.k) + "x" + str(s.latent) + "xf32>";
   MmaTileKernel kernel;
   kernel.name = "expert_down_mma_" + kernels::expertShapeSuffix(s);
-  kernel.args = "%hin: " + ht + ", " + kernels::expertListArgs(s) + ", " + down.args + ", %y: " + yt;
+  kernel.args =
+      "%hin: " + ht + ", " + kernels::expertListArgs(s) + ", " + down.args + ", %y: " + yt;
   kernel.tiling = "kind = \"mma-expert-down\", tile = [128, 128, 32], block = 256 : i64";
   kernel.k = s.intermediate;
   kernel.setup = kernels::expertTileOfBlock(s, s.latent / kMmaTileN);
-  kernel.rows = "\n    %ck = arith.constant " + str(s.k) + " : index" + kernels::expertTileItems(s) +
-                stagingItem(s) + (s.nvfp4 ? kNvfp4Constants : "") + R"(
+  kernel.rows = "\n    %ck = arith.constant " + str(s.k) + " : index" +
+                kernels::expertTileItems(s) + stagingItem(s) + (s.nvfp4 ? kNvfp4Constants : "") +
+                R"(
     %bcol0 = arith.muli %nt, %c128 : index
     %brow = arith.addi %bcol0, %lrow : index
 )";

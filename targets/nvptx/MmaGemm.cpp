@@ -43,7 +43,8 @@ kernels::KernelSpec mmaGemm(int64_t n, int64_t k, int64_t splits) {
   MmaTileKernel kernel;
   kernel.name = "linear_mma_" + (splits > 1 ? "split" + str(splits) + "_" : std::string()) +
                 str(n) + "x" + str(k);
-  std::string xt = "memref<?x" + str(k) + "xf32>", wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
+  std::string xt = "memref<?x" + str(k) + "xf32>",
+              wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
   // Split-K writes each split's sums to its own slice; mmaGemmSum adds them.
   std::string yt = splits > 1 ? "memref<" + str(splits) + "x?x" + str(n) + "xf32>"
                               : "memref<?x" + str(n) + "xf32>";
@@ -53,7 +54,10 @@ kernels::KernelSpec mmaGemm(int64_t n, int64_t k, int64_t splits) {
   kernel.k = k;
   kernel.kRange = splits > 1;
   // Split s of the reduction is blocks s * tiles .. (s + 1) * tiles - 1.
-  std::string split = splits == 1 ? std::string("  %tile_bid = arith.addi %bid, %c0 : index\n  %blocks = gpu.grid_dim x\n") : fillTemplate(R"(
+  std::string split =
+      splits == 1
+          ? std::string("  %tile_bid = arith.addi %bid, %c0 : index\n  %blocks = gpu.grid_dim x\n")
+          : fillTemplate(R"(
   %splits = arith.constant @@splits@@ : index
   %k_span = arith.constant @@span@@ : index
   %all_blocks = gpu.grid_dim x
@@ -64,7 +68,7 @@ kernels::KernelSpec mmaGemm(int64_t n, int64_t k, int64_t splits) {
   %k_end = arith.addi %k_begin, %k_span : index
   %k_final = arith.subi %k_end, %c32 : index
 )",
-                                 {{"splits", str(splits)}, {"span", str(k / splits)}});
+                         {{"splits", str(splits)}, {"span", str(k / splits)}});
   // Groups of row tiles over the same weight columns; the row tile changes
   // fastest inside a group.
   kernel.setup = split + fillTemplate(R"(
@@ -104,11 +108,10 @@ kernels::KernelSpec mmaGemm(int64_t n, int64_t k, int64_t splits) {
     std::string text = mmaActivationLoad("%x", xt, "%arow", P, at);
     for (int64_t i = 0; i < 2; ++i) {
       std::string K = P + "kb" + str(i);
-      text += "      " + K + "_off = arith.constant " + str(8 * i) + " : index\n" +
-              "      " + K + "_in = arith.addi %lk, " + K + "_off : index\n" +
-              "      " + K + " = arith.addi " + at + ", " + K + "_in : index\n" +
-              "      " + P + "b" + str(i) + " = vector.load %w[%brow, " + K +
-              "] {alignment = 16} : " + wt + ", vector<8xbf16>\n";
+      text += "      " + K + "_off = arith.constant " + str(8 * i) + " : index\n" + "      " + K +
+              "_in = arith.addi %lk, " + K + "_off : index\n" + "      " + K + " = arith.addi " +
+              at + ", " + K + "_in : index\n" + "      " + P + "b" + str(i) +
+              " = vector.load %w[%brow, " + K + "] {alignment = 16} : " + wt + ", vector<8xbf16>\n";
     }
     return text;
   };
@@ -119,8 +122,8 @@ kernels::KernelSpec mmaGemm(int64_t n, int64_t k, int64_t splits) {
     std::string J = str(j);
     epilogue += "    %col_base" + J + " = arith.addi %n0, %rb" + J + "_w : index\n" +
                 "    %col_ok" + J + " = arith.cmpi ult, %col_base" + J + ", %ndim : index\n" +
-                "    %t2_" + J + " = arith.muli %t, %c2 : index\n" +
-                "    %col" + J + " = arith.addi %col_base" + J + ", %t2_" + J + " : index\n";
+                "    %t2_" + J + " = arith.muli %t, %c2 : index\n" + "    %col" + J +
+                " = arith.addi %col_base" + J + ", %t2_" + J + " : index\n";
   }
   for (int64_t i = 0; i < 4; ++i)
     for (int64_t j = 0; j < 4; ++j)

@@ -28,14 +28,16 @@ std::string stageStores(const std::string &P) {
   std::string text;
   for (int64_t i = 0; i < 4; ++i) {
     std::string I = str(i), S = "%st_a" + I;
-    text += "      " + S + "h = arith.truncf " + P + "a" + I + " : vector<4xf32> to vector<4xbf16>\n" +
-            "      " + S + "hf = arith.extf " + S + "h : vector<4xbf16> to vector<4xf32>\n" +
-            "      " + S + "r = arith.subf " + P + "a" + I + ", " + S + "hf : vector<4xf32>\n" +
-            "      " + S + "l = arith.truncf " + S + "r : vector<4xf32> to vector<4xbf16>\n" +
-            "      " + S + "hw = vector.bitcast " + S + "h : vector<4xbf16> to vector<2xi32>\n" +
-            "      " + S + "lw = vector.bitcast " + S + "l : vector<4xbf16> to vector<2xi32>\n" +
-            "      vector.store " + S + "hw, %sa[%lrow, %wa" + I + "] {alignment = 8} : @@st@@, vector<2xi32>\n" +
-            "      vector.store " + S + "lw, %sl[%lrow, %wa" + I + "] {alignment = 8} : @@st@@, vector<2xi32>\n";
+    text += "      " + S + "h = arith.truncf " + P + "a" + I +
+            " : vector<4xf32> to vector<4xbf16>\n" + "      " + S + "hf = arith.extf " + S +
+            "h : vector<4xbf16> to vector<4xf32>\n" + "      " + S + "r = arith.subf " + P + "a" +
+            I + ", " + S + "hf : vector<4xf32>\n" + "      " + S + "l = arith.truncf " + S +
+            "r : vector<4xf32> to vector<4xbf16>\n" + "      " + S + "hw = vector.bitcast " + S +
+            "h : vector<4xbf16> to vector<2xi32>\n" + "      " + S + "lw = vector.bitcast " + S +
+            "l : vector<4xbf16> to vector<2xi32>\n" + "      vector.store " + S +
+            "hw, %sa[%lrow, %wa" + I + "] {alignment = 8} : @@st@@, vector<2xi32>\n" +
+            "      vector.store " + S + "lw, %sl[%lrow, %wa" + I +
+            "] {alignment = 8} : @@st@@, vector<2xi32>\n";
   }
   for (int64_t i = 0; i < 2; ++i) {
     std::string I = str(i);
@@ -60,8 +62,9 @@ std::string mmaPass(int64_t kk, const std::string &tile, const std::string &in,
   std::string lo = "%fc" + str(kk * 8), hi = "%fc" + str(kk * 8 + 4);
   for (int64_t i = 0; i < kSubM; ++i) {
     std::string F = "%fa" + T + K + "_" + str(i) + "_", I = str(i);
-    text += fragmentLoad(F + "0", tile, "%ra" + I, lo) + fragmentLoad(F + "1", tile, "%ra8_" + I, lo) +
-            fragmentLoad(F + "2", tile, "%ra" + I, hi) + fragmentLoad(F + "3", tile, "%ra8_" + I, hi);
+    text +=
+        fragmentLoad(F + "0", tile, "%ra" + I, lo) + fragmentLoad(F + "1", tile, "%ra8_" + I, lo) +
+        fragmentLoad(F + "2", tile, "%ra" + I, hi) + fragmentLoad(F + "3", tile, "%ra8_" + I, hi);
   }
   for (int64_t i = 0; i < kSubM; ++i)
     for (int64_t j = 0; j < kSubN; ++j) {
@@ -70,7 +73,8 @@ std::string mmaPass(int64_t kk, const std::string &tile, const std::string &in,
       std::string cs;
       for (int64_t e = 0; e < 4; ++e) {
         std::string ce = C + "_" + T + K + "e" + str(e);
-        text += "      " + ce + " = llvm.extractvalue " + C + "[" + str(e) + "] : " + kAccType + "\n";
+        text +=
+            "      " + ce + " = llvm.extractvalue " + C + "[" + str(e) + "] : " + kAccType + "\n";
         cs += (e ? ", " : "") + ce;
       }
       text += "      " + D + " = nvvm.mma.sync A[" + A + "0, " + A + "1, " + A + "2, " + A +
@@ -110,35 +114,34 @@ std::string mmaActivationLoad(const std::string &x, const std::string &xType,
   std::string text;
   for (int64_t i = 0; i < 4; ++i) {
     std::string K = P + "k" + str(i);
-    text += "      " + K + "_off = arith.constant " + str(4 * i) + " : index\n" +
-            "      " + K + "_in = arith.addi %lk, " + K + "_off : index\n" +
-            "      " + K + " = arith.addi " + at + ", " + K + "_in : index\n" +
-            "      " + P + "a" + str(i) + " = vector.load " + x + "[" + rowIdx + ", " + K +
-            "] {alignment = 16} : " + xType + ", vector<4xf32>\n";
+    text += "      " + K + "_off = arith.constant " + str(4 * i) + " : index\n" + "      " + K +
+            "_in = arith.addi %lk, " + K + "_off : index\n" + "      " + K + " = arith.addi " + at +
+            ", " + K + "_in : index\n" + "      " + P + "a" + str(i) + " = vector.load " + x + "[" +
+            rowIdx + ", " + K + "] {alignment = 16} : " + xType + ", vector<4xf32>\n";
   }
   return text;
 }
 
 std::string mmaTileKernelText(const MmaTileKernel &kernel) {
-  std::string st = "memref<" + str(kMmaTileM) + "x" + str(kRowWords) +
-                   "xi32, #gpu.address_space<workgroup>>";
+  std::string st =
+      "memref<" + str(kMmaTileM) + "x" + str(kRowWords) + "xi32, #gpu.address_space<workgroup>>";
   std::string fragments;
   for (int64_t i = 0; i < kSubM; ++i) {
     std::string I = str(i);
-    fragments += "    %ra" + I + "_off = arith.constant " + str(i * 16) + " : index\n" +
-                 "    %ra" + I + "_w = arith.addi %wrow, %ra" + I + "_off : index\n" +
-                 "    %ra" + I + " = arith.addi %ra" + I + "_w, %g : index\n" +
-                 "    %ra8_" + I + " = arith.addi %ra" + I + ", %c8 : index\n";
+    fragments += "    %ra" + I + "_off = arith.constant " + str(i * 16) + " : index\n" + "    %ra" +
+                 I + "_w = arith.addi %wrow, %ra" + I + "_off : index\n" + "    %ra" + I +
+                 " = arith.addi %ra" + I + "_w, %g : index\n" + "    %ra8_" + I +
+                 " = arith.addi %ra" + I + ", %c8 : index\n";
   }
   for (int64_t j = 0; j < kSubN; ++j) {
     std::string J = str(j);
-    fragments += "    %rb" + J + "_off = arith.constant " + str(j * 8) + " : index\n" +
-                 "    %rb" + J + "_w = arith.addi %wcol, %rb" + J + "_off : index\n" +
-                 "    %rb" + J + " = arith.addi %rb" + J + "_w, %g : index\n";
+    fragments += "    %rb" + J + "_off = arith.constant " + str(j * 8) + " : index\n" + "    %rb" +
+                 J + "_w = arith.addi %wcol, %rb" + J + "_off : index\n" + "    %rb" + J +
+                 " = arith.addi %rb" + J + "_w, %g : index\n";
   }
   for (int64_t w = 0; w < 16; w += 4)
-    fragments += "    %fc" + str(w) + "_off = arith.constant " + str(w) + " : index\n" +
-                 "    %fc" + str(w) + " = arith.addi %t, %fc" + str(w) + "_off : index\n";
+    fragments += "    %fc" + str(w) + "_off = arith.constant " + str(w) + " : index\n" + "    %fc" +
+                 str(w) + " = arith.addi %t, %fc" + str(w) + "_off : index\n";
 
   std::string accArgs, accTypes, accYield;
   for (int64_t i = 0; i < kSubM; ++i)

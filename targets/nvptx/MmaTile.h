@@ -25,9 +25,9 @@ constexpr int64_t kMmaTileM = 128, kMmaTileN = 128, kMmaTileK = 32, kMmaThreads 
 
 struct MmaTileKernel {
   std::string name;
-  std::string args;    // the func's arguments before %part, %parts
-  std::string tiling;  // the kiln.tiling attribute's entries
-  int64_t k = 0;       // the reduction length, a multiple of kMmaTileK
+  std::string args;   // the func's arguments before %part, %parts
+  std::string tiling; // the kiln.tiling attribute's entries
+  int64_t k = 0;      // the reduction length, a multiple of kMmaTileK
   // Function level, after %tid and %bid: defines i1 %live (the block has a
   // tile) and what `rows` needs.
   std::string setup;

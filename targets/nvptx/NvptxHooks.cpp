@@ -1,10 +1,10 @@
 #include "targets/nvptx/NvptxHooks.h"
 
+#include "targets/common/Generators.h"
 #include "targets/nvptx/MmaExperts.h"
 #include "targets/nvptx/MmaGemm.h"
 #include "targets/nvptx/PeerMegaMoE.h"
 #include "targets/nvptx/WgmmaGemm.h"
-#include "targets/common/Generators.h"
 
 #include <algorithm>
 
@@ -52,9 +52,9 @@ NvptxHooks::matrixExperts(int64_t experts, int64_t k, int64_t intermediate, int6
   MmaExpertsShape s{experts, k, intermediate, latent, nvfp4, maxTokens};
   if (maxTokens < kMatrixMinTokens || !mmaExpertsFit(s))
     return std::nullopt;
-  return MatrixExperts{mmaExpertLists(s),      mmaExpertGateUp(s),      mmaExpertDown(s),
-                       mmaExpertListsWork(s),  mmaExpertGateUpWork(s),  mmaExpertDownWork(s),
-                       experts + 2,            2 * s.maxTiles(),        s.maxItems()};
+  return MatrixExperts{mmaExpertLists(s),     mmaExpertGateUp(s),     mmaExpertDown(s),
+                       mmaExpertListsWork(s), mmaExpertGateUpWork(s), mmaExpertDownWork(s),
+                       experts + 2,           2 * s.maxTiles(),       s.maxItems()};
 }
 
 std::optional<kernels::TargetHooks::PeerMegaMoE>

@@ -46,7 +46,8 @@ std::string asmFence(const std::string &scope) {
 }
 
 std::string asmWarpSync() {
-  return "    llvm.inline_asm has_side_effects \"bar.warp.sync 0xffffffff;\", \"~{memory}\" : () -> "
+  return "    llvm.inline_asm has_side_effects \"bar.warp.sync 0xffffffff;\", \"~{memory}\" : () "
+         "-> "
          "()\n";
 }
 
@@ -65,7 +66,8 @@ std::string loadVolatile4(const std::string &out, const std::string &address) {
 
 // %<out> (f32) from the 4 bytes at i64 `address`, bypassing L1.
 std::string loadVolatile1(const std::string &out, const std::string &address) {
-  return "    " + out + " = llvm.inline_asm has_side_effects \"ld.volatile.global.f32 $0, [$1];\", " +
+  return "    " + out +
+         " = llvm.inline_asm has_side_effects \"ld.volatile.global.f32 $0, [$1];\", " +
          "\"=f,l,~{memory}\" " + address + " : (i64) -> f32\n";
 }
 
@@ -91,7 +93,8 @@ std::string spinUntil(const std::string &name, const std::string &address,
 // inside `scf.if %mine`, which the caller closes twice (if, for).
 std::string pairItemLoop(const std::string &items, const std::string &perToken,
                          const std::string &groups, int64_t rowsPerWarp, int64_t k) {
-  std::string text = fillTemplate(R"(
+  std::string text = fillTemplate(
+      R"(
   scf.for %item = %warp to @@items@@ step %warps {
     %t = arith.divui %item, @@per@@ : index
     %rest = arith.remui %item, @@per@@ : index
@@ -99,10 +102,7 @@ std::string pairItemLoop(const std::string &items, const std::string &perToken,
     %group = arith.remui %rest, @@groups@@ : index
     %o0 = arith.muli %group, %c@@R@@ : index
 )",
-                                  {{"items", items},
-                                   {"per", perToken},
-                                   {"groups", groups},
-                                   {"R", str(rowsPerWarp)}});
+      {{"items", items}, {"per", perToken}, {"groups", groups}, {"R", str(rowsPerWarp)}});
   for (int64_t r = 1; r < rowsPerWarp; ++r)
     text += "    %o" + str(r) + " = arith.addi %o0, %c" + str(r) + " : index\n";
   return text + fillTemplate(R"(

@@ -35,11 +35,11 @@
 namespace kiln::nvptx {
 
 struct PeerSiteLayout {
-  int64_t pairs = 256;  // u64 arrival counter per (row, choice)
-  int64_t flags = 0;    // u64 [2][rows][k]
-  int64_t coefs = 0;    // f32 [2][rows][k]: routing weight / RMS
-  int64_t data = 0;     // f32 [2][rows][k][latent]: post-norm x down rows
-  int64_t bytes = 0;    // the site, a multiple of 256
+  int64_t pairs = 256; // u64 arrival counter per (row, choice)
+  int64_t flags = 0;   // u64 [2][rows][k]
+  int64_t coefs = 0;   // f32 [2][rows][k]: routing weight / RMS
+  int64_t data = 0;    // f32 [2][rows][k][latent]: post-norm x down rows
+  int64_t bytes = 0;   // the site, a multiple of 256
 };
 PeerSiteLayout peerSiteLayout(const kernels::PeerMegaMoEShape &shape);
 

@@ -118,8 +118,8 @@ private:
   Value xTile(Value s) { return at(arith::MulIOp::create(b, s, k.index(T::kTileM * kRowBytes))); }
   Value wTile(Value s) {
     Value base = k.index(tiling.stages * T::kTileM * kRowBytes);
-    return at(arith::AddIOp::create(
-        b, base, arith::MulIOp::create(b, s, k.index(T::kTileN * kRowBytes))));
+    return at(arith::AddIOp::create(b, base,
+                                    arith::MulIOp::create(b, s, k.index(T::kTileN * kRowBytes))));
   }
   Value barrier(int64_t which, Value s) {
     Value base = k.index(tiling.stages * tiling.stageBytes() + which * tiling.stages * 8);
@@ -128,8 +128,8 @@ private:
   Value full(Value s) { return barrier(0, s); }
   Value empty(Value s) { return barrier(1, s); }
   Value parity(Value step) {
-    Value phase = arith::RemUIOp::create(
-        b, arith::DivUIOp::create(b, step, k.index(tiling.stages)), k.index(2));
+    Value phase = arith::RemUIOp::create(b, arith::DivUIOp::create(b, step, k.index(tiling.stages)),
+                                         k.index(2));
     return arith::IndexCastOp::create(b, i32, phase);
   }
   void wait(Value barrierAddr, Value phase) {
@@ -165,8 +165,8 @@ private:
     auto copy = [&](Value dst, Value map, Value row) {
       Value cluster = LLVM::AddrSpaceCastOp::create(b, ptr7, dst);
       NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
-          b, b.getLoc(), cluster, map, ValueRange{kk, toI32(row)}, fullAt, ValueRange{},
-          Value(), Value(), NVVM::TMALoadMode::TILE, false, nullptr, Value());
+          b, b.getLoc(), cluster, map, ValueRange{kk, toI32(row)}, fullAt, ValueRange{}, Value(),
+          Value(), NVVM::TMALoadMode::TILE, false, nullptr, Value());
     };
     copy(xTile(s), xMap, m0);
     copy(wTile(s), wMap, n0);
@@ -183,8 +183,7 @@ private:
       Value s = arith::RemUIOp::create(b, step, k.index(tiling.stages));
       wait(full(s), parity(step));
       Value xRows = arith::AddIOp::create(
-          b, shared32(xTile(s)),
-          toI32(arith::MulIOp::create(b, c, k.index(64 * kRowBytes))));
+          b, shared32(xTile(s)), toI32(arith::MulIOp::create(b, c, k.index(64 * kRowBytes))));
       Value wRows = shared32(wTile(s));
       NVVM::WgmmaFenceAlignedOp::create(b, b.getLoc());
       Value sum = loop.getRegionIterArgs()[0];
@@ -192,11 +191,12 @@ private:
         Value advance = k.i32(kk * kMmaK * 2); // bytes along the 128-byte row
         Value descX = matrixDescriptor(b, arith::AddIOp::create(b, xRows, advance));
         Value descW = matrixDescriptor(b, arith::AddIOp::create(b, wRows, advance));
-        sum = NVVM::WgmmaMmaAsyncOp::create(
-            b, b.getLoc(), acc, sum, descX, descW, NVVM::MMAShapeAttr::get(ctx, 64, T::kTileN, kMmaK),
-            NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32,
-            NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
-            NVVM::MMALayout::row, NVVM::MMALayout::col, nullptr);
+        sum = NVVM::WgmmaMmaAsyncOp::create(b, b.getLoc(), acc, sum, descX, descW,
+                                            NVVM::MMAShapeAttr::get(ctx, 64, T::kTileN, kMmaK),
+                                            NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::bf16,
+                                            NVVM::WGMMATypes::f32, NVVM::WGMMAScaleOut::one,
+                                            NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
+                                            NVVM::MMALayout::row, NVVM::MMALayout::col, nullptr);
       }
       NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
       // The step before this one has finished reading its stage: free it.
@@ -283,12 +283,16 @@ kernels::KernelSpec wgmmaGemm(int64_t n, int64_t k, bool dropLastStep) {
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     Type i64 = b.getI64Type();
-    return {MemRefType::get({dynamic, k}, b.getBF16Type()), MemRefType::get({n, k}, b.getBF16Type()),
-            MemRefType::get({dynamic, n}, b.getF32Type()), i64, i64, i64};
+    return {MemRefType::get({dynamic, k}, b.getBF16Type()),
+            MemRefType::get({n, k}, b.getBF16Type()),
+            MemRefType::get({dynamic, n}, b.getF32Type()),
+            i64,
+            i64,
+            i64};
   };
   const std::string smemName = name + "_smem";
-  kernels::KernelSpec spec = kernels::buildKernel(
-      name, "kiln.linear", described, args, [&](kernels::KernelScope &scope) {
+  kernels::KernelSpec spec =
+      kernels::buildKernel(name, "kiln.linear", described, args, [&](kernels::KernelScope &scope) {
         // The dynamic shared memory: an external shared array, 1024-byte
         // aligned for the swizzle atoms.
         {
@@ -314,10 +318,10 @@ kernels::Work wgmmaGemmWork(int64_t n, int64_t maxTokens) {
 }
 
 std::vector<std::string> wgmmaGemmScalars() {
-  const std::string x = "tmap:0:" + std::to_string(T::kTileK) + "," + std::to_string(T::kTileM) +
-                        ":128";
-  const std::string w = "tmap:1:" + std::to_string(T::kTileK) + "," + std::to_string(T::kTileN) +
-                        ":128";
+  const std::string x =
+      "tmap:0:" + std::to_string(T::kTileK) + "," + std::to_string(T::kTileM) + ":128";
+  const std::string w =
+      "tmap:1:" + std::to_string(T::kTileK) + "," + std::to_string(T::kTileN) + ":128";
   return {"tokens:0", x, w, "part", "parts"};
 }
 

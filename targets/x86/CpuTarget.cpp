@@ -16,9 +16,7 @@ bool CpuTarget::has(std::string_view feature) const {
   return std::binary_search(features.begin(), features.end(), feature);
 }
 
-int CpuTarget::vectorBits() const {
-  return has("avx512f") ? 512 : has("avx") ? 256 : 128;
-}
+int CpuTarget::vectorBits() const { return has("avx512f") ? 512 : has("avx") ? 256 : 128; }
 
 std::string CpuTarget::llvmFeatures() const {
   std::string text;

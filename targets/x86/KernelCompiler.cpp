@@ -3,12 +3,13 @@
 #include "targets/common/KernelModule.h"
 
 #include "mlir/Conversion/ConvertToLLVM/ToLLVMPass.h"
+#include "mlir/Conversion/LLVMCommon/ConversionTarget.h"
+#include "mlir/Conversion/LLVMCommon/TypeConverter.h"
 #include "mlir/Conversion/ReconcileUnrealizedCasts/ReconcileUnrealizedCasts.h"
 #include "mlir/Conversion/SCFToControlFlow/SCFToControlFlow.h"
 #include "mlir/Dialect/AMX/AMXDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Arith/Transforms/Passes.h"
-#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Dialect/ControlFlow/IR/ControlFlow.h"
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -18,9 +19,6 @@
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/Dialect/X86Vector/Transforms.h"
 #include "mlir/Dialect/X86Vector/X86VectorDialect.h"
-#include "mlir/Conversion/LLVMCommon/ConversionTarget.h"
-#include "mlir/Conversion/LLVMCommon/TypeConverter.h"
-#include "mlir/Transforms/DialectConversion.h"
 #include "mlir/ExecutionEngine/OptUtils.h"
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/Verifier.h"
@@ -30,6 +28,8 @@
 #include "mlir/Target/LLVMIR/Dialect/Builtin/BuiltinToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Dialect/LLVMIR/LLVMToLLVMIRTranslation.h"
 #include "mlir/Target/LLVMIR/Export.h"
+#include "mlir/Transforms/DialectConversion.h"
+#include "mlir/Transforms/GreedyPatternRewriteDriver.h"
 #include "mlir/Transforms/Passes.h"
 
 #include "llvm/IR/IRBuilder.h"
@@ -71,13 +71,15 @@ void addPackedEntry(llvm::Module &module, const std::string &name) {
   llvm::LLVMContext &ctx = module.getContext();
   llvm::Type *ptr = llvm::PointerType::getUnqual(ctx);
   auto *type = llvm::FunctionType::get(llvm::Type::getVoidTy(ctx), {ptr}, false);
-  auto *entry = llvm::Function::Create(type, llvm::Function::ExternalLinkage, "kiln_" + name, module);
+  auto *entry =
+      llvm::Function::Create(type, llvm::Function::ExternalLinkage, "kiln_" + name, module);
   llvm::IRBuilder<> b(llvm::BasicBlock::Create(ctx, "entry", entry));
   llvm::SmallVector<llvm::Value *> args;
   for (auto [i, param] : llvm::enumerate(callee->args())) {
     llvm::Value *slot = b.CreateConstGEP1_64(ptr, entry->getArg(0), i);
     llvm::Value *pointer = b.CreateLoad(ptr, slot);
-    args.push_back(param.getType()->isPointerTy() ? pointer : b.CreateLoad(param.getType(), pointer));
+    args.push_back(param.getType()->isPointerTy() ? pointer
+                                                  : b.CreateLoad(param.getType(), pointer));
   }
   b.CreateCall(callee, args);
   b.CreateRetVoid();
@@ -169,7 +171,8 @@ bool compileKernelLibrary(mlir::MLIRContext &context, const std::vector<KernelSp
       f.addFnAttr("tune-cpu", options.cpu.cpu);
   llvmModule->setDataLayout(machine->createDataLayout());
   llvmModule->setTargetTriple(triple);
-  if (llvm::Error err = mlir::makeOptimizingTransformer(options.optLevel, 0, machine.get())(llvmModule.get()))
+  if (llvm::Error err =
+          mlir::makeOptimizingTransformer(options.optLevel, 0, machine.get())(llvmModule.get()))
     return fail(error, "optimising the kernels failed: " + llvm::toString(std::move(err)));
 
   // Object file and linked library in a private temporary directory.
@@ -201,9 +204,9 @@ bool compileKernelLibrary(mlir::MLIRContext &context, const std::vector<KernelSp
     cleanup();
     return fail(error, "ld.lld not found (Debian: lld-22)");
   }
-  llvm::SmallVector<llvm::StringRef> argv = {*lld,     "-shared",          "--build-id=none",
-                                             "-o",     shared,             object,
-                                             "--hash-style=gnu", "-z", "noexecstack"};
+  llvm::SmallVector<llvm::StringRef> argv = {*lld,         "-shared", "--build-id=none",  "-o",
+                                             shared,       object,    "--hash-style=gnu", "-z",
+                                             "noexecstack"};
   std::string linkError;
   int rc = llvm::sys::ExecuteAndWait(*lld, argv, std::nullopt, {}, 0, 0, &linkError);
   if (rc != 0) {

@@ -58,8 +58,7 @@ public:
   VnniGemmBuilder(ImplicitLocOpBuilder &b, const VnniGemmTiling &tiling, int64_t k)
       : b(b), tiling(tiling), pairs(k / 2), f32(b.getF32Type()), bf16(b.getBF16Type()),
         i32(b.getI32Type()), acc(VectorType::get({kTileColumns}, f32)),
-        row(VectorType::get({kBlockRow}, bf16)),
-        wideInts(VectorType::get({kTileColumns}, i32)) {}
+        row(VectorType::get({kBlockRow}, bf16)), wideInts(VectorType::get({kTileColumns}, i32)) {}
 
   Value index(int64_t v) { return arith::ConstantIndexOp::create(b, v); }
 
@@ -72,7 +71,8 @@ public:
       rowIndex[r] = arith::AddIOp::create(b, m, index(r));
     // Tile t's k pairs are block rows tile * pairs .. + pairs - 1 of W.
     for (int64_t t = 0; t < tiles; ++t)
-      tileRow[t] = arith::MulIOp::create(b, arith::AddIOp::create(b, tile0, index(t)), index(pairs));
+      tileRow[t] =
+          arith::MulIOp::create(b, arith::AddIOp::create(b, tile0, index(t)), index(pairs));
     auto loop = scf::ForOp::create(b, index(0), index(pairs), index(1),
                                    SmallVector<Value>(rows * tiles, zero));
     {
@@ -106,8 +106,8 @@ public:
     }
     for (int64_t r = 0; r < rows; ++r) {
       // The bf16 pair a[row, kk..kk+1] as one i32, broadcast.
-      Value pair = vector::LoadOp::create(b, VectorType::get({2}, bf16), a,
-                                          ValueRange{rowIndex[r], kk});
+      Value pair =
+          vector::LoadOp::create(b, VectorType::get({2}, bf16), a, ValueRange{rowIndex[r], kk});
       Value word = vector::ExtractOp::create(
           b, vector::BitCastOp::create(b, VectorType::get({1}, i32), pair), ArrayRef<int64_t>{0});
       if (tiling.bf16Dot) {
@@ -163,8 +163,8 @@ private:
 } // namespace
 
 kernels::KernelSpec linearVnni(const VnniGemmTiling &tiling, int64_t n, int64_t k) {
-  const std::string name = std::string("linear_") + tiling.family() + "_" + std::to_string(n) +
-                           "x" + std::to_string(k);
+  const std::string name =
+      std::string("linear_") + tiling.family() + "_" + std::to_string(n) + "x" + std::to_string(k);
   kernels::Tiling described;
   described.set("panel_tiles", tiling.panelTiles)
       .set("rows", tiling.rows)
@@ -180,35 +180,36 @@ kernels::KernelSpec linearVnni(const VnniGemmTiling &tiling, int64_t n, int64_t 
             MemRefType::get({dynamic, kBlockRow}, b.getBF16Type()),
             MemRefType::get({dynamic, n}, b.getF32Type()), b.getI64Type()};
   };
-  return kernels::buildKernel(name, "kiln.linear", described, args, [&](kernels::KernelScope &kernel) {
-    ImplicitLocOpBuilder &b = kernel.b;
-    VnniGemmBuilder gemm(b, tiling, k);
-    Value aArg = kernel.arg(0), wArg = kernel.arg(1), yArg = kernel.arg(2);
-    Value rows = kernel.argIndex(3);
-    auto [begin, end] =
-        kernels::partRange(b, gemm.index(tiling.panels(n)), kernel.argIndex(4), kernel.argIndex(5));
-    // Whole register blocks of rows, then the rest one row at a time.
-    Value blockRows = gemm.index(tiling.rows);
-    Value mainRows = arith::SubIOp::create(b, rows, arith::RemUIOp::create(b, rows, blockRows));
-    auto panels = scf::ForOp::create(b, begin, end, gemm.index(1));
-    b.setInsertionPointToStart(panels.getBody());
-    Value tile0 =
-        arith::MulIOp::create(b, panels.getInductionVar(), gemm.index(tiling.panelTiles));
-    auto whole = scf::ForOp::create(b, gemm.index(0), mainRows, blockRows);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(whole.getBody());
-      for (int64_t t = 0; t < tiling.panelTiles; t += tiling.tiles)
-        gemm.block(tiling.rows, tiling.tiles, aArg, wArg, yArg, whole.getInductionVar(),
-                   arith::AddIOp::create(b, tile0, gemm.index(t)));
-    }
-    auto rest = scf::ForOp::create(b, mainRows, rows, gemm.index(1));
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(rest.getBody());
-      gemm.block(1, tiling.panelTiles, aArg, wArg, yArg, rest.getInductionVar(), tile0);
-    }
-  });
+  return kernels::buildKernel(
+      name, "kiln.linear", described, args, [&](kernels::KernelScope &kernel) {
+        ImplicitLocOpBuilder &b = kernel.b;
+        VnniGemmBuilder gemm(b, tiling, k);
+        Value aArg = kernel.arg(0), wArg = kernel.arg(1), yArg = kernel.arg(2);
+        Value rows = kernel.argIndex(3);
+        auto [begin, end] = kernels::partRange(b, gemm.index(tiling.panels(n)), kernel.argIndex(4),
+                                               kernel.argIndex(5));
+        // Whole register blocks of rows, then the rest one row at a time.
+        Value blockRows = gemm.index(tiling.rows);
+        Value mainRows = arith::SubIOp::create(b, rows, arith::RemUIOp::create(b, rows, blockRows));
+        auto panels = scf::ForOp::create(b, begin, end, gemm.index(1));
+        b.setInsertionPointToStart(panels.getBody());
+        Value tile0 =
+            arith::MulIOp::create(b, panels.getInductionVar(), gemm.index(tiling.panelTiles));
+        auto whole = scf::ForOp::create(b, gemm.index(0), mainRows, blockRows);
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(whole.getBody());
+          for (int64_t t = 0; t < tiling.panelTiles; t += tiling.tiles)
+            gemm.block(tiling.rows, tiling.tiles, aArg, wArg, yArg, whole.getInductionVar(),
+                       arith::AddIOp::create(b, tile0, gemm.index(t)));
+        }
+        auto rest = scf::ForOp::create(b, mainRows, rows, gemm.index(1));
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(rest.getBody());
+          gemm.block(1, tiling.panelTiles, aArg, wArg, yArg, rest.getInductionVar(), tile0);
+        }
+      });
 }
 
 } // namespace kiln::x86

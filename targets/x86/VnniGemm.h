@@ -2,8 +2,8 @@
 // bf16 · Wᵀ over the same VNNI blocks AMX reads (WeightTransform VnniBf16:
 // each block row holds one k pair of 16 columns, 64 bytes). A register block
 // of `rows` rows of a by `tiles` 16-column tiles of W keeps rows x tiles
-// vector<16xf32> accumulators (a single row: a whole panel of tiles); each step along k takes one block row per
-// tile and one broadcast bf16 pair of a per row, and multiplies them:
+// vector<16xf32> accumulators (a single row: a whole panel of tiles); each step along k takes one
+// block row per tile and one broadcast bf16 pair of a per row, and multiplies them:
 //   avx512bf16: vdpbf16ps (x86vector.avx512.dot), both pair halves at once;
 //   fma: the pairs' halves widened to f32 by shifts, two vfmadd231ps.
 // Arguments (a, W, y; rows, part, parts): exactly `rows` rows are computed

@@ -41,19 +41,15 @@ void checkInvariants(const SafetensorsFile &file, size_t size) {
 
 // Re-encodes the header (sorted, padded) in front of the same data and
 // checks that the same tensors come back.
-void checkRoundTrip(const SafetensorsFile &file, const uint8_t *data,
-                    size_t size) {
+void checkRoundTrip(const SafetensorsFile &file, const uint8_t *data, size_t size) {
   std::vector<TensorDecl> decls;
   for (const TensorInfo &info : file.tensors())
     decls.push_back({info.name, info.dtype, info.shape});
-  std::string image =
-      encodeSafetensorsHeader(decls, file.metadata(), "round trip");
+  std::string image = encodeSafetensorsHeader(decls, file.metadata(), "round trip");
   check(image.size() % 8 == 0);
-  image.append(reinterpret_cast<const char *>(data + file.dataOffset()),
-               size - file.dataOffset());
+  image.append(reinterpret_cast<const char *>(data + file.dataOffset()), size - file.dataOffset());
   SafetensorsFile again = SafetensorsFile::openFromMemory(
-      reinterpret_cast<const uint8_t *>(image.data()), image.size(),
-      "round trip");
+      reinterpret_cast<const uint8_t *>(image.data()), image.size(), "round trip");
   check(again.metadata() == file.metadata());
   check(again.tensors().size() == file.tensors().size());
   for (size_t i = 0; i < file.tensors().size(); ++i) {

@@ -66,8 +66,7 @@ struct UsageError {
 bool isHelp(const std::string &arg) { return arg == "--help" || arg == "-h"; }
 
 // Parses a decimal uint64 with an optional K/M/G binary suffix (if allowed).
-std::optional<uint64_t> parseUnsigned(const std::string &text,
-                                      bool allowSuffix) {
+std::optional<uint64_t> parseUnsigned(const std::string &text, bool allowSuffix) {
   if (text.empty() || text[0] < '0' || text[0] > '9')
     return std::nullopt;
   uint64_t value = 0;
@@ -111,8 +110,7 @@ struct ParsedArgs {
   bool help = false;
 };
 
-ParsedArgs parseArgs(int argc, char **argv, int first,
-                     const std::vector<std::string> &known,
+ParsedArgs parseArgs(int argc, char **argv, int first, const std::vector<std::string> &known,
                      const std::string &command) {
   ParsedArgs parsed;
   for (int i = first; i < argc; ++i) {
@@ -151,8 +149,7 @@ ParsedArgs parseArgs(int argc, char **argv, int first,
   return parsed;
 }
 
-std::optional<std::string> option(const ParsedArgs &args,
-                                  const std::string &name) {
+std::optional<std::string> option(const ParsedArgs &args, const std::string &name) {
   for (const auto &entry : args.options)
     if (entry.first == name)
       return entry.second;
@@ -188,9 +185,8 @@ public:
     if (step == lastStep_)
       return;
     lastStep_ = step;
-    std::fprintf(stderr, "%skiln-ckpt: writing %s: %s / %s (%d%%)%s",
-                 tty_ ? "\r" : "", dir_.c_str(), mib(done).c_str(),
-                 mib(total).c_str(), percent, tty_ ? "" : "\n");
+    std::fprintf(stderr, "%skiln-ckpt: writing %s: %s / %s (%d%%)%s", tty_ ? "\r" : "",
+                 dir_.c_str(), mib(done).c_str(), mib(total).c_str(), percent, tty_ ? "" : "\n");
     shown_ = true;
   }
 
@@ -208,9 +204,8 @@ private:
 
 int runSynth(int argc, char **argv) {
   const std::string cmd = "synth";
-  const ParsedArgs args = parseArgs(
-      argc, argv, 2,
-      {"--format", "--seed", "-o", "--output", "--max-shard-size"}, cmd);
+  const ParsedArgs args =
+      parseArgs(argc, argv, 2, {"--format", "--seed", "-o", "--output", "--max-shard-size"}, cmd);
   if (args.help) {
     std::fputs(kSynthUsage, stdout);
     return 0;
@@ -239,18 +234,18 @@ int runSynth(int argc, char **argv) {
   else if (*format == "nvfp4")
     weightFormat = WeightFormat::NVFP4;
   else
-    throw UsageError{cmd + ": --format: expected bf16 or nvfp4, got '" +
-                     *format + "'"};
+    throw UsageError{cmd + ": --format: expected bf16 or nvfp4, got '" + *format + "'"};
   const std::optional<uint64_t> seed = parseUnsigned(*seedText, false);
   if (!seed)
-    throw UsageError{cmd + ": --seed: expected an unsigned 64-bit integer, got '" +
-                     *seedText + "'"};
+    throw UsageError{cmd + ": --seed: expected an unsigned 64-bit integer, got '" + *seedText +
+                     "'"};
   uint64_t maxShard = 2ull << 30;
   if (const std::optional<std::string> text = option(args, "--max-shard-size")) {
     const std::optional<uint64_t> parsed = parseUnsigned(*text, true);
     if (!parsed || *parsed == 0)
-      throw UsageError{cmd + ": --max-shard-size: expected a positive byte "
-                             "count (suffix K, M or G allowed), got '" +
+      throw UsageError{cmd +
+                       ": --max-shard-size: expected a positive byte "
+                       "count (suffix K, M or G allowed), got '" +
                        *text + "'"};
     maxShard = *parsed;
   }
@@ -259,9 +254,7 @@ int runSynth(int argc, char **argv) {
   ProgressLine progress(*dir);
   try {
     writeSyntheticCheckpoint(config, weightFormat, *seed, *dir, maxShard,
-                             [&](uint64_t done, uint64_t total) {
-                               progress.update(done, total);
-                             });
+                             [&](uint64_t done, uint64_t total) { progress.update(done, total); });
   } catch (const std::exception &error) {
     progress.finish();
     std::fprintf(stderr, "kiln-ckpt: error: %s\n", error.what());
@@ -286,8 +279,7 @@ int runCheck(int argc, char **argv) {
   if (const std::optional<std::string> name = option(args, "--config"))
     config = loadConfigArg(cmd, *name);
 
-  const CheckpointCheck check =
-      checkCheckpoint(path, config ? &*config : nullptr);
+  const CheckpointCheck check = checkCheckpoint(path, config ? &*config : nullptr);
   if (check.ok()) {
     std::printf("ok: %zu tensors, %llu bytes\n", check.numTensors,
                 static_cast<unsigned long long>(check.totalBytes));
@@ -306,8 +298,8 @@ int runCheck(int argc, char **argv) {
   if (check.problems.size() > kShown)
     std::fprintf(stderr, "%s: ... and %zu more problems\n", path.c_str(),
                  check.problems.size() - kShown);
-  std::fprintf(stderr, "%s: %zu problem%s\n", path.c_str(),
-               check.problems.size(), check.problems.size() == 1 ? "" : "s");
+  std::fprintf(stderr, "%s: %zu problem%s\n", path.c_str(), check.problems.size(),
+               check.problems.size() == 1 ? "" : "s");
   return 1;
 }
 

@@ -31,32 +31,33 @@ using namespace kiln;
 namespace {
 
 void usage() {
-  std::fprintf(stderr,
-               "usage: kiln-check ARTIFACT --weights DIR|synthetic:SEED --reference FILE\n"
-               "                  [--tolerance T] [--near-tie F] [--max-near-ties N] [--device N]\n"
-               "       kiln-check ARTIFACT --weights DIR|synthetic:SEED --prompt-ids 1,2,3\n"
-               "                  --steps N --write FILE [--device N]\n"
-               "       kiln-check ARTIFACT --weights DIR|synthetic:SEED --load-only [--rank R]\n\n"
-               "Checks an artifact's logits and greedy tokens against a reference run, or\n"
-               "writes a reference from this run. Exit 0: agreed (or written); 1: not.\n\n"
-               "  --tolerance T      prefill logits: max |diff| < T * max|logit|, relative RMS < T/2\n"
-               "                     (default 0.02)\n"
-               "  --near-tie F       a step may choose another token where the reference's own\n"
-               "                     margin is below F * max|logit| (default 0.01)\n"
-               "  --max-near-ties N  how many such steps may differ (default 2)\n"
-               "  --batch-steps N    with a decode_batch entry: greedy steps of the batched\n"
-               "                     check (default 16; 0 skips it)\n"
-               "  --synthesize W     where synthetic:SEED weights are made: host, or device (the\n"
-               "                     artifact's synthesis kernels, the same bytes); default: device\n"
-               "                     for GPU artifacts, host for x86\n"
-               "  --device N         the GPU (default: KILN_LOCAL_RANK, else 0)\n"
-               "  --nproc N          a multi-rank artifact: N processes, one per rank (as\n"
-               "                     kiln-run --nproc); rank 0 reports\n"
-               "  --load-only        only load the artifact with its weights and report what\n"
-               "                     it holds (no --reference or --write)\n"
-               "  --rank R           with --load-only, a multi-rank artifact: load rank R's\n"
-               "                     share alone, without its job (nothing runs), to see that\n"
-               "                     it loads and fits one rank at a time\n");
+  std::fprintf(
+      stderr,
+      "usage: kiln-check ARTIFACT --weights DIR|synthetic:SEED --reference FILE\n"
+      "                  [--tolerance T] [--near-tie F] [--max-near-ties N] [--device N]\n"
+      "       kiln-check ARTIFACT --weights DIR|synthetic:SEED --prompt-ids 1,2,3\n"
+      "                  --steps N --write FILE [--device N]\n"
+      "       kiln-check ARTIFACT --weights DIR|synthetic:SEED --load-only [--rank R]\n\n"
+      "Checks an artifact's logits and greedy tokens against a reference run, or\n"
+      "writes a reference from this run. Exit 0: agreed (or written); 1: not.\n\n"
+      "  --tolerance T      prefill logits: max |diff| < T * max|logit|, relative RMS < T/2\n"
+      "                     (default 0.02)\n"
+      "  --near-tie F       a step may choose another token where the reference's own\n"
+      "                     margin is below F * max|logit| (default 0.01)\n"
+      "  --max-near-ties N  how many such steps may differ (default 2)\n"
+      "  --batch-steps N    with a decode_batch entry: greedy steps of the batched\n"
+      "                     check (default 16; 0 skips it)\n"
+      "  --synthesize W     where synthetic:SEED weights are made: host, or device (the\n"
+      "                     artifact's synthesis kernels, the same bytes); default: device\n"
+      "                     for GPU artifacts, host for x86\n"
+      "  --device N         the GPU (default: KILN_LOCAL_RANK, else 0)\n"
+      "  --nproc N          a multi-rank artifact: N processes, one per rank (as\n"
+      "                     kiln-run --nproc); rank 0 reports\n"
+      "  --load-only        only load the artifact with its weights and report what\n"
+      "                     it holds (no --reference or --write)\n"
+      "  --rank R           with --load-only, a multi-rank artifact: load rank R's\n"
+      "                     share alone, without its job (nothing runs), to see that\n"
+      "                     it loads and fits one rank at a time\n");
 }
 
 std::vector<int32_t> parseIds(const std::string &text) {
@@ -64,7 +65,8 @@ std::vector<int32_t> parseIds(const std::string &text) {
   size_t at = 0;
   while (at <= text.size()) {
     size_t comma = text.find(',', at);
-    std::string piece = text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
+    std::string piece =
+        text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
     char *end = nullptr;
     long v = std::strtol(piece.c_str(), &end, 10);
     if (piece.empty() || *end || v < 0)
@@ -177,8 +179,7 @@ int loadAndReport(const std::string &path, EngineOptions options, int rank) {
               "caches %.2f GiB (%lld conversations of %lld tokens), activation arena %.2f GiB\n",
               path.c_str(), which.c_str(), engine->device().c_str(), seconds,
               gib(engine->weightBytes()), static_cast<unsigned long long>(engine->weightBytes()),
-              gib(engine->kvCacheBytes()),
-              static_cast<long long>(engine->conversations()),
+              gib(engine->kvCacheBytes()), static_cast<long long>(engine->conversations()),
               static_cast<long long>(engine->contextLength()), gib(engine->arenaBytes()));
   return 0;
 }
@@ -228,8 +229,8 @@ int main(int argc, char **argv) {
                      where.c_str());
         return 2;
       }
-      synthesis = where == "host" ? EngineOptions::Synthesis::Host
-                                  : EngineOptions::Synthesis::Device;
+      synthesis =
+          where == "host" ? EngineOptions::Synthesis::Host : EngineOptions::Synthesis::Device;
     } else if (arg == "--device") {
       device = std::atoi(value().c_str());
     } else if (arg == "--nproc") {

@@ -53,8 +53,7 @@ std::string bytesText(uint64_t bytes) {
   std::string result = std::to_string(bytes) + " bytes";
   if (bytes < 1024)
     return result;
-  static const char *const kUnits[] = {"KiB", "MiB", "GiB",
-                                       "TiB", "PiB", "EiB"};
+  static const char *const kUnits[] = {"KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
   double value = static_cast<double>(bytes) / 1024;
   size_t unit = 0;
   while (value >= 1024 && unit + 1 < std::size(kUnits)) {
@@ -66,9 +65,7 @@ std::string bytesText(uint64_t bytes) {
   return result + scaled;
 }
 
-std::string dtypeText(fb::DType dtype) {
-  return std::string(dtypeName(toDType(dtype)));
-}
+std::string dtypeText(fb::DType dtype) { return std::string(dtypeName(toDType(dtype))); }
 
 template <typename T> std::string listText(const std::vector<T> &values) {
   std::string result = "[";
@@ -77,8 +74,7 @@ template <typename T> std::string listText(const std::vector<T> &values) {
   return result + "]";
 }
 
-std::string bufferText(const Artifact &artifact, const fb::BufferRef &ref,
-                       int64_t tokens) {
+std::string bufferText(const Artifact &artifact, const fb::BufferRef &ref, int64_t tokens) {
   std::string name;
   const std::string index = std::to_string(ref.index());
   switch (ref.kind()) {
@@ -86,12 +82,10 @@ std::string bufferText(const Artifact &artifact, const fb::BufferRef &ref,
     name = "arena";
     break;
   case fb::BufferKind::Weight:
-    name = "weight[" + index + "] " +
-           text(artifact->weights()->Get(ref.index())->name());
+    name = "weight[" + index + "] " + text(artifact->weights()->Get(ref.index())->name());
     break;
   case fb::BufferKind::KvCache:
-    name = "kv[" + std::to_string(ref.index() / 2) +
-           (ref.index() % 2 ? "].V" : "].K");
+    name = "kv[" + std::to_string(ref.index() / 2) + (ref.index() % 2 ? "].V" : "].K");
     break;
   case fb::BufferKind::Input:
     name = ref.index() == 0 ? "input.tokens" : "input.positions";
@@ -153,29 +147,26 @@ std::string scalarText(const fb::Launch &launch, const fb::Scalar &scalar) {
   return "?";
 }
 
-void dumpWeight(const fb::WeightBinding &weight, size_t index,
-                std::ostream &out) {
+void dumpWeight(const fb::WeightBinding &weight, size_t index, std::ostream &out) {
   std::vector<int64_t> shape;
   if (weight.shape())
     shape.assign(weight.shape()->begin(), weight.shape()->end());
-  out << "  [" << index << "] " << text(weight.name()) << "  "
-      << dtypeText(weight.dtype()) << listText(shape);
+  out << "  [" << index << "] " << text(weight.name()) << "  " << dtypeText(weight.dtype())
+      << listText(shape);
   if (weight.stack() > 0)
-    out << "  stack " << weight.stack() << " from expert "
-        << weight.first_expert();
+    out << "  stack " << weight.stack() << " from expert " << weight.first_expert();
   if (weight.transform() != fb::WeightTransform::None)
     out << "  transform " << fb::EnumNameWeightTransform(weight.transform());
   if (weight.slice_dim() >= 0)
-    out << "  slice dim " << weight.slice_dim() << " in "
-        << weight.slice_count();
+    out << "  slice dim " << weight.slice_dim() << " in " << weight.slice_count();
   if (weight.slice_group() >= 0)
     out << (weight.slice_dim() >= 0 ? " by comm group " : "  expert block by comm group ")
         << weight.slice_group();
   out << "  " << bytesText(weight.bytes()) << "\n";
 }
 
-void dumpStep(const Artifact &artifact, const fb::StepEntry &step, size_t index,
-              int64_t tokens, std::ostream &out) {
+void dumpStep(const Artifact &artifact, const fb::StepEntry &step, size_t index, int64_t tokens,
+              std::ostream &out) {
   out << "    [" << index << "] ";
   auto buffers = [&](const char *label, const auto *refs) {
     out << "        " << label << ":";
@@ -186,8 +177,8 @@ void dumpStep(const Artifact &artifact, const fb::StepEntry &step, size_t index,
     out << "\n";
   };
   if (const fb::Launch *launch = step.step_as_Launch()) {
-    out << "launch " << text(artifact->kernels()->Get(launch->kernel())->name())
-        << "  op " << text(launch->op());
+    out << "launch " << text(artifact->kernels()->Get(launch->kernel())->name()) << "  op "
+        << text(launch->op());
     if (launch->max_parts() > 1)
       out << "  parts <= " << launch->max_parts();
     out << "\n";
@@ -207,9 +198,8 @@ void dumpStep(const Artifact &artifact, const fb::StepEntry &step, size_t index,
         << text(collective->op()) << "  comm group " << collective->comm_group();
     if (collective->kind() != fb::CollectiveKind::AllReduce)
       out << "  axis " << collective->axis();
-    out << "\n        " << bufferText(artifact, *collective->source(), tokens)
-        << " -> " << bufferText(artifact, *collective->destination(), tokens)
-        << "\n";
+    out << "\n        " << bufferText(artifact, *collective->source(), tokens) << " -> "
+        << bufferText(artifact, *collective->destination(), tokens) << "\n";
   }
 }
 
@@ -254,8 +244,7 @@ void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
   if (entry.sequences())
     out << " (token t continues conversation t of " << entry.sequences() << ")";
   if (entry.token_split() > 1)
-    out << " (sequence parallel: a call takes " << entry.token_split()
-        << " x T tokens, T a rank)";
+    out << " (sequence parallel: a call takes " << entry.token_split() << " x T tokens, T a rank)";
   out << ", arena " << bytesText(entry.arena_bytes());
   if (const fb::Dim *rows = entry.logits_rows()) {
     const int64_t first = evaluate(*rows, 1), last = evaluate(*rows, tokens);
@@ -263,9 +252,8 @@ void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
     if (last != first)
       out << " at T=1, " << last << " at T=" << tokens;
   }
-  out << "\n              " << launches + copies + collectives
-      << " steps: " << launches << " launch, " << copies << " copy, "
-      << collectives << " collective\n";
+  out << "\n              " << launches + copies + collectives << " steps: " << launches
+      << " launch, " << copies << " copy, " << collectives << " collective\n";
   // "name count, name count, ..." on one line, if there are any.
   auto counts = [&](const char *label, const std::map<std::string, size_t> &byName) {
     if (byName.empty())
@@ -290,21 +278,18 @@ void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
 
 } // namespace
 
-void dumpArtifact(const Artifact &artifact, const DumpOptions &options,
-                  std::ostream &out) {
+void dumpArtifact(const Artifact &artifact, const DumpOptions &options, std::ostream &out) {
   const fb::Artifact &root = artifact.root();
-  out << "artifact      " << artifact.source() << ", "
-      << bytesText(artifact.bytes().size()) << "\n";
-
-  const fb::Version &version = *root.version();
-  out << "version       schema " << version.schema_major() << "."
-      << version.schema_minor() << ", compiler " << text(version.compiler())
+  out << "artifact      " << artifact.source() << ", " << bytesText(artifact.bytes().size())
       << "\n";
 
+  const fb::Version &version = *root.version();
+  out << "version       schema " << version.schema_major() << "." << version.schema_minor()
+      << ", compiler " << text(version.compiler()) << "\n";
+
   const fb::Target &target = *root.target();
-  out << "target        " << targetKindName(target.kind()) << ", triple "
-      << text(target.triple()) << ", chip " << text(target.chip())
-      << ", features";
+  out << "target        " << targetKindName(target.kind()) << ", triple " << text(target.triple())
+      << ", chip " << text(target.chip()) << ", features";
   const auto *features = target.features();
   if (!features || features->size() == 0)
     out << " none";
@@ -313,9 +298,8 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options,
   out << "\n";
 
   const fb::Model &model = *root.model();
-  out << "model         " << text(model.name()) << ", weight format "
-      << text(model.weight_format()) << ", config "
-      << bytesText(model.config_json() ? model.config_json()->size() : 0)
+  out << "model         " << text(model.name()) << ", weight format " << text(model.weight_format())
+      << ", config " << bytesText(model.config_json() ? model.config_json()->size() : 0)
       << " of JSON\n";
 
   const fb::Layout &layout = *root.layout();
@@ -344,24 +328,21 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options,
 
   uint64_t weightBytes = 0;
   for (size_t i = 0; i < artifact.numWeights(); ++i)
-    weightBytes +=
-        root.weights()->Get(static_cast<flatbuffers::uoffset_t>(i))->bytes();
+    weightBytes += root.weights()->Get(static_cast<flatbuffers::uoffset_t>(i))->bytes();
   out << "weights       " << artifact.numWeights()
-      << (artifact.numWeights() == 1 ? " binding, " : " bindings, ")
-      << bytesText(weightBytes) << "\n";
+      << (artifact.numWeights() == 1 ? " binding, " : " bindings, ") << bytesText(weightBytes)
+      << "\n";
   if (options.weights)
     for (size_t i = 0; i < artifact.numWeights(); ++i)
-      dumpWeight(*root.weights()->Get(static_cast<flatbuffers::uoffset_t>(i)),
-                 i, out);
+      dumpWeight(*root.weights()->Get(static_cast<flatbuffers::uoffset_t>(i)), i, out);
 
   size_t global = 0, sliding = 0;
   uint64_t globalBytes = 0, slidingBytes = 0;
   for (size_t i = 0; i < artifact.numKvCaches(); ++i) {
-    const fb::KvCache &cache =
-        *root.kv_caches()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    const fb::KvCache &cache = *root.kv_caches()->Get(static_cast<flatbuffers::uoffset_t>(i));
     // K and V per position.
-    const uint64_t perToken = 2ull * cache.kv_heads() * cache.head_dim() *
-                              dtypeSize(toDType(cache.dtype()));
+    const uint64_t perToken =
+        2ull * cache.kv_heads() * cache.head_dim() * dtypeSize(toDType(cache.dtype()));
     if (cache.window() == 0) {
       ++global;
       globalBytes += perToken;
@@ -370,23 +351,20 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options,
       slidingBytes += perToken;
     }
   }
-  out << "kv caches     " << artifact.numKvCaches() << " (" << global
-      << " global, " << sliding
-      << " sliding); K+V bytes per token: " << globalBytes << " global, "
-      << slidingBytes << " sliding (up to their windows)\n";
+  out << "kv caches     " << artifact.numKvCaches() << " (" << global << " global, " << sliding
+      << " sliding); K+V bytes per token: " << globalBytes << " global, " << slidingBytes
+      << " sliding (up to their windows)\n";
 
   out << "memory per rank:\n";
   printMemoryPlan(out, artifactMemory(artifact), std::nullopt, 0);
 
   const fb::KernelLibrary &library = *root.library();
-  out << "kernels       " << artifact.numKernels() << ", library "
-      << text(library.format()) << " "
+  out << "kernels       " << artifact.numKernels() << ", library " << text(library.format()) << " "
       << bytesText(library.blob() ? library.blob()->size() : 0) << "\n";
   for (size_t i = 0; i < artifact.numKernels(); ++i) {
-    const fb::Kernel &kernel =
-        *root.kernels()->Get(static_cast<flatbuffers::uoffset_t>(i));
-    out << "  [" << i << "] " << text(kernel.name()) << "  op "
-        << text(kernel.op()) << "  tiling " << text(kernel.tiling());
+    const fb::Kernel &kernel = *root.kernels()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    out << "  [" << i << "] " << text(kernel.name()) << "  op " << text(kernel.op()) << "  tiling "
+        << text(kernel.tiling());
     if (kernel.shared_bytes())
       out << "  shared " << kernel.shared_bytes() << " bytes";
     out << "\n";
@@ -396,8 +374,7 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options,
     dumpEntryPoint(artifact, *entry, options, out);
 }
 
-int kilnDumpMain(const std::vector<std::string> &args, std::ostream &out,
-                 std::ostream &err) {
+int kilnDumpMain(const std::vector<std::string> &args, std::ostream &out, std::ostream &err) {
   DumpOptions options;
   std::vector<std::string> files;
   for (const std::string &arg : args) {
@@ -417,8 +394,7 @@ int kilnDumpMain(const std::vector<std::string> &args, std::ostream &out,
     }
   }
   if (files.size() != 1) {
-    err << "kiln-dump: expected one artifact file, got " << files.size() << "\n"
-        << kUsage;
+    err << "kiln-dump: expected one artifact file, got " << files.size() << "\n" << kUsage;
     return 2;
   }
   try {

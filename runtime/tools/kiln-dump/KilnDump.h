@@ -16,13 +16,11 @@ struct DumpOptions {
 };
 
 // Prints the summary of `artifact` (see kiln-dump --help).
-void dumpArtifact(const Artifact &artifact, const DumpOptions &options,
-                  std::ostream &out);
+void dumpArtifact(const Artifact &artifact, const DumpOptions &options, std::ostream &out);
 
 // The command line: `args` without the program name. Returns the exit code:
 // 0 done (or --help), 1 the artifact cannot be read (its one-line reason on
 // `err`), 2 bad usage.
-int kilnDumpMain(const std::vector<std::string> &args, std::ostream &out,
-                 std::ostream &err);
+int kilnDumpMain(const std::vector<std::string> &args, std::ostream &out, std::ostream &err);
 
 } // namespace kiln

@@ -4,6 +4,5 @@
 #include <iostream>
 
 int main(int argc, char **argv) {
-  return kiln::kilnDumpMain(std::vector<std::string>(argv + 1, argv + argc),
-                            std::cout, std::cerr);
+  return kiln::kilnDumpMain(std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr);
 }

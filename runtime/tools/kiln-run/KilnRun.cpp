@@ -2,10 +2,10 @@
 
 #include "models/muse_spark/Config.h"
 #include "runtime/artifact/Artifact.h"
-#include "runtime/engine/Engine.h"
-#include "runtime/engine/Sampler.h"
 #include "runtime/comm/Collectives.h"
 #include "runtime/comm/RankLauncher.h"
+#include "runtime/engine/Engine.h"
+#include "runtime/engine/Sampler.h"
 
 #include <charconv>
 #include <chrono>
@@ -79,23 +79,20 @@ struct Options {
 };
 
 template <typename Int>
-Int parseInteger(const std::string &flag, const std::string &text, Int min,
-                 Int max) {
+Int parseInteger(const std::string &flag, const std::string &text, Int min, Int max) {
   Int value{};
   const char *end = text.data() + text.size();
   auto [ptr, error] = std::from_chars(text.data(), end, value);
-  if (text.empty() || error != std::errc() || ptr != end || value < min ||
-      value > max)
-    throw UsageError(flag + ": '" + text + "' is not an integer in " +
-                     std::to_string(min) + ".." + std::to_string(max));
+  if (text.empty() || error != std::errc() || ptr != end || value < min || value > max)
+    throw UsageError(flag + ": '" + text + "' is not an integer in " + std::to_string(min) + ".." +
+                     std::to_string(max));
   return value;
 }
 
 double parseNumber(const std::string &flag, const std::string &text) {
   char *end = nullptr;
   const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() ||
-      !std::isfinite(value))
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value))
     throw UsageError(flag + ": '" + text + "' is not a number");
   return value;
 }
@@ -107,11 +104,10 @@ std::vector<int32_t> parseIds(const std::string &text) {
     const size_t comma = text.find(',', start);
     std::string item = text.substr(start, comma - start);
     const size_t first = item.find_first_not_of(' ');
-    item = first == std::string::npos
-               ? ""
-               : item.substr(first, item.find_last_not_of(' ') - first + 1);
-    ids.push_back(parseInteger<int32_t>("--prompt-ids", item, 0,
-                                        std::numeric_limits<int32_t>::max()));
+    item = first == std::string::npos ? ""
+                                      : item.substr(first, item.find_last_not_of(' ') - first + 1);
+    ids.push_back(
+        parseInteger<int32_t>("--prompt-ids", item, 0, std::numeric_limits<int32_t>::max()));
     if (comma == std::string::npos)
       return ids;
     start = comma + 1;
@@ -122,9 +118,8 @@ Options parseArgs(const std::vector<std::string> &args) {
   Options options;
   std::map<std::string, std::string> values;
   static const char *const kFlags[] = {
-      "--weights", "--prompt-ids", "--max-new-tokens", "--temperature",
-      "--top-p",   "--seed",       "--context",        "--threads",
-      "--device",  "--nproc"};
+      "--weights", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-p",
+      "--seed",    "--context",    "--threads",        "--device",      "--nproc"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -135,8 +130,7 @@ Options parseArgs(const std::vector<std::string> &args) {
       if (arg.size() > 1 && arg[0] == '-')
         throw UsageError("unknown option '" + arg + "'");
       if (!options.artifact.empty())
-        throw UsageError("unexpected argument '" + arg +
-                         "' (one artifact only)");
+        throw UsageError("unexpected argument '" + arg + "' (one artifact only)");
       options.artifact = arg;
       continue;
     }
@@ -168,11 +162,10 @@ Options parseArgs(const std::vector<std::string> &args) {
   if (options.weights.empty())
     throw UsageError("--weights: empty (a directory or synthetic:SEED)");
   options.promptIds = parseIds(values["--prompt-ids"]);
-  options.maxNewTokens = parseInteger<int64_t>(
-      "--max-new-tokens", values["--max-new-tokens"], 1, int64_t{1} << 40);
+  options.maxNewTokens =
+      parseInteger<int64_t>("--max-new-tokens", values["--max-new-tokens"], 1, int64_t{1} << 40);
   if (values.count("--temperature")) {
-    options.sampling.temperature =
-        parseNumber("--temperature", values["--temperature"]);
+    options.sampling.temperature = parseNumber("--temperature", values["--temperature"]);
     if (options.sampling.temperature < 0)
       throw UsageError("--temperature: must be >= 0");
   }
@@ -182,14 +175,12 @@ Options parseArgs(const std::vector<std::string> &args) {
       throw UsageError("--top-p: must be in (0, 1]");
   }
   if (values.count("--seed"))
-    options.sampling.seed = parseInteger<uint64_t>(
-        "--seed", values["--seed"], 0, std::numeric_limits<uint64_t>::max());
+    options.sampling.seed =
+        parseInteger<uint64_t>("--seed", values["--seed"], 0, std::numeric_limits<uint64_t>::max());
   if (values.count("--context"))
-    options.context = parseInteger<int64_t>("--context", values["--context"], 1,
-                                            int64_t{1} << 40);
+    options.context = parseInteger<int64_t>("--context", values["--context"], 1, int64_t{1} << 40);
   if (values.count("--threads"))
-    options.threads =
-        parseInteger<int>("--threads", values["--threads"], 1, 4096);
+    options.threads = parseInteger<int>("--threads", values["--threads"], 1, 4096);
   if (values.count("--device"))
     options.device = parseInteger<int>("--device", values["--device"], 0, 1023);
   if (values.count("--nproc"))
@@ -206,8 +197,7 @@ std::string humanBytes(uint64_t bytes) {
     ++unit;
   }
   char text[32];
-  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", value,
-                kUnits[unit]);
+  std::snprintf(text, sizeof text, unit == 0 ? "%.0f %s" : "%.1f %s", value, kUnits[unit]);
   return text;
 }
 
@@ -221,24 +211,21 @@ std::string milliseconds(double ms) {
 // 100 ms), nothing elsewhere; the caller prints a summary line at the end.
 class ProgressBar {
 public:
-  ProgressBar(std::ostream &err, bool terminal)
-      : err_(err), terminal_(terminal) {}
+  ProgressBar(std::ostream &err, bool terminal) : err_(err), terminal_(terminal) {}
 
   void update(uint64_t done, uint64_t total) {
     if (!terminal_ || total == 0)
       return;
     const Clock::time_point now = Clock::now();
-    if (drawn_ && done < total &&
-        now - lastDraw_ < std::chrono::milliseconds(100))
+    if (drawn_ && done < total && now - lastDraw_ < std::chrono::milliseconds(100))
       return;
     lastDraw_ = now;
     drawn_ = true;
     constexpr int kWidth = 30;
     const int filled = static_cast<int>(kWidth * done / total);
-    err_ << "\rloading weights [" << std::string(filled, '#')
-         << std::string(kWidth - filled, '.') << "] "
-         << static_cast<int>(100 * done / total) << "% " << humanBytes(done)
-         << " / " << humanBytes(total) << std::flush;
+    err_ << "\rloading weights [" << std::string(filled, '#') << std::string(kWidth - filled, '.')
+         << "] " << static_cast<int>(100 * done / total) << "% " << humanBytes(done) << " / "
+         << humanBytes(total) << std::flush;
   }
 
   // Ends the bar's line, if one was drawn.
@@ -259,30 +246,25 @@ double msSince(Clock::time_point start, Clock::time_point end) {
   return std::chrono::duration<double, std::milli>(end - start).count();
 }
 
-int run(const Options &options, std::ostream &out, std::ostream &err,
-        bool errIsTerminal) {
+int run(const Options &options, std::ostream &out, std::ostream &err, bool errIsTerminal) {
   // What can be refused without the weights is refused before loading them.
   Artifact artifact = Artifact::load(options.artifact);
   const flatbuffers::String *configText = artifact->model()->config_json();
-  const muse_spark::Config config =
-      muse_spark::parseConfig(configText ? configText->str() : std::string(),
-                              artifact.source() + ": model.config_json");
+  const muse_spark::Config config = muse_spark::parseConfig(
+      configText ? configText->str() : std::string(), artifact.source() + ": model.config_json");
   for (int32_t id : options.promptIds)
     if (id >= config.vocabSize)
       throw std::runtime_error("--prompt-ids: token id " + std::to_string(id) +
                                " is outside the vocabulary 0.." +
                                std::to_string(config.vocabSize - 1));
-  const int64_t context =
-      options.context ? options.context : defaultContextLength(config);
+  const int64_t context = options.context ? options.context : defaultContextLength(config);
   // The last generated token is never fed back.
-  const int64_t needed =
-      static_cast<int64_t>(options.promptIds.size()) + options.maxNewTokens - 1;
+  const int64_t needed = static_cast<int64_t>(options.promptIds.size()) + options.maxNewTokens - 1;
   if (needed > context)
-    throw std::runtime_error(
-        std::to_string(options.promptIds.size()) + " prompt tokens and " +
-        std::to_string(options.maxNewTokens) +
-        " new tokens need a context of " + std::to_string(needed) +
-        "; it holds " + std::to_string(context) + " (--context)");
+    throw std::runtime_error(std::to_string(options.promptIds.size()) + " prompt tokens and " +
+                             std::to_string(options.maxNewTokens) +
+                             " new tokens need a context of " + std::to_string(needed) +
+                             "; it holds " + std::to_string(context) + " (--context)");
   Sampler sampler(options.sampling);
 
   ProgressBar bar(err, errIsTerminal);
@@ -291,9 +273,7 @@ int run(const Options &options, std::ostream &out, std::ostream &err,
   engineOptions.contextLength = options.context;
   engineOptions.threads = options.threads;
   engineOptions.device = options.device;
-  engineOptions.progress = [&](uint64_t done, uint64_t total) {
-    bar.update(done, total);
-  };
+  engineOptions.progress = [&](uint64_t done, uint64_t total) { bar.update(done, total); };
   const Clock::time_point loadStart = Clock::now();
   std::unique_ptr<Engine> engine;
   try {
@@ -305,25 +285,21 @@ int run(const Options &options, std::ostream &out, std::ostream &err,
   bar.finish();
   const Artifact &loaded = engine->artifact();
   char seconds[32];
-  std::snprintf(seconds, sizeof seconds, "%.2f",
-                msSince(loadStart, Clock::now()) / 1000);
+  std::snprintf(seconds, sizeof seconds, "%.2f", msSince(loadStart, Clock::now()) / 1000);
   const flatbuffers::String *modelName = loaded->model()->name();
   // The CPU runs x86 artifacts on its threads; a GPU is named.
-  const std::string runsOn =
-      loaded->target()->kind() == artifact::TargetKind::X86
-          ? std::to_string(engine->numThreads()) + " threads"
-          : "on " + engine->device();
-  const std::string ranks =
-      engine->worldSize() > 1 ? " (rank " + std::to_string(engine->rank()) + " of " +
-                                    std::to_string(engine->worldSize()) + ")"
-                              : "";
+  const std::string runsOn = loaded->target()->kind() == artifact::TargetKind::X86
+                                 ? std::to_string(engine->numThreads()) + " threads"
+                                 : "on " + engine->device();
+  const std::string ranks = engine->worldSize() > 1
+                                ? " (rank " + std::to_string(engine->rank()) + " of " +
+                                      std::to_string(engine->worldSize()) + ")"
+                                : "";
   std::ostringstream line; // one write: ranks share stderr
   line << "kiln-run: " << (modelName ? modelName->str() : "model") << ranks << " for "
-      << describeTarget(*loaded->target()) << ": "
-      << humanBytes(engine->weightBytes()) << " of weights loaded in "
-      << seconds << " s; " << runsOn << ", context "
-      << engine->contextLength() << ", KV cache "
-      << humanBytes(engine->kvCacheBytes()) << "\n";
+       << describeTarget(*loaded->target()) << ": " << humanBytes(engine->weightBytes())
+       << " of weights loaded in " << seconds << " s; " << runsOn << ", context "
+       << engine->contextLength() << ", KV cache " << humanBytes(engine->kvCacheBytes()) << "\n";
   err << line.str() << std::flush;
 
   std::vector<int32_t> generated;
@@ -345,12 +321,10 @@ int run(const Options &options, std::ostream &out, std::ostream &err,
   const int64_t decoded = options.maxNewTokens - 1;
   // With one new token there is no decode step: its time is the prefill's.
   const double perToken =
-      decoded > 0 ? msSince(firstToken, end) / static_cast<double>(decoded)
-                  : ttft;
+      decoded > 0 ? msSince(firstToken, end) / static_cast<double>(decoded) : ttft;
   out << "time to first token: " << milliseconds(ttft) << " ms\n"
       << "time per output token: " << milliseconds(perToken) << " ms\n"
-      << "tokens/s: " << milliseconds(perToken > 0 ? 1000 / perToken : 0)
-      << "\n";
+      << "tokens/s: " << milliseconds(perToken > 0 ? 1000 / perToken : 0) << "\n";
   return 0;
 }
 
@@ -364,14 +338,13 @@ std::string oneLine(std::string text) {
 
 } // namespace
 
-int kilnRunMain(const std::vector<std::string> &args, std::ostream &out,
-                std::ostream &err, bool errIsTerminal) {
+int kilnRunMain(const std::vector<std::string> &args, std::ostream &out, std::ostream &err,
+                bool errIsTerminal) {
   Options options;
   try {
     options = parseArgs(args);
   } catch (const UsageError &error) {
-    err << "kiln-run: error: " << oneLine(error.what())
-        << " (kiln-run --help for usage)\n";
+    err << "kiln-run: error: " << oneLine(error.what()) << " (kiln-run --help for usage)\n";
     return 2;
   }
   if (options.help) {

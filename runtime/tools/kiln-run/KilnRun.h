@@ -19,7 +19,7 @@
 
 namespace kiln {
 
-int kilnRunMain(const std::vector<std::string> &args, std::ostream &out,
-                std::ostream &err, bool errIsTerminal);
+int kilnRunMain(const std::vector<std::string> &args, std::ostream &out, std::ostream &err,
+                bool errIsTerminal);
 
 } // namespace kiln

@@ -6,6 +6,6 @@
 #include <unistd.h>
 
 int main(int argc, char **argv) {
-  return kiln::kilnRunMain(std::vector<std::string>(argv + 1, argv + argc),
-                           std::cout, std::cerr, ::isatty(STDERR_FILENO) != 0);
+  return kiln::kilnRunMain(std::vector<std::string>(argv + 1, argv + argc), std::cout, std::cerr,
+                           ::isatty(STDERR_FILENO) != 0);
 }

@@ -2,8 +2,8 @@
 // flipped, foreign, other-version and rule-breaking ones are refused with an
 // ArtifactError naming the file and the field; atomic writes; kiln-dump.
 #include "runtime/artifact/Artifact.h"
-#include "runtime/core/AtomicFile.h"
 #include "runtime/artifact/ArtifactMemory.h"
+#include "runtime/core/AtomicFile.h"
 #include "runtime/tools/kiln-dump/KilnDump.h"
 
 #include "test/unit/artifact/ArtifactTestUtil.h"
@@ -59,12 +59,12 @@ std::string loadError(const TestArtifact &artifact) {
   return errorOf([&] { Artifact::fromBytes(serialize(artifact), kSource); });
 }
 
-#define EXPECT_CONTAINS_ALL(text, ...)                                         \
-  do {                                                                         \
-    const std::string kilnText_ = (text);                                      \
-    for (const char *kilnPart_ : {__VA_ARGS__})                                \
-      EXPECT_NE(kilnText_.find(kilnPart_), std::string::npos)                  \
-          << "missing \"" << kilnPart_ << "\" in: " << kilnText_;              \
+#define EXPECT_CONTAINS_ALL(text, ...)                                                             \
+  do {                                                                                             \
+    const std::string kilnText_ = (text);                                                          \
+    for (const char *kilnPart_ : {__VA_ARGS__})                                                    \
+      EXPECT_NE(kilnText_.find(kilnPart_), std::string::npos)                                      \
+          << "missing \"" << kilnPart_ << "\" in: " << kilnText_;                                  \
   } while (false)
 
 // Every error is one line that starts with the file's name.
@@ -98,8 +98,7 @@ TEST(ArtifactTest, MinimalArtifactLoads) {
   EXPECT_EQ(prefill.max_tokens(), 32u);
   EXPECT_EQ(prefill.steps()->size(), 3u);
   EXPECT_CONTAINS_ALL(errorOf([&] { artifact.entryPoint("verify"); }),
-                      "test.kiln: no entry point 'verify'", "'prefill'",
-                      "'decode'");
+                      "test.kiln: no entry point 'verify'", "'prefill'", "'decode'");
 }
 
 TEST(ArtifactTest, MovedArtifactStillReads) {
@@ -121,8 +120,7 @@ TEST(ArtifactTest, LoadsFromAFile) {
 TEST(ArtifactTest, UnreadableFilesNameThePath) {
   EXPECT_CONTAINS_ALL(errorOf([] { Artifact::load("/nonexistent/a.kiln"); }),
                       "/nonexistent/a.kiln: cannot open");
-  EXPECT_CONTAINS_ALL(errorOf([] { Artifact::load("/"); }),
-                      "/: not a regular file");
+  EXPECT_CONTAINS_ALL(errorOf([] { Artifact::load("/"); }), "/: not a regular file");
 }
 
 TEST(ArtifactTest, CollectivesLoadInAMultiRankArtifact) {
@@ -130,33 +128,26 @@ TEST(ArtifactTest, CollectivesLoadInAMultiRankArtifact) {
   a.tp = 2;
   a.world = 2;
   a.commGroups = {{"tp[1]", 2, {1, 0}}};
-  const TestBuffer y =
-      std::get<TestLaunch>(a.entryPoints[0].steps[0]).buffers[2];
+  const TestBuffer y = std::get<TestLaunch>(a.entryPoints[0].steps[0]).buffers[2];
   TestBuffer half = y;
   half.shape[1] = fixed(32);
-  a.entryPoints[0].steps.push_back(
-      TestCollective{fb::CollectiveKind::AllReduce, y, y, 0, 0});
-  a.entryPoints[0].steps.push_back(
-      TestCollective{fb::CollectiveKind::AllGather, half, y, 0, 1});
+  a.entryPoints[0].steps.push_back(TestCollective{fb::CollectiveKind::AllReduce, y, y, 0, 0});
+  a.entryPoints[0].steps.push_back(TestCollective{fb::CollectiveKind::AllGather, half, y, 0, 1});
   a.entryPoints[0].steps.push_back(
       TestCollective{fb::CollectiveKind::ReduceScatter, y, half, 0, 1});
   EXPECT_NO_THROW(Artifact::fromBytes(serialize(a), kSource));
 
-  a.entryPoints[0].steps.push_back(
-      TestCollective{fb::CollectiveKind::AllGather, y, y, 0, 1});
-  EXPECT_CONTAINS_ALL(loadError(a), "steps[6] (collective)",
-                      "AllGather over 2 ranks");
-  a.entryPoints[0].steps.back() =
-      TestCollective{fb::CollectiveKind::AllGather, half, y, 0, 2};
+  a.entryPoints[0].steps.push_back(TestCollective{fb::CollectiveKind::AllGather, y, y, 0, 1});
+  EXPECT_CONTAINS_ALL(loadError(a), "steps[6] (collective)", "AllGather over 2 ranks");
+  a.entryPoints[0].steps.back() = TestCollective{fb::CollectiveKind::AllGather, half, y, 0, 2};
   EXPECT_CONTAINS_ALL(loadError(a), "steps[6] (collective).axis 2 is not a dimension");
-  a.entryPoints[0].steps.back() =
-      TestCollective{fb::CollectiveKind::AllReduce, y, y, 1, 0};
+  a.entryPoints[0].steps.back() = TestCollective{fb::CollectiveKind::AllReduce, y, y, 1, 0};
   EXPECT_CONTAINS_ALL(loadError(a), "steps[6] (collective).comm_group: comm group 1 does "
                                     "not exist (the artifact has 1");
 }
 
 TEST(ArtifactTest, MemoryPlanOfARank) {
-  TestArtifact a = minimalArtifact(); // one global layer: 2 KV heads x 16, bf16
+  TestArtifact a = minimalArtifact();                   // one global layer: 2 KV heads x 16, bf16
   a.kvCaches.push_back({1, 8, 2, 16, fb::DType::BF16}); // a sliding ring of 8
   const Artifact artifact = Artifact::fromBytes(serialize(a), kSource);
   const ArtifactMemory memory = artifactMemory(artifact);
@@ -290,8 +281,7 @@ TEST(ArtifactTest, FlippedBytesAreRefusedOrHarmless) {
     const size_t at = position(random);
     flipped[at] = static_cast<uint8_t>(flipped[at] + delta(random));
     try {
-      const Artifact artifact =
-          Artifact::fromBytes(std::move(flipped), kSource);
+      const Artifact artifact = Artifact::fromBytes(std::move(flipped), kSource);
       std::ostringstream out;
       dumpArtifact(artifact, {true, true}, out);
       // Every buffer's size is computable for every T a call may pass.
@@ -324,11 +314,8 @@ TEST(ArtifactTest, FlippedBytesAreRefusedOrHarmless) {
 TEST(ArtifactTest, WrongIdentifier) {
   std::vector<uint8_t> bytes = minimalArtifactBytes();
   std::copy_n("GGUF", 4, bytes.begin() + 4);
-  const std::string message =
-      errorOf([&] { Artifact::fromBytes(bytes, kSource); });
-  EXPECT_EQ(
-      message,
-      "test.kiln: not a Kiln artifact (identifier 'GGUF', expected 'KILN')");
+  const std::string message = errorOf([&] { Artifact::fromBytes(bytes, kSource); });
+  EXPECT_EQ(message, "test.kiln: not a Kiln artifact (identifier 'GGUF', expected 'KILN')");
 
   bytes[5] = 0;
   EXPECT_CONTAINS_ALL(errorOf([&] { Artifact::fromBytes(bytes, kSource); }),
@@ -341,9 +328,8 @@ TEST(ArtifactTest, WrongSchemaMajor) {
   a.schemaMinor = 3;
   const std::string message = loadError(a);
   expectOneLine(message);
-  EXPECT_CONTAINS_ALL(message, "version.schema_major", "schema version 2.3",
-                      "kilnc test", "this runtime reads schema version 1",
-                      "recompile it with this kilnc");
+  EXPECT_CONTAINS_ALL(message, "version.schema_major", "schema version 2.3", "kilnc test",
+                      "this runtime reads schema version 1", "recompile it with this kilnc");
 
   a.schemaMajor = artifact::kSchemaMajor;
   a.schemaMinor = artifact::kSchemaMinor + 5; // newer minor: accepted
@@ -352,18 +338,14 @@ TEST(ArtifactTest, WrongSchemaMajor) {
 
 TEST(ArtifactTest, MissingRequiredTables) {
   const std::pair<bool TestArtifact::*, const char *> tables[] = {
-      {&TestArtifact::hasVersion, "version"},
-      {&TestArtifact::hasTarget, "target"},
-      {&TestArtifact::hasModel, "model"},
-      {&TestArtifact::hasLayout, "layout"},
-      {&TestArtifact::hasLibrary, "library"},
-      {&TestArtifact::hasEntryPoints, "entry_points"},
+      {&TestArtifact::hasVersion, "version"}, {&TestArtifact::hasTarget, "target"},
+      {&TestArtifact::hasModel, "model"},     {&TestArtifact::hasLayout, "layout"},
+      {&TestArtifact::hasLibrary, "library"}, {&TestArtifact::hasEntryPoints, "entry_points"},
   };
   for (const auto &[member, name] : tables) {
     TestArtifact a = minimalArtifact();
     a.*member = false;
-    EXPECT_EQ(loadError(a),
-              std::string("test.kiln: missing required table '") + name + "'");
+    EXPECT_EQ(loadError(a), std::string("test.kiln: missing required table '") + name + "'");
   }
   TestArtifact a = minimalArtifact();
   a.entryPoints.clear();
@@ -388,8 +370,7 @@ TEST(ArtifactTest, CheckTargetRefusesAnotherKind) {
 }
 
 TEST(ArtifactTest, CheckTargetAsksAboutChipAndFeatures) {
-  const Artifact artifact =
-      Artifact::fromBytes(minimalArtifactBytes(), kSource);
+  const Artifact artifact = Artifact::fromBytes(minimalArtifactBytes(), kSource);
   bool asked = false;
   checkTarget(artifact, fb::TargetKind::X86, [&](const fb::Target &target) {
     asked = true;
@@ -399,8 +380,8 @@ TEST(ArtifactTest, CheckTargetAsksAboutChipAndFeatures) {
   EXPECT_TRUE(asked);
 
   auto noAmx = [](const fb::Target &target) {
-    std::vector<std::string> missing = missingFeatures(
-        target, [](std::string_view feature) { return feature != "amx-bf16"; });
+    std::vector<std::string> missing =
+        missingFeatures(target, [](std::string_view feature) { return feature != "amx-bf16"; });
     return missing.empty() ? std::string() : "the CPU lacks " + missing.front();
   };
   // A CPU's name says its features (kiln-dump lists them); the reason and
@@ -436,23 +417,20 @@ TEST(ArtifactTest, KernelIndexOutOfRange) {
   const std::string message = loadError(a);
   expectOneLine(message);
   EXPECT_CONTAINS_ALL(message, "entry_points[1] 'decode': steps[1]",
-                      "op 'model.layers.0.self_attn'", ".kernel 2",
-                      "out of range", "2 kernels");
+                      "op 'model.layers.0.self_attn'", ".kernel 2", "out of range", "2 kernels");
 }
 
 TEST(ArtifactTest, DuplicateKernelNames) {
   TestArtifact a = minimalArtifact();
   a.kernels[1].name = a.kernels[0].name;
-  EXPECT_EQ(loadError(a),
-            "test.kiln: kernels[1].name 'linear_amx_bf16': duplicated");
+  EXPECT_EQ(loadError(a), "test.kiln: kernels[1].name 'linear_amx_bf16': duplicated");
 }
 
 TEST(ArtifactTest, KernelNamesAreSymbols) {
   for (const char *name : {"linear-amx", "a b", "kiln.x", "\xc3\xa9"}) {
     TestArtifact a = minimalArtifact();
     a.kernels[0].name = name;
-    EXPECT_CONTAINS_ALL(loadError(a), "kernels[0].name",
-                        "not a symbol name ([A-Za-z0-9_]+)");
+    EXPECT_CONTAINS_ALL(loadError(a), "kernels[0].name", "not a symbol name ([A-Za-z0-9_]+)");
   }
   TestArtifact a = minimalArtifact();
   a.kernels[1].name = "";
@@ -462,8 +440,7 @@ TEST(ArtifactTest, KernelNamesAreSymbols) {
 TEST(ArtifactTest, LaunchFields) {
   TestArtifact a = minimalArtifact();
   launchOf(a, 0, 0).maxParts = 0;
-  EXPECT_CONTAINS_ALL(loadError(a), "launch of 'linear_amx_bf16'",
-                      ".max_parts: must be >= 1");
+  EXPECT_CONTAINS_ALL(loadError(a), "launch of 'linear_amx_bf16'", ".max_parts: must be >= 1");
   a = minimalArtifact();
   launchOf(a, 0, 1).scalars[2].kind = static_cast<fb::ScalarKind>(9);
   EXPECT_CONTAINS_ALL(loadError(a), "scalars[2].kind: unknown scalar kind 9");
@@ -582,8 +559,8 @@ TEST(ArtifactTest, TensorMapsNameABufferTheyCanMap) {
                       "buffers");
   // x as six dimensions (the same bytes).
   a = tensorMapArtifact();
-  launchOf(a, 1, 0).buffers[0].shape = {tokens(16), fixed(2), fixed(2), fixed(2), fixed(2),
-                                        fixed(16)};
+  launchOf(a, 1, 0).buffers[0].shape = {tokens(16), fixed(2), fixed(2),
+                                        fixed(2),   fixed(2), fixed(16)};
   launchOf(a, 1, 0).tensorMaps[1].box = {8, 1, 1, 1, 1, 16};
   EXPECT_CONTAINS_ALL(loadError(a), ": tensor_maps[1]: buffers[0] has rank 6; tensor maps take "
                                     "ranks 1..5");
@@ -625,8 +602,8 @@ TEST(ArtifactTest, ArenaOverflow) {
   a.entryPoints[0].arenaBytes -= 1;
   const std::string message = loadError(a);
   expectOneLine(message);
-  EXPECT_CONTAINS_ALL(message, "entry_points[0] 'prefill': steps[0]",
-                      "buffers[2]", "ends at 16384", "past arena_bytes 16383");
+  EXPECT_CONTAINS_ALL(message, "entry_points[0] 'prefill': steps[0]", "buffers[2]", "ends at 16384",
+                      "past arena_bytes 16383");
 
   // Rows rounded up to 16: decode (T = 1) still needs 16 rows.
   a = minimalArtifact();
@@ -639,15 +616,13 @@ TEST(ArtifactTest, WeightIndexOutOfRange) {
   launchOf(a, 0, 0).buffers[1].index = 1;
   const std::string message = loadError(a);
   expectOneLine(message);
-  EXPECT_CONTAINS_ALL(message, "buffers[1].index: Weight index 1 out of range",
-                      "1 weights");
+  EXPECT_CONTAINS_ALL(message, "buffers[1].index: Weight index 1 out of range", "1 weights");
 }
 
 TEST(ArtifactTest, WeightReadPastItsBytes) {
   TestArtifact a = minimalArtifact();
   launchOf(a, 0, 0).buffers[1].offset = 2;
-  EXPECT_CONTAINS_ALL(loadError(a), "reads bytes 2..16386 of weights[0]",
-                      "16384 bytes");
+  EXPECT_CONTAINS_ALL(loadError(a), "reads bytes 2..16386 of weights[0]", "16384 bytes");
 }
 
 TEST(ArtifactTest, OtherBufferIndicesAndTypes) {
@@ -705,17 +680,14 @@ TEST(ArtifactTest, CopiesKeepTheirSize) {
   auto &copy = std::get<TestCopy>(a.entryPoints[0].steps[2]);
   copy.destination.shape[1] = fixed(64);
   EXPECT_CONTAINS_ALL(loadError(a), "steps[2] (copy)",
-                      "source and destination differ in size at T=1",
-                      "4096 and 2048 bytes");
+                      "source and destination differ in size at T=1", "4096 and 2048 bytes");
 }
 
 TEST(ArtifactTest, CollectivesNeedSeveralRanks) {
   TestArtifact a = minimalArtifact();
   const TestBuffer y = launchOf(a, 0, 0).buffers[2];
-  a.entryPoints[0].steps.push_back(
-      TestCollective{fb::CollectiveKind::AllReduce, y, y, 0, 0});
-  EXPECT_CONTAINS_ALL(loadError(a), "steps[3] (collective)",
-                      "single-rank artifact");
+  a.entryPoints[0].steps.push_back(TestCollective{fb::CollectiveKind::AllReduce, y, y, 0, 0});
+  EXPECT_CONTAINS_ALL(loadError(a), "steps[3] (collective)", "single-rank artifact");
   a.tp = a.world = 2;
   EXPECT_CONTAINS_ALL(loadError(a), ".comm_group: comm group 0 does not exist",
                       "rebuild with this kilnc");
@@ -729,10 +701,9 @@ TEST(ArtifactTest, BadAmxTransformShape) {
   a.weights[0].shape = {64, 112};
   a.weights[0].bytes = 64 * 112 * 2;
   launchOf(a, 0, 0).buffers[1].shape[1] = fixed(112);
-  EXPECT_EQ(loadError(a),
-            "test.kiln: weights[0] 'model.layers.0.mlp.up_proj.weight'."
-            "transform: VnniBf16 needs N % 16 == 0 and K % 32 == 0 (the "
-            "[N, K] piece is [64, 112])");
+  EXPECT_EQ(loadError(a), "test.kiln: weights[0] 'model.layers.0.mlp.up_proj.weight'."
+                          "transform: VnniBf16 needs N % 16 == 0 and K % 32 == 0 (the "
+                          "[N, K] piece is [64, 112])");
 
   a = minimalArtifact();
   a.weights[0].shape = {72, 128};
@@ -749,9 +720,8 @@ TEST(ArtifactTest, BadAmxTransformShape) {
   a = minimalArtifact();
   a.weights[0].dtype = fb::DType::F32;
   a.weights[0].bytes *= 2;
-  EXPECT_CONTAINS_ALL(loadError(a),
-                      "VnniBf16 needs a rank-2 BF16 tensor (it is rank 2 "
-                      "F32)");
+  EXPECT_CONTAINS_ALL(loadError(a), "VnniBf16 needs a rank-2 BF16 tensor (it is rank 2 "
+                                    "F32)");
 
   a = minimalArtifact();
   a.weights[0].shape = {2, 64, 128};
@@ -786,8 +756,7 @@ TEST(ArtifactTest, WeightBindingFields) {
   EXPECT_CONTAINS_ALL(loadError(a), ".slice_count: 2 without a slice_dim");
   a = minimalArtifact();
   a.weights[0].bytes = 100;
-  EXPECT_CONTAINS_ALL(loadError(a), ".bytes 100 does not match",
-                      "(16384 bytes)");
+  EXPECT_CONTAINS_ALL(loadError(a), ".bytes 100 does not match", "(16384 bytes)");
   a = minimalArtifact();
   a.weights[0].transform = static_cast<fb::WeightTransform>(2);
   EXPECT_CONTAINS_ALL(loadError(a), ".transform: unknown transform 2");
@@ -823,15 +792,13 @@ TEST(ArtifactTest, LayoutAndRank) {
 TEST(ArtifactTest, EntryPointFields) {
   TestArtifact a = minimalArtifact();
   a.entryPoints[1].name = "prefill";
-  EXPECT_EQ(loadError(a),
-            "test.kiln: entry_points[1] 'prefill'.name: duplicated");
+  EXPECT_EQ(loadError(a), "test.kiln: entry_points[1] 'prefill'.name: duplicated");
   a = minimalArtifact();
   a.entryPoints[0].name = "";
   EXPECT_EQ(loadError(a), "test.kiln: entry_points[0].name: empty");
   a = minimalArtifact();
   a.entryPoints[1].maxTokens = 0;
-  EXPECT_EQ(loadError(a),
-            "test.kiln: entry_points[1] 'decode'.max_tokens: must be >= 1");
+  EXPECT_EQ(loadError(a), "test.kiln: entry_points[1] 'decode'.max_tokens: must be >= 1");
   a = minimalArtifact();
   a.entryPoints[1].logitsRows = fb::Dim(1, 0, 0);
   EXPECT_CONTAINS_ALL(loadError(a), "'decode'.logits_rows");
@@ -850,10 +817,8 @@ TEST(ArtifactTest, EvaluateAndBufferBytes) {
   EXPECT_THROW(evaluate(fb::Dim(0, INT64_MAX, 1), 2), ArtifactError);
   EXPECT_THROW(evaluate(fb::Dim(INT64_MAX, 0, 2), 0), ArtifactError);
 
-  const Artifact artifact =
-      Artifact::fromBytes(minimalArtifactBytes(), kSource);
-  const fb::Launch &linear =
-      *artifact.entryPoint("prefill").steps()->Get(0)->step_as_Launch();
+  const Artifact artifact = Artifact::fromBytes(minimalArtifactBytes(), kSource);
+  const fb::Launch &linear = *artifact.entryPoint("prefill").steps()->Get(0)->step_as_Launch();
   const fb::BufferRef &x = *linear.buffers()->Get(0);
   EXPECT_EQ(evaluateShape(x, 20), (std::vector<int64_t>{32, 128}));
   EXPECT_EQ(bufferBytes(x, 1), 16 * 128 * 2);
@@ -925,12 +890,10 @@ TEST_F(ArtifactFileTest, ReadOnlyDirectoryLeavesNoFile) {
   const std::vector<uint8_t> bytes = minimalArtifactBytes();
   const std::string path = dir_ + "/model.kiln";
   auto attempt = [&] {
-    return writeErrorOf(
-        [&] { writeFileAtomically(path, bytes.data(), bytes.size()); });
+    return writeErrorOf([&] { writeFileAtomically(path, bytes.data(), bytes.size()); });
   };
   const std::string expected =
-      path + ": cannot write: cannot create a temporary file in " + dir_ +
-      ": Permission denied";
+      path + ": cannot write: cannot create a temporary file in " + dir_ + ": Permission denied";
   if (::access(dir_.c_str(), W_OK) != 0) {
     EXPECT_EQ(attempt(), expected);
   } else {
@@ -953,8 +916,7 @@ TEST_F(ArtifactFileTest, ReadOnlyDirectoryLeavesNoFile) {
     int status = 0;
     ASSERT_EQ(::waitpid(child, &status, 0), child);
     ASSERT_TRUE(WIFEXITED(status));
-    EXPECT_EQ(WEXITSTATUS(status), 0)
-        << "1: wrong or no error, 3: cannot become nobody";
+    EXPECT_EQ(WEXITSTATUS(status), 0) << "1: wrong or no error, 3: cannot become nobody";
   }
   EXPECT_TRUE(entries(dir_).empty());
 }
@@ -966,9 +928,8 @@ TEST_F(ArtifactFileTest, FailedRenameRemovesTheTemporary) {
   fs::create_directories(path + "/inside");
   const std::vector<uint8_t> bytes = minimalArtifactBytes();
   const std::string expected = path + ": cannot write: cannot rename";
-  EXPECT_CONTAINS_ALL(
-      writeErrorOf([&] { writeFileAtomically(path, bytes.data(), bytes.size()); }),
-      expected.c_str());
+  EXPECT_CONTAINS_ALL(writeErrorOf([&] { writeFileAtomically(path, bytes.data(), bytes.size()); }),
+                      expected.c_str());
   EXPECT_EQ(entries(dir_), std::vector<std::string>{"model.kiln"});
   EXPECT_EQ(entries(path), std::vector<std::string>{"inside"});
 }
@@ -977,8 +938,7 @@ TEST_F(ArtifactFileTest, MissingDirectory) {
   const std::string path = dir_ + "/missing/model.kiln";
   const uint8_t byte = 0;
   EXPECT_CONTAINS_ALL(writeErrorOf([&] { writeFileAtomically(path, &byte, 1); }),
-                      "missing/model.kiln: cannot write",
-                      "No such file or directory");
+                      "missing/model.kiln: cannot write", "No such file or directory");
   EXPECT_TRUE(entries(dir_).empty());
 }
 
@@ -994,44 +954,40 @@ TEST_F(ArtifactFileTest, KilnDumpPrintsASummary) {
   ASSERT_EQ(kilnDumpMain({path}, out, err), 0) << err.str();
   EXPECT_EQ(err.str(), "");
   const std::string summary = out.str();
-  EXPECT_NE(summary.find("schema 1." + std::to_string(artifact::kSchemaMinor) +
-                         ", compiler kilnc test"),
-            std::string::npos)
+  EXPECT_NE(
+      summary.find("schema 1." + std::to_string(artifact::kSchemaMinor) + ", compiler kilnc test"),
+      std::string::npos)
       << summary;
-  EXPECT_CONTAINS_ALL(
-      summary, ", compiler kilnc test",
-      "x86, triple x86_64-unknown-linux-gnu, chip sapphirerapids, features "
-      "amx-bf16, avx512bf16",
-      "muse-spark-test, weight format bf16",
-      "tp 1, ep 1, sp off, world 1\n",
-      "1 binding, 16384 bytes (16.0 KiB)",
-      "1 (1 global, 0 sliding); K+V bytes per token: 128 global",
-      "2, library elf-shared-object 64 bytes",
-      "[0] linear_amx_bf16  op kiln.linear  tiling {\"kind\":\"amx\"",
-      "prefill: max_tokens 32, arena 16384 bytes (16.0 KiB), logits rows 1\n",
-      "3 steps: 2 launch, 1 copy, 0 collective",
-      "decode: max_tokens 1, arena 8192 bytes");
+  EXPECT_CONTAINS_ALL(summary, ", compiler kilnc test",
+                      "x86, triple x86_64-unknown-linux-gnu, chip sapphirerapids, features "
+                      "amx-bf16, avx512bf16",
+                      "muse-spark-test, weight format bf16", "tp 1, ep 1, sp off, world 1\n",
+                      "1 binding, 16384 bytes (16.0 KiB)",
+                      "1 (1 global, 0 sliding); K+V bytes per token: 128 global",
+                      "2, library elf-shared-object 64 bytes",
+                      "[0] linear_amx_bf16  op kiln.linear  tiling {\"kind\":\"amx\"",
+                      "prefill: max_tokens 32, arena 16384 bytes (16.0 KiB), logits rows 1\n",
+                      "3 steps: 2 launch, 1 copy, 0 collective",
+                      "decode: max_tokens 1, arena 8192 bytes");
   EXPECT_EQ(summary.find("steps (shapes"), std::string::npos);
   EXPECT_EQ(summary.find("up_proj.weight  BF16"), std::string::npos);
 
   out.str("");
   ASSERT_EQ(kilnDumpMain({"--weights", "--steps", path}, out, err), 0);
-  EXPECT_CONTAINS_ALL(
-      out.str(),
-      "[0] model.layers.0.mlp.up_proj.weight  BF16[64, 128]  transform "
-      "VnniBf16  16384 bytes",
-      "steps (shapes at T=32):",
-      "[0] launch linear_amx_bf16  op model.layers.0.mlp.up_proj  parts <= 4",
-      "buffers: arena+0 BF16[32, 128], weight[0] "
-      "model.layers.0.mlp.up_proj.weight BF16[64, 128], arena+8192 F32[32, "
-      "64]",
-      "scalars: T, part, parts",
-      "input.tokens I32[32], input.positions I32[32]",
-      "kv[0].K BF16[slots, 2, 16], kv[0].V BF16[slots, 2, 16], "
-      "output.logits F32[1, 64]",
-      "scalars: T, past, 7",
-      "[2] copy arena+8192 F32[32, 64] -> arena+0 BF16[32, 128]",
-      "steps (shapes at T=1):", "arena+0 BF16[16, 128]");
+  EXPECT_CONTAINS_ALL(out.str(),
+                      "[0] model.layers.0.mlp.up_proj.weight  BF16[64, 128]  transform "
+                      "VnniBf16  16384 bytes",
+                      "steps (shapes at T=32):",
+                      "[0] launch linear_amx_bf16  op model.layers.0.mlp.up_proj  parts <= 4",
+                      "buffers: arena+0 BF16[32, 128], weight[0] "
+                      "model.layers.0.mlp.up_proj.weight BF16[64, 128], arena+8192 F32[32, "
+                      "64]",
+                      "scalars: T, part, parts", "input.tokens I32[32], input.positions I32[32]",
+                      "kv[0].K BF16[slots, 2, 16], kv[0].V BF16[slots, 2, 16], "
+                      "output.logits F32[1, 64]",
+                      "scalars: T, past, 7",
+                      "[2] copy arena+8192 F32[32, 64] -> arena+0 BF16[32, 128]",
+                      "steps (shapes at T=1):", "arena+0 BF16[16, 128]");
 }
 
 TEST_F(ArtifactFileTest, KilnDumpPrintsSharedMemoryAndTensorMaps) {
@@ -1049,9 +1005,8 @@ TEST_F(ArtifactFileTest, KilnDumpPrintsSharedMemoryAndTensorMaps) {
 
   out.str("");
   ASSERT_EQ(kilnDumpMain({"--steps", path}, out, err), 0) << err.str();
-  EXPECT_CONTAINS_ALL(out.str(),
-                      "scalars: T, part, parts, tmap(buffer 0, box 8x16, swizzle none), "
-                      "tmap(buffer 1, box 64x64, swizzle 128B)\n");
+  EXPECT_CONTAINS_ALL(out.str(), "scalars: T, part, parts, tmap(buffer 0, box 8x16, swizzle none), "
+                                 "tmap(buffer 1, box 64x64, swizzle 128B)\n");
 }
 
 TEST_F(ArtifactFileTest, KilnDumpErrorsAndUsage) {

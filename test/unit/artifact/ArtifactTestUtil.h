@@ -70,7 +70,7 @@ struct TestEntryPoint {
   uint64_t arenaBytes = 0;
   std::vector<TestStep> steps;
   std::optional<fb::Dim> logitsRows;
-  uint32_t sequences = 0; // batched decode: token t continues conversation t
+  uint32_t sequences = 0;  // batched decode: token t continues conversation t
   uint32_t tokenSplit = 0; // sequence parallelism: ranks sharing a call's tokens
 };
 
@@ -107,8 +107,7 @@ struct TestArtifact {
   std::vector<std::string> features = {"amx-bf16", "avx512bf16"};
   // Model.
   bool hasModel = true;
-  std::string modelName = "muse-spark-test", configJson = "{}",
-              weightFormat = "bf16";
+  std::string modelName = "muse-spark-test", configJson = "{}", weightFormat = "bf16";
   // Layout.
   bool hasLayout = true;
   int32_t tp = 1, ep = 1, world = 1, rank = 0;
@@ -131,8 +130,7 @@ inline fb::Dim fixed(int64_t size) { return fb::Dim(size, 0, 1); }
 // T rows rounded up to `align`.
 inline fb::Dim tokens(int64_t align = 1) { return fb::Dim(0, 1, align); }
 
-inline TestBuffer arena(uint64_t offset, std::vector<fb::Dim> shape,
-                        fb::DType dtype) {
+inline TestBuffer arena(uint64_t offset, std::vector<fb::Dim> shape, fb::DType dtype) {
   return {fb::BufferKind::Arena, 0, offset, std::move(shape), dtype};
 }
 
@@ -142,19 +140,16 @@ inline std::vector<uint8_t> serialize(const TestArtifact &artifact);
 // A small valid x86 artifact (see the file comment).
 inline TestArtifact minimalArtifact();
 
-inline std::vector<uint8_t> minimalArtifactBytes() {
-  return serialize(minimalArtifact());
-}
+inline std::vector<uint8_t> minimalArtifactBytes() { return serialize(minimalArtifact()); }
 
 // ---------------------------------------------------------------------------
 
 namespace detail {
 
-inline flatbuffers::Offset<fb::BufferRef>
-buildBuffer(flatbuffers::FlatBufferBuilder &fbb, const TestBuffer &buffer) {
+inline flatbuffers::Offset<fb::BufferRef> buildBuffer(flatbuffers::FlatBufferBuilder &fbb,
+                                                      const TestBuffer &buffer) {
   return fb::CreateBufferRef(fbb, buffer.kind, buffer.index, buffer.offset,
-                             fbb.CreateVectorOfStructs(buffer.shape),
-                             buffer.dtype);
+                             fbb.CreateVectorOfStructs(buffer.shape), buffer.dtype);
 }
 
 // The launch's tensor maps; none (an absent vector) when it has none.
@@ -169,9 +164,10 @@ buildTensorMaps(flatbuffers::FlatBufferBuilder &fbb, const TestLaunch &launch) {
 }
 
 // A launch with its grid and block (GPU targets) or without (null, 0).
-inline flatbuffers::Offset<fb::Launch>
-buildLaunch(flatbuffers::FlatBufferBuilder &fbb, const TestLaunch &launch,
-            const fb::Dim *grid = nullptr, uint32_t block = 0) {
+inline flatbuffers::Offset<fb::Launch> buildLaunch(flatbuffers::FlatBufferBuilder &fbb,
+                                                   const TestLaunch &launch,
+                                                   const fb::Dim *grid = nullptr,
+                                                   uint32_t block = 0) {
   std::vector<flatbuffers::Offset<fb::BufferRef>> buffers;
   for (const TestBuffer &buffer : launch.buffers)
     buffers.push_back(buildBuffer(fbb, buffer));
@@ -179,13 +175,12 @@ buildLaunch(flatbuffers::FlatBufferBuilder &fbb, const TestLaunch &launch,
   for (const TestScalar &scalar : launch.scalars)
     scalars.push_back(fb::CreateScalar(fbb, scalar.kind, scalar.value));
   const auto maps = buildTensorMaps(fbb, launch);
-  return fb::CreateLaunch(fbb, launch.kernel, fbb.CreateVector(buffers),
-                          fbb.CreateVector(scalars), launch.maxParts,
-                          fbb.CreateString(launch.op), grid, block, maps);
+  return fb::CreateLaunch(fbb, launch.kernel, fbb.CreateVector(buffers), fbb.CreateVector(scalars),
+                          launch.maxParts, fbb.CreateString(launch.op), grid, block, maps);
 }
 
-inline flatbuffers::Offset<fb::StepEntry>
-buildStep(flatbuffers::FlatBufferBuilder &fbb, const TestStep &step) {
+inline flatbuffers::Offset<fb::StepEntry> buildStep(flatbuffers::FlatBufferBuilder &fbb,
+                                                    const TestStep &step) {
   if (const auto *launch = std::get_if<TestLaunch>(&step)) {
     auto built = buildLaunch(fbb, *launch);
     return fb::CreateStepEntry(fbb, fb::Step::Launch, built.Union());
@@ -199,9 +194,8 @@ buildStep(flatbuffers::FlatBufferBuilder &fbb, const TestStep &step) {
   const auto &collective = std::get<TestCollective>(step);
   auto source = buildBuffer(fbb, collective.source);
   auto destination = buildBuffer(fbb, collective.destination);
-  auto built =
-      fb::CreateCollectiveDirect(fbb, collective.kind, source, destination,
-                                 nullptr, collective.axis, collective.commGroup);
+  auto built = fb::CreateCollectiveDirect(fbb, collective.kind, source, destination, nullptr,
+                                          collective.axis, collective.commGroup);
   return fb::CreateStepEntry(fbb, fb::Step::Collective, built.Union());
 }
 
@@ -211,8 +205,7 @@ inline std::vector<uint8_t> serialize(const TestArtifact &a) {
   flatbuffers::FlatBufferBuilder fbb;
   flatbuffers::Offset<fb::Version> version;
   if (a.hasVersion)
-    version = fb::CreateVersionDirect(fbb, a.schemaMajor, a.schemaMinor,
-                                      a.compiler.c_str());
+    version = fb::CreateVersionDirect(fbb, a.schemaMajor, a.schemaMinor, a.compiler.c_str());
   flatbuffers::Offset<fb::Target> target;
   if (a.hasTarget) {
     auto features = fbb.CreateVectorOfStrings(a.features);
@@ -221,32 +214,29 @@ inline std::vector<uint8_t> serialize(const TestArtifact &a) {
   }
   flatbuffers::Offset<fb::Model> model;
   if (a.hasModel)
-    model = fb::CreateModelDirect(fbb, a.modelName.c_str(),
-                                  a.configJson.c_str(), a.weightFormat.c_str());
+    model = fb::CreateModelDirect(fbb, a.modelName.c_str(), a.configJson.c_str(),
+                                  a.weightFormat.c_str());
   flatbuffers::Offset<fb::Layout> layout;
   if (a.hasLayout)
     layout = fb::CreateLayout(fbb, a.tp, a.ep, a.sp, a.world);
 
   std::vector<flatbuffers::Offset<fb::WeightBinding>> weights;
   for (const TestWeight &w : a.weights)
-    weights.push_back(fb::CreateWeightBindingDirect(
-        fbb, w.name.c_str(), w.stack, w.firstExpert, &w.shape, w.dtype,
-        w.transform, w.sliceDim, w.sliceCount, w.bytes, w.sliceGroup));
+    weights.push_back(fb::CreateWeightBindingDirect(fbb, w.name.c_str(), w.stack, w.firstExpert,
+                                                    &w.shape, w.dtype, w.transform, w.sliceDim,
+                                                    w.sliceCount, w.bytes, w.sliceGroup));
   std::vector<flatbuffers::Offset<fb::KvCache>> caches;
   for (const TestKvCache &c : a.kvCaches)
-    caches.push_back(fb::CreateKvCache(fbb, c.layer, c.window, c.kvHeads,
-                                       c.headDim, c.dtype));
+    caches.push_back(fb::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim, c.dtype));
   std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
   for (const TestKernel &k : a.kernels)
-    kernels.push_back(fb::CreateKernelDirect(fbb, k.name.c_str(), k.op.c_str(),
-                                             k.tiling.c_str(), k.sharedBytes));
+    kernels.push_back(
+        fb::CreateKernelDirect(fbb, k.name.c_str(), k.op.c_str(), k.tiling.c_str(), k.sharedBytes));
   flatbuffers::Offset<fb::KernelLibrary> library;
   if (a.hasLibrary)
-    library =
-        fb::CreateKernelLibraryDirect(fbb, a.libraryFormat.c_str(), &a.blob);
+    library = fb::CreateKernelLibraryDirect(fbb, a.libraryFormat.c_str(), &a.blob);
 
-  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::EntryPoint>>>
-      entryPoints;
+  flatbuffers::Offset<flatbuffers::Vector<flatbuffers::Offset<fb::EntryPoint>>> entryPoints;
   if (a.hasEntryPoints) {
     std::vector<flatbuffers::Offset<fb::EntryPoint>> built;
     for (const TestEntryPoint &entry : a.entryPoints) {
@@ -255,25 +245,21 @@ inline std::vector<uint8_t> serialize(const TestArtifact &a) {
         steps.push_back(detail::buildStep(fbb, step));
       built.push_back(fb::CreateEntryPointDirect(
           fbb, entry.name.c_str(), entry.maxTokens, entry.arenaBytes, &steps,
-          entry.logitsRows ? &*entry.logitsRows : nullptr, entry.sequences,
-          entry.tokenSplit));
+          entry.logitsRows ? &*entry.logitsRows : nullptr, entry.sequences, entry.tokenSplit));
     }
     entryPoints = fbb.CreateVector(built);
   }
 
   std::vector<flatbuffers::Offset<fb::CommGroup>> groups;
   for (const TestCommGroup &group : a.commGroups)
-    groups.push_back(
-        fb::CreateCommGroupDirect(fbb, group.name.c_str(), group.size, &group.ranks,
-                                  group.exchangeBytes));
+    groups.push_back(fb::CreateCommGroupDirect(fbb, group.name.c_str(), group.size, &group.ranks,
+                                               group.exchangeBytes));
   auto root =
-      fb::CreateArtifact(fbb, version, target, model, layout, a.rank,
-                         fbb.CreateVector(weights), fbb.CreateVector(caches),
-                         fbb.CreateVector(kernels), library, entryPoints,
+      fb::CreateArtifact(fbb, version, target, model, layout, a.rank, fbb.CreateVector(weights),
+                         fbb.CreateVector(caches), fbb.CreateVector(kernels), library, entryPoints,
                          groups.empty() ? 0 : fbb.CreateVector(groups));
   fb::FinishArtifactBuffer(fbb, root);
-  return std::vector<uint8_t>(fbb.GetBufferPointer(),
-                              fbb.GetBufferPointer() + fbb.GetSize());
+  return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }
 
 inline TestArtifact minimalArtifact() {
@@ -293,30 +279,23 @@ inline TestArtifact minimalArtifact() {
                        1,
                        64 * 128 * 2});
   a.kvCaches.push_back({0, 0, 2, 16, DType::BF16});
-  a.kernels.push_back({"linear_amx_bf16", "kiln.linear",
-                       R"({"kind":"amx","m":16,"n":16,"k":32})"});
+  a.kernels.push_back({"linear_amx_bf16", "kiln.linear", R"({"kind":"amx","m":16,"n":16,"k":32})"});
   a.kernels.push_back({"attention_bf16", "kiln.attention", "{}"});
   a.blob = {0x7f, 'E', 'L', 'F', 2, 1, 1, 0};
   a.blob.resize(64, 0);
 
   // Activations: x bf16 [T16, 128] at 0, y f32 [T16, 64] right after; both
   // T * 256 bytes (rows rounded up to the AMX tile height).
-  auto x = [](int64_t /*maxRows*/) {
-    return arena(0, {tokens(16), fixed(128)}, DType::BF16);
-  };
+  auto x = [](int64_t /*maxRows*/) { return arena(0, {tokens(16), fixed(128)}, DType::BF16); };
   auto y = [](int64_t maxRows) {
-    return arena(static_cast<uint64_t>(maxRows) * 128 * 2,
-                 {tokens(16), fixed(64)}, DType::F32);
+    return arena(static_cast<uint64_t>(maxRows) * 128 * 2, {tokens(16), fixed(64)}, DType::F32);
   };
   auto linear = [&](int64_t maxRows) {
     TestLaunch launch;
     launch.kernel = 0;
     launch.buffers = {
-        x(maxRows),
-        {BufferKind::Weight, 0, 0, {fixed(64), fixed(128)}, DType::BF16},
-        y(maxRows)};
-    launch.scalars = {
-        {ScalarKind::Tokens, 0}, {ScalarKind::Part, 0}, {ScalarKind::Parts, 0}};
+        x(maxRows), {BufferKind::Weight, 0, 0, {fixed(64), fixed(128)}, DType::BF16}, y(maxRows)};
+    launch.scalars = {{ScalarKind::Tokens, 0}, {ScalarKind::Part, 0}, {ScalarKind::Parts, 0}};
     launch.maxParts = 4;
     launch.op = "model.layers.0.mlp.up_proj";
     return launch;
@@ -324,24 +303,14 @@ inline TestArtifact minimalArtifact() {
   auto attention = [&](int64_t maxRows) {
     TestLaunch launch;
     launch.kernel = 1;
-    launch.buffers = {
-        {BufferKind::Input, 0, 0, {tokens()}, DType::I32},
-        {BufferKind::Input, 1, 0, {tokens()}, DType::I32},
-        y(maxRows),
-        {BufferKind::KvCache,
-         0,
-         0,
-         {fixed(0), fixed(2), fixed(16)},
-         DType::BF16},
-        {BufferKind::KvCache,
-         1,
-         0,
-         {fixed(0), fixed(2), fixed(16)},
-         DType::BF16},
-        {BufferKind::Output, 0, 0, {fixed(1), fixed(64)}, DType::F32}};
-    launch.scalars = {{ScalarKind::Tokens, 0},
-                      {ScalarKind::PastTokens, 0},
-                      {ScalarKind::Constant, 7}};
+    launch.buffers = {{BufferKind::Input, 0, 0, {tokens()}, DType::I32},
+                      {BufferKind::Input, 1, 0, {tokens()}, DType::I32},
+                      y(maxRows),
+                      {BufferKind::KvCache, 0, 0, {fixed(0), fixed(2), fixed(16)}, DType::BF16},
+                      {BufferKind::KvCache, 1, 0, {fixed(0), fixed(2), fixed(16)}, DType::BF16},
+                      {BufferKind::Output, 0, 0, {fixed(1), fixed(64)}, DType::F32}};
+    launch.scalars = {
+        {ScalarKind::Tokens, 0}, {ScalarKind::PastTokens, 0}, {ScalarKind::Constant, 7}};
     launch.op = "model.layers.0.self_attn";
     return launch;
   };

@@ -23,8 +23,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <numeric>
 
@@ -49,15 +49,15 @@ std::string caseName(const ::testing::TestParamInfo<Case> &info) {
     if (c == '-')
       c = '_';
   return std::string(info.param.format == WeightFormat::NVFP4 ? "nvfp4" : "bf16") + "_chunk" +
-         std::to_string(info.param.maxPrefillTokens) + (info.param.fuse ? "" : "_unfused") +
-         "_" + cpu;
+         std::to_string(info.param.maxPrefillTokens) + (info.param.fuse ? "" : "_unfused") + "_" +
+         cpu;
 }
 
 // The cases: all on the host's CPU, two on each other family it runs.
 std::vector<Case> cases() {
-  std::vector<Case> all = {{WeightFormat::BF16, 64},         {WeightFormat::BF16, 8},
-                           {WeightFormat::NVFP4, 64},        {WeightFormat::NVFP4, 8},
-                           {WeightFormat::BF16, 64, false},  {WeightFormat::NVFP4, 8, false}};
+  std::vector<Case> all = {{WeightFormat::BF16, 64},        {WeightFormat::BF16, 8},
+                           {WeightFormat::NVFP4, 64},       {WeightFormat::NVFP4, 8},
+                           {WeightFormat::BF16, 64, false}, {WeightFormat::NVFP4, 8, false}};
   for (const char *name : {"sapphirerapids", "znver4", "x86-64-v3"}) {
     std::string error;
     std::optional<x86::CpuTarget> cpu = x86::resolveCpu(name, error);
@@ -101,7 +101,8 @@ protected:
     options.tokens = mlir::ShapedType::kDynamic;
     options.format = format;
     options.lastTokenLogits = true;
-    mlir::OwningOpRef<mlir::ModuleOp> module = muse_spark::buildForwardGraph(context, config, options);
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        muse_spark::buildForwardGraph(context, config, options);
     if (pipeline) {
       mlir::PassManager pm(&context);
       Layout layout;

@@ -43,7 +43,8 @@ private:
 };
 
 bool endsWith(const std::string &s, const std::string &suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
 class TinyModelTest : public ::testing::Test {
@@ -162,8 +163,7 @@ TEST_F(TinyModelTest, ResidualGatesScaleEachLayersUpdate) {
   });
   std::vector<int32_t> ids = prompt();
   HostTensor embedOnly =
-      linear(rmsNorm(embed(base.load("model.embed_tokens.weight"),
-                           HostTensor::ints({12}, ids)),
+      linear(rmsNorm(embed(base.load("model.embed_tokens.weight"), HostTensor::ints({12}, ids)),
                      base.load("model.norm.weight"), config->rmsNormEps),
              base.load("lm_head.weight"));
   HostTensor gated = prefill(zeroGates, ids);

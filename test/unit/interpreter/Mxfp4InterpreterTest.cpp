@@ -72,8 +72,7 @@ protected:
     std::vector<int32_t> positions(n);
     std::iota(positions.begin(), positions.end(), 0);
     Interpreter interpreter(weights);
-    return interpreter
-        .run(forward, {HostTensor::ints({n}, ids), HostTensor::ints({n}, positions)})
+    return interpreter.run(forward, {HostTensor::ints({n}, ids), HostTensor::ints({n}, positions)})
         .at(0);
   }
 
@@ -145,8 +144,7 @@ TEST_F(Mxfp4InterpreterTest, ConvertedTripleDecodesToTheMxfp4Values) {
             nvfp4.load("model.layers.0.mlp.experts.3.up_proj.weight").f);
   EXPECT_EQ(mxfp4.load("model.layers.2.self_attn.q_proj.weight").f,
             nvfp4.load("model.layers.2.self_attn.q_proj.weight").f);
-  EXPECT_THROW(mxfp4.load("model.layers.0.mlp.experts.3.up_proj.weight_scale"),
-               InterpreterError);
+  EXPECT_THROW(mxfp4.load("model.layers.0.mlp.experts.3.up_proj.weight_scale"), InterpreterError);
 }
 
 // The MXFP4 run moves the logits by about what NVFP4 itself does. Only the

@@ -72,8 +72,8 @@ TEST(Attention, SoftmaxOfScaledScores) {
 
 TEST(RouterTopK, RenormalisesTheSelectedProbabilities) {
   // logits ln(1), ln(2), ln(3), ln(4): p = .1 .2 .3 .4; top-2 = 3, 2 -> 4/7, 3/7.
-  HostTensor logits = HostTensor::floats(
-      {1, 4}, {0.0f, std::log(2.0f), std::log(3.0f), std::log(4.0f)});
+  HostTensor logits =
+      HostTensor::floats({1, 4}, {0.0f, std::log(2.0f), std::log(3.0f), std::log(4.0f)});
   TopK top = routerTopK(logits, 2);
   EXPECT_EQ(top.indices.i, (std::vector<int32_t>{3, 2}));
   EXPECT_NEAR(top.weights.f[0], 4.0 / 7, 1e-6);
@@ -163,12 +163,12 @@ TEST(RoundToBf16, RoundsToNearestEven) {
   HostTensor x = HostTensor::floats({1, 6});
   x.f = {1.0f, 1.0f + 0x1p-8f, 1.0f + 3 * 0x1p-8f, 1.0f + 0x1p-9f, -2.5f, 1.0f + 0x1p-7f};
   HostTensor y = roundToBf16(x);
-  EXPECT_EQ(y.f[0], 1.0f);               // exact
-  EXPECT_EQ(y.f[1], 1.0f);               // a tie, to the even 1.0
-  EXPECT_EQ(y.f[2], 1.0f + 0x1p-6f);     // a tie, to the even 1 + 2^-6
-  EXPECT_EQ(y.f[3], 1.0f);               // below half an ulp
-  EXPECT_EQ(y.f[4], -2.5f);              // exact
-  EXPECT_EQ(y.f[5], 1.0f + 0x1p-7f);     // one ulp: exact
+  EXPECT_EQ(y.f[0], 1.0f);           // exact
+  EXPECT_EQ(y.f[1], 1.0f);           // a tie, to the even 1.0
+  EXPECT_EQ(y.f[2], 1.0f + 0x1p-6f); // a tie, to the even 1 + 2^-6
+  EXPECT_EQ(y.f[3], 1.0f);           // below half an ulp
+  EXPECT_EQ(y.f[4], -2.5f);          // exact
+  EXPECT_EQ(y.f[5], 1.0f + 0x1p-7f); // one ulp: exact
   EXPECT_EQ(y.shape, x.shape);
 }
 

@@ -68,14 +68,14 @@ TEST_F(SpmdTest, AllGatherConcatenatesInRankOrder) {
 }
 
 TEST_F(SpmdTest, ReduceScatterGivesEachRankItsSliceOfTheSum) {
-  auto out = run(R"(
+  auto out =
+      run(R"(
     shard.grid @sp(shape = 2)
     func.func @f(%x: tensor<4x1xf32>) -> tensor<2x1xf32> {
       %y = shard.reduce_scatter %x on @sp grid_axes = [0] scatter_axis = 0 : tensor<4x1xf32> -> tensor<2x1xf32>
       return %y : tensor<2x1xf32>
     })",
-                 {HostTensor::floats({4, 1}, {1, 2, 3, 4}),
-                  HostTensor::floats({4, 1}, {10, 20, 30, 40})});
+          {HostTensor::floats({4, 1}, {1, 2, 3, 4}), HostTensor::floats({4, 1}, {10, 20, 30, 40})});
   EXPECT_EQ(out[0][0].f, (std::vector<float>{11, 22}));
   EXPECT_EQ(out[1][0].f, (std::vector<float>{33, 44}));
 }

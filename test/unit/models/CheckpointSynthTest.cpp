@@ -31,8 +31,7 @@ constexpr uint64_t kShardBytes = 1 << 20;
 
 std::string readAll(const fs::path &path) {
   std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 // File name -> contents of every file in a directory.
@@ -46,8 +45,8 @@ std::map<std::string, std::string> dirContents(const std::string &dir) {
 std::vector<float> bf16Values(ByteView bytes) {
   std::vector<float> values(bytes.size / 2);
   for (size_t i = 0; i < values.size(); ++i)
-    values[i] = bf16ToFloat(static_cast<uint16_t>(bytes.data[2 * i] |
-                                                  (bytes.data[2 * i + 1] << 8)));
+    values[i] =
+        bf16ToFloat(static_cast<uint16_t>(bytes.data[2 * i] | (bytes.data[2 * i + 1] << 8)));
   return values;
 }
 
@@ -57,8 +56,7 @@ float f32Value(ByteView bytes) {
   return value;
 }
 
-bool hasProblemContaining(const CheckpointCheck &check,
-                          const std::string &part) {
+bool hasProblemContaining(const CheckpointCheck &check, const std::string &part) {
   for (const std::string &problem : check.problems)
     if (problem.find(part) != std::string::npos)
       return true;
@@ -85,8 +83,7 @@ protected:
     fs::remove_all(root, error);
   }
 
-  std::string write(const std::string &name, uint64_t seed,
-                    WeightFormat format) {
+  std::string write(const std::string &name, uint64_t seed, WeightFormat format) {
     const std::string dir = root + "/" + name;
     writeSyntheticCheckpoint(config, format, seed, dir, kShardBytes);
     return dir;
@@ -120,14 +117,10 @@ TEST_P(CheckpointSynthTest, ShardedCheckpointHoldsTheManifest) {
   EXPECT_EQ(stored.numExperts, config.numExperts);
   EXPECT_EQ(stored.quantization.has_value(), GetParam() == WeightFormat::NVFP4);
   if (stored.quantization) {
-    const std::vector<std::string> &excluded =
-        stored.quantization->excludeModules;
+    const std::vector<std::string> &excluded = stored.quantization->excludeModules;
     for (const char *module :
-         {"lm_head", "model.layers.0.mlp.experts.*",
-          "model.layers.3.mlp.experts.*"})
-      EXPECT_NE(std::find(excluded.begin(), excluded.end(), module),
-                excluded.end())
-          << module;
+         {"lm_head", "model.layers.0.mlp.experts.*", "model.layers.3.mlp.experts.*"})
+      EXPECT_NE(std::find(excluded.begin(), excluded.end(), module), excluded.end()) << module;
   }
 }
 
@@ -190,8 +183,7 @@ TEST_P(CheckpointSynthTest, SynthesizeTensorMatchesCheckpointInAnyOrder) {
     ASSERT_TRUE(tensor);
     std::vector<uint8_t> bytes(tensor.bytes.size);
     synthesizeTensor(config, spec, 9, bytes.data());
-    ASSERT_TRUE(std::equal(bytes.begin(), bytes.end(), tensor.bytes.begin()))
-        << spec.name;
+    ASSERT_TRUE(std::equal(bytes.begin(), bytes.end(), tensor.bytes.begin())) << spec.name;
   }
 }
 
@@ -205,8 +197,7 @@ TEST_P(CheckpointSynthTest, CheckAcceptsRightConfigAndReportsProblems) {
   EXPECT_TRUE(checkCheckpoint(dir).ok());
 
   // A single shard file opens on its own and matches no full manifest.
-  const std::string shard =
-      dir + "/" + shardFileName(1, Checkpoint::open(dir).files().size());
+  const std::string shard = dir + "/" + shardFileName(1, Checkpoint::open(dir).files().size());
   const CheckpointCheck partial = checkCheckpoint(shard, &config);
   EXPECT_TRUE(hasProblemContaining(partial, "missing tensor \"lm_head.weight\""))
       << joinProblems(partial);
@@ -214,12 +205,11 @@ TEST_P(CheckpointSynthTest, CheckAcceptsRightConfigAndReportsProblems) {
   const Config small = loadConfig("muse-spark-small");
   const CheckpointCheck wrong = checkCheckpoint(dir, &small);
   EXPECT_FALSE(wrong.ok());
-  EXPECT_TRUE(hasProblemContaining(
-      wrong, "tensor \"model.embed_tokens.weight\": expected BF16 [32000, "
-             "2048], got BF16 [1024, 256]"))
+  EXPECT_TRUE(hasProblemContaining(wrong,
+                                   "tensor \"model.embed_tokens.weight\": expected BF16 [32000, "
+                                   "2048], got BF16 [1024, 256]"))
       << joinProblems(wrong);
-  EXPECT_TRUE(hasProblemContaining(
-      wrong, "missing tensor \"model.layers.7.mlp.router.weight\""));
+  EXPECT_TRUE(hasProblemContaining(wrong, "missing tensor \"model.layers.7.mlp.router.weight\""));
   EXPECT_TRUE(hasProblemContaining(wrong, "\"hidden_size\" is 256"));
 
   const CheckpointCheck absent = checkCheckpoint(root + "/nowhere", &config);
@@ -230,9 +220,8 @@ TEST_P(CheckpointSynthTest, CheckAcceptsRightConfigAndReportsProblems) {
 TEST_P(CheckpointSynthTest, CheckReportsMissingRenamedAndReshapedTensors) {
   std::vector<TensorSpec> manifest = checkpointManifest(config, GetParam());
   const bool nvfp4 = GetParam() == WeightFormat::NVFP4;
-  const std::string dropped = nvfp4
-      ? "model.layers.1.mlp.experts.3.up_proj.weight_scale"
-      : "model.layers.1.mlp.experts.3.up_proj.weight";
+  const std::string dropped = nvfp4 ? "model.layers.1.mlp.experts.3.up_proj.weight_scale"
+                                    : "model.layers.1.mlp.experts.3.up_proj.weight";
   const std::string renamed = "model.layers.2.self_attn.q_norm.weight";
   const std::string reshaped = "model.layers.0.mlp.router.weight";
 
@@ -264,28 +253,25 @@ TEST_P(CheckpointSynthTest, CheckReportsMissingRenamedAndReshapedTensors) {
   EXPECT_EQ(check.problems.size(), 4u) << joinProblems(check);
   EXPECT_TRUE(hasProblemContaining(check, "missing tensor \"" + dropped + "\""));
   EXPECT_TRUE(hasProblemContaining(check, "missing tensor \"" + renamed + "\""));
-  EXPECT_TRUE(hasProblemContaining(
-      check, "unexpected tensor \"model.layers.2.self_attn.q_nrom.weight\""));
-  EXPECT_TRUE(hasProblemContaining(
-      check, "tensor \"" + reshaped + "\": expected BF16 [16, 256], got BF16 "
-                                      "[8, 256]"));
+  EXPECT_TRUE(
+      hasProblemContaining(check, "unexpected tensor \"model.layers.2.self_attn.q_nrom.weight\""));
+  EXPECT_TRUE(hasProblemContaining(check, "tensor \"" + reshaped +
+                                              "\": expected BF16 [16, 256], got BF16 "
+                                              "[8, 256]"));
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, CheckpointSynthTest,
-                         ::testing::Values(WeightFormat::BF16,
-                                           WeightFormat::NVFP4),
+                         ::testing::Values(WeightFormat::BF16, WeightFormat::NVFP4),
                          [](const auto &info) {
-                           return info.param == WeightFormat::BF16
-                                      ? std::string("BF16")
-                                      : std::string("NVFP4");
+                           return info.param == WeightFormat::BF16 ? std::string("BF16")
+                                                                   : std::string("NVFP4");
                          });
 
 class CheckpointFormatsTest : public CheckpointSynthTest {};
 
 TEST_F(CheckpointFormatsTest, Nvfp4ExpertsApproximateBf16Experts) {
   const Checkpoint bf16 = Checkpoint::open(write("bf16", 21, WeightFormat::BF16));
-  const Checkpoint nvfp4 =
-      Checkpoint::open(write("nvfp4", 21, WeightFormat::NVFP4));
+  const Checkpoint nvfp4 = Checkpoint::open(write("nvfp4", 21, WeightFormat::NVFP4));
   size_t compared = 0;
   for (const TensorSpec &spec : checkpointManifest(config, WeightFormat::NVFP4)) {
     if (spec.dtype != DType::U8) {
@@ -301,12 +287,10 @@ TEST_F(CheckpointFormatsTest, Nvfp4ExpertsApproximateBf16Experts) {
     const std::string base = syntheticStreamName(spec.name);
     const int64_t rows = spec.shape[0], cols = spec.shape[1] * 2;
     std::vector<float> dequantized(rows * cols);
-    dequantizeNvfp4(nvfp4.find(spec.name).bytes.data,
-                    nvfp4.find(base + ".weight_scale").bytes.data,
-                    f32Value(nvfp4.find(base + ".weight_scale_2").bytes), rows,
-                    cols, dequantized.data());
-    const std::vector<float> reference =
-        bf16Values(bf16.find(base + ".weight").bytes);
+    dequantizeNvfp4(nvfp4.find(spec.name).bytes.data, nvfp4.find(base + ".weight_scale").bytes.data,
+                    f32Value(nvfp4.find(base + ".weight_scale_2").bytes), rows, cols,
+                    dequantized.data());
+    const std::vector<float> reference = bf16Values(bf16.find(base + ".weight").bytes);
     ASSERT_EQ(reference.size(), dequantized.size());
     double errSq = 0, sigSq = 0;
     for (size_t i = 0; i < reference.size(); ++i) {
@@ -321,8 +305,7 @@ TEST_F(CheckpointFormatsTest, Nvfp4ExpertsApproximateBf16Experts) {
 }
 
 TEST_F(CheckpointFormatsTest, WeightsKeepActivationsConditioned) {
-  const Checkpoint checkpoint =
-      Checkpoint::open(write("bf16", 4, WeightFormat::BF16));
+  const Checkpoint checkpoint = Checkpoint::open(write("bf16", 4, WeightFormat::BF16));
   std::mt19937 rng(99);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   const int64_t hidden = config.hiddenSize;
@@ -334,8 +317,7 @@ TEST_F(CheckpointFormatsTest, WeightsKeepActivationsConditioned) {
     const std::string p = layerPrefix(layer);
     // Router: softmax over E experts of RMS-1 inputs is neither uniform nor
     // one-hot.
-    const std::vector<float> router =
-        bf16Values(checkpoint.find(p + "mlp.router.weight").bytes);
+    const std::vector<float> router = bf16Values(checkpoint.find(p + "mlp.router.weight").bytes);
     double top1Sum = 0, topKSum = 0;
     for (int n = 0; n < kInputs; ++n) {
       std::vector<double> u(hidden), logits(experts);
@@ -359,8 +341,7 @@ TEST_F(CheckpointFormatsTest, WeightsKeepActivationsConditioned) {
     EXPECT_LT(topK, 0.98) << "layer " << layer;
 
     // A projection maps RMS-1 inputs to RMS ~1 outputs.
-    const std::vector<float> wq =
-        bf16Values(checkpoint.find(p + "self_attn.q_proj.weight").bytes);
+    const std::vector<float> wq = bf16Values(checkpoint.find(p + "self_attn.q_proj.weight").bytes);
     const int64_t qWidth = config.qWidth();
     double outSq = 0;
     for (int n = 0; n < 16; ++n) {
@@ -400,10 +381,8 @@ TEST(SyntheticWeightsTest, NormalStreamHasUnitMoments) {
   }
   EXPECT_NEAR(sum / count, 0.0, 0.01);
   EXPECT_NEAR(sumSq / count, 1.0, 0.02);
-  EXPECT_NE(syntheticNormal("some.module", 1, 0),
-            syntheticNormal("some.module", 2, 0));
-  EXPECT_NE(syntheticNormal("some.module", 1, 0),
-            syntheticNormal("other.module", 1, 0));
+  EXPECT_NE(syntheticNormal("some.module", 1, 0), syntheticNormal("some.module", 2, 0));
+  EXPECT_NE(syntheticNormal("some.module", 1, 0), syntheticNormal("other.module", 1, 0));
   EXPECT_EQ(syntheticStreamName("a.b.gate_proj.weight_scale_2"), "a.b.gate_proj");
   EXPECT_EQ(syntheticStreamName("a.b.gate_proj.weight"), "a.b.gate_proj");
   EXPECT_EQ(syntheticStreamName("a.mlp_residual_gate"), "a.mlp_residual_gate");

@@ -1,9 +1,9 @@
 // The graph builder against the checkpoint manifest: every tensor the graph
 // reads is one the checkpoint has, with the same shape and dtype, and the
 // parameter budget read off the graph equals the manifest's.
+#include "models/muse_spark/GraphBuilder.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnOps.h"
-#include "models/muse_spark/GraphBuilder.h"
 #include "models/muse_spark/Report.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -46,8 +46,8 @@ TEST_P(GraphBuilderTest, GraphMatchesTheCheckpointManifest) {
   int64_t inputScales = 0;
   for (const TensorSpec &spec : manifest) {
     expected[static_cast<size_t>(spec.part)] += spec.parameters;
-    inputScales += spec.name.size() > 12 &&
-                   spec.name.compare(spec.name.size() - 12, 12, ".input_scale") == 0;
+    inputScales +=
+        spec.name.size() > 12 && spec.name.compare(spec.name.size() - 12, 12, ".input_scale") == 0;
   }
   EXPECT_EQ(budget->byPart, expected);
   // W4A16 never reads the activation scales; everything else is read.
@@ -55,20 +55,22 @@ TEST_P(GraphBuilderTest, GraphMatchesTheCheckpointManifest) {
   EXPECT_EQ(budget->referencedTensors, budget->manifestTensors - inputScales);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Configs, GraphBuilderTest,
-    ::testing::Combine(::testing::Values("muse-spark-tiny", "muse-spark-small",
-                                         "muse-spark-open-816b-a42b"),
-                       ::testing::Values(WeightFormat::BF16, WeightFormat::NVFP4)),
-    [](const auto &info) {
-      std::string name = std::get<0>(info.param);
-      for (char &c : name)
-        c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
-      return name + (std::get<1>(info.param) == WeightFormat::NVFP4 ? "_nvfp4" : "_bf16");
-    });
+INSTANTIATE_TEST_SUITE_P(Configs, GraphBuilderTest,
+                         ::testing::Combine(::testing::Values("muse-spark-tiny", "muse-spark-small",
+                                                              "muse-spark-open-816b-a42b"),
+                                            ::testing::Values(WeightFormat::BF16,
+                                                              WeightFormat::NVFP4)),
+                         [](const auto &info) {
+                           std::string name = std::get<0>(info.param);
+                           for (char &c : name)
+                             c = std::isalnum(static_cast<unsigned char>(c)) ? c : '_';
+                           return name + (std::get<1>(info.param) == WeightFormat::NVFP4 ? "_nvfp4"
+                                                                                         : "_bf16");
+                         });
 
 TEST(GraphBuilder, FullModelFitsInTwoGigabytes) {
-  struct rusage before {}, after {};
+  struct rusage before {
+  }, after{};
   getrusage(RUSAGE_SELF, &before);
   {
     mlir::MLIRContext context;

@@ -20,9 +20,7 @@ std::string builtinText(const std::string &name) {
 }
 
 // The tiny config as a JSON object, to edit one field for a rejection case.
-ordered_json tinyJson() {
-  return ordered_json::parse(builtinText("muse-spark-tiny"));
-}
+ordered_json tinyJson() { return ordered_json::parse(builtinText("muse-spark-tiny")); }
 
 // Parses `text` and returns the ConfigError message ("" if none was thrown).
 std::string errorOfText(const std::string &text) {
@@ -34,26 +32,21 @@ std::string errorOfText(const std::string &text) {
   return "";
 }
 
-std::string errorOf(const ordered_json &value) {
-  return errorOfText(value.dump());
-}
+std::string errorOf(const ordered_json &value) { return errorOfText(value.dump()); }
 
-::testing::AssertionResult mentions(const std::string &message,
-                                    const std::string &needle) {
+::testing::AssertionResult mentions(const std::string &message, const std::string &needle) {
   if (message.empty())
     return ::testing::AssertionFailure() << "no ConfigError was thrown";
   if (message.find(needle) == std::string::npos)
     return ::testing::AssertionFailure()
-           << "message \"" << message << "\" does not mention \"" << needle
-           << "\"";
+           << "message \"" << message << "\" does not mention \"" << needle << "\"";
   return ::testing::AssertionSuccess();
 }
 
 TEST(MuseSparkConfig, BuiltinNamesAreTheThreeConfigs) {
   std::vector<std::string> names = builtinConfigNames();
   std::sort(names.begin(), names.end());
-  EXPECT_EQ(names, (std::vector<std::string>{"muse-spark-open-816b-a42b",
-                                             "muse-spark-small",
+  EXPECT_EQ(names, (std::vector<std::string>{"muse-spark-open-816b-a42b", "muse-spark-small",
                                              "muse-spark-tiny"}));
   EXPECT_FALSE(builtinConfigText("muse-spark-huge").has_value());
 }
@@ -127,26 +120,32 @@ TEST(MuseSparkConfig, SmallConfigMatchesTheModelCard) {
 }
 
 TEST(MuseSparkConfig, ConfigFilesCarryExactlyTheCardFieldsInOrder) {
-  const std::vector<std::string> expected = {
-      "architectures",         "model_type",
-      "vocab_size",            "hidden_size",
-      "num_hidden_layers",     "num_attention_heads",
-      "num_key_value_heads",   "head_dim",
-      "sliding_window",        "global_attention_period",
-      "rope_theta",            "max_position_embeddings",
-      "rms_norm_eps",          "num_experts",
-      "num_experts_per_tok",   "moe_latent_size",
-      "moe_intermediate_size", "tie_word_embeddings",
-      "torch_dtype"};
+  const std::vector<std::string> expected = {"architectures",
+                                             "model_type",
+                                             "vocab_size",
+                                             "hidden_size",
+                                             "num_hidden_layers",
+                                             "num_attention_heads",
+                                             "num_key_value_heads",
+                                             "head_dim",
+                                             "sliding_window",
+                                             "global_attention_period",
+                                             "rope_theta",
+                                             "max_position_embeddings",
+                                             "rms_norm_eps",
+                                             "num_experts",
+                                             "num_experts_per_tok",
+                                             "moe_latent_size",
+                                             "moe_intermediate_size",
+                                             "tie_word_embeddings",
+                                             "torch_dtype"};
   for (const std::string &name : builtinConfigNames()) {
     ordered_json root = ordered_json::parse(builtinText(name));
     std::vector<std::string> keys;
     for (auto it = root.begin(); it != root.end(); ++it)
       keys.push_back(it.key());
     EXPECT_EQ(keys, expected) << name;
-    EXPECT_EQ(root["architectures"],
-              ordered_json::array({"MuseSparkForCausalLM"}))
-        << name;
+    EXPECT_EQ(root["architectures"], ordered_json::array({"MuseSparkForCausalLM"})) << name;
     EXPECT_EQ(root["torch_dtype"], "bfloat16") << name;
   }
 }
@@ -197,8 +196,7 @@ TEST(MuseSparkConfig, ExpertFormatFollowsQuantization) {
   EXPECT_EQ(fp4.quantization->quantMethod, "modelopt");
   EXPECT_EQ(fp4.quantization->quantAlgo, "NVFP4");
   EXPECT_EQ(fp4.quantization->groupSize, 16);
-  EXPECT_EQ(fp4.quantization->excludeModules,
-            (std::vector<std::string>{"lm_head", "*router*"}));
+  EXPECT_EQ(fp4.quantization->excludeModules, (std::vector<std::string>{"lm_head", "*router*"}));
   EXPECT_EQ(fp4.expertFormat(0), WeightFormat::BF16);
   EXPECT_EQ(fp4.expertFormat(1), WeightFormat::NVFP4);
   EXPECT_EQ(fp4.expertFormat(2), WeightFormat::NVFP4);
@@ -230,8 +228,8 @@ TEST(MuseSparkConfig, LoadsAFileAndNamesItByStem) {
   EXPECT_EQ(c.numHiddenLayers, 4);
   EXPECT_EQ(c.hiddenSize, 8192);
 
-  Config fromTree = loadConfig(std::string(KILN_SOURCE_DIR) +
-                               "/models/muse_spark/configs/muse-spark-tiny.json");
+  Config fromTree =
+      loadConfig(std::string(KILN_SOURCE_DIR) + "/models/muse_spark/configs/muse-spark-tiny.json");
   EXPECT_EQ(fromTree.name, "muse-spark-tiny");
   EXPECT_EQ(fromTree.vocabSize, 1024);
 }
@@ -309,10 +307,8 @@ TEST(MuseSparkConfigReject, UnknownQuantAlgo) {
 
 TEST(MuseSparkConfigReject, UnknownQuantMethod) {
   ordered_json j = tinyJson();
-  j["quantization_config"] = {
-      {"quant_method", "awq"}, {"quant_algo", "NVFP4"}, {"group_size", 16}};
-  EXPECT_TRUE(
-      mentions(errorOf(j), "field \"quantization_config.quant_method\""));
+  j["quantization_config"] = {{"quant_method", "awq"}, {"quant_algo", "NVFP4"}, {"group_size", 16}};
+  EXPECT_TRUE(mentions(errorOf(j), "field \"quantization_config.quant_method\""));
 }
 
 TEST(MuseSparkConfigReject, GroupSizeNot16) {
@@ -337,8 +333,7 @@ TEST(MuseSparkConfigReject, ExcludeModulesNotStrings) {
                               {"quant_algo", "NVFP4"},
                               {"group_size", 16},
                               {"exclude_modules", {"lm_head", 3}}};
-  EXPECT_TRUE(mentions(
-      errorOf(j), "field \"quantization_config.exclude_modules[1]\""));
+  EXPECT_TRUE(mentions(errorOf(j), "field \"quantization_config.exclude_modules[1]\""));
 }
 
 TEST(MuseSparkConfigReject, WrongModelType) {
@@ -393,7 +388,7 @@ TEST(MuseSparkConfigReject, IntegerTooLargeForInt64) {
   ASSERT_NE(at, std::string::npos);
   text.replace(at, from.size(), "\"vocab_size\":18446744073709551615");
   EXPECT_TRUE(mentions(errorOfText(text), "field \"vocab_size\": expected an "
-                                      "integer that fits in int64"));
+                                          "integer that fits in int64"));
 }
 
 TEST(MuseSparkConfigReject, MalformedJson) {
@@ -407,7 +402,7 @@ TEST(MuseSparkConfigReject, MalformedJson) {
 
 TEST(MuseSparkConfigReject, TopLevelNotAnObject) {
   EXPECT_TRUE(mentions(errorOfText("[1, 2, 3]"), "test.json: expected a JSON "
-                                             "object"));
+                                                 "object"));
 }
 
 TEST(MuseSparkConfigReject, HeadDimOdd) {
@@ -463,17 +458,15 @@ TEST(MuseSparkConfigReject, RopeThetaAndEpsOutOfRange) {
 TEST(MuseSparkConfigReject, NonPositiveSizes) {
   for (const char *field :
        {"vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads",
-        "num_key_value_heads", "head_dim", "max_position_embeddings",
-        "num_experts", "num_experts_per_tok", "moe_latent_size",
-        "moe_intermediate_size"}) {
+        "num_key_value_heads", "head_dim", "max_position_embeddings", "num_experts",
+        "num_experts_per_tok", "moe_latent_size", "moe_intermediate_size"}) {
     ordered_json j = tinyJson();
     j[field] = 0;
-    EXPECT_TRUE(mentions(errorOf(j), std::string("field \"") + field +
-                                         "\": expected a positive integer"))
+    EXPECT_TRUE(
+        mentions(errorOf(j), std::string("field \"") + field + "\": expected a positive integer"))
         << field;
     j[field] = -32;
-    EXPECT_TRUE(mentions(errorOf(j), std::string("field \"") + field + "\""))
-        << field;
+    EXPECT_TRUE(mentions(errorOf(j), std::string("field \"") + field + "\"")) << field;
   }
 }
 

@@ -13,8 +13,7 @@
 namespace kiln::muse_spark {
 namespace {
 
-std::map<WeightPart, int64_t> parametersByPart(
-    const std::vector<TensorSpec> &manifest) {
+std::map<WeightPart, int64_t> parametersByPart(const std::vector<TensorSpec> &manifest) {
   std::map<WeightPart, int64_t> total;
   for (const TensorSpec &spec : manifest)
     total[spec.part] += spec.parameters;
@@ -53,8 +52,7 @@ TEST(WeightManifest, PartNamesAndPrefixes) {
 
 TEST(WeightManifest, FullModelParameterBudget) {
   Config c = loadConfig("muse-spark-open-816b-a42b");
-  std::vector<TensorSpec> manifest =
-      checkpointManifest(c, WeightFormat::BF16);
+  std::vector<TensorSpec> manifest = checkpointManifest(c, WeightFormat::BF16);
   std::map<WeightPart, int64_t> parts = parametersByPart(manifest);
 
   const int64_t L = 62;
@@ -62,13 +60,10 @@ TEST(WeightManifest, FullModelParameterBudget) {
   // per-expert post_norm weights (256 x 4096 per layer).
   const int64_t expertProjections = int64_t(256) * 3 * 4096 * 4096 * L;
   EXPECT_EQ(expertProjections, 798863917056);
-  EXPECT_EQ(parts[WeightPart::Experts],
-            expertProjections + int64_t(256) * 4096 * L);
+  EXPECT_EQ(parts[WeightPart::Experts], expertProjections + int64_t(256) * 4096 * L);
   // Attention: q, k, v, o and the q/k norms; 13.5B over 62 layers.
   const int64_t attention =
-      ((12288 + 1024 + 1024) * int64_t(8192) + 8192 * int64_t(12288) +
-       2 * 128) *
-      L;
+      ((12288 + 1024 + 1024) * int64_t(8192) + 8192 * int64_t(12288) + 2 * 128) * L;
   EXPECT_EQ(parts[WeightPart::Attention], attention);
   EXPECT_NEAR(attention / 1e9, 13.5, 0.05);
   // Latent projections: pooler, unpooler, expert_input_norm; 4.2B.
@@ -96,8 +91,7 @@ TEST(WeightManifest, FullModelTensorCountsAndOrder) {
   std::vector<TensorSpec> bf16 = checkpointManifest(c, WeightFormat::BF16);
   EXPECT_EQ(bf16.size(), size_t(3 + 62 * (16 + 256 * 4)));
   std::vector<TensorSpec> fp4 = checkpointManifest(c, WeightFormat::NVFP4);
-  EXPECT_EQ(fp4.size(),
-            size_t(3 + 62 * 16 + 2 * 256 * 4 + 60 * 256 * 13));
+  EXPECT_EQ(fp4.size(), size_t(3 + 62 * 16 + 2 * 256 * 4 + 60 * 256 * 13));
   EXPECT_EQ(bf16.front().name, "model.embed_tokens.weight");
   EXPECT_EQ(bf16[bf16.size() - 2].name, "model.norm.weight");
   EXPECT_EQ(bf16.back().name, "lm_head.weight");
@@ -114,21 +108,18 @@ TEST(WeightManifest, LayerOrderMatchesTheHeader) {
   std::vector<std::string> expected;
   const std::string p = "model.layers.1.";
   for (const char *suffix :
-       {"input_layernorm.weight", "self_attn.q_proj.weight",
-        "self_attn.k_proj.weight", "self_attn.v_proj.weight",
-        "self_attn.o_proj.weight", "self_attn.q_norm.weight",
-        "self_attn.k_norm.weight", "post_attention_layernorm.weight",
-        "attn_residual_gate", "pre_feedforward_layernorm.weight",
-        "mlp.router.weight", "mlp.pooler.weight",
+       {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight", "self_attn.o_proj.weight", "self_attn.q_norm.weight",
+        "self_attn.k_norm.weight", "post_attention_layernorm.weight", "attn_residual_gate",
+        "pre_feedforward_layernorm.weight", "mlp.router.weight", "mlp.pooler.weight",
         "mlp.expert_input_norm.weight"})
     expected.push_back(p + suffix);
   for (int e = 0; e < 16; ++e)
-    for (const char *suffix : {"gate_proj.weight", "up_proj.weight",
-                               "down_proj.weight", "post_norm.weight"})
+    for (const char *suffix :
+         {"gate_proj.weight", "up_proj.weight", "down_proj.weight", "post_norm.weight"})
       expected.push_back(expertPrefix(1, e) + suffix);
   for (const char *suffix :
-       {"mlp.unpooler.weight", "post_feedforward_layernorm.weight",
-        "mlp_residual_gate"})
+       {"mlp.unpooler.weight", "post_feedforward_layernorm.weight", "mlp_residual_gate"})
     expected.push_back(p + suffix);
   EXPECT_EQ(layer1, expected);
 
@@ -146,8 +137,8 @@ TEST(WeightManifest, TinyBf16ShapesPartsAndDtypes) {
   Config c = loadConfig("muse-spark-tiny");
   std::vector<TensorSpec> manifest = checkpointManifest(c, WeightFormat::BF16);
   auto map = byName(manifest);
-  auto expectSpec = [&](const std::string &name, Shape shape, WeightPart part,
-                        int64_t layer, int64_t expert) {
+  auto expectSpec = [&](const std::string &name, Shape shape, WeightPart part, int64_t layer,
+                        int64_t expert) {
     auto it = map.find(name);
     ASSERT_NE(it, map.end()) << name;
     EXPECT_EQ(it->second->shape, shape) << name;
@@ -156,42 +147,29 @@ TEST(WeightManifest, TinyBf16ShapesPartsAndDtypes) {
     EXPECT_EQ(it->second->layer, layer) << name;
     EXPECT_EQ(it->second->expert, expert) << name;
   };
-  expectSpec("model.embed_tokens.weight", {1024, 256}, WeightPart::Embedding,
-             -1, -1);
+  expectSpec("model.embed_tokens.weight", {1024, 256}, WeightPart::Embedding, -1, -1);
   expectSpec("lm_head.weight", {1024, 256}, WeightPart::Head, -1, -1);
   expectSpec("model.norm.weight", {256}, WeightPart::Norms, -1, -1);
   const std::string p = "model.layers.2.";
   expectSpec(p + "input_layernorm.weight", {256}, WeightPart::Norms, 2, -1);
-  expectSpec(p + "self_attn.q_proj.weight", {192, 256}, WeightPart::Attention,
-             2, -1);
-  expectSpec(p + "self_attn.k_proj.weight", {64, 256}, WeightPart::Attention, 2,
-             -1);
-  expectSpec(p + "self_attn.v_proj.weight", {64, 256}, WeightPart::Attention, 2,
-             -1);
-  expectSpec(p + "self_attn.o_proj.weight", {256, 192}, WeightPart::Attention,
-             2, -1);
+  expectSpec(p + "self_attn.q_proj.weight", {192, 256}, WeightPart::Attention, 2, -1);
+  expectSpec(p + "self_attn.k_proj.weight", {64, 256}, WeightPart::Attention, 2, -1);
+  expectSpec(p + "self_attn.v_proj.weight", {64, 256}, WeightPart::Attention, 2, -1);
+  expectSpec(p + "self_attn.o_proj.weight", {256, 192}, WeightPart::Attention, 2, -1);
   expectSpec(p + "self_attn.q_norm.weight", {32}, WeightPart::Attention, 2, -1);
   expectSpec(p + "self_attn.k_norm.weight", {32}, WeightPart::Attention, 2, -1);
-  expectSpec(p + "post_attention_layernorm.weight", {256}, WeightPart::Norms, 2,
-             -1);
+  expectSpec(p + "post_attention_layernorm.weight", {256}, WeightPart::Norms, 2, -1);
   expectSpec(p + "attn_residual_gate", {256}, WeightPart::Norms, 2, -1);
-  expectSpec(p + "pre_feedforward_layernorm.weight", {256}, WeightPart::Norms,
-             2, -1);
+  expectSpec(p + "pre_feedforward_layernorm.weight", {256}, WeightPart::Norms, 2, -1);
   expectSpec(p + "mlp.router.weight", {16, 256}, WeightPart::Router, 2, -1);
   expectSpec(p + "mlp.pooler.weight", {128, 256}, WeightPart::Latent, 2, -1);
-  expectSpec(p + "mlp.expert_input_norm.weight", {128}, WeightPart::Latent, 2,
-             -1);
-  expectSpec(p + "mlp.experts.15.gate_proj.weight", {128, 128},
-             WeightPart::Experts, 2, 15);
-  expectSpec(p + "mlp.experts.15.up_proj.weight", {128, 128},
-             WeightPart::Experts, 2, 15);
-  expectSpec(p + "mlp.experts.15.down_proj.weight", {128, 128},
-             WeightPart::Experts, 2, 15);
-  expectSpec(p + "mlp.experts.15.post_norm.weight", {128}, WeightPart::Experts,
-             2, 15);
+  expectSpec(p + "mlp.expert_input_norm.weight", {128}, WeightPart::Latent, 2, -1);
+  expectSpec(p + "mlp.experts.15.gate_proj.weight", {128, 128}, WeightPart::Experts, 2, 15);
+  expectSpec(p + "mlp.experts.15.up_proj.weight", {128, 128}, WeightPart::Experts, 2, 15);
+  expectSpec(p + "mlp.experts.15.down_proj.weight", {128, 128}, WeightPart::Experts, 2, 15);
+  expectSpec(p + "mlp.experts.15.post_norm.weight", {128}, WeightPart::Experts, 2, 15);
   expectSpec(p + "mlp.unpooler.weight", {256, 128}, WeightPart::Latent, 2, -1);
-  expectSpec(p + "post_feedforward_layernorm.weight", {256}, WeightPart::Norms,
-             2, -1);
+  expectSpec(p + "post_feedforward_layernorm.weight", {256}, WeightPart::Norms, 2, -1);
   expectSpec(p + "mlp_residual_gate", {256}, WeightPart::Norms, 2, -1);
   for (const TensorSpec &spec : manifest) {
     EXPECT_EQ(spec.dtype, DType::BF16) << spec.name;
@@ -205,28 +183,19 @@ TEST(WeightManifest, TinyBf16ShapesPartsAndDtypes) {
 TEST(WeightManifest, GateUpAndDownShapesDifferWhenLatentIsNotIntermediate) {
   Config c = loadConfig("muse-spark-tiny");
   c.moeIntermediateSize = 192;
-  std::vector<TensorSpec> manifest =
-      checkpointManifest(c, WeightFormat::NVFP4);
+  std::vector<TensorSpec> manifest = checkpointManifest(c, WeightFormat::NVFP4);
   auto map = byName(manifest);
-  EXPECT_EQ(map.at("model.layers.0.mlp.experts.0.gate_proj.weight")->shape,
-            (Shape{192, 128}));
-  EXPECT_EQ(map.at("model.layers.0.mlp.experts.0.down_proj.weight")->shape,
-            (Shape{128, 192}));
-  EXPECT_EQ(map.at("model.layers.1.mlp.experts.0.up_proj.weight")->shape,
-            (Shape{192, 64}));
-  EXPECT_EQ(map.at("model.layers.1.mlp.experts.0.up_proj.weight_scale")->shape,
-            (Shape{192, 8}));
-  EXPECT_EQ(map.at("model.layers.1.mlp.experts.0.down_proj.weight")->shape,
-            (Shape{128, 96}));
-  EXPECT_EQ(
-      map.at("model.layers.1.mlp.experts.0.down_proj.weight_scale")->shape,
-      (Shape{128, 12}));
+  EXPECT_EQ(map.at("model.layers.0.mlp.experts.0.gate_proj.weight")->shape, (Shape{192, 128}));
+  EXPECT_EQ(map.at("model.layers.0.mlp.experts.0.down_proj.weight")->shape, (Shape{128, 192}));
+  EXPECT_EQ(map.at("model.layers.1.mlp.experts.0.up_proj.weight")->shape, (Shape{192, 64}));
+  EXPECT_EQ(map.at("model.layers.1.mlp.experts.0.up_proj.weight_scale")->shape, (Shape{192, 8}));
+  EXPECT_EQ(map.at("model.layers.1.mlp.experts.0.down_proj.weight")->shape, (Shape{128, 96}));
+  EXPECT_EQ(map.at("model.layers.1.mlp.experts.0.down_proj.weight_scale")->shape, (Shape{128, 12}));
 }
 
 TEST(WeightManifest, TinyNvfp4QuantisesOnlyInnerLayerExperts) {
   Config c = loadConfig("muse-spark-tiny");
-  std::vector<TensorSpec> manifest =
-      checkpointManifest(c, WeightFormat::NVFP4);
+  std::vector<TensorSpec> manifest = checkpointManifest(c, WeightFormat::NVFP4);
   auto map = byName(manifest);
 
   for (const TensorSpec &spec : manifest) {
@@ -236,8 +205,7 @@ TEST(WeightManifest, TinyNvfp4QuantisesOnlyInnerLayerExperts) {
     EXPECT_TRUE(spec.layer == 1 || spec.layer == 2) << spec.name;
     EXPECT_EQ(spec.part, WeightPart::Experts) << spec.name;
     EXPECT_GE(spec.expert, 0) << spec.name;
-    EXPECT_TRUE(spec.dtype == DType::U8 || spec.dtype == DType::F8_E4M3 ||
-                spec.dtype == DType::F32)
+    EXPECT_TRUE(spec.dtype == DType::U8 || spec.dtype == DType::F8_E4M3 || spec.dtype == DType::F32)
         << spec.name;
   }
 
@@ -316,9 +284,7 @@ TEST(WeightManifest, FullNvfp4ManifestIsFast) {
   Config c = loadConfig("muse-spark-open-816b-a42b");
   auto start = std::chrono::steady_clock::now();
   std::vector<TensorSpec> manifest = checkpointManifest(c, WeightFormat::NVFP4);
-  double seconds = std::chrono::duration<double>(
-                       std::chrono::steady_clock::now() - start)
-                       .count();
+  double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_GT(manifest.size(), 200000u);
   // Well under a second on an idle machine; generous for a loaded CI host.
   EXPECT_LT(seconds, 2.0);

@@ -19,7 +19,8 @@ namespace kiln {
 namespace {
 
 TEST(FullModelPipeline, Tp8Ep8SpCompilesWithinFourGigabytes) {
-  struct rusage before {}, after {};
+  struct rusage before {
+  }, after{};
   getrusage(RUSAGE_SELF, &before);
   mlir::MLIRContext context;
   context.loadDialect<KilnDialect, mlir::func::FuncDialect, mlir::shard::ShardDialect>();
@@ -27,8 +28,8 @@ TEST(FullModelPipeline, Tp8Ep8SpCompilesWithinFourGigabytes) {
   muse_spark::GraphOptions options;
   options.tokens = 8192;
   options.format = muse_spark::WeightFormat::NVFP4;
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      muse_spark::buildForwardGraph(context, muse_spark::loadConfig("muse-spark-open-816b-a42b"), options);
+  mlir::OwningOpRef<mlir::ModuleOp> module = muse_spark::buildForwardGraph(
+      context, muse_spark::loadConfig("muse-spark-open-816b-a42b"), options);
   mlir::PassManager pm(&context);
   buildGraphPipeline(pm, Layout{8, 8, true});
   ASSERT_TRUE(mlir::succeeded(pm.run(*module)));

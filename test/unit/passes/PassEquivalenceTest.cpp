@@ -162,10 +162,14 @@ std::vector<Case> cases() {
                    "kiln-form-megamoe,kiln-insert-sp-collectives",
                    4});
     all.push_back({"tiny", format, "kiln-shard{tp=2},kiln-insert-sp-collectives", 2});
-    all.push_back({"tiny", format, "kiln-shard{tp=2 ep=2},kiln-form-megamoe,kiln-insert-sp-collectives", 2});
-    all.push_back({"tiny", format, "kiln-shard{tp=2 ep=4},kiln-form-megamoe,kiln-insert-sp-collectives", 4});
-    all.push_back({"tiny-heads8", format, "kiln-shard{tp=4 ep=2},kiln-form-megamoe,kiln-insert-sp-collectives", 4});
-    all.push_back({"tiny-heads8", format, "kiln-shard{tp=4 ep=4},kiln-form-megamoe,kiln-insert-sp-collectives", 4});
+    all.push_back(
+        {"tiny", format, "kiln-shard{tp=2 ep=2},kiln-form-megamoe,kiln-insert-sp-collectives", 2});
+    all.push_back(
+        {"tiny", format, "kiln-shard{tp=2 ep=4},kiln-form-megamoe,kiln-insert-sp-collectives", 4});
+    all.push_back({"tiny-heads8", format,
+                   "kiln-shard{tp=4 ep=2},kiln-form-megamoe,kiln-insert-sp-collectives", 4});
+    all.push_back({"tiny-heads8", format,
+                   "kiln-shard{tp=4 ep=4},kiln-form-megamoe,kiln-insert-sp-collectives", 4});
   }
   return all;
 }

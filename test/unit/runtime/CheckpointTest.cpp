@@ -28,17 +28,14 @@ protected:
   }
 
   // Writes a shard holding the named 4-byte tensors into checkpoint dir "c".
-  void writeShard(const std::string &file,
-                  const std::vector<std::string> &names) {
+  void writeShard(const std::string &file, const std::vector<std::string> &names) {
     std::filesystem::create_directories(path("c"));
     std::vector<TensorData> tensors;
     for (const std::string &name : names)
       tensors.push_back(tensor(name, 4));
     writeSafetensors(path("c/" + file), tensors);
   }
-  void writeIndex(const std::string &text) {
-    writeFile("c/model.safetensors.index.json", text);
-  }
+  void writeIndex(const std::string &text) { writeFile("c/model.safetensors.index.json", text); }
   std::string openError() {
     return errorOf([&] { Checkpoint::open(path("c")); });
   }
@@ -46,9 +43,7 @@ protected:
   std::deque<std::string> storage_; // stable addresses for the views
 };
 
-std::string toString(ByteView bytes) {
-  return std::string(bytes.begin(), bytes.end());
-}
+std::string toString(ByteView bytes) { return std::string(bytes.begin(), bytes.end()); }
 
 TEST(ShardFileName, IsFiveDigitOneBased) {
   EXPECT_EQ(shardFileName(1, 3), "model-00001-of-00003.safetensors");
@@ -56,19 +51,16 @@ TEST(ShardFileName, IsFiveDigitOneBased) {
 }
 
 TEST_F(CheckpointTest, ShardedRoundTrip) {
-  const std::vector<TensorData> tensors = {tensor("a", 40), tensor("b", 30),
-                                           tensor("c", 50), tensor("d", 10),
-                                           tensor("e", 0)};
+  const std::vector<TensorData> tensors = {tensor("a", 40), tensor("b", 30), tensor("c", 50),
+                                           tensor("d", 10), tensor("e", 0)};
   const std::vector<std::string> shards =
       writeShardedCheckpoint(path("ckpt"), tensors, 80, {{"format", "pt"}});
   // a+b = 70; c would make 120, so c starts shard 2, which d and e join.
-  EXPECT_EQ(shards,
-            (std::vector<std::string>{"model-00001-of-00002.safetensors",
-                                      "model-00002-of-00002.safetensors"}));
-  EXPECT_EQ(listDir("ckpt"),
-            (std::vector<std::string>{"model-00001-of-00002.safetensors",
-                                      "model-00002-of-00002.safetensors",
-                                      "model.safetensors.index.json"}));
+  EXPECT_EQ(shards, (std::vector<std::string>{"model-00001-of-00002.safetensors",
+                                              "model-00002-of-00002.safetensors"}));
+  EXPECT_EQ(listDir("ckpt"), (std::vector<std::string>{"model-00001-of-00002.safetensors",
+                                                       "model-00002-of-00002.safetensors",
+                                                       "model.safetensors.index.json"}));
   EXPECT_EQ(readAll(path("ckpt/model.safetensors.index.json")),
             "{\n"
             "  \"metadata\": {\n"
@@ -87,11 +79,9 @@ TEST_F(CheckpointTest, ShardedRoundTrip) {
   EXPECT_TRUE(checkpoint.isSharded());
   EXPECT_EQ(checkpoint.numTensors(), 5u);
   EXPECT_EQ(checkpoint.totalBytes(), 130u);
-  EXPECT_EQ(checkpoint.tensorNames(),
-            (std::vector<std::string>{"a", "b", "c", "d", "e"}));
+  EXPECT_EQ(checkpoint.tensorNames(), (std::vector<std::string>{"a", "b", "c", "d", "e"}));
   ASSERT_EQ(checkpoint.files().size(), 2u);
-  EXPECT_EQ(checkpoint.files()[0].metadata(),
-            (SafetensorsMetadata{{"format", "pt"}}));
+  EXPECT_EQ(checkpoint.files()[0].metadata(), (SafetensorsMetadata{{"format", "pt"}}));
   for (const TensorData &expected : tensors) {
     CheckpointTensor found = checkpoint.find(expected.name);
     ASSERT_TRUE(found) << expected.name;
@@ -104,8 +94,7 @@ TEST_F(CheckpointTest, ShardedRoundTrip) {
 
 TEST_F(CheckpointTest, OversizedTensorGetsItsOwnShard) {
   const std::vector<std::string> shards = writeShardedCheckpoint(
-      path("ckpt"),
-      {tensor("a", 8), tensor("big", 100), tensor("b", 8), tensor("c", 8)}, 16);
+      path("ckpt"), {tensor("a", 8), tensor("big", 100), tensor("b", 8), tensor("c", 8)}, 16);
   ASSERT_EQ(shards.size(), 3u);
   Checkpoint checkpoint = Checkpoint::open(path("ckpt"));
   EXPECT_EQ(checkpoint.files()[0].tensors().size(), 1u);
@@ -114,21 +103,19 @@ TEST_F(CheckpointTest, OversizedTensorGetsItsOwnShard) {
 }
 
 TEST_F(CheckpointTest, WritingIsDeterministic) {
-  const std::vector<TensorData> tensors = {
-      tensor("x.weight", 33), tensor("x.bias", 7), tensor("y", 64)};
+  const std::vector<TensorData> tensors = {tensor("x.weight", 33), tensor("x.bias", 7),
+                                           tensor("y", 64)};
   writeShardedCheckpoint(path("one"), tensors, 40, {{"k", "v"}});
   writeShardedCheckpoint(path("two"), tensors, 40, {{"k", "v"}});
   const std::vector<std::string> files = listDir("one");
   ASSERT_EQ(files, listDir("two"));
   EXPECT_EQ(files.size(), 3u); // 2 shards + index
   for (const std::string &file : files)
-    EXPECT_EQ(readAll(path("one/" + file)), readAll(path("two/" + file)))
-        << file;
+    EXPECT_EQ(readAll(path("one/" + file)), readAll(path("two/" + file))) << file;
 }
 
 TEST_F(CheckpointTest, FillVariantWritesTheSameBytesWithProgress) {
-  const std::vector<TensorData> tensors = {tensor("p", 20), tensor("q", 30),
-                                           tensor("r", 5)};
+  const std::vector<TensorData> tensors = {tensor("p", 20), tensor("q", 30), tensor("r", 5)};
   writeShardedCheckpoint(path("data"), tensors, 25);
   std::vector<TensorDecl> decls;
   for (const TensorData &t : tensors)
@@ -137,16 +124,11 @@ TEST_F(CheckpointTest, FillVariantWritesTheSameBytesWithProgress) {
   writeShardedCheckpoint(
       path("fill"), decls,
       [&](size_t index, uint8_t *dst) {
-        std::copy(tensors[index].bytes.begin(), tensors[index].bytes.end(),
-                  dst);
+        std::copy(tensors[index].bytes.begin(), tensors[index].bytes.end(), dst);
       },
-      25, {},
-      [&](uint64_t done, uint64_t total) {
-        progress.emplace_back(done, total);
-      });
+      25, {}, [&](uint64_t done, uint64_t total) { progress.emplace_back(done, total); });
   for (const std::string &file : listDir("data"))
-    EXPECT_EQ(readAll(path("data/" + file)), readAll(path("fill/" + file)))
-        << file;
+    EXPECT_EQ(readAll(path("data/" + file)), readAll(path("fill/" + file))) << file;
   ASSERT_FALSE(progress.empty());
   EXPECT_EQ(progress.front(), (std::pair<uint64_t, uint64_t>{0, 55}));
   EXPECT_EQ(progress.back(), (std::pair<uint64_t, uint64_t>{55, 55}));
@@ -156,8 +138,7 @@ TEST_F(CheckpointTest, FillVariantWritesTheSameBytesWithProgress) {
 
 TEST_F(CheckpointTest, OpensASingleFile) {
   std::filesystem::create_directories(path("c"));
-  writeSafetensors(path("c/model.safetensors"),
-                   {tensor("w", 12), tensor("v", 3)});
+  writeSafetensors(path("c/model.safetensors"), {tensor("w", 12), tensor("v", 3)});
   Checkpoint checkpoint = Checkpoint::open(path("c"));
   EXPECT_FALSE(checkpoint.isSharded());
   EXPECT_EQ(checkpoint.numTensors(), 2u);
@@ -166,22 +147,19 @@ TEST_F(CheckpointTest, OpensASingleFile) {
 }
 
 TEST_F(CheckpointTest, RejectsInvalidWriterArguments) {
-  EXPECT_CONTAINS_ALL(
-      errorOf([&] { writeShardedCheckpoint(path("x"), {tensor("a", 1)}, 0); }),
-      "maxShardBytes");
+  EXPECT_CONTAINS_ALL(errorOf([&] { writeShardedCheckpoint(path("x"), {tensor("a", 1)}, 0); }),
+                      "maxShardBytes");
   // Names must be unique across shards, not just within one.
-  EXPECT_CONTAINS_ALL(
-      errorOf([&] {
-        writeShardedCheckpoint(path("x"), {tensor("a", 4), tensor("a", 4)}, 4);
-      }),
-      "tensor 'a'", "duplicate");
+  EXPECT_CONTAINS_ALL(errorOf([&] {
+                        writeShardedCheckpoint(path("x"), {tensor("a", 4), tensor("a", 4)}, 4);
+                      }),
+                      "tensor 'a'", "duplicate");
   EXPECT_FALSE(std::filesystem::exists(path("x")));
 }
 
 TEST_F(CheckpointTest, RejectsTensorMissingFromItsShard) {
   writeShard("s1.safetensors", {"a"});
-  writeIndex(
-      R"({"weight_map": {"a": "s1.safetensors", "x": "s1.safetensors"}})");
+  writeIndex(R"({"weight_map": {"a": "s1.safetensors", "x": "s1.safetensors"}})");
   EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json", "tensor 'x'",
                       "mapped to 's1.safetensors'", "does not contain it");
 }
@@ -193,16 +171,14 @@ TEST_F(CheckpointTest, RejectsTensorInTheWrongShard) {
                                 "c": "s2.safetensors"}})");
   writeShard("s2.safetensors", {"b", "c"});
   EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json", "tensor 'b'",
-                      "mapped to 's1.safetensors'",
-                      "stored in 's2.safetensors'");
+                      "mapped to 's1.safetensors'", "stored in 's2.safetensors'");
 }
 
 TEST_F(CheckpointTest, RejectsTensorMissingFromTheWeightMap) {
   writeShard("s1.safetensors", {"a", "extra"});
   writeIndex(R"({"weight_map": {"a": "s1.safetensors"}})");
-  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json",
-                      "tensor 'extra'", "'s1.safetensors'",
-                      "missing from the weight_map");
+  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json", "tensor 'extra'",
+                      "'s1.safetensors'", "missing from the weight_map");
 }
 
 TEST_F(CheckpointTest, RejectsTensorInTwoShards) {
@@ -210,18 +186,17 @@ TEST_F(CheckpointTest, RejectsTensorInTwoShards) {
   writeShard("s2.safetensors", {"b", "dup"});
   writeIndex(R"({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors",
                                 "dup": "s1.safetensors"}})");
-  EXPECT_CONTAINS_ALL(openError(), "tensor 'dup'", "both", "'s1.safetensors'",
-                      "'s2.safetensors'");
+  EXPECT_CONTAINS_ALL(openError(), "tensor 'dup'", "both", "'s1.safetensors'", "'s2.safetensors'");
 }
 
 TEST_F(CheckpointTest, RejectsShardNamesThatAreNotPlain) {
   writeShard("s1.safetensors", {"a"});
-  for (const char *name : {"../s1.safetensors", "sub/s1.safetensors", "..", ".",
-                           "/etc/passwd", ""}) {
+  for (const char *name :
+       {"../s1.safetensors", "sub/s1.safetensors", "..", ".", "/etc/passwd", ""}) {
     SCOPED_TRACE(name);
     writeIndex(std::string(R"({"weight_map": {"a": ")") + name + "\"}}");
-    EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json",
-                        "tensor 'a'", "not a plain file name");
+    EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json", "tensor 'a'",
+                        "not a plain file name");
   }
 }
 
@@ -229,8 +204,8 @@ TEST_F(CheckpointTest, RejectsTotalSizeMismatch) {
   writeShard("s1.safetensors", {"a", "b"});
   writeIndex(R"({"metadata": {"total_size": 9},
                  "weight_map": {"a": "s1.safetensors", "b": "s1.safetensors"}})");
-  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json",
-                      "total_size is 9", "hold 8 bytes");
+  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json", "total_size is 9",
+                      "hold 8 bytes");
   writeIndex(R"({"metadata": {"total_size": "8"},
                  "weight_map": {"a": "s1.safetensors", "b": "s1.safetensors"}})");
   EXPECT_CONTAINS_ALL(openError(), "total_size", "not a non-negative integer");
@@ -242,31 +217,26 @@ TEST_F(CheckpointTest, RejectsTotalSizeMismatch) {
 
 TEST_F(CheckpointTest, RejectsMissingShardFile) {
   writeShard("s1.safetensors", {"a"});
-  writeIndex(
-      R"({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}})");
-  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json",
-                      "'s2.safetensors'", "tensor 'b'", "is missing");
+  writeIndex(R"({"weight_map": {"a": "s1.safetensors", "b": "s2.safetensors"}})");
+  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json", "'s2.safetensors'", "tensor 'b'",
+                      "is missing");
 }
 
 TEST_F(CheckpointTest, RejectsMalformedIndex) {
   writeShard("s1.safetensors", {"a"});
   writeIndex("[]");
-  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json",
-                      "not a JSON object");
+  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json", "not a JSON object");
   writeIndex(R"({"metadata": {}})");
-  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json",
-                      "missing 'weight_map'");
+  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json", "missing 'weight_map'");
   writeIndex(R"({"weight_map": ["a"]})");
   EXPECT_CONTAINS_ALL(openError(), "'weight_map' is not a JSON object");
   writeIndex(R"({"weight_map": {"a": 1}})");
   EXPECT_CONTAINS_ALL(openError(), "tensor 'a'", "is not a string");
-  writeIndex(
-      R"({"weight_map": {"a": "s1.safetensors", "a": "s1.safetensors"}})");
-  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json",
-                      "duplicate key 'a'", "'weight_map'");
+  writeIndex(R"({"weight_map": {"a": "s1.safetensors", "a": "s1.safetensors"}})");
+  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json", "duplicate key 'a'",
+                      "'weight_map'");
   writeIndex(R"({"weight_map": {"a": "s1.safetensors"})");
-  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json",
-                      "JSON parse error");
+  EXPECT_CONTAINS_ALL(openError(), "model.safetensors.index.json", "JSON parse error");
 }
 
 TEST_F(CheckpointTest, RejectsAmbiguousOrEmptyDirectories) {

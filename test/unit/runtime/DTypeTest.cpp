@@ -14,10 +14,9 @@ TEST(DType, SizesMatchTheSafetensorsSpec) {
 }
 
 TEST(DType, NamesRoundTrip) {
-  for (DType dtype : {DType::BOOL, DType::U8, DType::I8, DType::U16, DType::I16,
-                      DType::U32, DType::I32, DType::U64, DType::I64, DType::F16,
-                      DType::BF16, DType::F32, DType::F64, DType::F8_E4M3,
-                      DType::F8_E5M2})
+  for (DType dtype : {DType::BOOL, DType::U8, DType::I8, DType::U16, DType::I16, DType::U32,
+                      DType::I32, DType::U64, DType::I64, DType::F16, DType::BF16, DType::F32,
+                      DType::F64, DType::F8_E4M3, DType::F8_E5M2})
     EXPECT_EQ(parseDType(dtypeName(dtype)), dtype) << dtypeName(dtype);
 }
 

@@ -23,12 +23,10 @@ float fromBits(uint32_t bits) {
 }
 
 TEST(FloatTest, E2m1DecodesAllSixteenCodes) {
-  const float expected[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,
-                              4.0f,  6.0f,  -0.0f, -0.5f, -1.0f, -1.5f,
-                              -2.0f, -3.0f, -4.0f, -6.0f};
+  const float expected[16] = {0.0f,  0.5f,  1.0f,  1.5f,  2.0f,  3.0f,  4.0f,  6.0f,
+                              -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
   for (uint8_t code = 0; code < 16; ++code) {
-    EXPECT_EQ(bitsOf(e2m1ToFloat(code)), bitsOf(expected[code]))
-        << "code " << int(code);
+    EXPECT_EQ(bitsOf(e2m1ToFloat(code)), bitsOf(expected[code])) << "code " << int(code);
     EXPECT_EQ(floatToE2m1(expected[code]), code) << "code " << int(code);
   }
   // Only the low nibble counts.
@@ -36,14 +34,14 @@ TEST(FloatTest, E2m1DecodesAllSixteenCodes) {
 }
 
 TEST(FloatTest, E2m1RoundsToNearestEvenAndSaturates) {
-  EXPECT_EQ(floatToE2m1(0.25f), 0);   // tie 0 / 0.5 -> 0
+  EXPECT_EQ(floatToE2m1(0.25f), 0); // tie 0 / 0.5 -> 0
   EXPECT_EQ(floatToE2m1(0.26f), 1);
-  EXPECT_EQ(floatToE2m1(0.75f), 2);   // tie 0.5 / 1 -> 1
-  EXPECT_EQ(floatToE2m1(1.25f), 2);   // tie 1 / 1.5 -> 1
-  EXPECT_EQ(floatToE2m1(1.75f), 4);   // tie 1.5 / 2 -> 2
-  EXPECT_EQ(floatToE2m1(2.5f), 4);    // tie 2 / 3 -> 2
-  EXPECT_EQ(floatToE2m1(3.5f), 6);    // tie 3 / 4 -> 4
-  EXPECT_EQ(floatToE2m1(5.0f), 6);    // tie 4 / 6 -> 4
+  EXPECT_EQ(floatToE2m1(0.75f), 2); // tie 0.5 / 1 -> 1
+  EXPECT_EQ(floatToE2m1(1.25f), 2); // tie 1 / 1.5 -> 1
+  EXPECT_EQ(floatToE2m1(1.75f), 4); // tie 1.5 / 2 -> 2
+  EXPECT_EQ(floatToE2m1(2.5f), 4);  // tie 2 / 3 -> 2
+  EXPECT_EQ(floatToE2m1(3.5f), 6);  // tie 3 / 4 -> 4
+  EXPECT_EQ(floatToE2m1(5.0f), 6);  // tie 4 / 6 -> 4
   EXPECT_EQ(floatToE2m1(5.01f), 7);
   EXPECT_EQ(floatToE2m1(-2.9f), 0x8 | 5);
   EXPECT_EQ(floatToE2m1(7.0f), 7);
@@ -86,8 +84,7 @@ TEST(FloatTest, E4m3EncodeInvertsDecode) {
   for (int code = 0; code < 256; ++code) {
     if ((code & 0x7f) == 0x7f)
       continue;
-    EXPECT_EQ(floatToE4m3(e4m3ToFloat(static_cast<uint8_t>(code))), code)
-        << "code " << code;
+    EXPECT_EQ(floatToE4m3(e4m3ToFloat(static_cast<uint8_t>(code))), code) << "code " << code;
   }
 }
 
@@ -133,8 +130,7 @@ TEST(FloatTest, Bf16RoundTripAndTiesToEven) {
   // Rounding the largest float overflows to infinity, as IEEE does.
   EXPECT_EQ(floatToBf16(std::numeric_limits<float>::max()), 0x7f80);
   EXPECT_EQ(floatToBf16(std::numeric_limits<float>::infinity()), 0x7f80);
-  EXPECT_TRUE(std::isnan(
-      bf16ToFloat(floatToBf16(std::numeric_limits<float>::quiet_NaN()))));
+  EXPECT_TRUE(std::isnan(bf16ToFloat(floatToBf16(std::numeric_limits<float>::quiet_NaN()))));
   // A NaN whose payload sits in the dropped bits stays a NaN.
   EXPECT_TRUE(std::isnan(bf16ToFloat(floatToBf16(fromBits(0x7f800001)))));
 }
@@ -156,7 +152,7 @@ TEST(FloatTest, F16RoundTripAndEdges) {
   // 1 + 2^-11 is halfway between 1 and 1 + 2^-10: even.
   EXPECT_EQ(floatToF16(1.0f + std::ldexp(1.0f, -11)), 0x3c00);
   EXPECT_EQ(floatToF16(1.0f + 3 * std::ldexp(1.0f, -11)), 0x3c02);
-  EXPECT_EQ(floatToF16(std::ldexp(1.0f, -25)), 0x0000);        // tie -> 0
+  EXPECT_EQ(floatToF16(std::ldexp(1.0f, -25)), 0x0000); // tie -> 0
   EXPECT_EQ(floatToF16(std::ldexp(1.5f, -25)), 0x0001);
 }
 

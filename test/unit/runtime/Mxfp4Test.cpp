@@ -25,8 +25,7 @@ std::vector<float> dequantize(const Mxfp4Matrix &m) {
 
 std::vector<float> dequantize(const Nvfp4Matrix &m) {
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
-  dequantizeNvfp4(m.packed.data(), m.scales.data(), m.globalScale, m.rows,
-                  m.cols, out.data());
+  dequantizeNvfp4(m.packed.data(), m.scales.data(), m.globalScale, m.rows, m.cols, out.data());
   return out;
 }
 
@@ -75,7 +74,7 @@ TEST(E8m0Test, EncodingRoundsUpAndClamps) {
   EXPECT_EQ(floatToE8m0(std::nextafter(1.0f, 0.0f)), 127);
   EXPECT_EQ(floatToE8m0(1.5f), 128);
   EXPECT_EQ(floatToE8m0(3.0f), 129);
-  EXPECT_EQ(floatToE8m0(0.3f), 126); // 0.5
+  EXPECT_EQ(floatToE8m0(0.3f), 126);  // 0.5
   EXPECT_EQ(floatToE8m0(-3.0f), 129); // no sign bit: the magnitude counts
   // 0 and everything below 2^-127 give the smallest scale.
   EXPECT_EQ(floatToE8m0(0.0f), 0);
@@ -107,10 +106,10 @@ TEST(Mxfp4Test, PacksLowNibbleFirstWithOneScalePer32) {
   const Mxfp4Matrix m = quantizeMxfp4(values.data(), rows, cols);
   ASSERT_EQ(m.packed.size(), 64u);
   ASSERT_EQ(m.scales.size(), 4u);
-  EXPECT_EQ(m.scales[0], 127); // 1
-  EXPECT_EQ(m.scales[1], 128); // 2
-  EXPECT_EQ(m.scales[2], 125); // 0.25
-  EXPECT_EQ(m.scales[3], 0);   // all zero: 2^-127
+  EXPECT_EQ(m.scales[0], 127);        // 1
+  EXPECT_EQ(m.scales[1], 128);        // 2
+  EXPECT_EQ(m.scales[2], 125);        // 0.25
+  EXPECT_EQ(m.scales[3], 0);          // all zero: 2^-127
   EXPECT_EQ(m.packed[0], 0x17);       // col 0: 6 (7), col 1: 0.5 (1)
   EXPECT_EQ(m.packed[1], 0x5a);       // col 2: -1 (0xa), col 3: 3 (5)
   EXPECT_EQ(m.packed[16], 0xf0);      // col 32: 0, col 33: -12/2 = -6 (0xf)
@@ -135,8 +134,7 @@ TEST(Mxfp4Test, GridValuesRoundTripExactly) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const int block = static_cast<int>((r * cols + c) / 32);
-      float v = c % 32 == 7 ? maxima[block]
-                            : std::fmin(grid[(r * 5 + c * 3) % 8], maxima[block]);
+      float v = c % 32 == 7 ? maxima[block] : std::fmin(grid[(r * 5 + c * 3) % 8], maxima[block]);
       if ((r + c) % 3 == 0)
         v = -v;
       values[r * cols + c] = std::ldexp(v, exponents[block]);
@@ -146,8 +144,8 @@ TEST(Mxfp4Test, GridValuesRoundTripExactly) {
   const std::vector<float> back = dequantize(m);
   for (int64_t i = 0; i < rows * cols; ++i)
     EXPECT_EQ(back[i], values[i]) << "element " << i;
-  EXPECT_EQ(m.scales[0], 127);     // 6 * 2^0
-  EXPECT_EQ(m.scales[3], 0);       // 1.5 * 2^-127 -> 2^-127
+  EXPECT_EQ(m.scales[0], 127);       // 6 * 2^0
+  EXPECT_EQ(m.scales[3], 0);         // 1.5 * 2^-127 -> 2^-127
   EXPECT_EQ(m.scales[4], 125 + 127); // 6 * 2^125
 }
 
@@ -195,19 +193,17 @@ TEST(Mxfp4Test, ZeroBlocksAndRejectedInputs) {
   values[3] = std::numeric_limits<float>::infinity();
   EXPECT_THROW(quantizeMxfp4(values.data(), 1, 64), std::invalid_argument);
   const std::vector<uint8_t> packed(8, 0), scales(1, 0x38);
-  EXPECT_THROW(nvfp4ToMxfp4(packed.data(), scales.data(), 1.0f, 1, 16),
-               std::invalid_argument);
+  EXPECT_THROW(nvfp4ToMxfp4(packed.data(), scales.data(), 1.0f, 1, 16), std::invalid_argument);
 }
 
 TEST(Mxfp4Test, Nvfp4ConversionErrorIsBounded) {
   // Weights the way the synthetic checkpoints draw them: N(0, 1/sqrt(in)).
   const int64_t rows = 128, cols = 512;
-  const std::vector<float> values =
-      gaussian(rows * cols, 1.0f / std::sqrt(float(cols)), 99);
+  const std::vector<float> values = gaussian(rows * cols, 1.0f / std::sqrt(float(cols)), 99);
   const Nvfp4Matrix nv = quantizeNvfp4(values.data(), rows, cols);
   const std::vector<float> nvValues = dequantize(nv);
-  const Mxfp4Matrix mx = nvfp4ToMxfp4(nv.packed.data(), nv.scales.data(),
-                                      nv.globalScale, rows, cols);
+  const Mxfp4Matrix mx =
+      nvfp4ToMxfp4(nv.packed.data(), nv.scales.data(), nv.globalScale, rows, cols);
   EXPECT_EQ(mx.rows, rows);
   EXPECT_EQ(mx.cols, cols);
   const std::vector<float> mxValues = dequantize(mx);
@@ -221,19 +217,15 @@ TEST(Mxfp4Test, Nvfp4ConversionErrorIsBounded) {
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = r * cols + c;
       const float scale = e8m0ToFloat(mx.scales[r * (cols / 32) + c / 32]);
-      const float nvScale =
-          e4m3ToFloat(nv.scales[r * (cols / 16) + c / 16]) * nv.globalScale;
+      const float nvScale = e4m3ToFloat(nv.scales[r * (cols / 16) + c / 16]) * nv.globalScale;
       // Against NVFP4: MXFP4 rounding of the NVFP4 value.
       const float toNv = halfStep(nvValues[i] / scale) * scale;
-      ASSERT_LE(std::fabs(mxValues[i] - nvValues[i]), toNv)
-          << "element (" << r << ", " << c << ")";
+      ASSERT_LE(std::fabs(mxValues[i] - nvValues[i]), toNv) << "element (" << r << ", " << c << ")";
       // Against f32: that plus the NVFP4 rounding (whose products round in
       // f32, hence the slack).
-      const float toF32 = toNv + halfStep(values[i] / nvScale) * nvScale *
-                                     (1.0f + 1e-5f) +
+      const float toF32 = toNv + halfStep(values[i] / nvScale) * nvScale * (1.0f + 1e-5f) +
                           1e-7f * std::fabs(values[i]);
-      ASSERT_LE(std::fabs(mxValues[i] - values[i]), toF32)
-          << "element (" << r << ", " << c << ")";
+      ASSERT_LE(std::fabs(mxValues[i] - values[i]), toF32) << "element (" << r << ", " << c << ")";
     }
   }
   // The NVFP4 values are Gaussian-like data on a finer grid, so requantising
@@ -249,8 +241,7 @@ TEST(Mxfp4Test, Nvfp4ConversionErrorIsBounded) {
   std::printf("NVFP4 vs f32: %.4f, MXFP4(NVFP4) vs NVFP4: %.4f, vs f32: %.4f, "
               "MXFP4(f32) vs f32: %.4f\n",
               relNvF32, relNv, relF32,
-              relativeRms(dequantize(quantizeMxfp4(values.data(), rows, cols)),
-                          values));
+              relativeRms(dequantize(quantizeMxfp4(values.data(), rows, cols)), values));
   EXPECT_GT(relNv, 0.0); // it really was requantised
   EXPECT_LT(relNv, 0.15);
   EXPECT_LT(relF32, 0.17);
@@ -266,8 +257,8 @@ TEST(Mxfp4Test, Nvfp4OnTheMxfp4GridConvertsExactly) {
   std::vector<float> values(rows * cols);
   const float grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
   for (int64_t i = 0; i < rows * cols; ++i)
-    values[i] = (i % 32 == 9 ? 6.0f : grid[(i * 5) % 8]) *
-                (i % 2 ? -1.0f : 1.0f) * blockScales[i / 32] * global;
+    values[i] = (i % 32 == 9 ? 6.0f : grid[(i * 5) % 8]) * (i % 2 ? -1.0f : 1.0f) *
+                blockScales[i / 32] * global;
   // The NVFP4 quantiser's global scale is amax / 2688, not a power of two;
   // build the NVFP4 form by hand instead.
   Nvfp4Matrix nv;
@@ -279,12 +270,12 @@ TEST(Mxfp4Test, Nvfp4OnTheMxfp4GridConvertsExactly) {
   for (int64_t j = 0; j < rows * cols / 16; ++j)
     nv.scales[j] = floatToE4m3(blockScales[j / 2]);
   for (int64_t i = 0; i < rows * cols; i += 2)
-    nv.packed[i / 2] = static_cast<uint8_t>(
-        floatToE2m1(values[i] / (blockScales[i / 32] * global)) |
-        floatToE2m1(values[i + 1] / (blockScales[i / 32] * global)) << 4);
+    nv.packed[i / 2] =
+        static_cast<uint8_t>(floatToE2m1(values[i] / (blockScales[i / 32] * global)) |
+                             floatToE2m1(values[i + 1] / (blockScales[i / 32] * global)) << 4);
   ASSERT_EQ(dequantize(nv), values);
-  const Mxfp4Matrix mx = nvfp4ToMxfp4(nv.packed.data(), nv.scales.data(),
-                                      nv.globalScale, rows, cols);
+  const Mxfp4Matrix mx =
+      nvfp4ToMxfp4(nv.packed.data(), nv.scales.data(), nv.globalScale, rows, cols);
   EXPECT_EQ(dequantize(mx), values);
   EXPECT_EQ(mx.packed, nv.packed);
   EXPECT_EQ(mx.scales[0], 127); // 256 * 2^-8

@@ -15,8 +15,7 @@ namespace {
 
 std::vector<float> dequantize(const Nvfp4Matrix &m) {
   std::vector<float> out(static_cast<size_t>(m.rows * m.cols));
-  dequantizeNvfp4(m.packed.data(), m.scales.data(), m.globalScale, m.rows,
-                  m.cols, out.data());
+  dequantizeNvfp4(m.packed.data(), m.scales.data(), m.globalScale, m.rows, m.cols, out.data());
   return out;
 }
 
@@ -50,12 +49,12 @@ TEST(Nvfp4Test, PacksLowNibbleFirst) {
   ASSERT_EQ(m.scales.size(), 4u);
   EXPECT_FLOAT_EQ(m.globalScale, 6.0f / 2688.0f);
   for (uint8_t scale : m.scales)
-    EXPECT_EQ(scale, 0x7e); // 448
-  EXPECT_EQ(m.packed[0], 0x17);            // col 0: 6 (7), col 1: 0.5 (1)
-  EXPECT_EQ(m.packed[8], 0x07);            // col 16: 6, col 17: 0
-  EXPECT_EQ(m.packed[16 + 0], 0x5a);       // col 0: -1 (0xa), col 1: 3 (5)
-  EXPECT_EQ(m.packed[16 + 1], 0x07);       // col 2: 6
-  EXPECT_EQ(m.packed[16 + 8], 0xf3);       // col 16: 1.5 (3), col 17: -6 (f)
+    EXPECT_EQ(scale, 0x7e);          // 448
+  EXPECT_EQ(m.packed[0], 0x17);      // col 0: 6 (7), col 1: 0.5 (1)
+  EXPECT_EQ(m.packed[8], 0x07);      // col 16: 6, col 17: 0
+  EXPECT_EQ(m.packed[16 + 0], 0x5a); // col 0: -1 (0xa), col 1: 3 (5)
+  EXPECT_EQ(m.packed[16 + 1], 0x07); // col 2: 6
+  EXPECT_EQ(m.packed[16 + 8], 0xf3); // col 16: 1.5 (3), col 17: -6 (f)
   for (size_t i : {2u, 3u, 7u, 9u, 15u, 18u, 31u})
     EXPECT_EQ(m.packed[i], 0) << "byte " << i;
 
@@ -78,13 +77,11 @@ TEST(Nvfp4Test, GaussianErrorWithinBounds) {
   for (int64_t r = 0; r < rows; ++r) {
     for (int64_t c = 0; c < cols; ++c) {
       const int64_t i = r * cols + c;
-      const float blockScale =
-          e4m3ToFloat(m.scales[r * (cols / 16) + c / 16]) * m.globalScale;
+      const float blockScale = e4m3ToFloat(m.scales[r * (cols / 16) + c / 16]) * m.globalScale;
       ASSERT_GT(blockScale, 0.0f);
       const float err = std::fabs(values[i] - back[i]);
       // Rounding to the E2M1 grid, plus f32 rounding of the scale products.
-      const float bound = halfStep(values[i] / blockScale) * blockScale *
-                              (1.0f + 1e-5f) +
+      const float bound = halfStep(values[i] / blockScale) * blockScale * (1.0f + 1e-5f) +
                           1e-7f * std::fabs(values[i]);
       ASSERT_LE(err, bound) << "element (" << r << ", " << c << ")";
       errSq += double(err) * err;
@@ -107,8 +104,7 @@ TEST(Nvfp4Test, GridValuesRoundTripExactly) {
   // global scale is g exactly, every block scale is s_b exactly and every
   // value survives bit for bit.
   const float grid[8] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f};
-  const float blockScales[4] = {448.0f, 1.5f, 0.013671875f /* subnormal */,
-                                3.25f};
+  const float blockScales[4] = {448.0f, 1.5f, 0.013671875f /* subnormal */, 3.25f};
   const float global = std::ldexp(1.0f, -10);
   const int64_t rows = 4, cols = 64;
   std::vector<float> values(rows * cols);

@@ -26,15 +26,13 @@ inline std::string littleEndian64(uint64_t value) {
 }
 
 // A whole file image: length prefix, header text as given, data.
-inline std::string fileImage(const std::string &header,
-                             const std::string &data = "") {
+inline std::string fileImage(const std::string &header, const std::string &data = "") {
   return littleEndian64(header.size()) + header + data;
 }
 
 inline std::string readAll(const std::string &path) {
   std::ifstream in(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(in)),
-                     std::istreambuf_iterator<char>());
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
 }
 
 // The message of the SafetensorsError `fn` throws; a test failure if it
@@ -52,12 +50,12 @@ template <typename Fn> std::string errorOf(Fn &&fn) {
   return "";
 }
 
-#define EXPECT_CONTAINS_ALL(text, ...)                                         \
-  do {                                                                         \
-    const std::string kilnText_ = (text);                                      \
-    for (const char *kilnPart_ : {__VA_ARGS__})                                \
-      EXPECT_NE(kilnText_.find(kilnPart_), std::string::npos)                  \
-          << "missing \"" << kilnPart_ << "\" in: " << kilnText_;              \
+#define EXPECT_CONTAINS_ALL(text, ...)                                                             \
+  do {                                                                                             \
+    const std::string kilnText_ = (text);                                                          \
+    for (const char *kilnPart_ : {__VA_ARGS__})                                                    \
+      EXPECT_NE(kilnText_.find(kilnPart_), std::string::npos)                                      \
+          << "missing \"" << kilnPart_ << "\" in: " << kilnText_;                                  \
   } while (false)
 
 // Gives each test its own directory under ::testing::TempDir().
@@ -76,8 +74,7 @@ protected:
   std::string path(const std::string &name) const { return dir_ + "/" + name; }
 
   // Writes `bytes` to `name` in the test directory; returns the path.
-  std::string writeFile(const std::string &name,
-                        const std::string &bytes) const {
+  std::string writeFile(const std::string &name, const std::string &bytes) const {
     const std::string target = path(name);
     std::ofstream out(target, std::ios::binary);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
@@ -88,8 +85,7 @@ protected:
   // Names of the entries of the test directory (or a subdirectory), sorted.
   std::vector<std::string> listDir(const std::string &sub = "") const {
     std::vector<std::string> names;
-    for (const auto &entry :
-         std::filesystem::directory_iterator(sub.empty() ? dir_ : path(sub)))
+    for (const auto &entry : std::filesystem::directory_iterator(sub.empty() ? dir_ : path(sub)))
       names.push_back(entry.path().filename().string());
     std::sort(names.begin(), names.end());
     return names;

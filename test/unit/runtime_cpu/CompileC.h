@@ -36,9 +36,8 @@ inline std::vector<uint8_t> compileSharedObject(const std::string &source) {
   const std::string cPath = dir + "/kernels.c";
   const std::string soPath = dir + "/kernels.so";
   std::ofstream(cPath) << source;
-  const std::string command = std::string(testCompiler()) +
-                              " -shared -fPIC -O1 -o " + soPath + " " + cPath +
-                              " -lm 2>" + dir + "/errors.txt";
+  const std::string command = std::string(testCompiler()) + " -shared -fPIC -O1 -o " + soPath +
+                              " " + cPath + " -lm 2>" + dir + "/errors.txt";
   std::vector<uint8_t> bytes;
   if (std::system(command.c_str()) != 0) {
     std::ifstream errors(dir + "/errors.txt");

@@ -49,8 +49,7 @@ TEST(CpuBackendTest, MemoryIsTheProcesss) {
   // Adopted memory keeps its address: no copy.
   AlignedBuffer host(64, "host");
   host.data()[5] = 42;
-  const DeviceAddress where =
-      reinterpret_cast<uintptr_t>(host.data());
+  const DeviceAddress where = reinterpret_cast<uintptr_t>(host.data());
   DeviceMemory adopted(*backend, backend->adopt(std::move(host), "w"), 64);
   EXPECT_EQ(adopted.address(), where);
   EXPECT_EQ(reinterpret_cast<const uint8_t *>(adopted.address())[5], 42);
@@ -92,8 +91,7 @@ TEST(CpuBackendTest, RefusesOtherTargets) {
     CpuBackend::create(Artifact::fromBytes(serialize(a), "gpu.kiln"), pool);
     ADD_FAILURE() << "nothing thrown";
   } catch (const std::exception &error) {
-    EXPECT_NE(std::string(error.what()).find("artifact is for nvptx sm_90"),
-              std::string::npos)
+    EXPECT_NE(std::string(error.what()).find("artifact is for nvptx sm_90"), std::string::npos)
         << error.what();
   }
 }

@@ -32,8 +32,7 @@ public:
     const Config config = muse_spark::loadConfig("muse-spark-tiny");
     embed_ = weight(config, "model.embed_tokens.weight", seed);
     lm_ = weight(config, "lm_head.weight", seed);
-    expert_ =
-        weight(config, "model.layers.0.mlp.experts.2.up_proj.weight", seed);
+    expert_ = weight(config, "model.layers.0.mlp.experts.2.up_proj.weight", seed);
   }
 
   // Logits after appending `tokens`, the last token's, with `parts` for the
@@ -67,14 +66,11 @@ public:
   }
 
 private:
-  static std::vector<float> weight(const Config &config,
-                                   const std::string &name, uint64_t seed) {
-    for (const auto &spec :
-         muse_spark::checkpointManifest(config, muse_spark::WeightFormat::BF16))
+  static std::vector<float> weight(const Config &config, const std::string &name, uint64_t seed) {
+    for (const auto &spec : muse_spark::checkpointManifest(config, muse_spark::WeightFormat::BF16))
       if (spec.name == name) {
         std::vector<uint16_t> bits(spec.shape[0] * spec.shape[1]);
-        muse_spark::synthesizeTensor(config, spec, seed,
-                                     reinterpret_cast<uint8_t *>(bits.data()));
+        muse_spark::synthesizeTensor(config, spec, seed, reinterpret_cast<uint8_t *>(bits.data()));
         std::vector<float> values;
         for (uint16_t b : bits)
           values.push_back(bf16ToFloat(b));
@@ -88,8 +84,7 @@ private:
   std::vector<int32_t> history_;
 };
 
-void expectLogitsNear(const std::vector<float> &actual,
-                      const std::vector<double> &expected,
+void expectLogitsNear(const std::vector<float> &actual, const std::vector<double> &expected,
                       const std::string &what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
   for (size_t v = 0; v < actual.size(); ++v)
@@ -114,8 +109,8 @@ template <typename Fn> std::string errorOf(Fn &&fn) {
   return "";
 }
 
-#define EXPECT_HAS(text, part)                                                 \
-  EXPECT_NE(std::string(text).find(part), std::string::npos)                   \
+#define EXPECT_HAS(text, part)                                                                     \
+  EXPECT_NE(std::string(text).find(part), std::string::npos)                                       \
       << "missing \"" << part << "\" in: " << text
 
 class EngineTest : public ::testing::Test {
@@ -126,14 +121,12 @@ protected:
     ASSERT_FALSE(testKernelBlob().empty());
   }
 
-  static std::unique_ptr<Engine> make(const TestArtifact &a,
-                                      EngineOptions options = {}) {
+  static std::unique_ptr<Engine> make(const TestArtifact &a, EngineOptions options = {}) {
     if (options.weights.empty())
       options.weights = "synthetic:5";
     if (options.threads == 0)
       options.threads = 3;
-    return Engine::create(Artifact::fromBytes(serialize(a), "test.kiln"),
-                          options);
+    return Engine::create(Artifact::fromBytes(serialize(a), "test.kiln"), options);
   }
 };
 
@@ -142,8 +135,7 @@ TEST_F(EngineTest, PrefillAndDecodeMatchReference) {
   EXPECT_EQ(engine->vocabSize(), kVocab);
   EXPECT_EQ(engine->contextLength(), 4096);
   EXPECT_EQ(engine->numThreads(), 3);
-  EXPECT_EQ(engine->weightBytes(),
-            2u * kVocab * kHidden * 2 + 2u * kLatent * kLatent * 2);
+  EXPECT_EQ(engine->weightBytes(), 2u * kVocab * kHidden * 2 + 2u * kLatent * kLatent * 2);
   EXPECT_EQ(engine->arenaBytes(), kArenaBytes); // one arena, shared by the entry points
   Reference reference(5);
   // 20 tokens: chunks of 8, 8 and 4; the sliding cache wraps twice.
@@ -183,8 +175,7 @@ TEST_F(EngineTest, PartsFollowThreadsAndMaxParts) {
   // The last logit counts the parts of the stamp launch: min(8, threads).
   EXPECT_EQ(a.back(), 1.0f);
   EXPECT_EQ(b.back(), 8.0f);
-  EXPECT_EQ(std::vector<float>(a.begin(), a.end() - 1),
-            std::vector<float>(b.begin(), b.end() - 1));
+  EXPECT_EQ(std::vector<float>(a.begin(), a.end() - 1), std::vector<float>(b.begin(), b.end() - 1));
 }
 
 TEST_F(EngineTest, ProfileDecodeTimesEveryLaunchAndDecodes) {
@@ -249,9 +240,10 @@ TEST_F(EngineTest, DecodeBatchContinuesEachConversation) {
     const std::vector<float> rows = engine->decodeBatch(tokens);
     ASSERT_EQ(rows.size(), size_t(3 * kVocab));
     for (int64_t c = 0; c < 3; ++c)
-      expectLogitsNear(std::vector<float>(rows.begin() + c * kVocab, rows.begin() + (c + 1) * kVocab),
-                       references[c].append({tokens[c]}, 3),
-                       "step " + std::to_string(step) + " of conversation " + std::to_string(c));
+      expectLogitsNear(
+          std::vector<float>(rows.begin() + c * kVocab, rows.begin() + (c + 1) * kVocab),
+          references[c].append({tokens[c]}, 3),
+          "step " + std::to_string(step) + " of conversation " + std::to_string(c));
   }
   // A smaller batch steps the first conversations only; the one-conversation
   // entry points carry on where the batch left each conversation.
@@ -262,7 +254,8 @@ TEST_F(EngineTest, DecodeBatchContinuesEachConversation) {
   EXPECT_EQ(engine->pastTokens(0), 10);
   EXPECT_EQ(engine->pastTokens(1), 16);
   EXPECT_EQ(engine->pastTokens(2), 24);
-  expectLogitsNear(engine->decode(2, 11), references[2].append({11}, 3), "decode of conversation 2");
+  expectLogitsNear(engine->decode(2, 11), references[2].append({11}, 3),
+                   "decode of conversation 2");
   expectLogitsNear(engine->decode(12), references[0].append({12}, 3), "decode of conversation 0");
   // What a batch refuses.
   EXPECT_HAS(errorOf([&] { engine->decodeBatch({1, 2, 3, 4}); }), "1 to 3 tokens");
@@ -317,9 +310,8 @@ TEST_F(EngineTest, OnlyOneEntryPoint) {
 TEST_F(EngineTest, CheckpointWeightsMatchSynthetic) {
   std::string dir = ::testing::TempDir() + "/kiln-engine-XXXXXX";
   ASSERT_NE(::mkdtemp(dir.data()), nullptr);
-  muse_spark::writeSyntheticCheckpoint(
-      muse_spark::loadConfig("muse-spark-tiny"), muse_spark::WeightFormat::BF16,
-      5, dir, uint64_t{2} << 20);
+  muse_spark::writeSyntheticCheckpoint(muse_spark::loadConfig("muse-spark-tiny"),
+                                       muse_spark::WeightFormat::BF16, 5, dir, uint64_t{2} << 20);
   EngineOptions options;
   options.weights = dir;
   uint64_t lastDone = 0, lastTotal = 0;
@@ -347,8 +339,7 @@ TEST_F(EngineTest, LoadsFromFile) {
   options.threads = 3; // as make(): the last logit counts parts
   auto engine = Engine::load(dir + "/test.kiln", options);
   EXPECT_EQ(engine->artifact().source(), dir + "/test.kiln");
-  EXPECT_EQ(engine->prefill(prompt(4)),
-            make(testArtifact())->prefill(prompt(4)));
+  EXPECT_EQ(engine->prefill(prompt(4)), make(testArtifact())->prefill(prompt(4)));
   EXPECT_HAS(errorOf([&] { Engine::load(dir + "/missing.kiln", options); }),
              "missing.kiln: cannot open");
   std::filesystem::remove_all(dir);
@@ -365,8 +356,7 @@ TEST_F(EngineTest, CallErrors) {
              "token id 1024 is outside the vocabulary 0..1023");
   EXPECT_HAS(errorOf([&] { engine->decode(-1); }), "token id -1");
   EXPECT_EQ(engine->pastTokens(), 0);
-  EXPECT_HAS(errorOf([&] { engine->prefill(prompt(25)); }),
-             "do not fit the context");
+  EXPECT_HAS(errorOf([&] { engine->prefill(prompt(25)); }), "do not fit the context");
   engine->prefill(prompt(20));
   for (int i = 0; i < 4; ++i)
     engine->decode(1);
@@ -436,7 +426,9 @@ TEST_F(EngineTest, ARankLoadedAloneHoldsItsShareAndRunsNothing) {
   EXPECT_EQ(engine->rank(), 1);
   EXPECT_EQ(engine->worldSize(), 2);
   EXPECT_GT(engine->weightBytes(), 0u);
-  EXPECT_HAS(errorOf([&] { engine->prefill({1, 2, 3}); }),
+  EXPECT_HAS(errorOf([&] {
+               engine->prefill({1, 2, 3});
+             }),
              "rank 1 of 2 was loaded alone (EngineOptions::loadAlone): it runs only in its job");
   EXPECT_HAS(errorOf([&] { engine->decode(1); }), "was loaded alone");
 }
@@ -466,11 +458,9 @@ TEST_F(EngineTest, BufferOutsideItsBuffer) {
   // Positions read 16 ints where 8 were allocated (rounded to 64 bytes: 16
   // fit, 17 do not).
   TestArtifact input = testArtifact();
-  std::get<TestLaunch>(input.entryPoints[0].steps[1]).buffers[1].shape = {
-      tokens(17)};
+  std::get<TestLaunch>(input.entryPoints[0].steps[1]).buffers[1].shape = {tokens(17)};
   const std::string message = errorOf([&] { make(input); });
-  EXPECT_HAS(message,
-             "entry point 'prefill', steps[1] (launch of 'kiln_kv_append'");
+  EXPECT_HAS(message, "entry point 'prefill', steps[1] (launch of 'kiln_kv_append'");
   EXPECT_HAS(message, "buffers[1]: Input buffer 1 is used up to byte 68");
 
   TestArtifact kv = testArtifact();
@@ -478,10 +468,9 @@ TEST_F(EngineTest, BufferOutsideItsBuffer) {
   EXPECT_HAS(errorOf([&] { make(kv); }), "KvCache buffer 0 is used up to");
 
   TestArtifact logits = testArtifact();
-  std::get<TestLaunch>(logits.entryPoints[0].steps.back()).buffers[5].shape = {
-      fixed(1), fixed(kVocab / 2)};
-  EXPECT_HAS(errorOf([&] { make(logits); }),
-             "logits of width 512, but the vocabulary has 1024");
+  std::get<TestLaunch>(logits.entryPoints[0].steps.back()).buffers[5].shape = {fixed(1),
+                                                                               fixed(kVocab / 2)};
+  EXPECT_HAS(errorOf([&] { make(logits); }), "logits of width 512, but the vocabulary has 1024");
 }
 
 TEST_F(EngineTest, ContextLengthLimits) {
@@ -492,8 +481,7 @@ TEST_F(EngineTest, ContextLengthLimits) {
   options.contextLength = 8;
   auto engine = make(testArtifact(), options);
   EXPECT_EQ(engine->contextLength(), 8);
-  EXPECT_EQ(engine->kvCacheBytes(),
-            2u * (8 * 64 * 4) + 2u * (kWindow * 64 * 4));
+  EXPECT_EQ(engine->kvCacheBytes(), 2u * (8 * 64 * 4) + 2u * (kWindow * 64 * 4));
 }
 
 } // namespace

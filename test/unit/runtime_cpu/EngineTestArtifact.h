@@ -19,23 +19,20 @@ constexpr int64_t kWindow = 8;
 constexpr uint32_t kPrefillTokens = 8;
 
 // Arena layout for at most 16 rows (T <= 8 rounded up to the tile height).
-constexpr uint64_t kX = 0, kG = 16384, kS = 18432, kS2 = 20480, kMv = 22528,
-                   kStamp = 30720, kArenaBytes = 30752;
+constexpr uint64_t kX = 0, kG = 16384, kS = 18432, kS2 = 20480, kMv = 22528, kStamp = 30720,
+                   kArenaBytes = 30752;
 
 inline const std::vector<uint8_t> &testKernelBlob() {
-  static const std::vector<uint8_t> blob =
-      compileSharedObject(kTestKernelsSource);
+  static const std::vector<uint8_t> blob = compileSharedObject(kTestKernelsSource);
   return blob;
 }
 
-inline TestBuffer buffer(fb::BufferKind kind, uint32_t index,
-                         std::vector<fb::Dim> shape, fb::DType dtype,
-                         uint64_t offset = 0) {
+inline TestBuffer buffer(fb::BufferKind kind, uint32_t index, std::vector<fb::Dim> shape,
+                         fb::DType dtype, uint64_t offset = 0) {
   return {kind, index, offset, std::move(shape), dtype};
 }
 inline TestBuffer kvRef(uint32_t index) {
-  return buffer(fb::BufferKind::KvCache, index, {fixed(0), fixed(2), fixed(32)},
-                fb::DType::F32);
+  return buffer(fb::BufferKind::KvCache, index, {fixed(0), fixed(2), fixed(32)}, fb::DType::F32);
 }
 
 // The steps of an entry point: one conversation (n = 0), or a batched call
@@ -52,22 +49,15 @@ inline std::vector<TestStep> testSteps(int64_t n) {
   const TestBuffer mv = arena(kMv, {tokens(16), fixed(kLatent)}, DType::F32);
   const TestBuffer stamp = arena(kStamp, {fixed(8)}, DType::F32);
   const TestBuffer ids = buffer(BufferKind::Input, 0, {tokens()}, DType::I32);
-  const TestBuffer positions =
-      buffer(BufferKind::Input, 1, {tokens()}, DType::I32);
+  const TestBuffer positions = buffer(BufferKind::Input, 1, {tokens()}, DType::I32);
   auto launch = [](uint32_t kernel, std::vector<TestBuffer> buffers,
-                   std::vector<TestScalar> scalars, uint32_t maxParts,
-                   std::string op) {
-    return TestLaunch{kernel, std::move(buffers), std::move(scalars), maxParts,
-                      std::move(op)};
+                   std::vector<TestScalar> scalars, uint32_t maxParts, std::string op) {
+    return TestLaunch{kernel, std::move(buffers), std::move(scalars), maxParts, std::move(op)};
   };
   return {
-      launch(0,
-             {ids,
-              buffer(BufferKind::Weight, 0, {fixed(kVocab), fixed(kHidden)},
-                     DType::BF16),
-              x},
-             {{ScalarKind::Tokens}, {ScalarKind::Part}, {ScalarKind::Parts}}, 4,
-             "model.embed_tokens"),
+      launch(
+          0, {ids, buffer(BufferKind::Weight, 0, {fixed(kVocab), fixed(kHidden)}, DType::BF16), x},
+          {{ScalarKind::Tokens}, {ScalarKind::Part}, {ScalarKind::Parts}}, 4, "model.embed_tokens"),
       n ? launch(6, {x, positions, kvRef(0), kvRef(1)},
                  {{ScalarKind::Tokens}, {ScalarKind::Constant, n}}, 1, "model.layers.3.kv")
         : launch(1, {x, positions, kvRef(0), kvRef(1)},
@@ -89,21 +79,15 @@ inline std::vector<TestStep> testSteps(int64_t n) {
                  {{ScalarKind::Tokens}, {ScalarKind::PastTokens}, {ScalarKind::Constant, kWindow}},
                  1, "model.layers.2.self_attn"),
       TestCopy{s, s2},
-      launch(3,
-             {x,
-              buffer(BufferKind::Weight, 2,
-                     {fixed(2), fixed(kLatent * kLatent)}, DType::BF16),
-              mv},
-             {{ScalarKind::Tokens}, {ScalarKind::Constant, kLatent}}, 1,
-             "model.layers.0.mlp.experts"),
+      launch(
+          3,
+          {x, buffer(BufferKind::Weight, 2, {fixed(2), fixed(kLatent * kLatent)}, DType::BF16), mv},
+          {{ScalarKind::Tokens}, {ScalarKind::Constant, kLatent}}, 1, "model.layers.0.mlp.experts"),
       launch(4, {stamp}, {{ScalarKind::Part}, {ScalarKind::Parts}}, 8, "stamp"),
       launch(5,
              {g, s2, mv,
-              buffer(BufferKind::Weight, 1, {fixed(kVocab), fixed(kHidden)},
-                     DType::BF16),
-              stamp,
-              buffer(BufferKind::Output, 0, {n ? tokens() : fixed(1), fixed(kVocab)},
-                     DType::F32)},
+              buffer(BufferKind::Weight, 1, {fixed(kVocab), fixed(kHidden)}, DType::BF16), stamp,
+              buffer(BufferKind::Output, 0, {n ? tokens() : fixed(1), fixed(kVocab)}, DType::F32)},
              {{ScalarKind::Tokens},
               {ScalarKind::Part},
               {ScalarKind::Parts},

@@ -76,8 +76,8 @@ TEST(HostCollectivesTest, GroupsExchangeTheirMembersData) {
     const int partner = r ^ 2; // {0, 2} and {1, 3}
     EXPECT_EQ(pairSums[r], (std::vector<float>{float(r + partner), float(10 * (r + partner)), 1}));
     const int first = std::min(r, partner), second = std::max(r, partner);
-    EXPECT_EQ(gathers[r], (std::vector<float>{float(first), float(10 * first), 0.5f,
-                                              float(second), float(10 * second), 0.5f}));
+    EXPECT_EQ(gathers[r], (std::vector<float>{float(first), float(10 * first), 0.5f, float(second),
+                                              float(10 * second), 0.5f}));
     // Piece r of the sum over ranks of (k+1) * rank: (r + 1) * 6.
     EXPECT_EQ(scatters[r], (std::vector<float>{float((r + 1) * 6)}));
   }

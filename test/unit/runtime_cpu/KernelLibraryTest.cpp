@@ -53,8 +53,7 @@ protected:
 };
 
 TEST_F(KernelLibraryTest, LoadsFromBytesAndCalls) {
-  KernelLibrary library =
-      KernelLibrary::load(blob_.data(), blob_.size(), "test.kiln");
+  KernelLibrary library = KernelLibrary::load(blob_.data(), blob_.size(), "test.kiln");
   KernelFn add = library.resolve("kiln_add");
   int64_t a = 40, b = 2, result = 0;
   void *args[] = {&a, &b, &result};
@@ -65,18 +64,15 @@ TEST_F(KernelLibraryTest, LoadsFromBytesAndCalls) {
 }
 
 TEST_F(KernelLibraryTest, MissingSymbolNamesIt) {
-  KernelLibrary library =
-      KernelLibrary::load(blob_.data(), blob_.size(), "test.kiln");
+  KernelLibrary library = KernelLibrary::load(blob_.data(), blob_.size(), "test.kiln");
   EXPECT_EQ(library.find("kiln_sub"), nullptr);
-  const std::string message =
-      runtimeErrorOf([&] { library.resolve("kiln_sub"); });
+  const std::string message = runtimeErrorOf([&] { library.resolve("kiln_sub"); });
   EXPECT_NE(message.find("'kiln_sub'"), std::string::npos) << message;
   EXPECT_NE(message.find("test.kiln"), std::string::npos) << message;
 }
 
 TEST_F(KernelLibraryTest, LibcSymbolsAreNotKernels) {
-  KernelLibrary library =
-      KernelLibrary::load(blob_.data(), blob_.size(), "test.kiln");
+  KernelLibrary library = KernelLibrary::load(blob_.data(), blob_.size(), "test.kiln");
   EXPECT_EQ(library.find("malloc"), nullptr);
 }
 
@@ -107,30 +103,26 @@ void kiln_add(void **args) { *(int64_t *)args[2] = -1; }
 }
 
 TEST_F(KernelLibraryTest, MoveKeepsTheLibrary) {
-  KernelLibrary library =
-      KernelLibrary::load(blob_.data(), blob_.size(), "test.kiln");
+  KernelLibrary library = KernelLibrary::load(blob_.data(), blob_.size(), "test.kiln");
   KernelLibrary moved = std::move(library);
   EXPECT_NE(moved.resolve("kiln_add"), nullptr);
   EXPECT_EQ(moved.source(), "test.kiln");
 }
 
 TEST_F(KernelLibraryTest, TruncatedBlobIsRefused) {
-  const std::string message = runtimeErrorOf(
-      [&] { KernelLibrary::load(blob_.data(), blob_.size() / 3, "cut.kiln"); });
+  const std::string message =
+      runtimeErrorOf([&] { KernelLibrary::load(blob_.data(), blob_.size() / 3, "cut.kiln"); });
   EXPECT_NE(message.find("cut.kiln"), std::string::npos) << message;
   EXPECT_NE(message.find("truncated"), std::string::npos) << message;
 }
 
 TEST(KernelLibrary, GarbageIsRefused) {
   const std::vector<uint8_t> garbage(4096, 0xAB);
-  const std::string message = runtimeErrorOf([&] {
-    KernelLibrary::load(garbage.data(), garbage.size(), "junk.kiln");
-  });
+  const std::string message =
+      runtimeErrorOf([&] { KernelLibrary::load(garbage.data(), garbage.size(), "junk.kiln"); });
   EXPECT_NE(message.find("junk.kiln"), std::string::npos) << message;
   EXPECT_NE(message.find("not an ELF"), std::string::npos) << message;
-  EXPECT_NE(runtimeErrorOf([] {
-              KernelLibrary::load(nullptr, 0, "empty");
-            }).find("not an ELF"),
+  EXPECT_NE(runtimeErrorOf([] { KernelLibrary::load(nullptr, 0, "empty"); }).find("not an ELF"),
             std::string::npos);
 }
 

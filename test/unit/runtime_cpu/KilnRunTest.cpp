@@ -24,8 +24,8 @@ struct Result {
   std::string out, err;
 };
 
-#define EXPECT_HAS(text, part)                                                 \
-  EXPECT_NE(std::string(text).find(part), std::string::npos)                   \
+#define EXPECT_HAS(text, part)                                                                     \
+  EXPECT_NE(std::string(text).find(part), std::string::npos)                                       \
       << "missing \"" << part << "\" in: " << text
 
 class KilnRunTest : public ::testing::Test {
@@ -52,8 +52,7 @@ protected:
     return path;
   }
 
-  static Result run(const std::vector<std::string> &args,
-                    bool terminal = false) {
+  static Result run(const std::vector<std::string> &args, bool terminal = false) {
     std::ostringstream out, err;
     const int status = kilnRunMain(args, out, err, terminal);
     return {status, out.str(), err.str()};
@@ -75,21 +74,17 @@ protected:
   }
 
   // A failure: the status, and exactly one line on stderr naming `part`.
-  static void expectError(const Result &result, int status,
-                          const std::string &part) {
+  static void expectError(const Result &result, int status, const std::string &part) {
     EXPECT_EQ(result.status, status) << result.err;
     EXPECT_EQ(result.err.rfind("kiln-run: error: ", 0), 0u) << result.err;
-    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1)
-        << result.err;
+    EXPECT_EQ(std::count(result.err.begin(), result.err.end(), '\n'), 1) << result.err;
     EXPECT_HAS(result.err, part);
   }
 
   std::string dir_, artifact_;
 };
 
-std::string firstLine(const std::string &text) {
-  return text.substr(0, text.find('\n'));
-}
+std::string firstLine(const std::string &text) { return text.substr(0, text.find('\n')); }
 
 TEST_F(KilnRunTest, Help) {
   const Result result = run({"--help"});
@@ -136,12 +131,11 @@ TEST_F(KilnRunTest, ProgressBarOnATerminal) {
 
 TEST_F(KilnRunTest, SamplingIsSeeded) {
   const auto sampled = [&](const std::string &seed) {
-    Result result = run(args({"--temperature", "1.5", "--top-p", "0.95",
-                              "--seed", seed, "--max-new-tokens=12"}));
+    Result result = run(
+        args({"--temperature", "1.5", "--top-p", "0.95", "--seed", seed, "--max-new-tokens=12"}));
     EXPECT_EQ(result.status, 2); // --max-new-tokens given twice
-    result = run({artifact_, "--weights=synthetic:5", "--prompt-ids=4,5",
-                  "--max-new-tokens=12", "--temperature=1.5", "--top-p=0.95",
-                  "--seed=" + seed, "--context=64"});
+    result = run({artifact_, "--weights=synthetic:5", "--prompt-ids=4,5", "--max-new-tokens=12",
+                  "--temperature=1.5", "--top-p=0.95", "--seed=" + seed, "--context=64"});
     EXPECT_EQ(result.status, 0) << result.err;
     return firstLine(result.out);
   };
@@ -153,19 +147,18 @@ TEST_F(KilnRunTest, SamplingIsSeeded) {
 
 TEST_F(KilnRunTest, UsageErrors) {
   expectError(run({}), 2, "no artifact given");
-  expectError(run(args({"--frobnicate", "1"})), 2,
-              "unknown option '--frobnicate'");
+  expectError(run(args({"--frobnicate", "1"})), 2, "unknown option '--frobnicate'");
   expectError(run(args({"-x"})), 2, "unknown option '-x'");
   expectError(run(args({"other.kiln"})), 2, "unexpected argument");
   expectError(run({artifact_, "--prompt-ids", "1", "--max-new-tokens", "1"}), 2,
               "--weights is required");
-  expectError(run({artifact_, "--weights", "synthetic:1", "--prompt-ids", "1"}),
-              2, "--max-new-tokens is required");
+  expectError(run({artifact_, "--weights", "synthetic:1", "--prompt-ids", "1"}), 2,
+              "--max-new-tokens is required");
   expectError(run(args({"--seed"})), 2, "--seed needs a value");
   expectError(run(args({"--threads", "2"})), 2, "--threads is given twice");
   const auto withIds = [&](const std::string &ids) {
-    return run({artifact_, "--weights", "synthetic:1", "--prompt-ids", ids,
-                "--max-new-tokens", "1"});
+    return run(
+        {artifact_, "--weights", "synthetic:1", "--prompt-ids", ids, "--max-new-tokens", "1"});
   };
   expectError(withIds("1,x,3"), 2, "--prompt-ids: 'x' is not an integer");
   expectError(withIds("-4"), 2, "'-4' is not an integer in 0..");
@@ -177,9 +170,9 @@ TEST_F(KilnRunTest, UsageErrors) {
   expectError(run(args({"--temperature", "-1"})), 2, "must be >= 0");
   expectError(run(args({"--temperature", "hot"})), 2, "'hot' is not a number");
   expectError(run(args({"--temperature", "nan"})), 2, "'nan' is not a number");
-  expectError(run({artifact_, "--weights", "synthetic:1", "--prompt-ids", "1",
-                   "--max-new-tokens", "0"}),
-              2, "--max-new-tokens: '0' is not an integer in 1..");
+  expectError(
+      run({artifact_, "--weights", "synthetic:1", "--prompt-ids", "1", "--max-new-tokens", "0"}), 2,
+      "--max-new-tokens: '0' is not an integer in 1..");
   expectError(run(args({"--context", "0"})), 2, "--context: '0'");
   expectError(run(args({"--seed", "-3"})), 2, "--seed: '-3'");
 }
@@ -188,8 +181,8 @@ TEST_F(KilnRunTest, RuntimeErrors) {
   expectError(run(args({"--context", "9"})), 1,
               "5 prompt tokens and 6 new tokens need a context of 10; it "
               "holds 9");
-  expectError(run({artifact_, "--weights", "synthetic:1", "--prompt-ids",
-                   "1,1024", "--max-new-tokens", "1"}),
+  expectError(run({artifact_, "--weights", "synthetic:1", "--prompt-ids", "1,1024",
+                   "--max-new-tokens", "1"}),
               1, "token id 1024 is outside the vocabulary 0..1023");
   std::vector<std::string> missing = args();
   missing[0] = dir_ + "/nothing.kiln";

@@ -58,8 +58,7 @@ TEST(KvCache, BytesPerToken) {
 TEST(KvCache, FullModelGlobalBytesPerToken) {
   std::vector<KvCacheSpec> specs;
   for (uint32_t layer = 0; layer < 62; ++layer)
-    specs.push_back(
-        {layer, (61 - layer) % 4 == 0 ? 0u : 2048u, 8, 128, DType::BF16});
+    specs.push_back({layer, (61 - layer) % 4 == 0 ? 0u : 2048u, 8, 128, DType::BF16});
   KvCaches caches(specs, 16);
   EXPECT_EQ(caches.globalBytesPerToken(), 64u * 1024);
 }

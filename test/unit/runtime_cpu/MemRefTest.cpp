@@ -64,13 +64,11 @@ TEST(MemRef, EveryRank) {
 TEST(MemRef, RankOneAndZeroSizes) {
   DescriptorStorage storage;
   const int64_t sizes[] = {0, 5};
-  auto *descriptor =
-      static_cast<Descriptor<2> *>(buildDescriptor(storage, nullptr, sizes, 2));
+  auto *descriptor = static_cast<Descriptor<2> *>(buildDescriptor(storage, nullptr, sizes, 2));
   EXPECT_EQ(descriptor->strides[0], 5);
   EXPECT_EQ(descriptor->strides[1], 1);
   const int64_t one[] = {9};
-  auto *vector =
-      static_cast<Descriptor<1> *>(buildDescriptor(storage, nullptr, one, 1));
+  auto *vector = static_cast<Descriptor<1> *>(buildDescriptor(storage, nullptr, one, 1));
   EXPECT_EQ(vector->sizes[0], 9);
   EXPECT_EQ(vector->strides[0], 1);
 }

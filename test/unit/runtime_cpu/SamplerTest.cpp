@@ -22,8 +22,7 @@ std::vector<float> logitsOf(const std::vector<double> &probabilities) {
   return logits;
 }
 
-std::map<int32_t, int> histogram(Sampler &sampler,
-                                 const std::vector<float> &logits, int draws) {
+std::map<int32_t, int> histogram(Sampler &sampler, const std::vector<float> &logits, int draws) {
   std::map<int32_t, int> counts;
   for (int i = 0; i < draws; ++i)
     ++counts[sampler.sample(logits)];
@@ -135,8 +134,7 @@ TEST(Sampler, RejectsBadOptions) {
   EXPECT_THROW(Sampler({1.0, 0.0, 0}), RuntimeError);
   EXPECT_THROW(Sampler({1.0, 1.5, 0}), RuntimeError);
   EXPECT_THROW(Sampler({1.0, std::nan(""), 0}), RuntimeError);
-  EXPECT_THROW(Sampler({std::numeric_limits<double>::infinity(), 1.0, 0}),
-               RuntimeError);
+  EXPECT_THROW(Sampler({std::numeric_limits<double>::infinity(), 1.0, 0}), RuntimeError);
 }
 
 TEST(Random, KnownXoshiroStream) {

@@ -19,8 +19,7 @@ namespace {
 
 TEST(ThreadPool, DefaultSizeIsHardwareConcurrency) {
   ThreadPool pool;
-  const int expected =
-      std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  const int expected = std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   EXPECT_EQ(pool.numThreads(), expected);
 }
 
@@ -66,8 +65,7 @@ TEST(ThreadPool, PartsRunConcurrently) {
     threads.insert(std::this_thread::get_id());
     if (++arrived == kThreads)
       allArrived.notify_all();
-    if (!allArrived.wait_for(lock, std::chrono::seconds(20),
-                             [&] { return arrived == kThreads; }))
+    if (!allArrived.wait_for(lock, std::chrono::seconds(20), [&] { return arrived == kThreads; }))
       timedOut = true;
   });
   EXPECT_FALSE(timedOut);

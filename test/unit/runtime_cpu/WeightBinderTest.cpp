@@ -35,20 +35,16 @@ template <typename Fn> std::string runtimeErrorOf(Fn &&fn) {
   return "";
 }
 
-#define EXPECT_HAS(text, part)                                                 \
-  EXPECT_NE(std::string(text).find(part), std::string::npos)                   \
+#define EXPECT_HAS(text, part)                                                                     \
+  EXPECT_NE(std::string(text).find(part), std::string::npos)                                       \
       << "missing \"" << part << "\" in: " << text
 
 Config tinyConfig() { return muse_spark::loadConfig("muse-spark-tiny"); }
 
-std::string tinyConfigJson() {
-  return *muse_spark::builtinConfigText("muse-spark-tiny");
-}
+std::string tinyConfigJson() { return *muse_spark::builtinConfigText("muse-spark-tiny"); }
 
-std::vector<uint8_t> synthesize(const Config &config, const std::string &name,
-                                uint64_t seed) {
-  for (const auto &spec :
-       muse_spark::checkpointManifest(config, WeightFormat::BF16))
+std::vector<uint8_t> synthesize(const Config &config, const std::string &name, uint64_t seed) {
+  for (const auto &spec : muse_spark::checkpointManifest(config, WeightFormat::BF16))
     if (spec.name == name) {
       int64_t bytes = dtypeSize(spec.dtype);
       for (int64_t size : spec.shape)
@@ -63,8 +59,7 @@ std::vector<uint8_t> synthesize(const Config &config, const std::string &name,
 
 // The layout exactly as docs/runtime-abi.md words it: block (n, k) at index
 // n * K/32 + k; row r, column 2c + p of a block holds W[16n + c][32k + 2r + p].
-std::vector<uint16_t> naiveVnni(const std::vector<uint16_t> &w, int64_t N,
-                                int64_t K) {
+std::vector<uint16_t> naiveVnni(const std::vector<uint16_t> &w, int64_t N, int64_t K) {
   std::vector<uint16_t> out(w.size(), 0xFFFF);
   for (int64_t n = 0; n < N / 16; ++n)
     for (int64_t k = 0; k < K / 32; ++k)
@@ -72,8 +67,7 @@ std::vector<uint16_t> naiveVnni(const std::vector<uint16_t> &w, int64_t N,
         for (int64_t c = 0; c < 16; ++c)
           for (int64_t p = 0; p < 2; ++p) {
             const int64_t block = n * (K / 32) + k;
-            out[block * 512 + r * 32 + 2 * c + p] =
-                w[(16 * n + c) * K + 32 * k + 2 * r + p];
+            out[block * 512 + r * 32 + 2 * c + p] = w[(16 * n + c) * K + 32 * k + 2 * r + p];
           }
   return out;
 }
@@ -137,8 +131,7 @@ TEST(WeightLayout, SlicePieces) {
       m[r * 6 + c] = static_cast<uint8_t>(10 * r + c);
   std::vector<uint8_t> out(12);
   slicePiece(m.data(), {4, 6}, 1, 0, 2, 1, out.data());
-  EXPECT_EQ(out, (std::vector<uint8_t>{20, 21, 22, 23, 24, 25, 30, 31, 32, 33,
-                                       34, 35}));
+  EXPECT_EQ(out, (std::vector<uint8_t>{20, 21, 22, 23, 24, 25, 30, 31, 32, 33, 34, 35}));
   std::vector<uint8_t> columns(8);
   slicePiece(m.data(), {4, 6}, 1, 1, 3, 2, columns.data());
   EXPECT_EQ(columns, (std::vector<uint8_t>{4, 5, 14, 15, 24, 25, 34, 35}));
@@ -149,8 +142,7 @@ TEST(WeightLayout, SlicePieces) {
   std::vector<uint16_t> piece(2 * 2 * 3);
   slicePiece(reinterpret_cast<const uint8_t *>(t.data()), {2, 4, 3}, 2, 1, 2, 1,
              reinterpret_cast<uint8_t *>(piece.data()));
-  EXPECT_EQ(piece, (std::vector<uint16_t>{6, 7, 8, 9, 10, 11, 18, 19, 20, 21,
-                                          22, 23}));
+  EXPECT_EQ(piece, (std::vector<uint16_t>{6, 7, 8, 9, 10, 11, 18, 19, 20, 21, 22, 23}));
 }
 
 TEST(WeightBinder, TensorNames) {
@@ -162,10 +154,9 @@ TEST(WeightBinder, TensorNames) {
   stack.stack = 3;
   stack.firstExpert = 8;
   EXPECT_EQ(tensorNames(stack),
-            (std::vector<std::string>{
-                "model.layers.1.mlp.experts.8.up_proj.weight",
-                "model.layers.1.mlp.experts.9.up_proj.weight",
-                "model.layers.1.mlp.experts.10.up_proj.weight"}));
+            (std::vector<std::string>{"model.layers.1.mlp.experts.8.up_proj.weight",
+                                      "model.layers.1.mlp.experts.9.up_proj.weight",
+                                      "model.layers.1.mlp.experts.10.up_proj.weight"}));
 }
 
 class WeightBinderTest : public ::testing::Test {
@@ -181,8 +172,8 @@ protected:
   }
 
   // A spec for one tiny-model tensor (bf16, no transform).
-  static WeightSpec spec(const std::string &name, std::vector<int64_t> shape,
-                         uint32_t stack = 0, uint32_t firstExpert = 0) {
+  static WeightSpec spec(const std::string &name, std::vector<int64_t> shape, uint32_t stack = 0,
+                         uint32_t firstExpert = 0) {
     WeightSpec s;
     s.name = name;
     s.shape = std::move(shape);
@@ -201,16 +192,14 @@ TEST_F(WeightBinderTest, SyntheticMatchesSynthesizeTensor) {
   const Config config = tinyConfig();
   auto source = openWeightSource("synthetic:7", tinyConfigJson(), "bf16");
   EXPECT_EQ(source->description(), "synthetic weights (seed 7)");
-  const std::vector<WeightSpec> specs = {
-      spec("model.embed_tokens.weight", {1024, 256}),
-      spec("model.norm.weight", {256})};
+  const std::vector<WeightSpec> specs = {spec("model.embed_tokens.weight", {1024, 256}),
+                                         spec("model.norm.weight", {256})};
   std::vector<AlignedBuffer> bound = bindWeights(specs, *source);
   ASSERT_EQ(bound.size(), 2u);
   for (size_t i = 0; i < specs.size(); ++i) {
     const std::vector<uint8_t> expected = synthesize(config, specs[i].name, 7);
     ASSERT_EQ(bound[i].size(), expected.size());
-    EXPECT_EQ(std::memcmp(bound[i].data(), expected.data(), expected.size()), 0)
-        << specs[i].name;
+    EXPECT_EQ(std::memcmp(bound[i].data(), expected.data(), expected.size()), 0) << specs[i].name;
     EXPECT_EQ(reinterpret_cast<uintptr_t>(bound[i].data()) % 64, 0u);
   }
 }
@@ -220,8 +209,7 @@ TEST_F(WeightBinderTest, SyntheticMatchesSynthesizeTensor) {
 TEST_F(WeightBinderTest, ExpertStackSliceAndVnni) {
   const Config config = tinyConfig();
   auto source = openWeightSource("synthetic:3", tinyConfigJson(), "bf16");
-  WeightSpec s =
-      spec("model.layers.1.mlp.experts.{e}.gate_proj.weight", {128, 128}, 3, 2);
+  WeightSpec s = spec("model.layers.1.mlp.experts.{e}.gate_proj.weight", {128, 128}, 3, 2);
   s.transform = WeightTransform::VnniBf16;
   s.sliceDim = 1;
   s.sliceCount = 2;
@@ -231,18 +219,14 @@ TEST_F(WeightBinderTest, ExpertStackSliceAndVnni) {
   std::vector<AlignedBuffer> bound = bindWeights({s}, *source, &pool);
   ASSERT_EQ(bound[0].size(), 3u * 128 * 64 * 2);
   for (uint32_t e = 0; e < 3; ++e) {
-    const std::vector<uint8_t> raw =
-        synthesize(config,
-                   "model.layers.1.mlp.experts." + std::to_string(2 + e) +
-                       ".gate_proj.weight",
-                   3);
+    const std::vector<uint8_t> raw = synthesize(
+        config, "model.layers.1.mlp.experts." + std::to_string(2 + e) + ".gate_proj.weight", 3);
     // Columns 64..127 of each row, then the reference layout.
     std::vector<uint16_t> half(128 * 64);
     for (int r = 0; r < 128; ++r)
       std::memcpy(&half[r * 64], raw.data() + (r * 128 + 64) * 2, 64 * 2);
     const std::vector<uint16_t> expected = naiveVnni(half, 128, 64);
-    EXPECT_EQ(std::memcmp(bound[0].data() + e * 128 * 64 * 2, expected.data(),
-                          expected.size() * 2),
+    EXPECT_EQ(std::memcmp(bound[0].data() + e * 128 * 64 * 2, expected.data(), expected.size() * 2),
               0)
         << "expert " << 2 + e;
   }
@@ -250,31 +234,26 @@ TEST_F(WeightBinderTest, ExpertStackSliceAndVnni) {
 
 TEST_F(WeightBinderTest, CheckpointAndSyntheticAgree) {
   const Config config = tinyConfig();
-  muse_spark::writeSyntheticCheckpoint(config, WeightFormat::BF16, 11, dir_,
-                                       uint64_t{4} << 20);
+  muse_spark::writeSyntheticCheckpoint(config, WeightFormat::BF16, 11, dir_, uint64_t{4} << 20);
   auto checkpoint = openWeightSource(dir_, "", "");
   auto synthetic = openWeightSource("synthetic:11", tinyConfigJson(), "bf16");
-  WeightSpec experts = spec("model.layers.0.mlp.experts.{e}.down_proj.weight",
-                            {128, 128}, 16, 0);
+  WeightSpec experts = spec("model.layers.0.mlp.experts.{e}.down_proj.weight", {128, 128}, 16, 0);
   experts.transform = WeightTransform::VnniBf16;
   WeightSpec q = spec("model.layers.3.self_attn.q_proj.weight", {192, 256});
   q.sliceDim = 0;
   q.sliceCount = 2;
   q.sliceIndex = 0;
   q.bytes /= 2;
-  const std::vector<WeightSpec> specs = {
-      spec("lm_head.weight", {1024, 256}), experts, q,
-      spec("model.layers.2.attn_residual_gate", {256})};
+  const std::vector<WeightSpec> specs = {spec("lm_head.weight", {1024, 256}), experts, q,
+                                         spec("model.layers.2.attn_residual_gate", {256})};
   std::vector<std::pair<uint64_t, uint64_t>> calls;
-  auto fromCheckpoint = bindWeights(
-      specs, *checkpoint, nullptr,
-      [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); });
+  auto fromCheckpoint =
+      bindWeights(specs, *checkpoint, nullptr,
+                  [&](uint64_t done, uint64_t total) { calls.emplace_back(done, total); });
   auto fromSynthetic = bindWeights(specs, *synthetic);
   for (size_t i = 0; i < specs.size(); ++i) {
     ASSERT_EQ(fromCheckpoint[i].size(), specs[i].bytes);
-    EXPECT_EQ(std::memcmp(fromCheckpoint[i].data(), fromSynthetic[i].data(),
-                          specs[i].bytes),
-              0)
+    EXPECT_EQ(std::memcmp(fromCheckpoint[i].data(), fromSynthetic[i].data(), specs[i].bytes), 0)
         << specs[i].name;
   }
   // Progress: starts at 0, grows, ends at the total of all bindings.
@@ -294,18 +273,14 @@ TEST_F(WeightBinderTest, CheckpointMismatchesNameTheTensor) {
                    {{"a.weight", DType::BF16, {8, 16}, {bytes.data(), 256}},
                     {"b.weight", DType::F32, {64}, {bytes.data(), 256}}});
   auto source = openWeightSource(dir_, "", "");
-  std::string message = runtimeErrorOf([&] {
-    bindWeights({spec("a.weight", {16, 8})}, *source);
-  });
+  std::string message = runtimeErrorOf([&] { bindWeights({spec("a.weight", {16, 8})}, *source); });
   EXPECT_HAS(message, "'a.weight'");
   EXPECT_HAS(message, "expects BF16 [16, 8]");
   EXPECT_HAS(message, "has BF16 [8, 16]");
-  message =
-      runtimeErrorOf([&] { bindWeights({spec("b.weight", {64})}, *source); });
+  message = runtimeErrorOf([&] { bindWeights({spec("b.weight", {64})}, *source); });
   EXPECT_HAS(message, "'b.weight'");
   EXPECT_HAS(message, "has F32 [64]");
-  message =
-      runtimeErrorOf([&] { bindWeights({spec("c.weight", {64})}, *source); });
+  message = runtimeErrorOf([&] { bindWeights({spec("c.weight", {64})}, *source); });
   EXPECT_HAS(message, "'c.weight': not in checkpoint");
   // A correct spec binds.
   auto bound = bindWeights({spec("a.weight", {8, 16})}, *source);
@@ -316,20 +291,17 @@ TEST_F(WeightBinderTest, SpecErrors) {
   auto source = openWeightSource("synthetic:1", tinyConfigJson(), "bf16");
   WeightSpec s = spec("model.embed_tokens.weight", {1024, 256});
   s.bytes += 2;
-  EXPECT_HAS(runtimeErrorOf([&] { checkWeights({s}, *source); }),
-             "the artifact says 524290 bytes");
+  EXPECT_HAS(runtimeErrorOf([&] { checkWeights({s}, *source); }), "the artifact says 524290 bytes");
   s = spec("model.embed_tokens.weight", {1024, 256});
   s.sliceCount = 3;
   s.sliceDim = 1;
-  EXPECT_HAS(runtimeErrorOf([&] { checkWeights({s}, *source); }),
-             "does not split into 3 pieces");
+  EXPECT_HAS(runtimeErrorOf([&] { checkWeights({s}, *source); }), "does not split into 3 pieces");
   s.sliceDim = 2;
   EXPECT_HAS(runtimeErrorOf([&] { checkWeights({s}, *source); }),
              "slice_dim 2 is outside its rank 2");
   s = spec("model.norm.weight", {256});
   s.transform = WeightTransform::VnniBf16;
-  EXPECT_HAS(runtimeErrorOf([&] { checkWeights({s}, *source); }),
-             "VnniBf16 needs a BF16 matrix");
+  EXPECT_HAS(runtimeErrorOf([&] { checkWeights({s}, *source); }), "VnniBf16 needs a BF16 matrix");
   s = spec("model.layers.0.mlp.experts.{e}.up_proj.weight", {128, 128});
   EXPECT_HAS(runtimeErrorOf([&] { checkWeights({s}, *source); }), "with '{e}'");
   s = spec("model.layers.0.mlp.experts.{e}.up_proj.weight", {128, 128}, 2, 15);
@@ -345,18 +317,12 @@ TEST_F(WeightBinderTest, SpecErrors) {
 }
 
 TEST_F(WeightBinderTest, SourceErrors) {
-  EXPECT_HAS(runtimeErrorOf([&] {
-               openWeightSource("synthetic:x1", tinyConfigJson(), "bf16");
-             }),
+  EXPECT_HAS(runtimeErrorOf([&] { openWeightSource("synthetic:x1", tinyConfigJson(), "bf16"); }),
              "seed 'x1'");
-  EXPECT_HAS(runtimeErrorOf([&] {
-               openWeightSource("synthetic:1", tinyConfigJson(), "fp8");
-             }),
+  EXPECT_HAS(runtimeErrorOf([&] { openWeightSource("synthetic:1", tinyConfigJson(), "fp8"); }),
              "unknown weight format 'fp8'");
   EXPECT_THROW(openWeightSource("synthetic:1", "{", "bf16"), RuntimeError);
-  EXPECT_HAS(
-      runtimeErrorOf([&] { openWeightSource(dir_ + "/missing", "", "bf16"); }),
-      "missing");
+  EXPECT_HAS(runtimeErrorOf([&] { openWeightSource(dir_ + "/missing", "", "bf16"); }), "missing");
 }
 
 TEST_F(WeightBinderTest, Nvfp4Synthetic) {

@@ -50,8 +50,7 @@ public:
       float sum = 0;
       for (int32_t token : history_)
         for (int64_t h = 0; h < kHidden; ++h)
-          sum = std::fma(embed_[token * kHidden + h], lm_[v * kHidden + h],
-                         sum);
+          sum = std::fma(embed_[token * kHidden + h], lm_[v * kHidden + h], sum);
       logits[v] = sum;
     }
     return logits;
@@ -60,14 +59,12 @@ public:
   void reset() { history_.clear(); }
 
 private:
-  static std::vector<float> weight(const muse_spark::Config &config,
-                                   const std::string &name, uint64_t seed) {
-    for (const auto &spec :
-         muse_spark::checkpointManifest(config, muse_spark::WeightFormat::BF16))
+  static std::vector<float> weight(const muse_spark::Config &config, const std::string &name,
+                                   uint64_t seed) {
+    for (const auto &spec : muse_spark::checkpointManifest(config, muse_spark::WeightFormat::BF16))
       if (spec.name == name) {
         std::vector<uint16_t> bits(spec.shape[0] * spec.shape[1]);
-        muse_spark::synthesizeTensor(config, spec, seed,
-                                     reinterpret_cast<uint8_t *>(bits.data()));
+        muse_spark::synthesizeTensor(config, spec, seed, reinterpret_cast<uint8_t *>(bits.data()));
         std::vector<float> values;
         for (uint16_t b : bits)
           values.push_back(bf16ToFloat(b));
@@ -81,8 +78,8 @@ private:
   std::vector<int32_t> history_;
 };
 
-void expectLogits(const std::vector<float> &actual,
-                  const std::vector<float> &expected, const std::string &what) {
+void expectLogits(const std::vector<float> &actual, const std::vector<float> &expected,
+                  const std::string &what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
   for (size_t v = 0; v < actual.size(); ++v)
     ASSERT_NEAR(actual[v], expected[v], 1e-5 * (1 + std::abs(expected[v])))
@@ -110,8 +107,8 @@ protected:
     cuda::CUdevice device = 0;
     if (api.cuDeviceGetCount(&count) != cuda::kSuccess || count < 1 ||
         api.cuDeviceGet(&device, 0) != cuda::kSuccess ||
-        api.cuDeviceGetAttribute(&major_, cuda::kAttrComputeCapabilityMajor,
-                                 device) != cuda::kSuccess)
+        api.cuDeviceGetAttribute(&major_, cuda::kAttrComputeCapabilityMajor, device) !=
+            cuda::kSuccess)
       GTEST_SKIP() << "no CUDA device";
     if (major_ < 9)
       GTEST_SKIP() << "the test kernels are sm_90 PTX; device 0 has compute "
@@ -119,19 +116,15 @@ protected:
                    << major_ << ".x";
   }
 
-  static std::unique_ptr<Engine> make(const TestArtifact &a,
-                                      const LaunchShapes &shapes,
+  static std::unique_ptr<Engine> make(const TestArtifact &a, const LaunchShapes &shapes,
                                       EngineOptions options = {}) {
     if (options.weights.empty())
       options.weights = "synthetic:5";
     if (options.contextLength == 0)
       options.contextLength = 64;
-    return Engine::create(
-        Artifact::fromBytes(serializeGpu(a, shapes), "gpu.kiln"), options);
+    return Engine::create(Artifact::fromBytes(serializeGpu(a, shapes), "gpu.kiln"), options);
   }
-  static std::unique_ptr<Engine> make() {
-    return make(nvptxTestArtifact(), nvptxTestShapes());
-  }
+  static std::unique_ptr<Engine> make() { return make(nvptxTestArtifact(), nvptxTestShapes()); }
 
   int major_ = 0;
 };
@@ -202,8 +195,7 @@ TEST_F(CudaEngineTest, PrefillAndDecodeShareOneEntryPoint) {
   for (int32_t token : {4, 5, 6})
     expectLogits(engine->decode(token), reference.append({token}), "b");
   // A prefill between replays runs directly, with its own T.
-  expectLogits(engine->prefill(prompt(4, 2)), reference.append(prompt(4, 2)),
-               "c");
+  expectLogits(engine->prefill(prompt(4, 2)), reference.append(prompt(4, 2)), "c");
   for (int32_t token : {7, 8})
     expectLogits(engine->decode(token), reference.append({token}), "d");
 }
@@ -211,16 +203,14 @@ TEST_F(CudaEngineTest, PrefillAndDecodeShareOneEntryPoint) {
 TEST_F(CudaEngineTest, KilnRunNamesTheDevice) {
   std::string dir = ::testing::TempDir() + "/kiln-cuda-XXXXXX";
   ASSERT_NE(::mkdtemp(dir.data()), nullptr);
-  const std::vector<uint8_t> bytes =
-      serializeGpu(nvptxTestArtifact(), nvptxTestShapes());
+  const std::vector<uint8_t> bytes = serializeGpu(nvptxTestArtifact(), nvptxTestShapes());
   std::ofstream(dir + "/gpu.kiln", std::ios::binary)
       .write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
   std::ostringstream out, err;
-  const int status = kilnRunMain(
-      {dir + "/gpu.kiln", "--weights", "synthetic:5", "--prompt-ids",
-       "1,2,3,4,5", "--max-new-tokens", "4", "--context", "64", "--device",
-       "0"},
-      out, err, false);
+  const int status =
+      kilnRunMain({dir + "/gpu.kiln", "--weights", "synthetic:5", "--prompt-ids", "1,2,3,4,5",
+                   "--max-new-tokens", "4", "--context", "64", "--device", "0"},
+                  out, err, false);
   EXPECT_EQ(status, 0) << err.str();
   EXPECT_HAS(err.str(), "kiln-run: muse-spark-tiny for nvptx sm_90 (+ptx78): ");
   EXPECT_HAS(err.str(), " s; on ");
@@ -232,8 +222,7 @@ TEST_F(CudaEngineTest, KilnRunNamesTheDevice) {
 TEST_F(CudaEngineTest, RefusesAChipTheDeviceCannotRun) {
   TestArtifact a = nvptxTestArtifact();
   a.chip = major_ >= 10 ? "sm_90a" : "sm_100a";
-  const std::string message =
-      errorOf([&] { make(a, nvptxTestShapes()); });
+  const std::string message = errorOf([&] { make(a, nvptxTestShapes()); });
   EXPECT_HAS(message, "gpu.kiln: artifact is for nvptx " + a.chip +
                           " (+ptx78), which this machine cannot run: device 0 (");
   EXPECT_HAS(message, ") has compute capability ");
@@ -262,9 +251,7 @@ TEST_F(CudaEngineTest, MissingKernelAndDevice) {
              "cuModuleGetFunction: CUDA_ERROR_NOT_FOUND");
   EngineOptions options;
   options.device = 99;
-  EXPECT_HAS(errorOf([&] {
-               make(nvptxTestArtifact(), nvptxTestShapes(), options);
-             }),
+  EXPECT_HAS(errorOf([&] { make(nvptxTestArtifact(), nvptxTestShapes(), options); }),
              "gpu.kiln: no CUDA device 99 (this machine has ");
 }
 
@@ -407,9 +394,8 @@ TEST_F(CudaTensorMapTest, ReplaysEncodeMovedBuffersAgain) {
   EXPECT_EQ(yAfter([&] { recording->replay(); }), expected(1));
 
   // A map that would change while the stream is captured.
-  const std::string message = errorOf([&] {
-    backend_->record([&] { backend_->launch(*tile, call(x_[0].address())); });
-  });
+  const std::string message =
+      errorOf([&] { backend_->record([&] { backend_->launch(*tile, call(x_[0].address())); }); });
   EXPECT_HAS(message, "gpu.kiln: tile: tensor_maps[0] (over buffers[0]): its buffer's address "
                       "or sizes changed while the decode step was being recorded");
   // The backend runs on.
@@ -427,7 +413,8 @@ TEST_F(CudaTensorMapTest, RefusesWhatAMapOrTheKernelCannotTake) {
   EXPECT_EQ(errorOf([&] { backend_->prepare(spec); }),
             "gpu.kiln: tile: " + std::to_string(kTmaTileSharedBytes + 1) +
                 " bytes of dynamic shared memory, but kernel 'kiln_tma_tile' was loaded for at "
-                "most " + std::to_string(kTmaTileSharedBytes) + " (its Kernel.shared_bytes)");
+                "most " +
+                std::to_string(kTmaTileSharedBytes) + " (its Kernel.shared_bytes)");
   spec = tileSpec();
   spec.tensorMaps[0].box = {64, 8, 1};
   EXPECT_EQ(errorOf([&] { backend_->prepare(spec); }),

@@ -33,9 +33,8 @@ TEST(DeviceGreedyTest, ChoosesWhatTheHostArgmaxChooses) {
   // Where scripts/gpu-data.sh put its artifacts (the gpu-end-to-end test's
   // KILN_GPU_DATA), by default the build's gpu-data.
   const char *data = std::getenv("KILN_GPU_DATA");
-  const std::string path =
-      (data ? std::string(data) : std::string(KILN_BINARY_DIR) + "/gpu-data") +
-      "/tiny-bf16.sm_90.kiln";
+  const std::string path = (data ? std::string(data) : std::string(KILN_BINARY_DIR) + "/gpu-data") +
+                           "/tiny-bf16.sm_90.kiln";
   ASSERT_TRUE(std::filesystem::exists(path))
       << path << " is missing: run scripts/gpu-data.sh on a machine with the compiler";
   const Artifact artifact = Artifact::load(path);

@@ -30,16 +30,14 @@ TEST(KernelParamsTest, CountIsThreePlusTwoRankPerBufferPlusScalars) {
 TEST(KernelParamsTest, PacksExpandedDescriptorsThenScalars) {
   // A KV cache [slots 16, 2 heads, 32], the logits [1, 1024], token ids [5].
   const BufferArgument buffers[] = {buffer(0x7f0000001000, {16, 2, 32}),
-                                    buffer(0x7f0000200000, {1, 1024}),
-                                    buffer(0x7f0000300040, {5})};
+                                    buffer(0x7f0000200000, {1, 1024}), buffer(0x7f0000300040, {5})};
   const int64_t scalars[] = {5, 37, -1};
   std::vector<uint64_t> values(kernelParamCount({3, 2, 1}, 3));
   packKernelParams(buffers, 3, scalars, 3, values.data());
   const std::vector<uint64_t> expected = {
       // allocated, aligned, offset, sizes, strides (elements, row-major)
-      0x7f0000001000, 0x7f0000001000, 0, 16, 2, 32, 64, 32, 1,
-      0x7f0000200000, 0x7f0000200000, 0, 1, 1024, 1024, 1,
-      0x7f0000300040, 0x7f0000300040, 0, 5, 1,
+      0x7f0000001000, 0x7f0000001000, 0, 16, 2, 32, 64, 32, 1, 0x7f0000200000, 0x7f0000200000, 0, 1,
+      1024, 1024, 1, 0x7f0000300040, 0x7f0000300040, 0, 5, 1,
       // the scalars, as i64
       5, 37, static_cast<uint64_t>(int64_t{-1})};
   EXPECT_EQ(values, expected);
@@ -53,16 +51,13 @@ TEST(KernelParamsTest, FieldsAreTheCpuDescriptorsInOrder) {
     for (int d = 0; d < rank; ++d)
       sizes.push_back(3 + 2 * d);
     alignas(8) static unsigned char base[64];
-    const BufferArgument argument =
-        buffer(reinterpret_cast<uintptr_t>(base), sizes);
+    const BufferArgument argument = buffer(reinterpret_cast<uintptr_t>(base), sizes);
     std::vector<uint64_t> values(kernelParamCount({rank}, 0));
     packKernelParams(&argument, 1, nullptr, 0, values.data());
     memref::DescriptorStorage storage;
-    void *descriptor =
-        memref::buildDescriptor(storage, base, sizes.data(), rank);
+    void *descriptor = memref::buildDescriptor(storage, base, sizes.data(), rank);
     ASSERT_EQ(values.size() * 8, 24u + 16u * rank);
-    EXPECT_EQ(std::memcmp(values.data(), descriptor, values.size() * 8), 0)
-        << "rank " << rank;
+    EXPECT_EQ(std::memcmp(values.data(), descriptor, values.size() * 8), 0) << "rank " << rank;
   }
 }
 
@@ -78,7 +73,7 @@ TEST(KernelParamsTest, PointersAddressTheValuesAndPackReportsChanges) {
   EXPECT_EQ(*static_cast<uint64_t *>(params.pointers()[1]), 0x1000u);
   EXPECT_EQ(*static_cast<uint64_t *>(params.pointers()[8]), 10u);
   EXPECT_FALSE(params.pack(&x, scalars)); // the same arguments
-  scalars[1] = 11;                         // PastTokens moved on
+  scalars[1] = 11;                        // PastTokens moved on
   EXPECT_TRUE(params.pack(&x, scalars));
   EXPECT_EQ(*static_cast<uint64_t *>(params.pointers()[8]), 11u);
 

@@ -25,8 +25,8 @@ template <typename Fn> std::string errorOf(Fn &&fn) {
   return "";
 }
 
-#define EXPECT_HAS(text, part)                                                 \
-  EXPECT_NE(std::string(text).find(part), std::string::npos)                   \
+#define EXPECT_HAS(text, part)                                                                     \
+  EXPECT_NE(std::string(text).find(part), std::string::npos)                                       \
       << "missing \"" << part << "\" in: " << text
 
 Artifact load(const TestArtifact &a, const LaunchShapes &shapes) {
@@ -67,8 +67,7 @@ TEST(NvptxArtifactTest, LoaderChecksBlockAndGrid) {
              ".grid {constant 8, per_token 0, align 0}: parts must be >= 0 "
              "and align >= 1");
   shapes["lm_head"].grid = fb::Dim(int64_t{1} << 31, 0, 1);
-  EXPECT_HAS(loadError(nvptxTestArtifact(), shapes),
-             "more than 2147483647 blocks at T=8");
+  EXPECT_HAS(loadError(nvptxTestArtifact(), shapes), "more than 2147483647 blocks at T=8");
   shapes["lm_head"].grid = fb::Dim(0, int64_t{1} << 62, 1);
   EXPECT_HAS(loadError(nvptxTestArtifact(), shapes), "blocks at T=8");
   // The largest grid CUDA allows, and none at all, load.
@@ -129,14 +128,12 @@ TEST(NvptxArtifactTest, EveryLaunchNeedsAShape) {
             "and Launch.block)");
   shapes = nvptxTestShapes();
   shapes["lm_head"].block = 0;
-  EXPECT_HAS(ruleError(nvptxTestArtifact(), shapes),
-             "op 'lm_head') has no block");
+  EXPECT_HAS(ruleError(nvptxTestArtifact(), shapes), "op 'lm_head') has no block");
 }
 
 TEST(NvptxArtifactTest, GpuLaunchesTakeNoParts) {
   TestArtifact a = nvptxTestArtifact();
-  std::get<TestLaunch>(a.entryPoints[1].steps[0])
-      .scalars.push_back({fb::ScalarKind::Parts, 0});
+  std::get<TestLaunch>(a.entryPoints[1].steps[0]).scalars.push_back({fb::ScalarKind::Parts, 0});
   EXPECT_HAS(ruleError(a, nvptxTestShapes()),
              "entry point 'decode', steps[0] (launch of 'kiln_embed', op "
              "'model.embed_tokens') takes a Parts scalar (scalars[1]): GPU "
@@ -146,13 +143,11 @@ TEST(NvptxArtifactTest, GpuLaunchesTakeNoParts) {
 TEST(NvptxArtifactTest, ChipAndFeaturesMustBeKnown) {
   TestArtifact a = nvptxTestArtifact();
   a.chip = "gfx950";
-  EXPECT_HAS(ruleError(a, nvptxTestShapes()),
-             "this runtime does not know the chip 'gfx950'");
+  EXPECT_HAS(ruleError(a, nvptxTestShapes()), "this runtime does not know the chip 'gfx950'");
   a = nvptxTestArtifact();
   a.features = {"+ptx86", "ptx80", "sm_90a", "+warp-drive"};
-  EXPECT_HAS(ruleError(a, nvptxTestShapes()),
-             "but this runtime does not know the nvptx feature(s) "
-             "+warp-drive");
+  EXPECT_HAS(ruleError(a, nvptxTestShapes()), "but this runtime does not know the nvptx feature(s) "
+                                              "+warp-drive");
   a.features.pop_back();
   EXPECT_NO_THROW(checkNvptxArtifact(load(a, nvptxTestShapes())));
 }
@@ -160,10 +155,8 @@ TEST(NvptxArtifactTest, ChipAndFeaturesMustBeKnown) {
 TEST(NvptxArtifactTest, ChipsParse) {
   auto parsed = [](const char *chip) {
     const std::optional<NvptxChip> result = parseNvptxChip(chip);
-    return result ? std::to_string(result->major) + "." +
-                        std::to_string(result->minor) +
-                        (result->variant ? std::string(1, result->variant)
-                                         : std::string())
+    return result ? std::to_string(result->major) + "." + std::to_string(result->minor) +
+                        (result->variant ? std::string(1, result->variant) : std::string())
                   : std::string("none");
   };
   EXPECT_EQ(parsed("sm_90"), "9.0");
@@ -172,8 +165,7 @@ TEST(NvptxArtifactTest, ChipsParse) {
   EXPECT_EQ(parsed("sm_100a"), "10.0a");
   EXPECT_EQ(parsed("sm_103f"), "10.3f");
   EXPECT_EQ(parsed("sm_86"), "8.6");
-  for (const char *bad : {"sm_9", "sm_090", "sm_", "sm_90b", "compute_90",
-                          "gfx950", "", "sm_90aa"})
+  for (const char *bad : {"sm_9", "sm_090", "sm_", "sm_90b", "compute_90", "gfx950", "", "sm_90aa"})
     EXPECT_EQ(parsed(bad), "none") << bad;
 }
 
@@ -184,10 +176,8 @@ TEST(NvptxArtifactTest, WhichDevicesAChipRunsOn) {
   // Plain PTX: that capability and later (the driver compiles it).
   EXPECT_EQ(support("sm_90", 9, 0), "");
   EXPECT_EQ(support("sm_90", 10, 0), "");
-  EXPECT_EQ(support("sm_90", 8, 9),
-            "sm_90 needs compute capability 9.0 or later");
-  EXPECT_EQ(support("sm_100", 9, 0),
-            "sm_100 needs compute capability 10.0 or later");
+  EXPECT_EQ(support("sm_90", 8, 9), "sm_90 needs compute capability 9.0 or later");
+  EXPECT_EQ(support("sm_100", 9, 0), "sm_100 needs compute capability 10.0 or later");
   // Arch-specific: that capability only.
   EXPECT_EQ(support("sm_90a", 9, 0), "");
   EXPECT_EQ(support("sm_90a", 10, 0),

@@ -246,8 +246,7 @@ LOGITS_DONE:
 constexpr int64_t kVocab = 1024, kHidden = 256;
 constexpr uint32_t kPrefillTokens = 8;
 // Arena: x f32 [T, H] at 0, x2 right after, for T <= 8.
-constexpr uint64_t kX = 0, kX2 = kPrefillTokens * kHidden * 4,
-                   kArenaBytes = 2 * kX2;
+constexpr uint64_t kX = 0, kX2 = kPrefillTokens * kHidden * 4, kArenaBytes = 2 * kX2;
 
 // The PTX as an artifact's library blob: the text and its NUL.
 inline std::vector<uint8_t> ptxBlob(const std::string &ptx) {
@@ -257,8 +256,7 @@ inline std::vector<uint8_t> ptxBlob(const std::string &ptx) {
 }
 
 // `a` with each launch's grid and block from `shapes` (by op).
-inline std::vector<uint8_t> serializeGpu(const TestArtifact &a,
-                                         const LaunchShapes &shapes);
+inline std::vector<uint8_t> serializeGpu(const TestArtifact &a, const LaunchShapes &shapes);
 
 // The test model for muse-spark-tiny's embedding and lm_head, and its shapes.
 inline TestArtifact nvptxTestArtifact() {
@@ -300,27 +298,14 @@ inline TestArtifact nvptxTestArtifact() {
 
   const TestBuffer x = arena(kX, {tokens(), fixed(kHidden)}, DType::F32);
   const TestBuffer x2 = arena(kX2, {tokens(), fixed(kHidden)}, DType::F32);
-  const TestBuffer k{BufferKind::KvCache,
-                     0,
-                     0,
-                     {fixed(0), fixed(1), fixed(kHidden)},
-                     DType::F32};
+  const TestBuffer k{BufferKind::KvCache, 0, 0, {fixed(0), fixed(1), fixed(kHidden)}, DType::F32};
   const TestBuffer ids{BufferKind::Input, 0, 0, {tokens()}, DType::I32};
-  const TestBuffer logits{BufferKind::Output,
-                          0,
-                          0,
-                          {fixed(1), fixed(kVocab)},
-                          DType::F32};
+  const TestBuffer logits{BufferKind::Output, 0, 0, {fixed(1), fixed(kVocab)}, DType::F32};
   auto weight = [](uint32_t index) {
-    return TestBuffer{BufferKind::Weight,
-                      index,
-                      0,
-                      {fixed(kVocab), fixed(kHidden)},
-                      DType::BF16};
+    return TestBuffer{BufferKind::Weight, index, 0, {fixed(kVocab), fixed(kHidden)}, DType::BF16};
   };
   const std::vector<TestStep> steps = {
-      TestLaunch{0, {ids, weight(0), x}, {{ScalarKind::Tokens, 0}}, 1,
-                 "model.embed_tokens"},
+      TestLaunch{0, {ids, weight(0), x}, {{ScalarKind::Tokens, 0}}, 1, "model.embed_tokens"},
       TestCopy{x, x2},
       TestLaunch{1,
                  {x2, k},
@@ -350,9 +335,9 @@ inline LaunchShapes nvptxTestShapes() {
 
 namespace detail {
 
-inline flatbuffers::Offset<fb::StepEntry>
-buildGpuStep(flatbuffers::FlatBufferBuilder &fbb, const TestStep &step,
-             const LaunchShapes &shapes) {
+inline flatbuffers::Offset<fb::StepEntry> buildGpuStep(flatbuffers::FlatBufferBuilder &fbb,
+                                                       const TestStep &step,
+                                                       const LaunchShapes &shapes) {
   const auto *launch = std::get_if<TestLaunch>(&step);
   if (!launch)
     return artifact_test::detail::buildStep(fbb, step);
@@ -365,49 +350,42 @@ buildGpuStep(flatbuffers::FlatBufferBuilder &fbb, const TestStep &step,
 
 } // namespace detail
 
-inline std::vector<uint8_t> serializeGpu(const TestArtifact &a,
-                                         const LaunchShapes &shapes) {
+inline std::vector<uint8_t> serializeGpu(const TestArtifact &a, const LaunchShapes &shapes) {
   flatbuffers::FlatBufferBuilder fbb;
-  auto version = fb::CreateVersionDirect(fbb, a.schemaMajor, a.schemaMinor,
-                                         a.compiler.c_str());
+  auto version = fb::CreateVersionDirect(fbb, a.schemaMajor, a.schemaMinor, a.compiler.c_str());
   auto features = fbb.CreateVectorOfStrings(a.features);
   auto target = fb::CreateTarget(fbb, a.targetKind, fbb.CreateString(a.triple),
                                  fbb.CreateString(a.chip), features);
-  auto model = fb::CreateModelDirect(fbb, a.modelName.c_str(),
-                                     a.configJson.c_str(),
-                                     a.weightFormat.c_str());
+  auto model =
+      fb::CreateModelDirect(fbb, a.modelName.c_str(), a.configJson.c_str(), a.weightFormat.c_str());
   auto layout = fb::CreateLayout(fbb, a.tp, a.ep, a.sp, a.world);
   std::vector<flatbuffers::Offset<fb::WeightBinding>> weights;
   for (const TestWeight &w : a.weights)
-    weights.push_back(fb::CreateWeightBindingDirect(
-        fbb, w.name.c_str(), w.stack, w.firstExpert, &w.shape, w.dtype,
-        w.transform, w.sliceDim, w.sliceCount, w.bytes));
+    weights.push_back(fb::CreateWeightBindingDirect(fbb, w.name.c_str(), w.stack, w.firstExpert,
+                                                    &w.shape, w.dtype, w.transform, w.sliceDim,
+                                                    w.sliceCount, w.bytes));
   std::vector<flatbuffers::Offset<fb::KvCache>> caches;
   for (const TestKvCache &c : a.kvCaches)
-    caches.push_back(fb::CreateKvCache(fbb, c.layer, c.window, c.kvHeads,
-                                       c.headDim, c.dtype));
+    caches.push_back(fb::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim, c.dtype));
   std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
   for (const TestKernel &k : a.kernels)
-    kernels.push_back(fb::CreateKernelDirect(fbb, k.name.c_str(), k.op.c_str(),
-                                             k.tiling.c_str(), k.sharedBytes));
-  auto library =
-      fb::CreateKernelLibraryDirect(fbb, a.libraryFormat.c_str(), &a.blob);
+    kernels.push_back(
+        fb::CreateKernelDirect(fbb, k.name.c_str(), k.op.c_str(), k.tiling.c_str(), k.sharedBytes));
+  auto library = fb::CreateKernelLibraryDirect(fbb, a.libraryFormat.c_str(), &a.blob);
   std::vector<flatbuffers::Offset<fb::EntryPoint>> entries;
   for (const TestEntryPoint &entry : a.entryPoints) {
     std::vector<flatbuffers::Offset<fb::StepEntry>> steps;
     for (const TestStep &step : entry.steps)
       steps.push_back(detail::buildGpuStep(fbb, step, shapes));
-    entries.push_back(fb::CreateEntryPointDirect(
-        fbb, entry.name.c_str(), entry.maxTokens, entry.arenaBytes, &steps,
-        entry.logitsRows ? &*entry.logitsRows : nullptr));
+    entries.push_back(fb::CreateEntryPointDirect(fbb, entry.name.c_str(), entry.maxTokens,
+                                                 entry.arenaBytes, &steps,
+                                                 entry.logitsRows ? &*entry.logitsRows : nullptr));
   }
-  auto root = fb::CreateArtifact(
-      fbb, version, target, model, layout, a.rank, fbb.CreateVector(weights),
-      fbb.CreateVector(caches), fbb.CreateVector(kernels), library,
-      fbb.CreateVector(entries));
+  auto root = fb::CreateArtifact(fbb, version, target, model, layout, a.rank,
+                                 fbb.CreateVector(weights), fbb.CreateVector(caches),
+                                 fbb.CreateVector(kernels), library, fbb.CreateVector(entries));
   fb::FinishArtifactBuffer(fbb, root);
-  return std::vector<uint8_t>(fbb.GetBufferPointer(),
-                              fbb.GetBufferPointer() + fbb.GetSize());
+  return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }
 
 // ---------------------------------------------------------------------------
@@ -633,8 +611,8 @@ template <typename Fn> std::string errorOf(Fn &&fn) {
   return "";
 }
 
-#define EXPECT_HAS(text, part)                                                 \
-  EXPECT_NE(std::string(text).find(part), std::string::npos)                   \
+#define EXPECT_HAS(text, part)                                                                     \
+  EXPECT_NE(std::string(text).find(part), std::string::npos)                                       \
       << "missing \"" << part << "\" in: " << text
 
 } // namespace kiln::cuda_test

@@ -55,7 +55,7 @@ TEST(TensorMapTest, AWeightTileWith128ByteSwizzle) {
   EXPECT_EQ(first(e.boxDim, 2), (std::vector<uint32_t>{64, 128}));
   EXPECT_EQ(first(e.elementStrides, 2), (std::vector<uint32_t>{1, 1}));
   EXPECT_EQ(e.interleave, 0);
-  EXPECT_EQ(e.swizzle, 3); // CU_TENSOR_MAP_SWIZZLE_128B
+  EXPECT_EQ(e.swizzle, 3);     // CU_TENSOR_MAP_SWIZZLE_128B
   EXPECT_EQ(e.l2Promotion, 2); // CU_TENSOR_MAP_L2_PROMOTION_L2_128B
   EXPECT_EQ(e.oobFill, 0);     // zeros
 }
@@ -80,8 +80,8 @@ TEST(TensorMapTest, DimensionsAreTheSizesReversed) {
   EXPECT_EQ(row.globalStrides[0], 0u);
 
   // Rank 5, the most; the 32- and 64-byte swizzles.
-  const TensorMapEncoding five = encodeTensorMap(
-      {0, DType::BF16, {16, 1, 1, 2, 4}, 32}, buffer(0x3000, {4, 3, 2, 5, 16}), kWhere);
+  const TensorMapEncoding five = encodeTensorMap({0, DType::BF16, {16, 1, 1, 2, 4}, 32},
+                                                 buffer(0x3000, {4, 3, 2, 5, 16}), kWhere);
   EXPECT_EQ(first(five.globalDim, 5), (std::vector<uint64_t>{16, 5, 2, 3, 4}));
   EXPECT_EQ(first(five.globalStrides, 4), (std::vector<uint64_t>{32, 160, 320, 960}));
   EXPECT_EQ(five.swizzle, kTensorMapSwizzle32B);
@@ -106,9 +106,9 @@ TEST(TensorMapTest, RefusesWhatTheMapCannotTake) {
   EXPECT_EQ(encodeError({0, DType::F32, {64, 8}, 128}, matrix),
             expected("the box's rows of 64 F32 are 256 bytes, more than the 128-byte swizzle "
                      "span"));
-  EXPECT_EQ(encodeError({0, DType::BF16, {8, 1, 1, 1, 1, 1}, 0},
-                        buffer(0x1000, {1, 1, 1, 1, 1, 8})),
-            expected("a tensor map of a rank-6 buffer (it takes ranks 1..5)"));
+  EXPECT_EQ(
+      encodeError({0, DType::BF16, {8, 1, 1, 1, 1, 1}, 0}, buffer(0x1000, {1, 1, 1, 1, 1, 8})),
+      expected("a tensor map of a rank-6 buffer (it takes ranks 1..5)"));
 }
 
 TEST(TensorMapTest, RefusesACallTheMapCannotTake) {

@@ -44,8 +44,7 @@ inline ElfHeader elfFor(uint32_t mach) {
 }
 
 // The header's 64 bytes, followed by `extra` zero bytes.
-inline std::vector<uint8_t> elfBytes(const ElfHeader &header,
-                                     size_t extra = 0) {
+inline std::vector<uint8_t> elfBytes(const ElfHeader &header, size_t extra = 0) {
   std::vector<uint8_t> bytes(64 + extra, 0);
   auto put = [&](size_t offset, uint64_t value, size_t width) {
     for (size_t i = 0; i < width; ++i)
@@ -67,9 +66,8 @@ inline std::vector<uint8_t> elfBytes(const ElfHeader &header,
 }
 
 // The test model for amdgcn `chip` with `blob` as its code object.
-inline TestArtifact
-amdgcnTestArtifact(std::vector<uint8_t> blob = elfBytes(elfFor(kMachGfx950)),
-                   const std::string &chip = "gfx950") {
+inline TestArtifact amdgcnTestArtifact(std::vector<uint8_t> blob = elfBytes(elfFor(kMachGfx950)),
+                                       const std::string &chip = "gfx950") {
   TestArtifact a = nvptxTestArtifact();
   a.targetKind = fb::TargetKind::AMDGCN;
   a.triple = "amdgcn-amd-amdhsa";
@@ -261,8 +259,7 @@ inline bool haveAmdgpuTools() {
 
 // kAmdgcnTestKernels compiled for `chip` and linked: an hsaco. Empty, with
 // the reason in `error`, when the tools are missing or fail.
-inline std::vector<uint8_t> compileHsaco(const std::string &chip,
-                                         std::string &error) {
+inline std::vector<uint8_t> compileHsaco(const std::string &chip, std::string &error) {
 #if defined(KILN_TEST_AMDGPU_LLC) && defined(KILN_TEST_AMDGPU_LLD)
   std::string dir = ::testing::TempDir() + "/kiln-hsaco-XXXXXX";
   if (!::mkdtemp(dir.data())) {
@@ -270,12 +267,11 @@ inline std::vector<uint8_t> compileHsaco(const std::string &chip,
     return {};
   }
   std::ofstream(dir + "/kernels.ll") << kAmdgcnTestKernels;
-  const std::string command =
-      std::string(KILN_TEST_AMDGPU_LLC) +
-      " -mtriple=amdgcn-amd-amdhsa -mcpu=" + chip + " -filetype=obj " + dir +
-      "/kernels.ll -o " + dir + "/kernels.o 2>" + dir + "/log && " +
-      KILN_TEST_AMDGPU_LLD + " -shared " + dir + "/kernels.o -o " + dir +
-      "/kernels.hsaco 2>>" + dir + "/log";
+  const std::string command = std::string(KILN_TEST_AMDGPU_LLC) +
+                              " -mtriple=amdgcn-amd-amdhsa -mcpu=" + chip + " -filetype=obj " +
+                              dir + "/kernels.ll -o " + dir + "/kernels.o 2>" + dir + "/log && " +
+                              KILN_TEST_AMDGPU_LLD + " -shared " + dir + "/kernels.o -o " + dir +
+                              "/kernels.hsaco 2>>" + dir + "/log";
   if (std::system(command.c_str()) != 0) {
     std::ifstream log(dir + "/log");
     error = "compiling the test kernels failed: " +
@@ -284,8 +280,7 @@ inline std::vector<uint8_t> compileHsaco(const std::string &chip,
   }
   std::ifstream in(dir + "/kernels.hsaco", std::ios::binary);
   std::vector<uint8_t> blob(std::istreambuf_iterator<char>(in), {});
-  for (const char *file :
-       {"/kernels.ll", "/kernels.o", "/kernels.hsaco", "/log"})
+  for (const char *file : {"/kernels.ll", "/kernels.o", "/kernels.hsaco", "/log"})
     ::unlink((dir + file).c_str());
   ::rmdir(dir.c_str());
   return blob;

@@ -95,9 +95,8 @@ std::vector<uint64_t> readParams(void **params, int count) {
 void run(const hipGraphNode &node, bool replayed) {
   switch (node.kind) {
   case hipGraphNode::Launch:
-    state().launches.push_back(FakeLaunch{node.function->name, node.grid,
-                                          node.block, node.values, replayed,
-                                          node.shared});
+    state().launches.push_back(
+        FakeLaunch{node.function->name, node.grid, node.block, node.values, replayed, node.shared});
     break;
   case hipGraphNode::Copy:
     std::memmove(node.to, node.from, node.bytes);
@@ -173,8 +172,7 @@ hipError_t hipGetDeviceCount(int *count) {
 }
 
 hipError_t hipSetDevice(int ordinal) {
-  return ordinal >= 0 && ordinal < state().deviceCount ? kSuccess
-                                                       : kInvalidDevice;
+  return ordinal >= 0 && ordinal < state().deviceCount ? kSuccess : kInvalidDevice;
 }
 
 hipError_t hipGetDeviceProperties(void *properties, int ordinal) {
@@ -185,8 +183,7 @@ hipError_t hipGetDeviceProperties(void *properties, int ordinal) {
   DeviceProperties fields;
   std::memset(&fields, 0, sizeof fields);
   std::strncpy(fields.name, state().name.c_str(), sizeof fields.name - 1);
-  std::strncpy(fields.gcnArchName, state().gcnArchName.c_str(),
-               sizeof fields.gcnArchName - 1);
+  std::strncpy(fields.gcnArchName, state().gcnArchName.c_str(), sizeof fields.gcnArchName - 1);
   fields.totalGlobalMem = state().memoryBytes;
   fields.multiProcessorCount = state().computeUnits;
   fields.warpSize = state().warpSize;
@@ -228,8 +225,7 @@ hipError_t hipModuleLoadData(hipModule_t *module, const void *image) {
   return kSuccess;
 }
 
-hipError_t hipModuleGetFunction(hipFunction_t *function, hipModule_t module,
-                                const char *name) {
+hipError_t hipModuleGetFunction(hipFunction_t *function, hipModule_t module, const char *name) {
   if (!module)
     return kInvalidHandle;
   const auto found = state().kernels.find(name);
@@ -246,8 +242,7 @@ hipError_t hipModuleUnload(hipModule_t module) {
   return kSuccess;
 }
 
-hipError_t hipFuncGetAttribute(int *value, int attribute,
-                               hipFunction_t function) {
+hipError_t hipFuncGetAttribute(int *value, int attribute, hipFunction_t function) {
   if (!function)
     return kInvalidHandle;
   if (attribute != kiln::hip::kFuncAttrMaxThreadsPerBlock)
@@ -271,8 +266,7 @@ hipError_t hipFree(void *address) {
   return kSuccess;
 }
 
-hipError_t hipMemcpyAsync(void *to, const void *from, size_t bytes, int kind,
-                          hipStream_t stream) {
+hipError_t hipMemcpyAsync(void *to, const void *from, size_t bytes, int kind, hipStream_t stream) {
   if (kind < 1 || kind > 3)
     return kInvalidValue;
   if (stream && stream->capture && kind != kiln::hip::kMemcpyDeviceToDevice)
@@ -285,8 +279,7 @@ hipError_t hipMemcpyAsync(void *to, const void *from, size_t bytes, int kind,
   return issue(stream, node);
 }
 
-hipError_t hipMemsetAsync(void *to, int value, size_t bytes,
-                          hipStream_t stream) {
+hipError_t hipMemsetAsync(void *to, int value, size_t bytes, hipStream_t stream) {
   hipGraphNode node;
   node.kind = hipGraphNode::Fill;
   node.to = to;
@@ -295,11 +288,9 @@ hipError_t hipMemsetAsync(void *to, int value, size_t bytes,
   return issue(stream, node);
 }
 
-hipError_t hipModuleLaunchKernel(hipFunction_t function, unsigned gridX,
-                                 unsigned gridY, unsigned gridZ,
-                                 unsigned blockX, unsigned blockY,
-                                 unsigned blockZ, unsigned sharedMemBytes,
-                                 hipStream_t stream, void **kernelParams,
+hipError_t hipModuleLaunchKernel(hipFunction_t function, unsigned gridX, unsigned gridY,
+                                 unsigned gridZ, unsigned blockX, unsigned blockY, unsigned blockZ,
+                                 unsigned sharedMemBytes, hipStream_t stream, void **kernelParams,
                                  void **extra) {
   if (!function || gridY != 1 || gridZ != 1 || blockY != 1 || blockZ != 1 ||
       sharedMemBytes > state().sharedBytesPerBlock || extra || !kernelParams)
@@ -351,9 +342,8 @@ hipError_t hipStreamEndCapture(hipStream_t stream, hipGraph_t *graph) {
   return kSuccess;
 }
 
-hipError_t hipStreamGetCaptureInfo_v2(hipStream_t stream, int *status,
-                                      unsigned long long *id, hipGraph_t *graph,
-                                      const hipGraphNode_t **dependencies,
+hipError_t hipStreamGetCaptureInfo_v2(hipStream_t stream, int *status, unsigned long long *id,
+                                      hipGraph_t *graph, const hipGraphNode_t **dependencies,
                                       size_t *numDependencies) {
   if (!stream || !status)
     return kInvalidValue;
@@ -369,8 +359,8 @@ hipError_t hipStreamGetCaptureInfo_v2(hipStream_t stream, int *status,
   return kSuccess;
 }
 
-hipError_t hipGraphInstantiate(hipGraphExec_t *exec, hipGraph_t graph,
-                               hipGraphNode_t *, char *, size_t) {
+hipError_t hipGraphInstantiate(hipGraphExec_t *exec, hipGraph_t graph, hipGraphNode_t *, char *,
+                               size_t) {
   if (!exec || !graph)
     return kInvalidValue;
   auto *made = new kiln::hip::hipGraphExec();
@@ -390,8 +380,7 @@ hipError_t hipGraphLaunch(hipGraphExec_t exec, hipStream_t stream) {
   return kSuccess;
 }
 
-hipError_t hipGraphExecKernelNodeSetParams(hipGraphExec_t exec,
-                                           hipGraphNode_t node,
+hipError_t hipGraphExecKernelNodeSetParams(hipGraphExec_t exec, hipGraphNode_t node,
                                            const KernelNodeParams *params) {
   if (!exec || !params)
     return kInvalidValue;
@@ -399,15 +388,13 @@ hipError_t hipGraphExecKernelNodeSetParams(hipGraphExec_t exec,
     if (exec->sources[i] != node)
       continue;
     hipGraphNode &target = exec->nodes[i];
-    if (target.kind != hipGraphNode::Launch ||
-        params->func != target.function || params->extra ||
+    if (target.kind != hipGraphNode::Launch || params->func != target.function || params->extra ||
         !params->kernelParams)
       return kInvalidValue;
     target.grid = params->gridDim.x;
     target.block = params->blockDim.x;
     target.shared = params->sharedMemBytes;
-    target.values =
-        readParams(params->kernelParams, target.function->numParams);
+    target.values = readParams(params->kernelParams, target.function->numParams);
     ++state().nodeUpdates;
     return kSuccess;
   }

@@ -23,7 +23,7 @@ struct FakeLaunch {
   std::string kernel;
   unsigned grid = 0, block = 0;
   std::vector<uint64_t> values;
-  bool replayed = false; // run by hipGraphLaunch
+  bool replayed = false;    // run by hipGraphLaunch
   unsigned sharedBytes = 0; // dynamic LDS
 };
 

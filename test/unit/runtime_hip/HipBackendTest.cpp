@@ -78,15 +78,13 @@ TEST(HipLaunchTest, PacksTheSameBytesAsACudaLaunch) {
   hip::HipLaunch launch(nullptr, 128, "lm_head", logitsSpec());
   const std::vector<uint64_t> expected = logits.expected();
   ASSERT_EQ(expected.size(), 25u);
-  EXPECT_EQ(valuesAt(launch.arguments(logits.call()), expected.size()),
-            expected);
+  EXPECT_EQ(valuesAt(launch.arguments(logits.call()), expected.size()), expected);
   cuda::KernelParams cudaParams({3, 2, 2}, 2);
   cudaParams.pack(logits.buffers, logits.scalars);
   EXPECT_EQ(cudaParams.values(), expected);
   // The expanded descriptor of the KV cache, then the scalars.
   EXPECT_EQ(std::vector<uint64_t>(expected.begin(), expected.begin() + 9),
-            (std::vector<uint64_t>{0x7f0000001000, 0x7f0000001000, 0, 4096, 1,
-                                   256, 256, 256, 1}));
+            (std::vector<uint64_t>{0x7f0000001000, 0x7f0000001000, 0, 4096, 1, 256, 256, 256, 1}));
   EXPECT_EQ(expected[23], 5u);
   EXPECT_EQ(expected[24], 1u);
 }
@@ -96,8 +94,7 @@ protected:
   void SetUp() override {
     void *handle = ::dlopen(KILN_FAKE_HIP, RTLD_NOW | RTLD_LOCAL);
     ASSERT_NE(handle, nullptr) << ::dlerror();
-    auto *state =
-        reinterpret_cast<FakeHip *(*)()>(::dlsym(handle, "kilnFakeHip"));
+    auto *state = reinterpret_cast<FakeHip *(*)()>(::dlsym(handle, "kilnFakeHip"));
     ASSERT_NE(state, nullptr);
     fake_ = state();
     fake_->reset();
@@ -106,8 +103,7 @@ protected:
 
   FakeHip &fake() { return *fake_; }
 
-  std::unique_ptr<hip::HipBackend> create(const Artifact &artifact,
-                                          int device = 0) {
+  std::unique_ptr<hip::HipBackend> create(const Artifact &artifact, int device = 0) {
     return hip::HipBackend::create(artifact, device, KILN_FAKE_HIP);
   }
 
@@ -141,8 +137,8 @@ TEST_F(HipBackendTest, RefusesAnotherChipNamingBoth) {
             "gfx942:sramecc+:xnack-; gfx950 code runs only on gfx950 "
             "devices (rebuild it for this machine's chip: kilnc --target)");
   // The gfx942 build of the same model runs there.
-  EXPECT_NO_THROW(create(amdgcnArtifact(
-      amdgcnTestArtifact(elfBytes(elfFor(kMachGfx942)), "gfx942"))));
+  EXPECT_NO_THROW(
+      create(amdgcnArtifact(amdgcnTestArtifact(elfBytes(elfFor(kMachGfx942)), "gfx942"))));
 }
 
 TEST_F(HipBackendTest, RefusesAnXnackModeTheDeviceLacks) {
@@ -261,9 +257,8 @@ TEST_F(HipBackendTest, PrepareChecksBlockAndGrid) {
   const Artifact artifact = amdgcnArtifact();
   const auto backend = create(artifact);
   backend->loadKernels(artifact);
-  const std::string where =
-      "gpu.kiln: entry point 'decode', steps[3] (launch of 'kiln_logits', op "
-      "'lm_head')";
+  const std::string where = "gpu.kiln: entry point 'decode', steps[3] (launch of 'kiln_logits', op "
+                            "'lm_head')";
   LaunchSpec spec = logitsSpec();
   spec.block = 512;
   EXPECT_EQ(errorOf([&] { backend->prepare(spec); }),
@@ -343,8 +338,7 @@ TEST_F(HipBackendTest, ALaunchErrorNamesTheLaunchAndStopsTheBackend) {
   const auto prepared = backend->prepare(logitsSpec());
   fake().launchResult = 719;
   const LogitsCall logits;
-  const std::string message =
-      errorOf([&] { backend->launch(*prepared, logits.call()); });
+  const std::string message = errorOf([&] { backend->launch(*prepared, logits.call()); });
   EXPECT_EQ(message, "gpu.kiln: entry point 'decode', steps[3] (launch of "
                      "'kiln_logits', op 'lm_head'): hipModuleLaunchKernel: "
                      "hipErrorLaunchFailure: unspecified launch failure");
@@ -409,8 +403,7 @@ TEST_F(HipBackendTest, RecordsUpdatesAndReplaysAGraph) {
   ASSERT_EQ(fake().launches.size(), 4u);
   EXPECT_EQ(fake().launches[2].values, call.expected());
   EXPECT_EQ(fake().launches[2].values[23], 6u);
-  EXPECT_THROW(recording->update(*backend->prepare(logitsSpec()), call.call()),
-               std::logic_error);
+  EXPECT_THROW(recording->update(*backend->prepare(logitsSpec()), call.call()), std::logic_error);
 
   recording.reset();
   EXPECT_EQ(fake().graphsAlive, 0);

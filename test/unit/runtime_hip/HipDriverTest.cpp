@@ -35,23 +35,19 @@ TEST(HipDriverTest, NoGpuIsOneClearLine) {
     GTEST_SKIP() << "this machine has an AMD GPU";
   EngineOptions options;
   options.weights = "synthetic:5";
-  const std::string message =
-      errorOf([&] { Engine::create(amdgcnArtifact(), options); });
+  const std::string message = errorOf([&] { Engine::create(amdgcnArtifact(), options); });
   RecordProperty("message", message);
   EXPECT_EQ(message.find('\n'), std::string::npos) << message;
-  const bool noRuntime =
-      message == "gpu.kiln: no HIP runtime (libamdhip64.so): this artifact "
-                 "is for amdgcn gfx950";
+  const bool noRuntime = message == "gpu.kiln: no HIP runtime (libamdhip64.so): this artifact "
+                                    "is for amdgcn gfx950";
   // With a runtime but no device: the device is what is named missing.
   const std::string tail = "): this artifact is for amdgcn gfx950";
-  const bool noDevice =
-      message.rfind("gpu.kiln: no AMD GPU (libamdhip64.so", 0) == 0 &&
-      message.size() > tail.size() &&
-      message.compare(message.size() - tail.size(), tail.size(), tail) == 0;
+  const bool noDevice = message.rfind("gpu.kiln: no AMD GPU (libamdhip64.so", 0) == 0 &&
+                        message.size() > tail.size() &&
+                        message.compare(message.size() - tail.size(), tail.size(), tail) == 0;
   EXPECT_TRUE(noRuntime || noDevice) << message;
   // The same on the second try: the runtime is looked for once per process.
-  EXPECT_EQ(errorOf([&] { Engine::create(amdgcnArtifact(), options); }),
-            message);
+  EXPECT_EQ(errorOf([&] { Engine::create(amdgcnArtifact(), options); }), message);
 }
 
 TEST(HipDriverTest, DebiansRuntimeWithoutADeviceNamesTheDevice) {
@@ -59,8 +55,7 @@ TEST(HipDriverTest, DebiansRuntimeWithoutADeviceNamesTheDevice) {
   // (HIP 5.2: hipErrorInvalidDevice) or finds no device.
   if (haveAmdGpu())
     GTEST_SKIP() << "this machine has an AMD GPU";
-  const std::string message =
-      errorOf([] { hip::HipDriver::load(hip::HipDriver::kLibrary); });
+  const std::string message = errorOf([] { hip::HipDriver::load(hip::HipDriver::kLibrary); });
   if (message == "no HIP runtime (libamdhip64.so)")
     GTEST_SKIP() << "no libamdhip64.so here";
   EXPECT_EQ(message.rfind("no AMD GPU (libamdhip64.so: hip", 0), 0u) << message;
@@ -72,14 +67,12 @@ TEST(HipDriverTest, KilnRunReportsNoGpuOnOneLine) {
     GTEST_SKIP() << "this machine has an AMD GPU";
   std::string dir = ::testing::TempDir() + "/kiln-hip-XXXXXX";
   ASSERT_NE(::mkdtemp(dir.data()), nullptr);
-  const std::vector<uint8_t> bytes =
-      serializeGpu(amdgcnTestArtifact(), nvptxTestShapes());
+  const std::vector<uint8_t> bytes = serializeGpu(amdgcnTestArtifact(), nvptxTestShapes());
   std::ofstream(dir + "/gpu.kiln", std::ios::binary)
       .write(reinterpret_cast<const char *>(bytes.data()), bytes.size());
   std::ostringstream out, err;
-  const int status = kilnRunMain({dir + "/gpu.kiln", "--weights", "synthetic:5",
-                                  "--prompt-ids", "1,2,3", "--max-new-tokens",
-                                  "2", "--device", "0"},
+  const int status = kilnRunMain({dir + "/gpu.kiln", "--weights", "synthetic:5", "--prompt-ids",
+                                  "1,2,3", "--max-new-tokens", "2", "--device", "0"},
                                  out, err, false);
   const std::string text = err.str();
   EXPECT_EQ(status, 1);
@@ -92,9 +85,7 @@ TEST(HipDriverTest, KilnRunReportsNoGpuOnOneLine) {
 TEST(HipDriverTest, AMissingLibraryIsNamed) {
   EXPECT_EQ(errorOf([] { hip::HipDriver::load("libkiln-no-such-hip.so"); }),
             "no HIP runtime (libkiln-no-such-hip.so)");
-  EXPECT_EQ(errorOf([] {
-              createHipBackend(amdgcnArtifact(), 0, "libkiln-no-such-hip.so");
-            }),
+  EXPECT_EQ(errorOf([] { createHipBackend(amdgcnArtifact(), 0, "libkiln-no-such-hip.so"); }),
             "gpu.kiln: no HIP runtime (libkiln-no-such-hip.so): this "
             "artifact is for amdgcn gfx950");
 }
@@ -108,11 +99,8 @@ TEST(HipDriverTest, ALibraryThatIsNotHipIsNamed) {
 
 TEST(HipDriverTest, RulesComeBeforeTheRuntime) {
   TestArtifact a = amdgcnTestArtifact();
-  std::get<TestLaunch>(a.entryPoints[0].steps[0])
-      .scalars.push_back({fb::ScalarKind::Parts, 0});
-  EXPECT_HAS(errorOf([&] {
-               createHipBackend(amdgcnArtifact(a), 0, "libkiln-no-such-hip.so");
-             }),
+  std::get<TestLaunch>(a.entryPoints[0].steps[0]).scalars.push_back({fb::ScalarKind::Parts, 0});
+  EXPECT_HAS(errorOf([&] { createHipBackend(amdgcnArtifact(a), 0, "libkiln-no-such-hip.so"); }),
              "takes a Parts scalar");
 }
 

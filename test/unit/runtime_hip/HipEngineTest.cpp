@@ -44,22 +44,19 @@ public:
       float sum = 0;
       for (int32_t token : history_)
         for (int64_t h = 0; h < kHidden; ++h)
-          sum =
-              std::fma(embed_[token * kHidden + h], lm_[v * kHidden + h], sum);
+          sum = std::fma(embed_[token * kHidden + h], lm_[v * kHidden + h], sum);
       logits[v] = sum;
     }
     return logits;
   }
 
 private:
-  static std::vector<float> weight(const muse_spark::Config &config,
-                                   const std::string &name, uint64_t seed) {
-    for (const auto &spec :
-         muse_spark::checkpointManifest(config, muse_spark::WeightFormat::BF16))
+  static std::vector<float> weight(const muse_spark::Config &config, const std::string &name,
+                                   uint64_t seed) {
+    for (const auto &spec : muse_spark::checkpointManifest(config, muse_spark::WeightFormat::BF16))
       if (spec.name == name) {
         std::vector<uint16_t> bits(spec.shape[0] * spec.shape[1]);
-        muse_spark::synthesizeTensor(config, spec, seed,
-                                     reinterpret_cast<uint8_t *>(bits.data()));
+        muse_spark::synthesizeTensor(config, spec, seed, reinterpret_cast<uint8_t *>(bits.data()));
         std::vector<float> values;
         for (uint16_t b : bits)
           values.push_back(bf16ToFloat(b));
@@ -73,8 +70,8 @@ private:
   std::vector<int32_t> history_;
 };
 
-void expectLogits(const std::vector<float> &actual,
-                  const std::vector<float> &expected, const std::string &what) {
+void expectLogits(const std::vector<float> &actual, const std::vector<float> &expected,
+                  const std::string &what) {
   ASSERT_EQ(actual.size(), expected.size()) << what;
   for (size_t v = 0; v < actual.size(); ++v)
     ASSERT_NEAR(actual[v], expected[v], 1e-5 * (1 + std::abs(expected[v])))
@@ -100,13 +97,11 @@ protected:
     hip::DeviceProperties properties;
     if (driver->properties(0, properties) != hip::kSuccess)
       GTEST_SKIP() << "no AMD GPU 0";
-    gcnArchName_ = std::string(
-        properties.gcnArchName,
-        ::strnlen(properties.gcnArchName, sizeof properties.gcnArchName));
+    gcnArchName_ = std::string(properties.gcnArchName,
+                               ::strnlen(properties.gcnArchName, sizeof properties.gcnArchName));
     chip_ = std::string(hip::archOf(gcnArchName_));
     if (!isKnownAmdgcnChip(chip_))
-      GTEST_SKIP() << "device 0 is " << gcnArchName_
-                   << "; the runtime runs gfx942 and gfx950";
+      GTEST_SKIP() << "device 0 is " << gcnArchName_ << "; the runtime runs gfx942 and gfx950";
     if (!haveAmdgpuTools())
       GTEST_SKIP() << "no llc / ld.lld for amdgcn to build the test kernels";
     std::string error;
@@ -114,15 +109,12 @@ protected:
     ASSERT_FALSE(hsaco_.empty()) << error;
   }
 
-  std::unique_ptr<Engine> make(const TestArtifact &a,
-                               EngineOptions options = {}) {
+  std::unique_ptr<Engine> make(const TestArtifact &a, EngineOptions options = {}) {
     options.weights = "synthetic:5";
     options.contextLength = 64;
     return Engine::create(amdgcnArtifact(a), options);
   }
-  std::unique_ptr<Engine> make() {
-    return make(amdgcnTestArtifact(hsaco_, chip_));
-  }
+  std::unique_ptr<Engine> make() { return make(amdgcnTestArtifact(hsaco_, chip_)); }
 
   std::string gcnArchName_, chip_;
   std::vector<uint8_t> hsaco_;
@@ -145,8 +137,7 @@ TEST_F(HipEngineTest, PrefillAndDecodeMatchReference) {
   EXPECT_EQ(engine->pastTokens(), 16);
   engine->reset();
   Reference again(5);
-  expectLogits(engine->prefill(prompt(3)), again.append(prompt(3)),
-               "after reset");
+  expectLogits(engine->prefill(prompt(3)), again.append(prompt(3)), "after reset");
 }
 
 TEST_F(HipEngineTest, RefusesTheOtherChip) {
@@ -154,20 +145,18 @@ TEST_F(HipEngineTest, RefusesTheOtherChip) {
   std::string error;
   const std::vector<uint8_t> hsaco = compileHsaco(other, error);
   ASSERT_FALSE(hsaco.empty()) << error;
-  const std::string message =
-      errorOf([&] { make(amdgcnTestArtifact(hsaco, other)); });
+  const std::string message = errorOf([&] { make(amdgcnTestArtifact(hsaco, other)); });
   EXPECT_HAS(message, "gpu.kiln: artifact is for amdgcn " + other +
                           ", which this machine cannot run: device 0 (");
-  EXPECT_HAS(message, ") is " + gcnArchName_ + "; " + other +
-                          " code runs only on " + other + " devices");
+  EXPECT_HAS(message,
+             ") is " + gcnArchName_ + "; " + other + " code runs only on " + other + " devices");
 }
 
 TEST_F(HipEngineTest, MissingKernelAndDevice) {
   TestArtifact a = amdgcnTestArtifact(hsaco_, chip_);
   a.kernels[2].name = "kiln_absent";
-  EXPECT_HAS(errorOf([&] { make(a); }),
-             "gpu.kiln: kernel 'kiln_absent' (not in the code object?): "
-             "hipModuleGetFunction: ");
+  EXPECT_HAS(errorOf([&] { make(a); }), "gpu.kiln: kernel 'kiln_absent' (not in the code object?): "
+                                        "hipModuleGetFunction: ");
   EngineOptions options;
   options.device = 99;
   EXPECT_HAS(errorOf([&] { make(amdgcnTestArtifact(hsaco_, chip_), options); }),

@@ -25,8 +25,7 @@ FakeHip *fakeRuntime() {
   void *handle = ::dlopen("libamdhip64.so", RTLD_NOW | RTLD_LOCAL);
   if (!handle)
     return nullptr;
-  auto *state =
-      reinterpret_cast<FakeHip *(*)()>(::dlsym(handle, "kilnFakeHip"));
+  auto *state = reinterpret_cast<FakeHip *(*)()>(::dlsym(handle, "kilnFakeHip"));
   return state ? state() : nullptr;
 }
 
@@ -63,8 +62,7 @@ TEST(HipFakeEngineTest, TheEngineRunsAmdgcnArtifactsThroughHip) {
     EXPECT_TRUE(fake->launches.empty());
 
     // Prefill: the poison launch has a grid of 0 blocks and is skipped.
-    const std::vector<std::string> steps = {"kiln_embed", "kiln_append",
-                                            "kiln_logits"};
+    const std::vector<std::string> steps = {"kiln_embed", "kiln_append", "kiln_logits"};
     engine->prefill({7, 8, 9});
     ASSERT_EQ(kernelsOf(fake->launches), steps);
     const FakeLaunch &embed = fake->launches[0];
@@ -74,8 +72,7 @@ TEST(HipFakeEngineTest, TheEngineRunsAmdgcnArtifactsThroughHip) {
     // The token ids buffer (the fake's device memory is host memory) holds
     // the uploaded prompt.
     const auto *ids = reinterpret_cast<const int32_t *>(embed.values[1]);
-    EXPECT_EQ(std::vector<int32_t>(ids, ids + 3),
-              (std::vector<int32_t>{7, 8, 9}));
+    EXPECT_EQ(std::vector<int32_t>(ids, ids + 3), (std::vector<int32_t>{7, 8, 9}));
     EXPECT_EQ(fake->launches[1].values[kAppendPast], 0u);
     EXPECT_EQ(fake->launches[1].values[kAppendTokens], 3u);
     EXPECT_EQ(fake->launches[2].grid, 8u);
@@ -95,8 +92,7 @@ TEST(HipFakeEngineTest, TheEngineRunsAmdgcnArtifactsThroughHip) {
       EXPECT_EQ(fake->launches[1].values[kAppendPast], past);
       EXPECT_EQ(fake->launches[1].values[kAppendTokens], 1u);
       EXPECT_EQ(fake->launches[2].values[kLogitsPast], past);
-      const auto *id =
-          reinterpret_cast<const int32_t *>(fake->launches[0].values[1]);
+      const auto *id = reinterpret_cast<const int32_t *>(fake->launches[0].values[1]);
       EXPECT_EQ(*id, 10 + step);
     }
     // The append and logits nodes, for the third and fourth steps.

@@ -28,9 +28,9 @@ using Theirs = hipDeviceProp_tR0000;
 using Theirs = hipDeviceProp_t;
 #endif
 
-#define KILN_SAME_FIELD(field)                                                 \
-  static_assert(offsetof(Ours, field) == offsetof(Theirs, field) &&            \
-                    sizeof(Ours::field) == sizeof(Theirs::field),              \
+#define KILN_SAME_FIELD(field)                                                                     \
+  static_assert(offsetof(Ours, field) == offsetof(Theirs, field) &&                                \
+                    sizeof(Ours::field) == sizeof(Theirs::field),                                  \
                 "hipDeviceProp_t::" #field " differs")
 KILN_SAME_FIELD(name);
 KILN_SAME_FIELD(totalGlobalMem);
@@ -48,10 +48,9 @@ KILN_SAME_FIELD(gcnArchName);
 static_assert(sizeof(Theirs) <= hip::kDevicePropertiesBytes);
 
 using Node = hip::KernelNodeParams;
-#define KILN_SAME_NODE_FIELD(field)                                            \
-  static_assert(offsetof(Node, field) ==                                       \
-                        offsetof(hipKernelNodeParams, field) &&                \
-                    sizeof(Node::field) == sizeof(hipKernelNodeParams::field), \
+#define KILN_SAME_NODE_FIELD(field)                                                                \
+  static_assert(offsetof(Node, field) == offsetof(hipKernelNodeParams, field) &&                   \
+                    sizeof(Node::field) == sizeof(hipKernelNodeParams::field),                     \
                 "hipKernelNodeParams::" #field " differs")
 KILN_SAME_NODE_FIELD(blockDim);
 KILN_SAME_NODE_FIELD(extra);
@@ -67,11 +66,9 @@ static_assert(hip::kSuccess == hipSuccess);
 static_assert(hip::kErrorNoDevice == hipErrorNoDevice);
 static_assert(hip::kErrorInvalidDevice == hipErrorInvalidDevice);
 static_assert(hip::kAttrMaxGridDimX == hipDeviceAttributeMaxGridDimX);
-static_assert(hip::kAttrMaxThreadsPerBlock ==
-              hipDeviceAttributeMaxThreadsPerBlock);
+static_assert(hip::kAttrMaxThreadsPerBlock == hipDeviceAttributeMaxThreadsPerBlock);
 static_assert(hip::kAttrWarpSize == hipDeviceAttributeWarpSize);
-static_assert(hip::kFuncAttrMaxThreadsPerBlock ==
-              HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
+static_assert(hip::kFuncAttrMaxThreadsPerBlock == HIP_FUNC_ATTRIBUTE_MAX_THREADS_PER_BLOCK);
 static_assert(hip::kMemcpyHostToDevice == hipMemcpyHostToDevice);
 static_assert(hip::kMemcpyDeviceToHost == hipMemcpyDeviceToHost);
 static_assert(hip::kMemcpyDeviceToDevice == hipMemcpyDeviceToDevice);

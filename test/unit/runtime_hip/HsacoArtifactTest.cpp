@@ -20,8 +20,7 @@ std::string loadError(const TestArtifact &a) {
   return errorOf([&] { amdgcnArtifact(a); });
 }
 
-std::string blobError(const ElfHeader &header, const std::string &chip,
-                      size_t extra = 0) {
+std::string blobError(const ElfHeader &header, const std::string &chip, size_t extra = 0) {
   return loadError(amdgcnTestArtifact(elfBytes(header, extra), chip));
 }
 
@@ -33,8 +32,8 @@ TEST(HsacoArtifactTest, AcceptsAWellFormedHeaderForEachChip) {
   EXPECT_EQ(gfx950->target()->kind(), fb::TargetKind::AMDGCN);
   EXPECT_EQ(gfx950->library()->format()->str(), "hsaco");
   EXPECT_NO_THROW(checkAmdgcnArtifact(gfx950));
-  EXPECT_NO_THROW(amdgcnArtifact(
-      amdgcnTestArtifact(elfBytes(elfFor(kMachGfx942), 4096), "gfx942")));
+  EXPECT_NO_THROW(
+      amdgcnArtifact(amdgcnTestArtifact(elfBytes(elfFor(kMachGfx942), 4096), "gfx942")));
   // The feature bits beside the processor do not matter to the loader.
   ElfHeader plain = elfFor(kMachGfx950);
   plain.flags = kMachGfx950;
@@ -65,20 +64,18 @@ TEST(HsacoArtifactTest, RefusesWhatIsNotAnElfFile) {
 TEST(HsacoArtifactTest, RefusesAnotherClassOrByteOrder) {
   ElfHeader header = elfFor(kMachGfx950);
   header.elfClass = 1;
-  EXPECT_EQ(blobError(header, "gfx950"),
-            kBut + "is not ELF64 (EI_CLASS 1, expected 2)");
+  EXPECT_EQ(blobError(header, "gfx950"), kBut + "is not ELF64 (EI_CLASS 1, expected 2)");
   header = elfFor(kMachGfx950);
   header.data = 2;
-  EXPECT_EQ(blobError(header, "gfx950"),
-            kBut + "is not little-endian ELF (EI_DATA 2, expected 1)");
+  EXPECT_EQ(blobError(header, "gfx950"), kBut + "is not little-endian ELF (EI_DATA 2, expected 1)");
 }
 
 TEST(HsacoArtifactTest, RefusesAnotherMachine) {
   ElfHeader header = elfFor(kMachGfx950);
   header.machine = 62; // EM_X86_64
-  EXPECT_EQ(blobError(header, "gfx950"),
-            kBut + "is not AMDGPU code (e_machine 62, expected EM_AMDGPU "
-                   "224)");
+  EXPECT_EQ(blobError(header, "gfx950"), kBut +
+                                             "is not AMDGPU code (e_machine 62, expected EM_AMDGPU "
+                                             "224)");
   header.machine = 190; // EM_CUDA
   EXPECT_HAS(blobError(header, "gfx950"), "(e_machine 190, expected");
 }
@@ -86,9 +83,8 @@ TEST(HsacoArtifactTest, RefusesAnotherMachine) {
 TEST(HsacoArtifactTest, RefusesAnObjectForAnotherRuntimeOrUnlinked) {
   ElfHeader header = elfFor(kMachGfx950);
   header.osAbi = 66; // ELFOSABI_AMDGPU_MESA3D
-  EXPECT_EQ(blobError(header, "gfx950"),
-            kBut + "is not an HSA code object (EI_OSABI 66, expected "
-                   "ELFOSABI_AMDGPU_HSA 64)");
+  EXPECT_EQ(blobError(header, "gfx950"), kBut + "is not an HSA code object (EI_OSABI 66, expected "
+                                                "ELFOSABI_AMDGPU_HSA 64)");
   header = elfFor(kMachGfx950);
   header.type = 1; // ET_REL: llc's output before ld.lld
   EXPECT_EQ(blobError(header, "gfx950"),
@@ -106,10 +102,8 @@ TEST(HsacoArtifactTest, TheProcessorMustBeTheTargetChip) {
             "(EF_AMDGPU_MACH 0x4c)");
   EXPECT_HAS(blobError(elfFor(0x3f), "gfx950"),
              "is code for gfx90a (EF_AMDGPU_MACH 0x3f), not for gfx950");
-  EXPECT_HAS(blobError(elfFor(0x5f), "gfx950"),
-             "is code for gfx9-4-generic (EF_AMDGPU_MACH 0x5f)");
-  EXPECT_HAS(blobError(elfFor(0x2a), "gfx950"),
-             "is code for EF_AMDGPU_MACH 0x2a, not for gfx950");
+  EXPECT_HAS(blobError(elfFor(0x5f), "gfx950"), "is code for gfx9-4-generic (EF_AMDGPU_MACH 0x5f)");
+  EXPECT_HAS(blobError(elfFor(0x2a), "gfx950"), "is code for EF_AMDGPU_MACH 0x2a, not for gfx950");
   EXPECT_EQ(blobError(elfFor(0x41), "gfx1100"),
             "gpu.kiln: artifact is for amdgcn gfx1100, but this runtime does "
             "not know the amdgcn chip 'gfx1100' (it runs gfx942, gfx950)");
@@ -156,25 +150,21 @@ TEST(HsacoArtifactTest, FeaturesMustBeKnown) {
   a.features = {"+xnack", "-sramecc", "+wavefrontsize64", "cumode"};
   EXPECT_NO_THROW(checkAmdgcnArtifact(amdgcnArtifact(a)));
   a.features = {"+xnack", "+wavefrontsize32", "-wavefrontsize64", "+avx2"};
-  EXPECT_EQ(ruleError(a),
-            "gpu.kiln: artifact is for amdgcn gfx950 (+xnack, "
-            "+wavefrontsize32, -wavefrontsize64, +avx2), but this runtime "
-            "does not know the amdgcn feature(s) +wavefrontsize32, "
-            "-wavefrontsize64, +avx2");
+  EXPECT_EQ(ruleError(a), "gpu.kiln: artifact is for amdgcn gfx950 (+xnack, "
+                          "+wavefrontsize32, -wavefrontsize64, +avx2), but this runtime "
+                          "does not know the amdgcn feature(s) +wavefrontsize32, "
+                          "-wavefrontsize64, +avx2");
 }
 
 TEST(HsacoArtifactTest, LaunchesNeedAShapeAndNoParts) {
   TestArtifact a = amdgcnTestArtifact();
-  std::get<TestLaunch>(a.entryPoints[1].steps[0])
-      .scalars.push_back({fb::ScalarKind::Part, 0});
-  EXPECT_EQ(ruleError(a),
-            "gpu.kiln: artifact is for amdgcn gfx950, but entry point "
-            "'decode', steps[0] (launch of 'kiln_embed', op "
-            "'model.embed_tokens') takes a Part scalar (scalars[1]): GPU "
-            "kernels derive their part from their block and thread indices");
+  std::get<TestLaunch>(a.entryPoints[1].steps[0]).scalars.push_back({fb::ScalarKind::Part, 0});
+  EXPECT_EQ(ruleError(a), "gpu.kiln: artifact is for amdgcn gfx950, but entry point "
+                          "'decode', steps[0] (launch of 'kiln_embed', op "
+                          "'model.embed_tokens') takes a Part scalar (scalars[1]): GPU "
+                          "kernels derive their part from their block and thread indices");
   // Without a launch shape (serialised without the GPU fields).
-  const Artifact bare =
-      Artifact::fromBytes(serializeGpu(amdgcnTestArtifact(), {}), "gpu.kiln");
+  const Artifact bare = Artifact::fromBytes(serializeGpu(amdgcnTestArtifact(), {}), "gpu.kiln");
   EXPECT_HAS(errorOf([&] { checkAmdgcnArtifact(bare); }),
              "op 'model.embed_tokens') has no grid (GPU launches need "
              "Launch.grid and Launch.block)");
@@ -187,10 +177,9 @@ TEST(HsacoArtifactTest, ChipsMustBeKnown) {
   a.kernels.clear();
   for (TestEntryPoint &entry : a.entryPoints)
     entry.steps = {std::get<TestCopy>(entry.steps[1])};
-  EXPECT_EQ(ruleError(a),
-            "gpu.kiln: artifact is for amdgcn gfx1100, but this runtime does "
-            "not know the chip 'gfx1100' (amdgcn chips are gfx942 and "
-            "gfx950)");
+  EXPECT_EQ(ruleError(a), "gpu.kiln: artifact is for amdgcn gfx1100, but this runtime does "
+                          "not know the chip 'gfx1100' (amdgcn chips are gfx942 and "
+                          "gfx950)");
   EXPECT_TRUE(isKnownAmdgcnChip("gfx942"));
   EXPECT_TRUE(isKnownAmdgcnChip("gfx950"));
   EXPECT_FALSE(isKnownAmdgcnChip("gfx90a"));
@@ -204,19 +193,16 @@ TEST(HsacoArtifactTest, WhichDevicesAChipRunsOn) {
   };
   EXPECT_EQ(support("gfx950:sramecc+:xnack-"), "");
   EXPECT_EQ(support("gfx950"), "");
-  EXPECT_EQ(support("gfx942:sramecc+:xnack-"),
-            "gfx950 code runs only on gfx950 devices");
+  EXPECT_EQ(support("gfx942:sramecc+:xnack-"), "gfx950 code runs only on gfx950 devices");
   EXPECT_EQ(support("gfx9500"), "gfx950 code runs only on gfx950 devices");
   // XNACK and SRAMECC: code built for one setting runs only where the device
   // has it; without the features the code object runs on either ("any").
   a.features = {"+xnack", "+sramecc"};
-  EXPECT_EQ(support("gfx950:sramecc+:xnack-"),
-            "its code needs xnack+ (feature +xnack)");
+  EXPECT_EQ(support("gfx950:sramecc+:xnack-"), "its code needs xnack+ (feature +xnack)");
   EXPECT_EQ(support("gfx950:sramecc+:xnack+"), "");
   EXPECT_EQ(support("gfx950"), "its code needs xnack+ (feature +xnack)");
   a.features = {"-sramecc"};
-  EXPECT_EQ(support("gfx950:sramecc+:xnack-"),
-            "its code needs sramecc- (feature -sramecc)");
+  EXPECT_EQ(support("gfx950:sramecc+:xnack-"), "its code needs sramecc- (feature -sramecc)");
   EXPECT_EQ(support("gfx950:sramecc-:xnack-"), "");
 }
 

@@ -1,7 +1,7 @@
 // kilnc --cpu: LLVM's CPU names and "host" resolved to the features the
 // kernels may use, which the artifact records and the runtime checks.
-#include "runtime/cpu/CpuFeatures.h"
 #include "targets/x86/CpuTarget.h"
+#include "runtime/cpu/CpuFeatures.h"
 
 #include <gtest/gtest.h>
 

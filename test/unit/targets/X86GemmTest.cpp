@@ -3,9 +3,9 @@
 // run for every family this CPU has (an AVX-512 BF16 machine runs the FMA
 // family too; an AMX one all three) against a scalar reference on the same
 // bf16 inputs: only the order of the f32 sums differs, so the results agree
-// to 1e-5 of the shape's largest value. Shapes cover whole and partial register blocks of rows, panels of
-// every width the tilings choose, and parts that get no panel. A kernel fed
-// weights in the wrong layout must fail the same comparison.
+// to 1e-5 of the shape's largest value. Shapes cover whole and partial register blocks of rows,
+// panels of every width the tilings choose, and parts that get no panel. A kernel fed weights in
+// the wrong layout must fail the same comparison.
 #include "runtime/cpu/CpuFeatures.h"
 #include "runtime/cpu/KernelLibrary.h"
 #include "runtime/cpu/MemRef.h"
@@ -31,9 +31,9 @@ struct Shape {
 
 // Rows: one (decode), a partial block, whole blocks plus a rest; n: one
 // tile, 3, 6, 12 and 2000 tiles (every panel width); k: 1 to 8 VNNI blocks.
-const Shape kShapes[] = {{1, 16, 32},  {1, 192, 256}, {5, 96, 64},   {7, 48, 96},
-                         {13, 256, 128}, {16, 512, 64}, {25, 1024, 256},
-                         {3, 2000 * 16, 32}, {20, 192, 256}, {20, 256, 192}};
+const Shape kShapes[] = {{1, 16, 32},    {1, 192, 256}, {5, 96, 64},     {7, 48, 96},
+                         {13, 256, 128}, {16, 512, 64}, {25, 1024, 256}, {3, 2000 * 16, 32},
+                         {20, 192, 256}, {20, 256, 192}};
 
 uint16_t toBf16(float f) {
   uint32_t u;
@@ -112,7 +112,10 @@ protected:
       int64_t rows = s.rows, p = part, ps = parts;
       void *args[6] = {memref::buildDescriptor(da, a.data(), sa, 2),
                        memref::buildDescriptor(dw, packed.data(), sw, 2),
-                       memref::buildDescriptor(dy, y.data(), sy, 2), &rows, &p, &ps};
+                       memref::buildDescriptor(dy, y.data(), sy, 2),
+                       &rows,
+                       &p,
+                       &ps};
       fn(args);
     }
     double worst = 0, scale = 0;
