@@ -5,14 +5,13 @@
 // wave size on gfx942 and gfx950).
 #pragma once
 
-#include "targets/common/TargetHooks.h"
+#include "targets/common/GpuHooks.h"
 
 namespace kiln::amdgcn {
 
-class AmdgcnHooks final : public kernels::TargetHooks {
+class AmdgcnHooks final : public kernels::GpuTargetHooks {
 public:
   std::string name() const override { return "amdgcn"; }
-  bool isGpu() const override { return true; }
   std::optional<TiledGemm> tiledGemm(int64_t, int64_t) const override { return std::nullopt; }
   std::optional<MatrixGemm> matrixGemm(int64_t n, int64_t k, int64_t maxTokens,
                                        bool exactInput) const override;

@@ -85,12 +85,14 @@ private:
   // first use in this entry.
   FailureOr<Buf> weight(Value v, Transform transform);
 
-  // Whether a row-wise op of this width gets the GPU row kernels.
-  bool gpuRows(int64_t width) const { return hooks.isGpu() && gpuRowsFit(width); }
-  // A block of row-kernel threads per token.
-  static Work rowBlock(int64_t width) {
-    int64_t threads = rowBlockThreads(width);
-    return Work{0, threads, threads};
+  // The last dimension of a graph value.
+  static int64_t width(Value v) {
+    return llvm::cast<RankedTensorType>(v.getType()).getShape().back();
+  }
+  // A [T, heads, headDim] activation's dims.
+  SmallVector<plan::DimAttr> headRows(Value v) {
+    auto t = llvm::cast<RankedTensorType>(v.getType());
+    return {rows(), fixed(t.getDimSize(1)), fixed(t.getDimSize(2))};
   }
 
   // The comm group of the ranks of `grid` along `axes`.
@@ -106,22 +108,44 @@ private:
   Buf tokenCollective(StringRef kind, const Buf &in, int64_t fromScale, int64_t toScale,
                       int64_t group, StringRef what);
   Buf scatterTokens(const Buf &in, int64_t group, StringRef what);
+  // kiln.megamoe (LowerMegaMoE.cpp).
   LogicalResult lowerMegaMoE(MegaMoEOp o, StringRef what);
   // shard.all_slice, all_reduce, all_gather, reduce_scatter and
   // kiln.local_experts (LowerRanks.cpp).
   LogicalResult lowerShardOp(Operation *op, StringRef what);
 
   LogicalResult lowerEntry(func::FuncOp forward, const EntryInfo &entry);
+  // Each op to its lowering below; an op no target lowers is an error.
   LogicalResult lowerOp(Operation *op);
-  LogicalResult lowerLinear(Value input, Value weightValue, Value result, StringRef what);
-  // y = x · Wᵀ (bf16 [n, k]) on a GPU for entry points of 2 to kGemvTokens
-  // tokens (batched decode), sharing each weight load among the tokens;
-  // false where no such kernel fits.
+  // One graph op each (LowerOps.cpp, LowerLinear.cpp): the buffers of its
+  // results and the launches of the kernels the target chose. `what` names
+  // the launches in the plan (the op's name location).
+  LogicalResult lower(Nvfp4DequantOp o, StringRef what);
+  LogicalResult lower(ExpertSwiGLUOp o, StringRef what);
+  LogicalResult lower(ExpertNormOp o, StringRef what);
+  LogicalResult lower(CombineOp o, StringRef what);
+  LogicalResult lower(EmbedOp o, StringRef what);
+  LogicalResult lower(RmsNormOp o, StringRef what);
+  LogicalResult lower(HeadNormOp o, StringRef what);
+  LogicalResult lower(LinearOp o, StringRef what);
+  LogicalResult lower(SplitHeadsOp o, StringRef what);
+  LogicalResult lower(MergeHeadsOp o, StringRef what);
+  LogicalResult lower(RopeOp o, StringRef what);
+  LogicalResult lower(AttentionOp o, StringRef what);
+  LogicalResult lower(NormResidualOp o, StringRef what);
+  LogicalResult lower(RouterTopKOp o, StringRef what);
+  LogicalResult lower(LogitsOp o, StringRef what);
+  LogicalResult lower(func::ReturnOp o, StringRef what);
+  // kiln.mul and kiln.add (`kind`): an activation and a weight or another
+  // activation of the same shape.
+  LogicalResult lowerBinary(Operation *op, StringRef kind, StringRef what);
   // y = x · Wᵀ through the target's matrix-core GEMM, split-K included.
   void launchMatrixGemm(const TargetHooks::MatrixGemm &gemm, int64_t n, const Buf &x, const Buf &w,
                         const Buf &y, StringRef what);
-  bool launchFewTokensGemv(int64_t n, int64_t k, const Buf &x, const Buf &w, const Buf &y,
-                           StringRef what);
+  // y = x · Wᵀ through the target's GEMV; `lastRow`: of the last token's row
+  // only (a kernel over a range of rows reads just that one).
+  void launchGemv(const TargetHooks::Gemv &gemv, const Buf &x, const Buf &w, const Buf &y,
+                  bool lastRow, StringRef what);
 
   MLIRContext *ctx;
   ModuleOp graph;

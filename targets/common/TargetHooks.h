@@ -1,6 +1,10 @@
-// What the shared kernel lowering asks a target: the few decisions that
-// differ between CPUs and GPUs, so that one lowering and one set of kernel
-// descriptions serve every target (x86 today, nvptx and amdgcn alike).
+// What the shared kernel lowering asks a target: which kernel each graph op
+// gets and how it is launched. The defaults are the generic kernels every
+// target can run (one launch part a token, or the vector GEMM); the GPU
+// targets share their warp and block kernels through GpuTargetHooks
+// (GpuHooks.h), and each target adds its matrix-core kernels. The shared
+// lowering (LowerToPlan.cpp) builds buffers and launches and never asks what
+// kind of target it lowers for.
 #pragma once
 
 #include "targets/common/KernelSpec.h"
@@ -37,11 +41,38 @@ struct PeerMegaMoEShape {
   int64_t members, maxRows;
 };
 
+// A kernel with the launch it needs.
+struct KernelLaunch {
+  KernelSpec kernel;
+  Work work;
+};
+
 class TargetHooks {
 public:
   virtual ~TargetHooks() = default;
   virtual std::string name() const = 0;
-  virtual bool isGpu() const = 0;
+
+  // Row-wise ops, over every token row (arguments as Generators.h lists them
+  // for the generic kernel of the same name; scalars tokens, part, parts).
+  virtual KernelLaunch embedKernel(int64_t vocab, int64_t hidden) const;
+  virtual KernelLaunch rmsNormKernel(int64_t width, double eps) const;
+  virtual KernelLaunch headNormKernel(int64_t heads, int64_t headDim, double eps) const;
+  virtual KernelLaunch ropeKernel(int64_t heads, int64_t headDim, double theta) const;
+  virtual KernelLaunch normResidualKernel(int64_t width, double postEps, double nextEps) const;
+  virtual KernelLaunch routerTopKKernel(int64_t experts, int64_t k) const;
+
+  // y = x · Wᵀ for bf16 W [n, k] as the checkpoint has it (x, W, y), where no
+  // matrix or tiled GEMM serves: over `count` rows from `first` (scalars
+  // first, count, part, parts) or, with `everyRow`, over all T rows (scalars
+  // tokens, part, parts). `maxRows`: the most rows one launch sees (1 where
+  // only one row is read); `splitRows`: a product of few output rows may
+  // spread each row over several warps.
+  struct Gemv {
+    KernelSpec kernel;
+    Work work;
+    bool everyRow = false;
+  };
+  virtual Gemv gemv(int64_t n, int64_t k, int64_t maxRows, bool splitRows) const;
   // A tiled GEMM y[rows, n] = x_bf16[rows, k] · Wᵀ for bf16 weights in VNNI
   // blocks (WeightTransform VnniBf16: x86's AMX tiles and vector dot products
   // read the same layout) with its launch: arguments (x_bf16, W, y; rows,
@@ -110,6 +141,47 @@ public:
   virtual std::optional<PeerMegaMoE> peerMegaMoE(const PeerMegaMoEShape & /*shape*/) const {
     return std::nullopt;
   }
+  // Attention in three launches: per (token, query heads, split of the visible
+  // keys) partials (q, k, v, k cache, v cache, [positions,] partials [T,
+  // qHeads, splits, headDim + 4]; tokens, past, part, parts), their merge
+  // (partials, y; tokens, part, parts) and the append of the new K/V to the
+  // cache (k, v, k cache, v cache[, positions]; tokens, past, part, parts);
+  // or none, and the generic attention kernel serves. `maxTokens`: the most
+  // tokens of one conversation a launch sees (1 for decode, batched or not).
+  struct SplitAttention {
+    KernelLaunch partials, merge, append;
+    int64_t splits = 1;
+  };
+  virtual std::optional<SplitAttention> splitAttention(int64_t /*qHeads*/, int64_t /*kvHeads*/,
+                                                       int64_t /*headDim*/, int64_t /*window*/,
+                                                       double /*scale*/, int64_t /*maxTokens*/,
+                                                       int64_t /*sequences*/) const {
+    return std::nullopt;
+  }
+
+  // The MegaMoE expert stage as separate launches: the products, by lists of
+  // items per expert (`listed`, as matrixExperts gives them) or per item
+  // (gateUp: z, idx, gate, up, h; down: h, idx, down, y; scalars tokens,
+  // part, parts), then the experts' scales (y [T, k, latent], weights,
+  // scales) and their weighted sum (y, idx, scales, post_norm, out); or none,
+  // and the generic fused MegaMoE kernel serves. `members`: the ranks of the
+  // expert group (each holding `experts`).
+  struct ExpertStage {
+    std::optional<MatrixExperts> listed;
+    std::optional<KernelLaunch> gateUp, down;
+    KernelLaunch scales, combine;
+  };
+  virtual std::optional<ExpertStage> expertStage(int64_t /*experts*/, int64_t /*k*/,
+                                                 int64_t /*intermediate*/, int64_t /*latent*/,
+                                                 double /*eps*/, bool /*nvfp4*/,
+                                                 int64_t /*maxTokens*/, int64_t /*members*/) const {
+    return std::nullopt;
+  }
+
+  // The kernel that picks greedy tokens where the logits are (Generators.h's
+  // greedyKeys), for the runtime to launch; or none, and the host picks.
+  virtual std::optional<KernelSpec> greedyKernel() const { return std::nullopt; }
+
   // The shape of a launch with `work` pieces, for entry points of up to
   // `maxTokens` tokens.
   virtual LaunchShape shape(Work work, int64_t maxTokens) const = 0;

@@ -4,14 +4,14 @@
 // shapes for the warp and row kernels.
 #pragma once
 
-#include "targets/common/TargetHooks.h"
+#include "targets/common/GpuHooks.h"
 
 #include <string>
 #include <utility>
 
 namespace kiln::nvptx {
 
-class NvptxHooks final : public kernels::TargetHooks {
+class NvptxHooks final : public kernels::GpuTargetHooks {
 public:
   // `chip`: "sm_90a" (H100, H200: the wgmma kernels), "sm_100", ...
   // `fault`: a kernel broken on purpose, for the tests that show the checks
@@ -19,7 +19,6 @@ public:
   explicit NvptxHooks(std::string chip, std::string fault = "")
       : chip(std::move(chip)), fault(std::move(fault)) {}
   std::string name() const override { return "nvptx"; }
-  bool isGpu() const override { return true; }
   std::optional<TiledGemm> tiledGemm(int64_t, int64_t) const override { return std::nullopt; }
   std::optional<MatrixGemm> matrixGemm(int64_t n, int64_t k, int64_t maxTokens,
                                        bool exactInput) const override;

@@ -28,7 +28,6 @@ public:
   explicit X86Hooks(CpuTarget cpu, int64_t maxParts = 64)
       : cpu(std::move(cpu)), family(gemmFamilyFor(this->cpu)), maxParts(maxParts) {}
   std::string name() const override { return "x86"; }
-  bool isGpu() const override { return false; }
   std::optional<TiledGemm> tiledGemm(int64_t n, int64_t k) const override;
   kernels::LaunchShape shape(kernels::Work work, int64_t maxTokens) const override;
   GemmFamily gemmFamily() const { return family; }

@@ -1,0 +1,30 @@
+// What the GPU targets (nvptx, amdgcn) answer alike: the warp and block
+// kernels of the row-wise ops, the GEMVs, split-KV attention and the expert
+// stage, written once over the %part/%parts convention (a thread's global
+// index and the thread count). A GPU target derives from this and adds its
+// matrix-core kernels and launch shapes.
+#pragma once
+
+#include "targets/common/TargetHooks.h"
+
+namespace kiln::kernels {
+
+class GpuTargetHooks : public TargetHooks {
+public:
+  KernelLaunch embedKernel(int64_t vocab, int64_t hidden) const override;
+  KernelLaunch rmsNormKernel(int64_t width, double eps) const override;
+  KernelLaunch headNormKernel(int64_t heads, int64_t headDim, double eps) const override;
+  KernelLaunch ropeKernel(int64_t heads, int64_t headDim, double theta) const override;
+  KernelLaunch normResidualKernel(int64_t width, double postEps, double nextEps) const override;
+  KernelLaunch routerTopKKernel(int64_t experts, int64_t k) const override;
+  Gemv gemv(int64_t n, int64_t k, int64_t maxRows, bool splitRows) const override;
+  std::optional<SplitAttention> splitAttention(int64_t qHeads, int64_t kvHeads, int64_t headDim,
+                                               int64_t window, double scale, int64_t maxTokens,
+                                               int64_t sequences) const override;
+  std::optional<ExpertStage> expertStage(int64_t experts, int64_t k, int64_t intermediate,
+                                         int64_t latent, double eps, bool nvfp4, int64_t maxTokens,
+                                         int64_t members) const override;
+  std::optional<KernelSpec> greedyKernel() const override;
+};
+
+} // namespace kiln::kernels

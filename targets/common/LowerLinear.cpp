@@ -1,0 +1,107 @@
+// The lowering of the linear products, kiln.linear and kiln.logits: the
+// target's matrix-core GEMM for prefill-shaped products, its tiled GEMM on
+// VNNI-blocked weights, or its GEMV (TargetHooks).
+#include "targets/common/Lowering.h"
+
+namespace kiln::kernels::lowering {
+
+void Lowering::launchMatrixGemm(const TargetHooks::MatrixGemm &gemm, int64_t n, const Buf &x,
+                                const Buf &w, const Buf &y, StringRef what) {
+  Buf in = x;
+  if (gemm.cast) {
+    in = allocShape({rows(), x.shape.back()}, b.getBF16Type());
+    launch(*gemm.cast, {x, in}, {"tokens:0", "part", "parts"}, gemm.castWork, what);
+  }
+  SmallVector<StringRef> scalars(gemm.scalars.begin(), gemm.scalars.end());
+  if (gemm.splits == 1) {
+    launch(gemm.kernel, {in, w, y}, scalars, gemm.work, what);
+    return;
+  }
+  Buf partial = allocShape({fixed(gemm.splits), rows(), fixed(n)}, b.getF32Type());
+  launch(gemm.kernel, {in, w, partial}, scalars, gemm.work, what);
+  launch(*gemm.sum, {partial, y}, {"tokens:0", "part", "parts"}, gemm.sumWork, what);
+}
+
+void Lowering::launchGemv(const TargetHooks::Gemv &gemv, const Buf &x, const Buf &w, const Buf &y,
+                          bool lastRow, StringRef what) {
+  if (gemv.everyRow) {
+    launch(gemv.kernel, {x, w, y}, {"tokens:0", "part", "parts"}, gemv.work, what);
+    return;
+  }
+  launch(gemv.kernel, {x, w, y},
+         {lastRow ? "tokens:-1" : "const:0", lastRow ? "const:1" : "tokens:0", "part", "parts"},
+         gemv.work, what);
+}
+
+LogicalResult Lowering::lower(LinearOp o, StringRef what) {
+  Value input = o.getInput(), weightValue = o.getWeight();
+  auto wType = llvm::cast<RankedTensorType>(weightValue.getType());
+  int64_t n = wType.getDimSize(0), k = wType.getDimSize(1);
+  Buf x = act(input);
+  Buf y = alloc({n}, b.getF32Type());
+  values[o.getResult()] = y;
+  // A router's logits pick experts: near ties must not flip on rounding.
+  bool exact = isRouterLogits(o);
+  if (auto matrix = hooks.matrixGemm(n, k, maxRows(), exact);
+      matrix && wType.getElementType().isBF16()) {
+    FailureOr<Buf> w = weight(weightValue, Transform::None);
+    if (failed(w))
+      return failure();
+    launchMatrixGemm(*matrix, n, x, *w, y, what);
+    return success();
+  }
+  std::optional<TargetHooks::TiledGemm> tiled =
+      wType.getElementType().isBF16() && !exact ? hooks.tiledGemm(n, k) : std::nullopt;
+  if (tiled) {
+    // The tiled GEMM reads a bf16 copy of the input and weights in VNNI
+    // blocks.
+    FailureOr<Buf> w = weight(weightValue, Transform::VnniBf16);
+    if (failed(w))
+      return failure();
+    Buf xb = alloc({k}, b.getBF16Type());
+    launch(castToBf16(k), {x, xb}, {"const:0", "part", "parts"}, Work{0, 1}, what);
+    launch(tiled->kernel, {xb, *w, y}, {"tokens:0", "part", "parts"}, tiled->work, what);
+    return success();
+  }
+  FailureOr<Buf> w = weight(weightValue, Transform::None);
+  if (failed(w))
+    return failure();
+  launchGemv(hooks.gemv(n, k, maxRows(), /*splitRows=*/true), x, *w, y, /*lastRow=*/false, what);
+  return success();
+}
+
+LogicalResult Lowering::lower(LogitsOp o, StringRef what) {
+  auto head = llvm::cast<RankedTensorType>(o.getHead().getType());
+  int64_t vocab = head.getDimSize(0), hidden = head.getDimSize(1);
+  // A batched entry's every token is its conversation's last.
+  bool last = o.getLastOnly() && !entrySequences;
+  std::optional<TargetHooks::TiledGemm> tiled =
+      head.getElementType().isBF16() ? hooks.tiledGemm(vocab, hidden) : std::nullopt;
+  FailureOr<Buf> w = weight(o.getHead(), tiled ? Transform::VnniBf16 : Transform::None);
+  if (failed(w))
+    return failure();
+  plan::DimAttr rowDim = last ? fixed(kTileRows) : rows();
+  Buf x = act(o.getInput());
+  Buf y = allocShape({rowDim, fixed(vocab)}, b.getF32Type());
+  if (tiled) {
+    Buf xb = allocShape({rowDim, fixed(hidden)}, b.getBF16Type());
+    launch(castToBf16(hidden), {x, xb}, {last ? "tokens:-1" : "const:0", "part", "parts"},
+           Work{0, 1}, what);
+    launch(tiled->kernel, {xb, *w, y}, {last ? "const:1" : "tokens:0", "part", "parts"},
+           tiled->work, what);
+  } else if (auto matrix = hooks.matrixGemm(vocab, hidden, maxRows(), false);
+             !last && matrix && head.getElementType().isBF16()) {
+    // Batched decode and prefill: every row, each weight load shared by the
+    // tokens (tensor cores from a few dozen tokens).
+    launchMatrixGemm(*matrix, vocab, x, *w, y, what);
+  } else {
+    launchGemv(hooks.gemv(vocab, hidden, last ? 1 : maxRows(), /*splitRows=*/false), x, *w, y, last,
+               what);
+  }
+  // The rows the call returns: the last token's, or every token's.
+  plan::DimAttr outRows = last ? fixed(1) : plan::DimAttr::get(ctx, 0, 1, 1);
+  values[o.getResult()] = view(y, {outRows, fixed(vocab)});
+  return success();
+}
+
+} // namespace kiln::kernels::lowering
