@@ -5,8 +5,10 @@
 #include "targets/common/LowerToPlan.h"
 
 #include "dialects/kiln/CheckpointDType.h"
+#include "dialects/plan/PlanDialect.h"
 #include "targets/common/Lowering.h"
 
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "llvm/ADT/TypeSwitch.h"
 
@@ -128,9 +130,15 @@ LogicalResult Lowering::lowerOp(Operation *op) {
       .Case([&](MegaMoEOp o) { return lowerMegaMoE(o, what); })
       .Case<shard::AllSliceOp, shard::AllReduceOp, shard::AllGatherOp, shard::ReduceScatterOp,
             LocalExpertsOp>([&](Operation *o) { return lowerShardOp(o, what); })
-      .Default([&](Operation *other) {
-        return other->emitOpError()
-               << "has no " << hooks.name() << " kernel (targets run single-rank graphs)";
+      .Default([&](Operation *other) -> LogicalResult {
+        if (llvm::isa_and_present<shard::ShardDialect>(other->getDialect()))
+          return other->emitOpError()
+                 << "is not lowered to the " << hooks.name()
+                 << " plan: targets take the graph pipeline's SPMD graph, whose shard ops are "
+                    "weight slices and collectives only";
+        return other->emitOpError() << "is not lowered to the " << hooks.name()
+                                    << " plan: no lowering function takes it (a new op needs a "
+                                       "Lowering::lower in targets/common and its kernels)";
       });
 }
 
@@ -168,6 +176,8 @@ FailureOr<LoweredModel> Lowering::run() {
   if (!llvm::cast<RankedTensorType>(forward.getArgument(0).getType()).isDynamicDim(0))
     return forward.emitOpError() << "must take a dynamic number of tokens to serve prefill "
                                     "and decode (build the graph with dynamic tokens)";
+  // The plan's ops: the caller's context need not have loaded the dialect.
+  ctx->getOrLoadDialect<plan::PlanDialect>();
   auto logits = llvm::cast<RankedTensorType>(forward.getResultTypes()[0]);
   bool perToken = logits.isDynamicDim(0);
   if (auto layout = graph->getAttrOfType<DictionaryAttr>("kiln.layout"))
