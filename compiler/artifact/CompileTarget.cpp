@@ -7,6 +7,7 @@
 #include "runtime/artifact/Artifact.h"
 #include "targets/amdgcn/AmdgcnHooks.h"
 #include "targets/amdgcn/KernelCompiler.h"
+#include "targets/common/KernelModule.h"
 #include "targets/nvptx/KernelCompiler.h"
 #include "targets/nvptx/NvptxHooks.h"
 #include "targets/x86/KernelCompiler.h"
@@ -19,10 +20,38 @@ namespace kiln {
 
 std::unique_ptr<kernels::TargetHooks> hooksFor(const TargetChoice &target) {
   if (target.kind == TargetChoice::Nvptx)
-    return std::make_unique<nvptx::NvptxHooks>(target.chip, target.fault);
+    return std::make_unique<nvptx::NvptxHooks>(*target.gpu, target.fault);
   if (target.kind == TargetChoice::Amdgcn)
-    return std::make_unique<amdgcn::AmdgcnHooks>();
+    return std::make_unique<amdgcn::AmdgcnHooks>(*target.gpu);
   return std::make_unique<x86::X86Hooks>(target.cpu);
+}
+
+namespace {
+
+nvptx::CompileOptions nvptxOptions(const Chip &chip) {
+  nvptx::CompileOptions options;
+  options.chip = std::string(chip.chip);
+  options.features = std::string(chip.features);
+  return options;
+}
+
+amdgcn::CompileOptions amdgcnOptions(const Chip &chip) {
+  amdgcn::CompileOptions options;
+  options.chip = std::string(chip.chip);
+  options.features = std::string(chip.features);
+  return options;
+}
+
+} // namespace
+
+mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::MLIRContext &context,
+                                                    const std::vector<kernels::KernelSpec> &kernels,
+                                                    const TargetChoice &target) {
+  if (target.kind == TargetChoice::Nvptx)
+    return nvptx::buildGpuModule(context, kernels, nvptxOptions(*target.gpu));
+  if (target.kind == TargetChoice::Amdgcn)
+    return amdgcn::buildGpuModule(context, kernels, amdgcnOptions(*target.gpu));
+  return kernels::parseKernelModule(context, kernels);
 }
 
 mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph,
@@ -61,25 +90,19 @@ mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spar
   ArtifactInfo info;
   mlir::MLIRContext kernelContext;
   if (target.kind == TargetChoice::Nvptx) {
-    nvptx::CompileOptions options;
-    options.chip = target.chip;
     std::string ptx;
-    if (!nvptx::compilePtx(kernelContext, build.model.kernels, options, ptx, error))
+    if (!nvptx::compilePtx(kernelContext, build.model.kernels, nvptxOptions(*target.gpu), ptx,
+                           error))
       return mlir::failure();
     build.library.assign(ptx.begin(), ptx.end());
     build.library.push_back(0); // the driver reads a NUL-terminated image
     info.targetKind = ArtifactInfo::Nvptx;
-    info.triple = "nvptx64-nvidia-cuda";
-    info.chip = target.chip;
     info.libraryFormat = "ptx";
   } else if (target.kind == TargetChoice::Amdgcn) {
-    amdgcn::CompileOptions options;
-    options.chip = target.chip;
-    if (!amdgcn::compileHsaco(kernelContext, build.model.kernels, options, build.library, error))
+    if (!amdgcn::compileHsaco(kernelContext, build.model.kernels, amdgcnOptions(*target.gpu),
+                              build.library, error))
       return mlir::failure();
     info.targetKind = ArtifactInfo::Amdgcn;
-    info.triple = "amdgcn-amd-amdhsa";
-    info.chip = target.chip;
     info.libraryFormat = "hsaco";
   } else {
     x86::CompileOptions options;
@@ -89,6 +112,10 @@ mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spar
       return mlir::failure();
     info.chip = target.cpu.cpu;
     info.features = target.cpu.features;
+  }
+  if (target.gpu) {
+    info.triple = std::string(target.gpu->triple());
+    info.chip = std::string(target.gpu->chip);
   }
   if (stage)
     stage("kernels: " + std::to_string(build.library.size()) + " bytes of " +

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "models/muse_spark/Config.h"
+#include "runtime/core/Chip.h"
 #include "targets/common/LowerToPlan.h"
 #include "targets/x86/CpuTarget.h"
 
@@ -21,15 +22,34 @@ namespace kiln {
 
 struct TargetChoice {
   enum Kind { X86, Nvptx, Amdgcn } kind = X86;
-  std::string chip;   // "sm_90" / "sm_100", "gfx942" / "gfx950"; x86: cpu.cpu
-  x86::CpuTarget cpu; // x86 only: the CPU and the features its kernels use
-  std::string fault;  // a kernel broken on purpose (kilnc --inject-fault), or ""
+  std::string chip;          // the artifact's chip: "sm_90a", "gfx950"; x86: cpu.cpu
+  const Chip *gpu = nullptr; // GPUs: the chip table's row (runtime/core/Chips.def)
+  x86::CpuTarget cpu;        // x86 only: the CPU and the features its kernels use
+  std::string fault;         // a kernel broken on purpose (kilnc --inject-fault), or ""
   std::string name() const { return kind == Nvptx ? "nvptx" : kind == Amdgcn ? "amdgcn" : "x86"; }
-  static TargetChoice x86(x86::CpuTarget cpu) { return {X86, cpu.cpu, std::move(cpu), ""}; }
+  static TargetChoice x86(x86::CpuTarget cpu) {
+    TargetChoice target;
+    target.chip = cpu.cpu;
+    target.cpu = std::move(cpu);
+    return target;
+  }
+  static TargetChoice forChip(const Chip &chip) {
+    TargetChoice target;
+    target.kind = chip.kind == ChipKind::Nvptx ? Nvptx : Amdgcn;
+    target.chip = std::string(chip.chip);
+    target.gpu = &chip;
+    return target;
+  }
 };
 
 // The hooks the shared lowering asks for this target.
 std::unique_ptr<kernels::TargetHooks> hooksFor(const TargetChoice &target);
+
+// The kernels as the target's kernel module (what kilnc --emit=kernels
+// prints): gpu.module for GPUs, func.func for x86; null after diagnostics.
+mlir::OwningOpRef<mlir::ModuleOp> buildKernelModule(mlir::MLIRContext &context,
+                                                    const std::vector<kernels::KernelSpec> &kernels,
+                                                    const TargetChoice &target);
 
 // Lowers `graph` to the target's plan and assigns arena offsets.
 mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph,

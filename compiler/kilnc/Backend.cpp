@@ -4,9 +4,6 @@
 #include "runtime/artifact/Artifact.h"
 #include "runtime/artifact/ArtifactMemory.h"
 #include "runtime/core/AtomicFile.h"
-#include "targets/amdgcn/KernelCompiler.h"
-#include "targets/common/KernelModule.h"
-#include "targets/nvptx/KernelCompiler.h"
 #include "targets/x86/X86Hooks.h"
 
 #include "mlir/IR/MLIRContext.h"
@@ -86,18 +83,8 @@ int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
       lowered->plan->print(os);
     } else {
       mlir::MLIRContext kernelContext;
-      mlir::OwningOpRef<mlir::ModuleOp> kernels;
-      if (request.target.kind == TargetChoice::Nvptx) {
-        nvptx::CompileOptions gpu;
-        gpu.chip = request.target.chip;
-        kernels = nvptx::buildGpuModule(kernelContext, lowered->kernels, gpu);
-      } else if (request.target.kind == TargetChoice::Amdgcn) {
-        amdgcn::CompileOptions gpu;
-        gpu.chip = request.target.chip;
-        kernels = amdgcn::buildGpuModule(kernelContext, lowered->kernels, gpu);
-      } else {
-        kernels = kernels::parseKernelModule(kernelContext, lowered->kernels);
-      }
+      mlir::OwningOpRef<mlir::ModuleOp> kernels =
+          buildKernelModule(kernelContext, lowered->kernels, request.target);
       if (!kernels)
         return fail("the generated kernels do not parse or verify (see above)");
       kernels->print(os);

@@ -13,6 +13,7 @@
 #include "models/muse_spark/Report.h"
 #include "passes/Passes.h"
 #include "runtime/core/AtomicFile.h"
+#include "runtime/core/Chip.h"
 #include "targets/x86/CpuTarget.h"
 #include "targets/x86/X86Hooks.h"
 
@@ -69,24 +70,11 @@ cl::opt<Emit> emit(
                           "the artifact the runtime loads (needs -o FILE)")),
     cl::cat(kilncCategory));
 
-enum class Target { None, X86, Sm90, Sm100, Gfx942, Gfx950 };
-cl::opt<Target>
-    target("target", cl::desc("Compile for a target (default: stop at graph IR)"),
-           cl::init(Target::None),
-           cl::values(clEnumValN(Target::X86, "x86",
-                                 "an x86-64 CPU (--cpu, default this machine's): an "
-                                 "ELF kernel library in the artifact"),
-                      clEnumValN(Target::Sm90, "sm_90",
-                                 "NVIDIA Hopper (H100, H200): arch-specific PTX (sm_90a) in "
-                                 "the artifact"),
-                      clEnumValN(Target::Sm100, "sm_100",
-                                 "NVIDIA Blackwell (B200, B300): PTX in the artifact"),
-                      clEnumValN(Target::Gfx942, "gfx942",
-                                 "AMD CDNA3 (MI300X, MI325X): a code object in the "
-                                 "artifact"),
-                      clEnumValN(Target::Gfx950, "gfx950",
-                                 "AMD CDNA4 (MI355X): a code object in the artifact")),
-           cl::cat(kilncCategory));
+// --target: x86, or a row of the chip table (runtime/core/Chips.def) by its
+// index; the values are added from the table before the command line is read.
+enum TargetIndex : int { kNoTarget = -2, kX86Target = -1 };
+cl::opt<TargetIndex> target("target", cl::desc("Compile for a target (default: stop at graph IR)"),
+                            cl::init(kNoTarget), cl::cat(kilncCategory));
 
 cl::opt<std::string> cpuName(
     "cpu",
@@ -165,13 +153,7 @@ cl::opt<bool> noFuse("no-fuse",
                               "the target as the model builder wrote it"),
                      cl::cat(kilncCategory));
 
-cl::opt<double> deviceMemory("device-memory",
-                             cl::desc("GiB of memory per device: the --report's memory plan, and "
-                                      "with --target the size an artifact's rank must fit "
-                                      "(default 141, an H200; with --target the chip's: sm_90 "
-                                      "141, sm_100 268 (B300), gfx942 178 (MI300X), gfx950 268 "
-                                      "(MI355X); x86 unchecked)"),
-                             cl::init(141.0), cl::cat(kilncCategory));
+cl::opt<double> deviceMemory("device-memory", cl::init(141.0), cl::cat(kilncCategory));
 cl::opt<bool> progressLines("progress",
                             cl::desc("Print a line as each stage ends (on by default when "
                                      "stderr is a terminal)"),
@@ -202,6 +184,34 @@ int64_t peakRssKiB() {
   return usage.ru_maxrss;
 }
 
+// --target's values and --device-memory's defaults, from the chip table.
+void describeTargets() {
+  static std::vector<std::string> help; // the option parser keeps StringRefs
+  const std::vector<kiln::Chip> &chips = kiln::allChips();
+  help.reserve(chips.size() + 1);
+  target.getParser().addLiteralOption(
+      "x86", kX86Target,
+      "an x86-64 CPU (--cpu, default this machine's): an ELF kernel library in "
+      "the artifact");
+  std::string memory;
+  for (size_t i = 0; i < chips.size(); ++i) {
+    const kiln::Chip &chip = chips[i];
+    std::string library = chip.kind == kiln::ChipKind::Amdgcn ? "a code object"
+                          : chip.chip == chip.target
+                              ? "PTX"
+                              : "arch-specific PTX (" + std::string(chip.chip) + ")";
+    help.push_back(std::string(chip.products) + ": " + library + " in the artifact");
+    target.getParser().addLiteralOption(chip.target, TargetIndex(i), help.back());
+    memory += (memory.empty() ? "" : ", ") + std::string(chip.target) + " " +
+              std::to_string(chip.memoryGiB);
+  }
+  help.push_back("GiB of memory per device: the --report's memory plan, and with --target the "
+                 "size an artifact's rank must fit (default 141, an H200; with --target the "
+                 "chip's: " +
+                 memory + "; x86 unchecked)");
+  deviceMemory.setDescription(help.back());
+}
+
 } // namespace
 
 int main(int argc, char **argv) {
@@ -210,6 +220,7 @@ int main(int argc, char **argv) {
   mlir::registerMLIRContextCLOptions();
   mlir::registerPassManagerCLOptions();
   mlir::registerDefaultTimingManagerCLOptions();
+  describeTargets();
   // libLLVM registers every backend's options; --help shows kilnc's own and
   // MLIR's (--mlir-*), --help-hidden all of them.
   for (auto &[name, option] : cl::getRegisteredOptions()) {
@@ -246,11 +257,11 @@ int main(int argc, char **argv) {
   }
   if (configArg.empty())
     return fail("no config given: name a config.json or a built-in config (see --list-configs)");
-  if (cpuName.getNumOccurrences() && target != Target::X86)
+  if (cpuName.getNumOccurrences() && target != kX86Target)
     return fail("--cpu chooses an x86 CPU: it needs --target=x86 (GPU chips are targets: "
                 "--target=sm_90, gfx950, ...)");
   std::optional<kiln::x86::CpuTarget> cpu;
-  if (target == Target::X86) {
+  if (target == kX86Target) {
     std::string error;
     cpu = kiln::x86::resolveCpu(cpuName, error);
     if (!cpu)
@@ -266,16 +277,16 @@ int main(int argc, char **argv) {
   // A target gets the layout without SP for decode and prefill remainders,
   // and the SP graph for its "prefill_sp" entry.
   kiln::Layout graphLayout = layout;
-  if (target != Target::None && sp) {
+  if (target != kNoTarget && sp) {
     graphLayout.sp = false;
     graphLayout.splitPooler = false;
   }
   Emit what = emit;
-  if (target != Target::None && emit.getNumOccurrences() == 0)
+  if (target != kNoTarget && emit.getNumOccurrences() == 0)
     what = Emit::Artifact;
   bool backend = what == Emit::Plan || what == Emit::Kernels || what == Emit::Library ||
                  what == Emit::Artifact;
-  if (backend && target == Target::None)
+  if (backend && target == kNoTarget)
     return fail("--emit=plan, kernels, library and artifact need a --target");
   if (backend && sp && ep > 1 && ep != tp)
     return fail("--sp with a --target and --ep needs --ep equal to --tp: the experts' dispatch "
@@ -399,23 +410,15 @@ int main(int argc, char **argv) {
     request.reserveBytes = uint64_t(reserveMemory * double(1ull << 30));
     // The chip's memory unless --device-memory names another; x86 runs in
     // the host's memory, unchecked unless named.
+    const kiln::Chip *chip = target >= 0 ? &kiln::allChips()[target] : nullptr;
     double gib = deviceMemory;
     if (deviceMemory.getNumOccurrences() == 0)
-      gib = target == Target::Sm100 || target == Target::Gfx950 ? 268.0
-            : target == Target::Gfx942                          ? 178.0
-            : target == Target::X86                             ? 0.0
-                                                                : 141.0;
+      gib = chip ? double(chip->memoryGiB) : 0.0;
     if (gib > 0)
       request.deviceBytes = uint64_t(gib * double(1ull << 30));
-    if (target == Target::X86)
-      request.target = kiln::TargetChoice::x86(*cpu);
-    if (target == Target::Sm90 || target == Target::Sm100)
-      // Hopper's wgmma and TMA kernels are arch-specific: sm_90a PTX, which
-      // every sm_90 GPU (H100, H200) runs.
-      request.target = {kiln::TargetChoice::Nvptx, target == Target::Sm90 ? "sm_90a" : "sm_100"};
-    if (target == Target::Gfx942 || target == Target::Gfx950)
-      request.target = {kiln::TargetChoice::Amdgcn, target == Target::Gfx942 ? "gfx942" : "gfx950"};
-    if (!injectFault.empty() && !(injectFault == "wgmma-drop-k-step" && target == Target::Sm90))
+    request.target = chip ? kiln::TargetChoice::forChip(*chip) : kiln::TargetChoice::x86(*cpu);
+    if (!injectFault.empty() &&
+        !(injectFault == "wgmma-drop-k-step" && chip && chip->matrix == kiln::MatrixCores::Wgmma))
       return fail("--inject-fault: the only fault is wgmma-drop-k-step, with --target=sm_90");
     request.target.fault = injectFault;
     return kiln::runBackend(*module, request);

@@ -1,5 +1,7 @@
 #include "runtime/artifact/Artifact.h"
 
+#include "runtime/core/Chip.h"
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -49,23 +51,21 @@ constexpr uint64_t kElfTypeShared = 3;      // ET_DYN
 constexpr uint64_t kElfMachineAmdgpu = 224; // EM_AMDGPU
 constexpr uint32_t kEfAmdgpuMach = 0xff;    // EF_AMDGPU_MACH
 
-struct AmdgpuMach {
+// Chips this runtime does not run, so that a wrong object is named; the
+// ones it runs are the chip table's (runtime/core/Chips.def).
+struct OtherMach {
   const char *chip;
   uint32_t mach; // EF_AMDGPU_MACH_AMDGCN_<CHIP>
-  bool runs;     // a chip this runtime runs; the others name wrong objects
 };
-constexpr AmdgpuMach kAmdgpuMachs[] = {
-    {"gfx942", 0x4c, true},          {"gfx950", 0x4f, true},   {"gfx908", 0x30, false},
-    {"gfx90a", 0x3f, false},         {"gfx1030", 0x36, false}, {"gfx1100", 0x41, false},
-    {"gfx9-4-generic", 0x5f, false},
+constexpr OtherMach kOtherMachs[] = {
+    {"gfx908", 0x30},  {"gfx90a", 0x3f},         {"gfx1030", 0x36},
+    {"gfx1100", 0x41}, {"gfx9-4-generic", 0x5f},
 };
 
-// The entry of a chip this runtime runs, or null.
-const AmdgpuMach *findMach(std::string_view chip) {
-  for (const AmdgpuMach &known : kAmdgpuMachs)
-    if (known.runs && chip == known.chip)
-      return &known;
-  return nullptr;
+// The chip table's row of an amdgcn chip, or null.
+const Chip *findMach(std::string_view chip) {
+  const Chip *known = findChip(chip);
+  return known && known->kind == ChipKind::Amdgcn ? known : nullptr;
 }
 
 std::string hex(uint32_t value) {
@@ -82,19 +82,13 @@ std::string hex(uint32_t value) {
 
 // "gfx942 (EF_AMDGPU_MACH 0x4c)", or "EF_AMDGPU_MACH 0x2a" when not known.
 std::string machText(uint32_t mach) {
-  for (const AmdgpuMach &known : kAmdgpuMachs)
-    if (known.mach == mach)
+  for (const Chip &known : allChips())
+    if (known.kind == ChipKind::Amdgcn && known.elfMach == mach)
       return std::string(known.chip) + " (EF_AMDGPU_MACH " + hex(mach) + ")";
+  for (const OtherMach &other : kOtherMachs)
+    if (other.mach == mach)
+      return std::string(other.chip) + " (EF_AMDGPU_MACH " + hex(mach) + ")";
   return "EF_AMDGPU_MACH " + hex(mach);
-}
-
-// "gfx942, gfx950".
-std::string knownMachs() {
-  std::string text;
-  for (const AmdgpuMach &known : kAmdgpuMachs)
-    if (known.runs)
-      text += (text.empty() ? "" : ", ") + std::string(known.chip);
-  return text;
 }
 
 [[noreturn]] void fail(const std::string &source, const std::string &reason) {
@@ -305,14 +299,14 @@ private:
       fail(but + "is not a linked code object (e_type " + number(type) +
            ", expected ET_DYN 3: link llc's object with ld.lld -shared)");
     const uint32_t mach = static_cast<uint32_t>(read(48, 4)) & kEfAmdgpuMach;
-    const AmdgpuMach *expected = findMach(chip);
+    const Chip *expected = findMach(chip);
     if (!expected)
       fail("artifact is for " + describeTarget(*root_.target()) +
            ", but this runtime does not know the amdgcn chip " + quoted(root_.target()->chip()) +
-           " (it runs " + knownMachs() + ")");
-    if (mach != expected->mach)
+           " (it runs " + chipNames(ChipKind::Amdgcn) + ")");
+    if (mach != expected->elfMach)
       fail(but + "is code for " + machText(mach) + ", not for " + escaped(chip) +
-           " (EF_AMDGPU_MACH " + hex(expected->mach) + ")");
+           " (EF_AMDGPU_MACH " + hex(expected->elfMach) + ")");
   }
 
   // PTX is text the driver reads up to its NUL: the blob must end with one

@@ -1,13 +1,12 @@
 #include "runtime/hip/AmdgcnArtifact.h"
 
+#include "runtime/core/Chip.h"
 #include "runtime/cuda/GpuArtifactRules.h"
 
 namespace kiln {
 namespace fb = kiln::artifact;
 
 namespace {
-
-constexpr std::string_view kChips[] = {"gfx942", "gfx950"};
 
 // LLVM's AMDGPU feature names a gfx942 / gfx950 artifact may carry, with an
 // optional '+' or '-': the code object's XNACK and SRAMECC modes, and the
@@ -51,10 +50,8 @@ char deviceMode(std::string_view gcnArchName, std::string_view mode) {
 } // namespace
 
 bool isKnownAmdgcnChip(std::string_view chip) {
-  for (std::string_view known : kChips)
-    if (chip == known)
-      return true;
-  return false;
+  const Chip *known = findChip(chip);
+  return known && known->kind == ChipKind::Amdgcn;
 }
 
 std::string amdgcnChipSupport(const fb::Target &target, std::string_view gcnArchName) {
@@ -79,7 +76,8 @@ std::string amdgcnChipSupport(const fb::Target &target, std::string_view gcnArch
 }
 
 void checkAmdgcnArtifact(const Artifact &artifact) {
-  checkGpuArtifact(artifact, {"amdgcn", "gfx942 and gfx950", isKnownAmdgcnChip, knownFeature});
+  static const std::string chips = chipNames(ChipKind::Amdgcn);
+  checkGpuArtifact(artifact, {"amdgcn", chips, isKnownAmdgcnChip, knownFeature});
 }
 
 } // namespace kiln

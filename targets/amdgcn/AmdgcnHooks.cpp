@@ -18,7 +18,7 @@ constexpr int64_t kMatrixMinTokens = 32;
 
 std::optional<kernels::TargetHooks::MatrixGemm>
 AmdgcnHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens, bool) const {
-  if (maxTokens < kMatrixMinTokens || !mfmaGemmFits(n, k))
+  if (chip.matrix != MatrixCores::Mfma || maxTokens < kMatrixMinTokens || !mfmaGemmFits(n, k))
     return std::nullopt;
   return MatrixGemm{mfmaGemm(n, k), mfmaGemmWork(n, maxTokens)};
 }
@@ -27,7 +27,7 @@ std::optional<kernels::TargetHooks::MatrixExperts>
 AmdgcnHooks::matrixExperts(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
                            bool nvfp4, int64_t maxTokens) const {
   kernels::ExpertTileShape s{experts, k, intermediate, latent, nvfp4, maxTokens};
-  if (maxTokens < kMatrixMinTokens || !mfmaExpertsFit(s))
+  if (chip.matrix != MatrixCores::Mfma || maxTokens < kMatrixMinTokens || !mfmaExpertsFit(s))
     return std::nullopt;
   return MatrixExperts{kernels::expertLists(s),
                        mfmaExpertGateUp(s),
@@ -40,10 +40,10 @@ AmdgcnHooks::matrixExperts(int64_t experts, int64_t k, int64_t intermediate, int
                        s.maxItems()};
 }
 
-// A fixed amount of work: blocks of up to 256 threads (four wavefronts)
-// covering it. Work that grows with T: one wavefront per piece per token.
+// A fixed amount of work: blocks of up to four wavefronts covering it. Work
+// that grows with T: one wavefront per piece per token.
 kernels::LaunchShape AmdgcnHooks::shape(kernels::Work work, int64_t) const {
-  constexpr int64_t wave = 64;
+  const int64_t wave = chip.warp;
   kernels::LaunchShape shape;
   if (work.block > 0) { // the kernel's own block
     shape.blockThreads = work.block;
@@ -56,7 +56,7 @@ kernels::LaunchShape AmdgcnHooks::shape(kernels::Work work, int64_t) const {
     shape.blockThreads = work.perToken; // warp and row kernels: one block per token
     shape.gridBlocks = kernels::Work{0, 1};
   } else if (work.constant == 0 && work.perToken % (4 * wave) == 0) {
-    shape.blockThreads = 4 * wave; // warp kernels: eight 32-lane warps a block
+    shape.blockThreads = 4 * wave; // warp kernels: 32-lane warps, four wavefronts a block
     shape.gridBlocks = kernels::Work{0, work.perToken / (4 * wave)};
   } else {
     shape.blockThreads = wave;

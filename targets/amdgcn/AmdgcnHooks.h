@@ -1,16 +1,19 @@
-// The AMDGCN target's answers to the shared lowering: prefill's GEMMs and
-// expert stage on matrix cores (MfmaGemm.h, MfmaExperts.h), the shared warp
-// kernels elsewhere, and one
-// thread per piece of work, in blocks of whole 64-lane wavefronts (CDNA's
-// wave size on gfx942 and gfx950).
+// The AMDGCN target's answers to the shared lowering, for one chip: prefill's
+// GEMMs and expert stage on CDNA's matrix cores (MfmaGemm.h, MfmaExperts.h),
+// the shared warp kernels elsewhere, and one thread per piece of work, in
+// blocks of whole wavefronts of the chip's size.
 #pragma once
 
+#include "runtime/core/Chip.h"
 #include "targets/common/GpuHooks.h"
 
 namespace kiln::amdgcn {
 
 class AmdgcnHooks final : public kernels::GpuTargetHooks {
 public:
+  // `chip`: a row of the chip table (runtime/core/Chips.def): its wave size
+  // shapes the launches, its matrix cores (Mfma) the prefill kernels.
+  explicit AmdgcnHooks(const Chip &chip) : chip(chip) {}
   std::string name() const override { return "amdgcn"; }
   std::optional<TiledGemm> tiledGemm(int64_t, int64_t) const override { return std::nullopt; }
   std::optional<MatrixGemm> matrixGemm(int64_t n, int64_t k, int64_t maxTokens,
@@ -19,6 +22,9 @@ public:
                                              int64_t latent, bool nvfp4,
                                              int64_t maxTokens) const override;
   kernels::LaunchShape shape(kernels::Work work, int64_t maxTokens) const override;
+
+private:
+  const Chip &chip;
 };
 
 } // namespace kiln::amdgcn

@@ -96,7 +96,7 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGpuModule(mlir::MLIRContext &context,
   context.appendDialectRegistry(registry);
   context.loadAllAvailableDialects();
   auto target = mlir::ROCDL::ROCDLTargetAttr::get(&context, options.optLevel, "amdgcn-amd-amdhsa",
-                                                  options.chip, /*features=*/"", /*abi=*/"600");
+                                                  options.chip, options.features, /*abi=*/"600");
   return kernels::buildGpuKernelModule(context, kernels, target, "amdgcn");
 }
 

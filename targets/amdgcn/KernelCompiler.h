@@ -20,7 +20,9 @@ class MLIRContext;
 namespace kiln::amdgcn {
 
 struct CompileOptions {
-  std::string chip = "gfx942"; // gfx942 (MI300X/MI325X), gfx950 (MI355X)
+  // A row of the chip table (runtime/core/Chips.def) and its LLVM features.
+  std::string chip = "gfx942";
+  std::string features;
   int optLevel = 3;
   // Debian's rocm-device-libs and LLVM 22's linker; MLIR looks for them
   // under one toolkit folder, which the compiler assembles from links.

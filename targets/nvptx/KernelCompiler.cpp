@@ -27,14 +27,6 @@ bool fail(std::string &error, const std::string &message) {
 
 } // namespace
 
-std::string ptxFeatureFor(const std::string &chip) {
-  if (chip.rfind("sm_10", 0) == 0 || chip.rfind("sm_12", 0) == 0)
-    return "+ptx86";
-  // wgmma, setmaxnreg and the bulk tensor copies need PTX ISA 8.0, the
-  // tensormap proxy fence 8.3.
-  return chip == "sm_90a" ? "+ptx83" : "+ptx78";
-}
-
 mlir::OwningOpRef<mlir::ModuleOp> buildGpuModule(mlir::MLIRContext &context,
                                                  const std::vector<kernels::KernelSpec> &kernels,
                                                  const CompileOptions &options) {
@@ -50,10 +42,9 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGpuModule(mlir::MLIRContext &context,
   llvm::SmallVector<mlir::Attribute> link;
   if (!options.libdevice.empty() && llvm::sys::fs::exists(options.libdevice))
     link.push_back(b.getStringAttr(options.libdevice));
-  auto target = mlir::NVVM::NVVMTargetAttr::get(
-      &context, options.optLevel, "nvptx64-nvidia-cuda", options.chip,
-      options.features.empty() ? ptxFeatureFor(options.chip) : options.features, nullptr,
-      link.empty() ? nullptr : b.getArrayAttr(link));
+  auto target = mlir::NVVM::NVVMTargetAttr::get(&context, options.optLevel, "nvptx64-nvidia-cuda",
+                                                options.chip, options.features, nullptr,
+                                                link.empty() ? nullptr : b.getArrayAttr(link));
   return kernels::buildGpuKernelModule(context, kernels, target, "nvptx");
 }
 

@@ -17,14 +17,13 @@ class MLIRContext;
 namespace kiln::nvptx {
 
 struct CompileOptions {
-  std::string chip = "sm_90"; // sm_90 (H100/H200), sm_100 (B200/B300)
-  std::string features;       // empty: the PTX ISA the chip needs
+  // A row of the chip table (runtime/core/Chips.def): "sm_90a", "sm_100",
+  // and the LLVM features it needs ("+ptx83": the PTX ISA version).
+  std::string chip = "sm_90a";
+  std::string features = "+ptx83";
   int optLevel = 3;
   std::string libdevice = "/usr/local/cuda/nvvm/libdevice/libdevice.10.bc";
 };
-
-// The PTX ISA feature a chip needs ("+ptx78" for sm_90, "+ptx86" for sm_100).
-std::string ptxFeatureFor(const std::string &chip);
 
 // The kernels as a gpu.module of gpu.func kernels (what --emit=kernels prints
 // for nvptx targets); null after diagnostics when the kernels do not verify.

@@ -4,6 +4,7 @@
 // shapes for the warp and row kernels.
 #pragma once
 
+#include "runtime/core/Chip.h"
 #include "targets/common/GpuHooks.h"
 
 #include <string>
@@ -13,11 +14,12 @@ namespace kiln::nvptx {
 
 class NvptxHooks final : public kernels::GpuTargetHooks {
 public:
-  // `chip`: "sm_90a" (H100, H200: the wgmma kernels), "sm_100", ...
+  // `chip`: a row of the chip table (runtime/core/Chips.def); its matrix
+  // cores choose the GEMMs (Wgmma: Hopper's pipeline; MmaSync: tiles).
   // `fault`: a kernel broken on purpose, for the tests that show the checks
   // catch one ("wgmma-drop-k-step"), or "".
-  explicit NvptxHooks(std::string chip, std::string fault = "")
-      : chip(std::move(chip)), fault(std::move(fault)) {}
+  explicit NvptxHooks(const Chip &chip, std::string fault = "")
+      : chip(chip), fault(std::move(fault)) {}
   std::string name() const override { return "nvptx"; }
   std::optional<TiledGemm> tiledGemm(int64_t, int64_t) const override { return std::nullopt; }
   std::optional<MatrixGemm> matrixGemm(int64_t n, int64_t k, int64_t maxTokens,
@@ -30,8 +32,9 @@ public:
 
 private:
   // wgmma, TMA and setmaxnreg: the arch-specific sm_90a.
-  bool hopper() const { return chip == "sm_90a"; }
-  std::string chip, fault;
+  bool hopper() const { return chip.matrix == MatrixCores::Wgmma; }
+  const Chip &chip;
+  std::string fault;
 };
 
 } // namespace kiln::nvptx

@@ -178,7 +178,7 @@ TEST(HsacoArtifactTest, ChipsMustBeKnown) {
   for (TestEntryPoint &entry : a.entryPoints)
     entry.steps = {std::get<TestCopy>(entry.steps[1])};
   EXPECT_EQ(ruleError(a), "gpu.kiln: artifact is for amdgcn gfx1100, but this runtime does "
-                          "not know the chip 'gfx1100' (amdgcn chips are gfx942 and "
+                          "not know the chip 'gfx1100' (amdgcn chips are gfx942, "
                           "gfx950)");
   EXPECT_TRUE(isKnownAmdgcnChip("gfx942"));
   EXPECT_TRUE(isKnownAmdgcnChip("gfx950"));

@@ -78,11 +78,10 @@ protected:
     return TargetChoice::x86(resolved.value_or(x86::CpuTarget{}));
   }
 
-  static TargetChoice gpu(TargetChoice::Kind kind, const char *chip) {
-    TargetChoice target;
-    target.kind = kind;
-    target.chip = chip;
-    return target;
+  static TargetChoice gpu(const char *target) {
+    const Chip *chip = chipForTarget(target);
+    EXPECT_TRUE(chip) << target;
+    return TargetChoice::forChip(*chip);
   }
 
   mlir::MLIRContext context_;
@@ -91,9 +90,8 @@ protected:
 TEST_F(LowerToPlanTest, TheHooksChooseEachOpsKernel) {
   std::string error;
   std::vector<std::string> x86 = decodeKernels(cpu("x86-64-v3"), graph(), error);
-  std::vector<std::string> nvptx = decodeKernels(gpu(TargetChoice::Nvptx, "sm_90"), graph(), error);
-  std::vector<std::string> amdgcn =
-      decodeKernels(gpu(TargetChoice::Amdgcn, "gfx950"), graph(), error);
+  std::vector<std::string> nvptx = decodeKernels(gpu("sm_90"), graph(), error);
+  std::vector<std::string> amdgcn = decodeKernels(gpu("gfx950"), graph(), error);
   ASSERT_EQ(error, "");
   ASSERT_FALSE(x86.empty());
   // Both GPU targets take the same shared choices; x86 the generic kernels.
@@ -116,8 +114,7 @@ TEST_F(LowerToPlanTest, TheHooksChooseEachOpsKernel) {
 TEST_F(LowerToPlanTest, AnOpNoLoweringTakesNamesItselfAndTheTarget) {
   std::string extra =
       R"mlir(  %z = "kiln_test.fused_thing"(%n) : (tensor<?x256xbf16>) -> tensor<?x256xbf16>)mlir";
-  for (const TargetChoice &target :
-       {cpu("x86-64-v3"), gpu(TargetChoice::Nvptx, "sm_90"), gpu(TargetChoice::Amdgcn, "gfx950")}) {
+  for (const TargetChoice &target : {cpu("x86-64-v3"), gpu("sm_90"), gpu("gfx950")}) {
     std::string error;
     EXPECT_TRUE(decodeKernels(target, graph(extra), error).empty());
     EXPECT_NE(

@@ -1,11 +1,12 @@
 """Checks an AMDGPU code object from kilnc against what the chip allows.
 
-usage: check_code_object.py READELF HSACO KERNELS_MLIR CHIP
+usage: check_code_object.py READELF HSACO KERNELS_MLIR CHIP CHIPS_DEF
 
 Reads the kernel metadata note (llvm-readelf --notes) and requires that the
 object holds exactly the kernels the generated MLIR declares (gpu.func
-@kiln_...), each wave64, without register spills or a dynamic stack, and
-within the chip's register and LDS limits. SGPR spills are allowed (they go
+@kiln_...), each in wavefronts of the chip's size, without register spills or
+a dynamic stack, and within the chip's register and LDS limits, as the chip
+table (runtime/core/Chips.def) gives them. SGPR spills are allowed (they go
 to VGPR lanes, not memory) and listed; VGPR spills (scratch memory) fail.
 Prints one line per problem and exits 1.
 """
@@ -13,15 +14,27 @@ import re
 import subprocess
 import sys
 
-# Per-chip limits (AMD CDNA3 / CDNA4 ISA guides): one unified file of 512
-# VGPRs per wave64 lane, at most 256 of them architectural and the rest
+# The chip table's columns (runtime/core/Chips.def). On CDNA one unified file
+# of 512 VGPRs per lane holds at most 256 architectural ones and the rest
 # accumulation registers (AGPRs; LLVM's vgpr_count is the unified total and
-# agpr_count the AGPR part); 102 addressable SGPRs plus VCC, FLAT_SCRATCH and
-# XNACK_MASK (which LLVM's sgpr_count includes); LDS per workgroup.
-LIMITS = {
-    "gfx942": {"vgpr": 256, "vgpr_agpr": 512, "sgpr": 108, "lds": 64 * 1024},
-    "gfx950": {"vgpr": 256, "vgpr_agpr": 512, "sgpr": 108, "lds": 160 * 1024},
-}
+# agpr_count the AGPR part); sgpr_count includes VCC, FLAT_SCRATCH and
+# XNACK_MASK.
+COLUMNS = ["target", "kind", "chip", "features", "matrix", "warp", "units", "shared_kib",
+           "vgprs", "registers", "sgprs", "memory_gib", "elf_mach", "products"]
+
+
+def chip_limits(chips_def, chip):
+    for line in open(chips_def):
+        m = re.match(r"^KILN_CHIP\((.*)\)\s*$", line)
+        if not m:
+            continue
+        fields = [f.strip().strip('"') for f in re.findall(r'"[^"]*"|[^,]+', m.group(1))]
+        row = dict(zip(COLUMNS, fields))
+        if row["chip"] == chip:
+            return {"warp": row["warp"], "vgpr": int(row["vgprs"]),
+                    "vgpr_agpr": int(row["registers"]), "sgpr": int(row["sgprs"]),
+                    "lds": int(row["shared_kib"]) * 1024}
+    sys.exit(f"{chips_def}: no row for chip {chip}")
 
 
 def kernel_metadata(readelf, hsaco):
@@ -41,8 +54,8 @@ def kernel_metadata(readelf, hsaco):
 
 
 def main():
-    readelf, hsaco, mlir, chip = sys.argv[1:5]
-    limits = LIMITS[chip]
+    readelf, hsaco, mlir, chip, chips_def = sys.argv[1:6]
+    limits = chip_limits(chips_def, chip)
     declared = set(re.findall(r"gpu\.func @(kiln_\w+)", open(mlir).read()))
     found = kernel_metadata(readelf, hsaco)
     errors = []
@@ -55,7 +68,8 @@ def main():
     for name, md in sorted(found.items()):
         vgpr, agpr = int(md["vgpr_count"]), md["agpr_count"]
         checks = [
-            (md["wavefront_size"] == "64", f"wavefront_size {md['wavefront_size']}, expected 64"),
+            (md["wavefront_size"] == limits["warp"],
+             f"wavefront_size {md['wavefront_size']}, expected {limits['warp']}"),
             (vgpr - agpr <= limits["vgpr"],
              f"{vgpr - agpr} architectural VGPRs > {limits['vgpr']}"),
             (vgpr <= limits["vgpr_agpr"], f"{vgpr} VGPRs with AGPRs > {limits['vgpr_agpr']}"),
