@@ -61,6 +61,14 @@ mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph,
   mlir::FailureOr<kernels::LoweredModel> lowered = kernels::lowerToPlan(graph, options, *hooks);
   if (mlir::failed(lowered))
     return mlir::failure();
+  // A kernel's dynamic shared memory must fit the chip's blocks.
+  if (target.gpu)
+    for (const kernels::KernelSpec &kernel : lowered->kernels)
+      if (kernel.sharedBytes > target.gpu->sharedBytes())
+        return graph.emitError() << "kernel " << kernel.name << " needs " << kernel.sharedBytes
+                                 << " bytes of shared memory; a block on " << target.gpu->target
+                                 << " (" << target.gpu->chip << ") has at most "
+                                 << target.gpu->sharedBytes() << " (runtime/core/Chips.def)";
   mlir::PassManager pm(graph.getContext());
   pm.addPass(createPlanAssignOffsets());
   if (mlir::failed(pm.run(*lowered->plan)))

@@ -58,9 +58,7 @@ struct OtherMach {
   uint32_t mach; // EF_AMDGPU_MACH_AMDGCN_<CHIP>
 };
 constexpr OtherMach kOtherMachs[] = {
-    {"gfx908", 0x30},  {"gfx90a", 0x3f},         {"gfx1030", 0x36},
-    {"gfx1100", 0x41}, {"gfx9-4-generic", 0x5f},
-};
+    {"gfx908", 0x30}, {"gfx90a", 0x3f}, {"gfx1030", 0x36}, {"gfx9-4-generic", 0x5f}};
 
 // The chip table's row of an amdgcn chip, or null.
 const Chip *findMach(std::string_view chip) {

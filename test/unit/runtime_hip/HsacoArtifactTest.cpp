@@ -104,9 +104,13 @@ TEST(HsacoArtifactTest, TheProcessorMustBeTheTargetChip) {
              "is code for gfx90a (EF_AMDGPU_MACH 0x3f), not for gfx950");
   EXPECT_HAS(blobError(elfFor(0x5f), "gfx950"), "is code for gfx9-4-generic (EF_AMDGPU_MACH 0x5f)");
   EXPECT_HAS(blobError(elfFor(0x2a), "gfx950"), "is code for EF_AMDGPU_MACH 0x2a, not for gfx950");
-  EXPECT_EQ(blobError(elfFor(0x41), "gfx1100"),
-            "gpu.kiln: artifact is for amdgcn gfx1100, but this runtime does "
-            "not know the amdgcn chip 'gfx1100' (it runs gfx942, gfx950)");
+  EXPECT_EQ(blobError(elfFor(0x36), "gfx1030"),
+            "gpu.kiln: artifact is for amdgcn gfx1030, but this runtime does "
+            "not know the amdgcn chip 'gfx1030' (it runs gfx942, gfx950, gfx1100)");
+  // A chip of the table (runtime/core/Chips.def) is known by its machine.
+  EXPECT_EQ(blobError(elfFor(0x41), "gfx950"),
+            kBut + "is code for gfx1100 (EF_AMDGPU_MACH 0x41), not for gfx950 "
+                   "(EF_AMDGPU_MACH 0x4f)");
 }
 
 TEST(HsacoArtifactTest, TheFormatIsHsaco) {
@@ -173,15 +177,17 @@ TEST(HsacoArtifactTest, LaunchesNeedAShapeAndNoParts) {
 TEST(HsacoArtifactTest, ChipsMustBeKnown) {
   // The loader passes an unknown chip without a blob to check; the rules
   // refuse it.
-  TestArtifact a = amdgcnTestArtifact({}, "gfx1100");
+  TestArtifact a = amdgcnTestArtifact({}, "gfx1030");
   a.kernels.clear();
   for (TestEntryPoint &entry : a.entryPoints)
     entry.steps = {std::get<TestCopy>(entry.steps[1])};
-  EXPECT_EQ(ruleError(a), "gpu.kiln: artifact is for amdgcn gfx1100, but this runtime does "
-                          "not know the chip 'gfx1100' (amdgcn chips are gfx942, "
-                          "gfx950)");
+  EXPECT_EQ(ruleError(a), "gpu.kiln: artifact is for amdgcn gfx1030, but this runtime does "
+                          "not know the chip 'gfx1030' (amdgcn chips are gfx942, "
+                          "gfx950, gfx1100)");
   EXPECT_TRUE(isKnownAmdgcnChip("gfx942"));
   EXPECT_TRUE(isKnownAmdgcnChip("gfx950"));
+  EXPECT_TRUE(isKnownAmdgcnChip("gfx1100"));
+  EXPECT_FALSE(isKnownAmdgcnChip("sm_90a"));
   EXPECT_FALSE(isKnownAmdgcnChip("gfx90a"));
   EXPECT_FALSE(isKnownAmdgcnChip("gfx942:xnack-"));
 }

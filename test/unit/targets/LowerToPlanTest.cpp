@@ -124,5 +124,59 @@ TEST_F(LowerToPlanTest, AnOpNoLoweringTakesNamesItselfAndTheTarget) {
   }
 }
 
+TEST_F(LowerToPlanTest, AKernelMustFitTheChipsSharedMemory) {
+  // Hopper's wgmma GEMM stages its tiles in about 200 KiB of shared memory:
+  // a prefill of 256 tokens gets it on sm_90, and a chip row with less
+  // shared memory refuses it by name.
+  std::string extra =
+      R"mlir(  %wq = kiln.weight "model.layers.0.self_attn.q_proj.weight" : tensor<256x256xbf16>
+  %q = kiln.linear %n, %wq : tensor<?x256xbf16>, tensor<256x256xbf16> -> tensor<?x256xbf16>)mlir";
+  kernels::LowerOptions options;
+  options.maxPrefillTokens = 256;
+  std::string error;
+  mlir::ScopedDiagnosticHandler handler(&context_, [&](mlir::Diagnostic &d) {
+    error += d.str() + "\n";
+    return mlir::success();
+  });
+  auto lower = [&](const Chip &chip) {
+    mlir::OwningOpRef<mlir::ModuleOp> module =
+        mlir::parseSourceString<mlir::ModuleOp>(graph(extra), &context_);
+    EXPECT_TRUE(module);
+    return mlir::succeeded(lowerAndPlan(*module, options, TargetChoice::forChip(chip)));
+  };
+  Chip hopper = *chipForTarget("sm_90");
+  EXPECT_TRUE(lower(hopper)) << error;
+  EXPECT_EQ(error, "");
+  hopper.sharedKiB = 99;
+  EXPECT_FALSE(lower(hopper));
+  EXPECT_NE(error.find("kernel linear_wgmma_256x256 needs"), std::string::npos) << error;
+  EXPECT_NE(error.find("a block on sm_90 (sm_90a) has at most 101376"), std::string::npos) << error;
+}
+
+TEST(ChipTableTest, EveryRowIsWhole) {
+  for (const Chip &chip : allChips()) {
+    SCOPED_TRACE(std::string(chip.target));
+    EXPECT_EQ(chipForTarget(chip.target), &chip);
+    EXPECT_EQ(findChip(chip.chip), &chip);
+    EXPECT_TRUE(chip.warp == 32 || chip.warp == 64);
+    EXPECT_GT(chip.units, 0);
+    EXPECT_GT(chip.sharedKiB, 0);
+    EXPECT_GE(chip.registers, chip.vgprs);
+    EXPECT_GT(chip.memoryGiB, 0);
+    EXPECT_FALSE(chip.products.empty());
+    if (chip.kind == ChipKind::Nvptx) {
+      EXPECT_EQ(chip.warp, 32);
+      EXPECT_EQ(chip.elfMach, 0u);
+      EXPECT_EQ(chip.features.substr(0, 4), "+ptx");
+    } else {
+      EXPECT_NE(chip.elfMach, 0u);
+      EXPECT_GT(chip.sgprs, 0);
+    }
+  }
+  EXPECT_EQ(chipForTarget("sm_90a"), nullptr); // a chip, not a target
+  EXPECT_EQ(findChip("sm_90"), nullptr);
+  EXPECT_EQ(chipNames(ChipKind::Nvptx), "sm_90a, sm_100, sm_120");
+}
+
 } // namespace
 } // namespace kiln

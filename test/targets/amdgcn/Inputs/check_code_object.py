@@ -42,9 +42,10 @@ def kernel_metadata(readelf, hsaco):
                            text=True).stdout
     kernels, current = {}, None
     for line in notes.splitlines():
-        if line.startswith("  - .agpr_count:"):  # the first key of each kernel's map
-            current = {"agpr_count": int(line.split(":")[1])}
-            continue
+        start = re.match(r"^  - \.([a-z_]+):\s*(\S*)$", line)  # each kernel's map
+        if start:
+            current = {"agpr_count": 0}  # chips without AGPRs (RDNA) have no such key
+            line = "    ." + start.group(1) + ": " + start.group(2)
         m = re.match(r"^    \.([a-z_]+):\s+(\S+)$", line)
         if current is not None and m:
             current[m.group(1)] = m.group(2)
@@ -66,7 +67,7 @@ def main():
     for name in sorted(found.keys() - declared):
         errors.append(f"{name}: in the code object but not declared")
     for name, md in sorted(found.items()):
-        vgpr, agpr = int(md["vgpr_count"]), md["agpr_count"]
+        vgpr, agpr = int(md["vgpr_count"]), int(md["agpr_count"])
         checks = [
             (md["wavefront_size"] == limits["warp"],
              f"wavefront_size {md['wavefront_size']}, expected {limits['warp']}"),
