@@ -14,8 +14,8 @@ constexpr int64_t kGroupM = 8;
 // Split-K for a single row tile (batched decode): a block's k steps run one
 // after another behind a barrier each, so a GEMM of few column tiles leaves
 // most of the GPU idle. Splits double while the blocks stay within two per
-// SM of an H200 (132 SMs) and each split keeps 8 k steps.
-constexpr int64_t kSplitBlocks = 264, kMinSplitSteps = 8;
+// SM of the chip and each split keeps 8 k steps.
+constexpr int64_t kBlocksPerSM = 2, kMinSplitSteps = 8;
 
 int64_t colTiles(int64_t n) { return (n + kMmaTileN - 1) / kMmaTileN; }
 
@@ -23,12 +23,12 @@ int64_t colTiles(int64_t n) { return (n + kMmaTileN - 1) / kMmaTileN; }
 
 bool mmaGemmFits(int64_t n, int64_t k) { return k % kMmaTileK == 0 && n % 8 == 0; }
 
-int64_t mmaGemmSplits(int64_t n, int64_t k, int64_t maxTokens) {
+int64_t mmaGemmSplits(int64_t n, int64_t k, int64_t maxTokens, int64_t sms) {
   int64_t rowTiles = (maxTokens + kMmaTileM - 1) / kMmaTileM, tiles = rowTiles * colTiles(n);
   int64_t splits = 1;
   if (rowTiles > 1)
     return splits;
-  while (tiles * splits * 2 <= kSplitBlocks && k % (2 * splits * kMmaTileK) == 0 &&
+  while (tiles * splits * 2 <= kBlocksPerSM * sms && k % (2 * splits * kMmaTileK) == 0 &&
          k / (2 * splits) >= kMinSplitSteps * kMmaTileK)
     splits *= 2;
   return splits;

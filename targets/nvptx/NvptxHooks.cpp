@@ -36,7 +36,7 @@ NvptxHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens, bool exactInput)
   }
   if (!mmaGemmFits(n, k))
     return std::nullopt;
-  int64_t splits = mmaGemmSplits(n, k, maxTokens);
+  int64_t splits = mmaGemmSplits(n, k, maxTokens, chip.units);
   MatrixGemm gemm{mmaGemm(n, k, splits), mmaGemmWork(n, maxTokens, splits)};
   if (splits > 1) {
     gemm.splits = splits;
