@@ -1,6 +1,7 @@
 // kiln-opt: mlir-opt with the Kiln dialects and passes registered. Reads IR,
 // runs the passes named on the command line, prints the result; lit tests
 // drive every pass through it.
+#include "compiler/pipeline/Pipeline.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "dialects/plan/PlanDialect.h"
 #include "passes/Passes.h"
@@ -16,7 +17,8 @@ int main(int argc, char **argv) {
   // Collectives and shardings are upstream shard ops.
   registry.insert<kiln::KilnDialect, kiln::plan::PlanDialect, mlir::func::FuncDialect,
                   mlir::shard::ShardDialect>();
-  kiln::registerKilnPasses();
+  // Every Kiln pass, and the graph pipeline kilnc runs.
+  kiln::registerGraphPipeline();
   // Upstream cleanups that Kiln pipelines use between passes.
   mlir::registerCanonicalizerPass();
   mlir::registerCSEPass();

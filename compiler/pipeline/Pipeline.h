@@ -1,5 +1,7 @@
-// The graph pipeline kilnc runs, in one place: which passes, in which order,
-// for a parallel layout.
+// The graph pipeline, in one place: which passes, in which order, for a
+// parallel layout. kilnc builds it with buildGraphPipeline; kiln-opt, the
+// tests and docs/passes.md name it as the registered pipeline
+// `kiln-graph-pipeline{tp=N ep=M sp=true fuse=false split-pooler=false}`.
 #pragma once
 
 #include <cstdint>
@@ -22,10 +24,12 @@ struct Layout {
   int64_t devices() const { return tp > ep ? tp : ep; }
 };
 
-// verify-weights ▸ shard (TP/EP) ▸ fuse-norm-residual ▸ shard-pooler (plain
-// TP only: under SP the pooler runs on token shards) ▸ form-megamoe ▸
-// insert-sp-collectives (SP only). MegaMoE is formed before SP because the
-// unfused expert-parallel stage assumes every rank holds the same tokens.
+// Adds the pipeline's passes for `layout` (Pipeline.cpp says why that order;
+// `kiln-opt --kiln-graph-pipeline=... --dump-pass-pipeline` prints it).
 void buildGraphPipeline(mlir::OpPassManager &pm, const Layout &layout);
+
+// Registers `kiln-graph-pipeline` (with the Kiln passes it runs) for
+// textual pipelines: kiln-opt, parsePassPipeline. Idempotent.
+void registerGraphPipeline();
 
 } // namespace kiln

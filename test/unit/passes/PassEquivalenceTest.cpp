@@ -4,6 +4,8 @@
 // with 8 query heads so that TP=4 divides them.
 #include "compiler/interpreter/Interpreter.h"
 #include "compiler/interpreter/ReferenceOps.h"
+#include "compiler/pipeline/PassEffects.h"
+#include "compiler/pipeline/Pipeline.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "models/muse_spark/CheckpointSynth.h"
 #include "models/muse_spark/GraphBuilder.h"
@@ -75,7 +77,7 @@ protected:
 
   PassEquivalence() {
     context.loadDialect<KilnDialect, mlir::func::FuncDialect, mlir::shard::ShardDialect>();
-    registerKilnPasses();
+    registerGraphPipeline();
   }
 
   mlir::OwningOpRef<mlir::ModuleOp> build(const Case &c) {
@@ -115,8 +117,15 @@ TEST_P(PassEquivalence, SameLogitsAsTheSingleRankGraph) {
   mlir::OwningOpRef<mlir::ModuleOp> module = build(c);
   mlir::PassManager pm(&context);
   ASSERT_TRUE(mlir::succeeded(mlir::parsePassPipeline(c.pipeline, pm)));
+  std::vector<PassEffect> effects;
+  pm.addInstrumentation(std::make_unique<PassEffectsRecorder>(effects));
   ASSERT_TRUE(mlir::succeeded(pm.run(*module)));
   ASSERT_TRUE(mlir::succeeded(mlir::verify(*module)));
+  // Each pass did something here (a pass that silently stopped matching
+  // would still give the same logits); kiln-verify-weights only checks.
+  ASSERT_FALSE(effects.empty());
+  for (const PassEffect &effect : effects)
+    EXPECT_EQ(effect.opDelta.empty(), effect.pass == "kiln-verify-weights") << describe(effect);
 
   std::vector<std::vector<HostTensor>> results = run(*module, weights, c.ranks);
   double scale = 0;
@@ -130,6 +139,21 @@ TEST_P(PassEquivalence, SameLogitsAsTheSingleRankGraph) {
       worst = std::max(worst, double(std::abs(got.f[k] - expected.f[k])));
     EXPECT_LT(worst, 1e-5 * scale) << "rank " << r << " max |diff| " << worst;
   }
+}
+
+// What the check above sees of a pass that matched nothing: a second
+// kiln-fuse-norm-residual finds no chain left to fuse.
+TEST_F(PassEquivalence, APassThatChangedNothingIsSeen) {
+  mlir::OwningOpRef<mlir::ModuleOp> module = build({"tiny", WeightFormat::BF16, "", 1});
+  mlir::PassManager pm(&context);
+  ASSERT_TRUE(mlir::succeeded(
+      mlir::parsePassPipeline("kiln-fuse-norm-residual,kiln-fuse-norm-residual", pm)));
+  std::vector<PassEffect> effects;
+  pm.addInstrumentation(std::make_unique<PassEffectsRecorder>(effects));
+  ASSERT_TRUE(mlir::succeeded(pm.run(*module)));
+  ASSERT_EQ(effects.size(), 2u);
+  EXPECT_FALSE(effects[0].opDelta.empty());
+  EXPECT_TRUE(effects[1].opDelta.empty()) << describe(effects[1]);
 }
 
 std::vector<Case> cases() {
@@ -152,15 +176,11 @@ std::vector<Case> cases() {
     all.push_back({"tiny", format, "kiln-shard{ep=4},kiln-form-megamoe", 4});
     all.push_back({"tiny", format, "kiln-shard{tp=2 ep=2},kiln-shard-pooler,kiln-form-megamoe", 2});
     all.push_back({"tiny-heads8", format, "kiln-shard{tp=4 ep=4},kiln-form-megamoe", 4});
-    // The whole pipeline kilnc runs (compiler/pipeline/Pipeline.cpp) for SP layouts.
-    all.push_back({"tiny", format,
-                   "kiln-verify-weights,kiln-shard{tp=2 ep=4},kiln-fuse-norm-residual,"
-                   "kiln-form-megamoe,kiln-insert-sp-collectives",
-                   4});
-    all.push_back({"tiny-heads8", format,
-                   "kiln-verify-weights,kiln-shard{tp=4 ep=4},kiln-fuse-norm-residual,"
-                   "kiln-form-megamoe,kiln-insert-sp-collectives",
-                   4});
+    // The whole pipeline kilnc runs (compiler/pipeline/Pipeline.h), registered.
+    all.push_back({"tiny", format, "kiln-graph-pipeline{tp=2 ep=4 sp=true}", 4});
+    all.push_back({"tiny-heads8", format, "kiln-graph-pipeline{tp=4 ep=4 sp=true}", 4});
+    all.push_back({"tiny", format, "kiln-graph-pipeline{tp=2 ep=2}", 2});
+    all.push_back({"tiny", format, "kiln-graph-pipeline", 1});
     all.push_back({"tiny", format, "kiln-shard{tp=2},kiln-insert-sp-collectives", 2});
     all.push_back(
         {"tiny", format, "kiln-shard{tp=2 ep=2},kiln-form-megamoe,kiln-insert-sp-collectives", 2});
