@@ -67,10 +67,10 @@ SmallVector<OpOperand *> tokenOperands(Operation *op) {
 }
 
 // Ops of the attention block that need every token: the QKV projections
-// (their results are split into heads), the per-head ops, attention and the
+// (their results are split into heads), the head-wise ops, attention and the
 // o_proj (it reads merged heads), plus the output head.
 bool needsAllTokens(Operation *op) {
-  if (llvm::isa<SplitHeadsOp, HeadNormOp, RopeOp, AttentionOp, MergeHeadsOp, LogitsOp>(op))
+  if (op->hasTrait<OpTrait::HeadWise>() || llvm::isa<AttentionOp, MergeHeadsOp, LogitsOp>(op))
     return true;
   if (auto linear = llvm::dyn_cast<LinearOp>(op))
     return linear.getInput().getDefiningOp<MergeHeadsOp>() ||

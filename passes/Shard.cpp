@@ -36,14 +36,14 @@ FailureOr<HeadChain> chainFeeding(AttentionOp attention, Value operand) {
       std::reverse(chain.perHead.begin(), chain.perHead.end());
       return chain;
     }
-    if (!llvm::isa<RopeOp, HeadNormOp, SplitHeadsOp>(def) || !def->hasOneUse())
+    if (!def->hasTrait<OpTrait::HeadWise>() || !def->hasOneUse())
       break;
     chain.perHead.push_back(def);
     v = def->getOperand(0);
   }
   return attention.emitOpError()
          << "kiln-shard expects each attention operand to come from a kiln.linear through "
-            "split_heads, head_norm and rope only";
+            "head-wise ops only (split_heads, head_norm, rope, ...)";
 }
 
 // Re-derives the result types of a head chain after its projection was

@@ -13,6 +13,11 @@ include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/IR/SymbolInterfaces.td"
 
+// KilnTraits.h: what passes ask of an op instead of listing op names.
+def Kiln_HeadWise : NativeOpTrait<"HeadWise"> {
+  let cppNamespace = "::kiln::OpTrait";
+}
+
 def Kiln_FloatTensor : RankedTensorOf<[AnyFloat]>;
 def Kiln_IndexTensor : RankedTensorOf<[I32]>;
 // 0 < eps < 1, stored as f64.
@@ -143,7 +148,8 @@ def Kiln_RmsNormOp : Kiln_Op<"rms_norm", [Pure, AllTypesMatch<["input", "result"
   let hasVerifier = 1;
 }
 
-def Kiln_HeadNormOp : Kiln_Op<"head_norm", [Pure, AllTypesMatch<["input", "result"]>]> {
+def Kiln_HeadNormOp : Kiln_Op<"head_norm", [Pure, Kiln_HeadWise,
+                                             AllTypesMatch<["input", "result"]>]> {
   let summary = "per-head RMSNorm of queries or keys over head_dim";
   let description = [{
     RMSNorm of every `[t, h, :]` vector of a `[tokens, heads, head_dim]`
@@ -209,7 +215,7 @@ def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
 // Attention
 //===----------------------------------------------------------------------===//
 
-def Kiln_SplitHeadsOp : Kiln_Op<"split_heads", [Pure]> {
+def Kiln_SplitHeadsOp : Kiln_Op<"split_heads", [Pure, Kiln_HeadWise]> {
   let summary = "view [tokens, heads*head_dim] as [tokens, heads, head_dim]";
   let description = [{
     A reshape with a meaning: feature `h * head_dim + d` becomes `[h, d]`.
@@ -239,7 +245,7 @@ def Kiln_MergeHeadsOp : Kiln_Op<"merge_heads", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Kiln_RopeOp : Kiln_Op<"rope", [Pure, AllTypesMatch<["input", "result"]>]> {
+def Kiln_RopeOp : Kiln_Op<"rope", [Pure, Kiln_HeadWise, AllTypesMatch<["input", "result"]>]> {
   let summary = "rotary position embedding (NeoX rotate-half, full head_dim)";
   let description = [{
     For a `[tokens, heads, D]` input and token positions `p`, with
