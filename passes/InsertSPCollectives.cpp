@@ -92,6 +92,9 @@ struct InsertSPCollectives final : impl::InsertSPCollectivesBase<InsertSPCollect
     for (func::FuncOp func : llvm::to_vector(module.getOps<func::FuncOp>()))
       if (failed(runOnFunction(func, grid, tp)))
         return signalPassFailure();
+    if (LayoutAttr layout = graphLayout(module))
+      module->setAttr(kLayoutAttrName,
+                      LayoutAttr::get(&getContext(), layout.getTp(), layout.getEp(), /*sp=*/true));
   }
 
   LogicalResult checkPreconditions(func::FuncOp func, int64_t tp) {

@@ -53,7 +53,8 @@ def Shard : Pass<"kiln-shard", "mlir::ModuleOp"> {
     - The router, norms, pooler and unpooler stay replicated.
 
     Checkpoint tensors keep their full type; `shard.all_slice` says which
-    piece a rank keeps, so a runtime loads only that piece.
+    piece a rank keeps, so a runtime loads only that piece. The module gets
+    `kiln.layout = #kiln.layout<tp = .., ep = ..>`.
 
     ```
     kiln-opt --kiln-shard="tp=2 ep=2" graph.mlir

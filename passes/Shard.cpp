@@ -81,14 +81,7 @@ struct Shard final : impl::ShardBase<Shard> {
     }
     if (world == 1)
       return markAllAnalysesPreserved();
-    module->setAttr(
-        "kiln.layout",
-        DictionaryAttr::get(
-            &getContext(),
-            {NamedAttribute(StringAttr::get(&getContext(), "tp"),
-                            IntegerAttr::get(IntegerType::get(&getContext(), 64), tp)),
-             NamedAttribute(StringAttr::get(&getContext(), "ep"),
-                            IntegerAttr::get(IntegerType::get(&getContext(), 64), ep))}));
+    module->setAttr(kLayoutAttrName, LayoutAttr::get(&getContext(), tp, ep, /*sp=*/false));
 
     tpRanks = tp;
     epRanks = ep;

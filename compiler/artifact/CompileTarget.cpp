@@ -1,6 +1,7 @@
 #include "compiler/artifact/CompileTarget.h"
 
 #include "compiler/artifact/ArtifactWriter.h"
+#include "dialects/kiln/KilnAttrs.h"
 #include "dialects/plan/PlanOps.h"
 #include "models/muse_spark/CheckpointSynth.h"
 #include "passes/Passes.h"
@@ -77,7 +78,6 @@ mlir::FailureOr<kernels::LoweredModel> lowerAndPlan(mlir::ModuleOp graph,
 }
 
 mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spark::Config &config,
-                                           muse_spark::WeightFormat format,
                                            const kernels::LowerOptions &lowerOptions,
                                            const TargetChoice &target, std::string &error,
                                            const StageProgress &stage) {
@@ -130,16 +130,17 @@ mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spar
           (target.kind == TargetChoice::Nvptx    ? std::string("PTX")
            : target.kind == TargetChoice::Amdgcn ? std::string("hsaco")
                                                  : std::string("x86 ELF")));
-  if (auto layout = graph->getAttrOfType<mlir::DictionaryAttr>("kiln.layout")) {
-    if (auto tp = layout.getAs<mlir::IntegerAttr>("tp"))
-      info.tp = static_cast<int>(tp.getInt());
-    if (auto ep = layout.getAs<mlir::IntegerAttr>("ep"))
-      info.ep = static_cast<int>(ep.getInt());
-    info.world = std::max(info.tp, info.ep);
+  if (LayoutAttr layout = graphLayout(graph)) {
+    info.tp = static_cast<int>(layout.getTp());
+    info.ep = static_cast<int>(layout.getEp());
+    info.world = static_cast<int>(layout.devices());
   }
   // Sequence parallelism is the prefill_sp entry the SP graph lowered to.
   info.sp = static_cast<bool>(lowerOptions.spGraph);
   info.modelName = config.name;
+  const muse_spark::WeightFormat format = graphWeightFormat(graph) == CheckpointFormat::NVFP4
+                                              ? muse_spark::WeightFormat::NVFP4
+                                              : muse_spark::WeightFormat::BF16;
   info.configJson = muse_spark::checkpointConfigJson(config, format);
   info.weightFormat = format == muse_spark::WeightFormat::NVFP4 ? "nvfp4" : "bf16";
   mlir::FailureOr<std::vector<uint8_t>> bytes = serializeArtifact(build.model, build.library, info);

@@ -66,8 +66,8 @@ struct TargetBuild {
 using StageProgress = std::function<void(const std::string &stage)>;
 
 // Everything; `error` says what failed (diagnostics are emitted as well).
+// The checkpoint format is the graph's (its #kiln.weight_format).
 mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spark::Config &config,
-                                           muse_spark::WeightFormat format,
                                            const kernels::LowerOptions &options,
                                            const TargetChoice &target, std::string &error,
                                            const StageProgress &stage = nullptr);

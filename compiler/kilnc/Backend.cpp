@@ -107,7 +107,7 @@ int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
     start = std::chrono::steady_clock::now();
   };
   mlir::FailureOr<TargetBuild> build =
-      buildArtifact(graph, *request.config, request.format, lower, request.target, error, stage);
+      buildArtifact(graph, *request.config, lower, request.target, error, stage);
   if (mlir::failed(build))
     return fail(error);
   if (request.output == BackendOutput::Library) {

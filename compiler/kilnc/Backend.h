@@ -32,7 +32,6 @@ struct BackendRequest {
   // The graph after the pipeline with sequence parallelism (null: none).
   mlir::ModuleOp spGraph;
   const muse_spark::Config *config = nullptr;
-  muse_spark::WeightFormat format = muse_spark::WeightFormat::BF16;
 };
 
 // Returns the process exit code; errors are printed.

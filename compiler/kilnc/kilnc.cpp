@@ -404,7 +404,6 @@ int main(int argc, char **argv) {
     request.peerExchange = moeExchange == MoEExchange::Peer;
     request.report = report;
     request.config = &config;
-    request.format = format;
     request.spGraph = spModule ? *spModule : mlir::ModuleOp();
     request.progress = showProgress;
     request.reserveBytes = uint64_t(reserveMemory * double(1ull << 30));

@@ -27,7 +27,14 @@ def Kiln_Dialect : Dialect {
     Conventions: activations are `[tokens, features]` or, inside attention,
     `[tokens, heads, head_dim]`; linear weights are `[out, in]` (HF layout);
     expert weights are stacked along a leading expert dimension.
+
+    The module carries the model's name (`kiln.model`), its checkpoint format
+    (`kiln.weight_format = #kiln.weight_format<nvfp4>`) and, once sharded, its
+    parallel layout (`kiln.layout = #kiln.layout<tp = 2, ep = 2>`); the
+    dialect verifies their types.
   }];
+  let useDefaultAttributePrinterParser = 1;
+  let hasOperationAttrVerify = 1;
 }
 
 class Kiln_Op<string mnemonic, list<Trait> traits = []>

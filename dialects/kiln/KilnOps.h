@@ -8,6 +8,7 @@
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
 #include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/KilnAttrs.h"
 #include "dialects/kiln/KilnTraits.h"
 
 #include <string>

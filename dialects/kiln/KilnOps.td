@@ -9,6 +9,7 @@
 #define KILN_OPS_TD
 
 include "dialects/kiln/KilnDialect.td"
+include "dialects/kiln/KilnAttrs.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/IR/SymbolInterfaces.td"

@@ -158,10 +158,12 @@ Value ForwardBuilder::layer(Value x, Value positions, int64_t layer) {
 OwningOpRef<ModuleOp> ForwardBuilder::build() {
   Location modelLoc = loc("model");
   OwningOpRef<ModuleOp> module = ModuleOp::create(modelLoc);
-  module->getOperation()->setAttr("kiln.model", b.getStringAttr(config.name));
+  module->getOperation()->setAttr(kModelAttrName, b.getStringAttr(config.name));
   module->getOperation()->setAttr(
-      "kiln.weight_format",
-      b.getStringAttr(options.format == WeightFormat::NVFP4 ? "nvfp4" : "bf16"));
+      kWeightFormatAttrName,
+      CheckpointFormatAttr::get(b.getContext(), options.format == WeightFormat::NVFP4
+                                                ? CheckpointFormat::NVFP4
+                                                : CheckpointFormat::BF16));
   b.setInsertionPointToEnd(module->getBody());
 
   int64_t vocab = config.vocabSize, hidden = config.hiddenSize;

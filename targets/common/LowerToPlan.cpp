@@ -180,10 +180,8 @@ FailureOr<LoweredModel> Lowering::run() {
   ctx->getOrLoadDialect<plan::PlanDialect>();
   auto logits = llvm::cast<RankedTensorType>(forward.getResultTypes()[0]);
   bool perToken = logits.isDynamicDim(0);
-  if (auto layout = graph->getAttrOfType<DictionaryAttr>("kiln.layout"))
-    for (StringRef key : {"tp", "ep"})
-      if (auto n = layout.getAs<IntegerAttr>(key))
-        world = std::max(world, n.getInt());
+  if (LayoutAttr layout = graphLayout(graph))
+    world = layout.devices();
   model.plan = ModuleOp::create(graph.getLoc());
   model.entries = {{"prefill", options.maxPrefillTokens, perToken}, {"decode", 1, perToken}};
   if (options.decodeBatch > 1)

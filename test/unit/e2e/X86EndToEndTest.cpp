@@ -131,7 +131,7 @@ TEST_P(X86EndToEnd, MatchesTheInterpreter) {
   std::optional<x86::CpuTarget> cpu = x86::resolveCpu(c.cpu, error);
   ASSERT_TRUE(cpu) << error;
   mlir::FailureOr<TargetBuild> build =
-      buildArtifact(*compiled, config, c.format, kernels::LowerOptions{c.maxPrefillTokens, 1},
+      buildArtifact(*compiled, config, kernels::LowerOptions{c.maxPrefillTokens, 1},
                     TargetChoice::x86(*cpu), error);
   ASSERT_TRUE(mlir::succeeded(build)) << error;
 
