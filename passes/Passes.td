@@ -147,6 +147,37 @@ def FuseNormResidual : Pass<"kiln-fuse-norm-residual", "mlir::ModuleOp"> {
 }
 
 
+def FuseHeadNormRope : Pass<"kiln-fuse-head-norm-rope", "mlir::ModuleOp"> {
+  let summary = "Fuse a per-head RMSNorm and the rotary embedding after it into kiln.head_norm_rope";
+  let description = [{
+    Muse Spark normalises each query and key head before rotating it:
+
+    ```mlir
+    %n = kiln.head_norm %q, %w {eps = a}
+    %r = kiln.rope %n, %pos {theta = b}
+    ```
+
+    becomes
+
+    ```mlir
+    %r2 = kiln.head_norm_rope %q, %w, %pos {eps = a, theta = b}
+    ```
+
+    so that each head is read and written once instead of twice. `%n` must
+    have no other use and both ops must lie in one block. The fused op keeps
+    the HeadWise trait, so `kiln-shard` and `kiln-insert-sp-collectives` treat
+    it as they treat the two ops.
+
+    ```
+    kiln-opt --kiln-fuse-head-norm-rope graph.mlir
+    ```
+  }];
+  let statistics = [
+    Statistic<"numFused", "fused-pairs", "head_norm / rope pairs fused">,
+  ];
+  let dependentDialects = ["::kiln::KilnDialect"];
+}
+
 def FormMegaMoE : Pass<"kiln-form-megamoe", "mlir::ModuleOp"> {
   let summary = "Fuse the expert stage into one kiln.megamoe op";
   let description = [{

@@ -98,6 +98,10 @@ bool execute(mlir::Operation &op, ValueMap &values, int64_t rank, LinearInputs l
       .Case([&](RopeOp o) {
         set(o.getResult(), rope(in(o.getInput()), in(o.getPositions()), f64(o.getThetaAttr())));
       })
+      .Case([&](HeadNormRopeOp o) {
+        set(o.getResult(), rope(rmsNorm(in(o.getInput()), in(o.getWeight()), f64(o.getEpsAttr())),
+                                in(o.getPositions()), f64(o.getThetaAttr())));
+      })
       .Case([&](AttentionOp o) {
         set(o.getResult(), attention(in(o.getQ()), in(o.getK()), in(o.getV()), in(o.getPositions()),
                                      f64(o.getScaleAttr()), o.getWindow()));

@@ -7,16 +7,19 @@
 
 namespace kiln {
 
-// verify-weights ▸ shard (TP/EP) ▸ fuse-norm-residual ▸ shard-pooler (plain
-// TP only: under SP the pooler runs on token shards) ▸ form-megamoe ▸
+// verify-weights ▸ shard (TP/EP) ▸ fuse-norm-residual ▸ fuse-head-norm-rope ▸
+// shard-pooler (plain TP only: under SP the pooler runs on token shards) ▸
+// form-megamoe ▸
 // insert-sp-collectives (SP only). MegaMoE is formed before SP because the
 // unfused expert-parallel stage assumes every rank holds the same tokens.
 void buildGraphPipeline(mlir::OpPassManager &pm, const Layout &layout) {
   pm.addPass(createVerifyWeights());
   if (layout.devices() > 1)
     pm.addPass(createShard(ShardOptions{layout.tp, layout.ep}));
-  if (layout.fuse)
+  if (layout.fuse) {
     pm.addPass(createFuseNormResidual());
+    pm.addPass(createFuseHeadNormRope());
+  }
   if (layout.tp > 1 && !layout.sp && layout.splitPooler)
     pm.addPass(createShardPooler());
   if (layout.fuse)
@@ -32,7 +35,7 @@ struct GraphPipelineOptions : public mlir::PassPipelineOptions<GraphPipelineOpti
   Option<int64_t> ep{*this, "ep", llvm::cl::desc("Expert-parallel ranks"), llvm::cl::init(1)};
   Option<bool> sp{*this, "sp", llvm::cl::desc("Sequence parallelism over the TP group"),
                   llvm::cl::init(false)};
-  Option<bool> fuse{*this, "fuse", llvm::cl::desc("Norm/residual and MegaMoE fusion"),
+  Option<bool> fuse{*this, "fuse", llvm::cl::desc("Norm/residual, head-norm/rope and MegaMoE fusion"),
                     llvm::cl::init(true)};
   Option<bool> splitPooler{*this, "split-pooler",
                            llvm::cl::desc("Split the pooler over TP where SP allows it"),

@@ -254,19 +254,32 @@ static LogicalResult verifyHeadsView(Operation *op, Value flat, Value split) {
 LogicalResult SplitHeadsOp::verify() { return verifyHeadsView(*this, getInput(), getResult()); }
 LogicalResult MergeHeadsOp::verify() { return verifyHeadsView(*this, getResult(), getInput()); }
 
-LogicalResult RopeOp::verify() {
-  if (failed(expectRank(*this, "input", getInput(), 3, "[tokens, heads, head_dim]")) ||
-      failed(expectRank(*this, "positions", getPositions(), 1, "[tokens]")) ||
-      failed(expectDim(*this, "positions", getPositions(), 0, tensorType(getInput()).getDimSize(0),
+// What kiln.rope and kiln.head_norm_rope ask of the rotation.
+static LogicalResult verifyRope(Operation *op, Value input, Value positions, double theta) {
+  if (failed(expectRank(op, "input", input, 3, "[tokens, heads, head_dim]")) ||
+      failed(expectRank(op, "positions", positions, 1, "[tokens]")) ||
+      failed(expectDim(op, "positions", positions, 0, tensorType(input).getDimSize(0),
                        "one position per token")))
     return failure();
-  int64_t headDim = tensorType(getInput()).getDimSize(2);
+  int64_t headDim = tensorType(input).getDimSize(2);
   if (!ShapedType::isDynamic(headDim) && headDim % 2 != 0)
-    return emitOpError() << "head_dim " << headDim
-                         << " must be even (rotate-half pairs j and j + D/2)";
-  double theta = getTheta().convertToDouble();
+    return op->emitOpError() << "head_dim " << headDim
+                             << " must be even (rotate-half pairs j and j + D/2)";
   if (!(theta > 1.0) || !std::isfinite(theta))
-    return emitOpError() << "theta must be a finite base > 1, got " << theta;
+    return op->emitOpError() << "theta must be a finite base > 1, got " << theta;
+  return success();
+}
+
+LogicalResult RopeOp::verify() {
+  return verifyRope(*this, getInput(), getPositions(), getTheta().convertToDouble());
+}
+
+LogicalResult HeadNormRopeOp::verify() {
+  if (failed(expectRank(*this, "weight", getWeight(), 1, "[head_dim]")) ||
+      failed(verifyRope(*this, getInput(), getPositions(), getTheta().convertToDouble())) ||
+      failed(expectDim(*this, "weight", getWeight(), 0, tensorType(getInput()).getDimSize(2),
+                       "the input's head_dim")))
+    return failure();
   return success();
 }
 

@@ -414,6 +414,31 @@ def Kiln_NormResidualOp : Kiln_Op<"norm_residual", [Pure,
   let hasVerifier = 1;
 }
 
+def Kiln_HeadNormRopeOp : Kiln_Op<"head_norm_rope", [Pure, Kiln_HeadWise,
+    AllTypesMatch<["input", "result"]>]> {
+  let summary = "per-head RMSNorm then rotary embedding, as one op";
+  let description = [{
+    `kiln.rope(kiln.head_norm(input, weight; eps), positions; theta)`: the
+    query or key path between its projection and attention, in one pass over
+    each `[t, h, :]` vector. Formed by `kiln-fuse-head-norm-rope`; a target
+    builds its kernel by composing the two ops' row stages
+    (`targets/common/HeadRowKernels.h`).
+
+    ```mlir
+    %qr = kiln.head_norm_rope %q, %w, %pos {eps = 1.0e-05 : f64, theta = 1.0e+07 : f64}
+            : tensor<8x6x32xbf16>, tensor<32xbf16>, tensor<8xi32>
+    ```
+  }];
+  let arguments = (ins Kiln_FloatTensor:$input, Kiln_FloatTensor:$weight,
+                       Kiln_IndexTensor:$positions, Kiln_EpsAttr:$eps, F64Attr:$theta);
+  let results = (outs Kiln_FloatTensor:$result);
+  let assemblyFormat = [{
+    $input `,` $weight `,` $positions attr-dict `:` type($input) `,` type($weight) `,`
+    type($positions)
+  }];
+  let hasVerifier = 1;
+}
+
 def Kiln_LocalExpertsOp : Kiln_Op<"local_experts", [Pure, AllTypesMatch<["indices", "result"]>,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "renumber selected experts to this rank's block, -1 for the others";

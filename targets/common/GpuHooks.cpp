@@ -5,6 +5,7 @@
 
 #include "targets/common/Generators.h"
 #include "targets/common/GroupedExperts.h"
+#include "targets/common/HeadRowKernels.h"
 #include "targets/common/WarpSnippets.h"
 
 #include <algorithm>
@@ -70,6 +71,13 @@ KernelLaunch GpuTargetHooks::ropeKernel(int64_t heads, int64_t headDim, double t
   if (!gpuRowsFit(headDim))
     return TargetHooks::ropeKernel(heads, headDim, theta);
   return {ropeWarp(heads, headDim, theta), warpPerHead(heads)};
+}
+
+KernelLaunch GpuTargetHooks::headNormRopeKernel(int64_t heads, int64_t headDim, double eps,
+                                                double theta) const {
+  return {headRowWarp("kiln.head_norm_rope", heads, headDim,
+                      {headNormStage(headDim, eps), ropeStage(headDim, theta)}),
+          warpPerHead(heads)};
 }
 
 KernelLaunch GpuTargetHooks::normResidualKernel(int64_t width, double postEps,

@@ -15,6 +15,8 @@ public:
   KernelLaunch rmsNormKernel(int64_t width, double eps) const override;
   KernelLaunch headNormKernel(int64_t heads, int64_t headDim, double eps) const override;
   KernelLaunch ropeKernel(int64_t heads, int64_t headDim, double theta) const override;
+  KernelLaunch headNormRopeKernel(int64_t heads, int64_t headDim, double eps,
+                                  double theta) const override;
   KernelLaunch normResidualKernel(int64_t width, double postEps, double nextEps) const override;
   KernelLaunch routerTopKKernel(int64_t experts, int64_t k) const override;
   Gemv gemv(int64_t n, int64_t k, int64_t maxRows, bool splitRows) const override;

@@ -153,6 +153,21 @@ LogicalResult Lowering::lower(RopeOp o, StringRef what) {
   return success();
 }
 
+LogicalResult Lowering::lower(HeadNormRopeOp o, StringRef what) {
+  FailureOr<Buf> w = weight(o.getWeight(), Transform::None);
+  if (failed(w))
+    return failure();
+  auto t = llvm::cast<RankedTensorType>(o.getInput().getType());
+  Buf y = allocShape(headRows(o.getInput()), b.getF32Type());
+  KernelLaunch kernel =
+      hooks.headNormRopeKernel(t.getDimSize(1), t.getDimSize(2), o.getEps().convertToDouble(),
+                               o.getTheta().convertToDouble());
+  launch(kernel.kernel, {act(o.getInput()), *w, positions, y}, {"tokens:0", "part", "parts"},
+         kernel.work, what);
+  values[o.getResult()] = y;
+  return success();
+}
+
 LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
   Type f32 = b.getF32Type();
   auto q = llvm::cast<RankedTensorType>(o.getQ().getType());

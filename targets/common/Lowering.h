@@ -131,6 +131,7 @@ private:
   LogicalResult lower(SplitHeadsOp o, StringRef what);
   LogicalResult lower(MergeHeadsOp o, StringRef what);
   LogicalResult lower(RopeOp o, StringRef what);
+  LogicalResult lower(HeadNormRopeOp o, StringRef what);
   LogicalResult lower(AttentionOp o, StringRef what);
   LogicalResult lower(NormResidualOp o, StringRef what);
   LogicalResult lower(RouterTopKOp o, StringRef what);

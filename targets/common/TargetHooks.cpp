@@ -3,6 +3,7 @@
 #include "targets/common/TargetHooks.h"
 
 #include "targets/common/Generators.h"
+#include "targets/common/HeadRowKernels.h"
 
 namespace kiln::kernels {
 
@@ -25,6 +26,13 @@ KernelLaunch TargetHooks::headNormKernel(int64_t heads, int64_t headDim, double 
 
 KernelLaunch TargetHooks::ropeKernel(int64_t heads, int64_t headDim, double theta) const {
   return {rope(heads, headDim, theta), kPerToken};
+}
+
+KernelLaunch TargetHooks::headNormRopeKernel(int64_t heads, int64_t headDim, double eps,
+                                             double theta) const {
+  return {headRowThreads("kiln.head_norm_rope", heads, headDim,
+                         {headNormStage(headDim, eps), ropeStage(headDim, theta)}),
+          kPerToken};
 }
 
 KernelLaunch TargetHooks::normResidualKernel(int64_t width, double postEps, double nextEps) const {

@@ -58,6 +58,10 @@ public:
   virtual KernelLaunch rmsNormKernel(int64_t width, double eps) const;
   virtual KernelLaunch headNormKernel(int64_t heads, int64_t headDim, double eps) const;
   virtual KernelLaunch ropeKernel(int64_t heads, int64_t headDim, double theta) const;
+  // kiln.head_norm_rope: (x, weight, positions, y; tokens, part, parts). The
+  // defaults compose the two ops' row stages (HeadRowKernels.h).
+  virtual KernelLaunch headNormRopeKernel(int64_t heads, int64_t headDim, double eps,
+                                          double theta) const;
   virtual KernelLaunch normResidualKernel(int64_t width, double postEps, double nextEps) const;
   virtual KernelLaunch routerTopKKernel(int64_t experts, int64_t k) const;
 

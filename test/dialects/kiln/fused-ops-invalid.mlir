@@ -48,3 +48,39 @@ func.func @megamoe_axis(%z: tensor<8x128xbf16>, %idx: tensor<8x4xi32>, %w: tenso
            tensor<8x128x128xbf16>, tensor<8x128x128xbf16>, tensor<8x128xbf16>
   return
 }
+
+// -----
+
+func.func @head_norm_rope_weight_width(%q: tensor<8x6x32xbf16>, %w: tensor<16xbf16>, %pos: tensor<8xi32>) {
+  // expected-error @+1 {{weight}}
+  %r = kiln.head_norm_rope %q, %w, %pos {eps = 1.0e-05 : f64, theta = 1.0e+07 : f64}
+         : tensor<8x6x32xbf16>, tensor<16xbf16>, tensor<8xi32>
+  return
+}
+
+// -----
+
+func.func @head_norm_rope_odd_head_dim(%q: tensor<8x6x33xbf16>, %w: tensor<33xbf16>, %pos: tensor<8xi32>) {
+  // expected-error @+1 {{head_dim 33 must be even}}
+  %r = kiln.head_norm_rope %q, %w, %pos {eps = 1.0e-05 : f64, theta = 1.0e+07 : f64}
+         : tensor<8x6x33xbf16>, tensor<33xbf16>, tensor<8xi32>
+  return
+}
+
+// -----
+
+func.func @head_norm_rope_positions(%q: tensor<8x6x32xbf16>, %w: tensor<32xbf16>, %pos: tensor<4xi32>) {
+  // expected-error @+1 {{one position per token}}
+  %r = kiln.head_norm_rope %q, %w, %pos {eps = 1.0e-05 : f64, theta = 1.0e+07 : f64}
+         : tensor<8x6x32xbf16>, tensor<32xbf16>, tensor<4xi32>
+  return
+}
+
+// -----
+
+func.func @head_norm_rope_eps(%q: tensor<8x6x32xbf16>, %w: tensor<32xbf16>, %pos: tensor<8xi32>) {
+  // expected-error @+1 {{eps}}
+  %r = kiln.head_norm_rope %q, %w, %pos {eps = 2.0 : f64, theta = 1.0e+07 : f64}
+         : tensor<8x6x32xbf16>, tensor<32xbf16>, tensor<8xi32>
+  return
+}

@@ -37,3 +37,13 @@ func.func @megamoe_single_rank(%z: tensor<8x128xbf16>, %idx: tensor<8x4xi32>, %w
   return %m : tensor<8x128xbf16>
 }
 
+
+// -----
+
+// CHECK-LABEL: func.func @head_norm_rope
+func.func @head_norm_rope(%q: tensor<8x6x32xbf16>, %w: tensor<32xbf16>, %pos: tensor<8xi32>) -> tensor<8x6x32xbf16> {
+  // CHECK: kiln.head_norm_rope %{{.+}}, %{{.+}}, %{{.+}} {eps = 1.000000e-05 : f64, theta = 1.000000e+07 : f64} : tensor<8x6x32xbf16>, tensor<32xbf16>, tensor<8xi32>
+  %r = kiln.head_norm_rope %q, %w, %pos {eps = 1.0e-05 : f64, theta = 1.0e+07 : f64}
+         : tensor<8x6x32xbf16>, tensor<32xbf16>, tensor<8xi32>
+  return %r : tensor<8x6x32xbf16>
+}

@@ -170,6 +170,10 @@ std::vector<Case> cases() {
     all.push_back({"tiny", format, "kiln-fuse-norm-residual", 1});
     all.push_back({"tiny", format, "kiln-shard{tp=2 ep=2},kiln-fuse-norm-residual", 2});
     all.push_back({"tiny-heads8", format, "kiln-shard{tp=4 ep=4},kiln-fuse-norm-residual", 4});
+    all.push_back({"tiny", format, "kiln-fuse-head-norm-rope", 1});
+    all.push_back({"tiny-heads8", format, "kiln-shard{tp=4 ep=4},kiln-fuse-head-norm-rope", 4});
+    all.push_back({"tiny", format,
+                   "kiln-shard{tp=2},kiln-fuse-head-norm-rope,kiln-insert-sp-collectives", 2});
     all.push_back({"tiny", format, "kiln-shard{tp=2},kiln-shard-pooler", 2});
     all.push_back({"tiny-heads8", format, "kiln-shard{tp=4 ep=2},kiln-shard-pooler", 4});
     all.push_back({"tiny", format, "kiln-form-megamoe", 1});
