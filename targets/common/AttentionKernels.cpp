@@ -1,5 +1,5 @@
-// Rotary embedding and attention over the KV cache. The attention kernel
-// serves prefill and decode alike: queries at positions past .. past+T-1
+// Attention over the KV cache (the rotary embedding before it is a row stage,
+// HeadRowKernels.h). The attention kernel serves prefill and decode alike: queries at positions past .. past+T-1
 // attend to the cached positions still in their window and to the new
 // tokens up to themselves (online softmax), then the new K/V are written to
 // the cache (a ring of `window` slots for sliding layers). Launch parts split
@@ -9,46 +9,6 @@
 #include "targets/common/Generators.h"
 
 namespace kiln::kernels {
-
-KernelSpec rope(int64_t heads, int64_t headDim, double theta) {
-  std::string name = "rope_" + std::to_string(heads) + "x" + std::to_string(headDim) + "_theta" +
-                     std::to_string(static_cast<long long>(theta));
-  std::string t3 = "memref<?x" + std::to_string(heads) + "x" + std::to_string(headDim) + "xf32>";
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%x: @@t3@@, %pos: memref<?xi32>, %out: @@t3@@, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "rows", parallel = "tokens"}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %half = arith.constant @@half@@ : index
-  %heads = arith.constant @@heads@@ : index
-  %theta = arith.constant @@theta@@ : f64
-  %minus_two_over_d = arith.constant @@m2d@@ : f64
-  %rows = arith.index_cast %rows_i : i64 to index
-  @@range@@
-  scf.for %t = %tbegin to %tend step %c1 {
-    %p32 = memref.load %pos[%t] : memref<?xi32>
-    %p = arith.sitofp %p32 : i32 to f64
-    scf.for %j = %c0 to %half step %c1 {
-@@angle@@
-      scf.for %h = %c0 to %heads step %c1 {
-@@rotate@@
-      }
-    }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"t3", t3},
-                                   {"angle", ropeAngle()},
-                                   {"rotate", ropeRotate(t3)},
-                                   {"half", std::to_string(headDim / 2)},
-                                   {"heads", std::to_string(heads)},
-                                   {"theta", floatLiteral(theta)},
-                                   {"m2d", floatLiteral(-2.0 / double(headDim))},
-                                   {"range", partRange("%rows", "t")}});
-  return KernelSpec{name, "kiln.rope", "{\"kind\": \"rows\", \"parallel\": \"tokens\"}", body};
-}
 
 KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window, double scale,
                      int64_t sequences) {

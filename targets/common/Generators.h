@@ -17,12 +17,6 @@ namespace kiln::kernels {
 // The rows [begin, end) of `n` that this launch part owns, as MLIR text
 // defining %<prefix>begin and %<prefix>end from the %part/%parts arguments.
 std::string partRange(const std::string &n, const std::string &prefix);
-// Rotary embedding, NeoX rotate-half: the f64 angle of pair %j at position
-// %p (needs %theta, %minus_two_over_d, %half), defining f32 %c, %s and the
-// pair's second index %j2; then the rotation of head %h of token %t from %x
-// (memref `type`) into %out.
-std::string ropeAngle();
-std::string ropeRotate(const std::string &type);
 // Attention kernels of a batched entry (sequences > 0: token t continues
 // conversation t of `sequences`, at positions[t], in caches that hold every
 // conversation one after another), as text the CPU and GPU kernels share:
@@ -73,8 +67,8 @@ KernelSpec binary(const std::string &kind, int64_t width, bool rhsIsWeight, bool
 // with matrix tiles add their own (targets/x86/AmxGemm.h).
 KernelSpec linearVector(int64_t n, int64_t k);
 
-// Attention (AttentionKernels.cpp).
-KernelSpec rope(int64_t heads, int64_t headDim, double theta);
+// Attention (AttentionKernels.cpp). Rotary embedding is a row stage
+// (HeadRowKernels.h).
 KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window, double scale,
                      int64_t sequences = 0);
 
@@ -133,8 +127,6 @@ bool gpuRowsFit(int64_t width);
 int64_t rowBlockThreads(int64_t width);
 KernelSpec rmsNormBlock(int64_t width, double eps);
 KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps);
-KernelSpec headNormWarp(int64_t heads, int64_t headDim, double eps);
-KernelSpec ropeWarp(int64_t heads, int64_t headDim, double theta);
 KernelSpec embedThreads(int64_t vocab, int64_t hidden);
 // scale[t, j] = weight[t, j] / rms(y[t, j]), then out[t] = sum_j scale[t, j]
 // * post_norm[e_j] * y[t, j].

@@ -62,15 +62,16 @@ KernelLaunch GpuTargetHooks::rmsNormKernel(int64_t width, double eps) const {
 }
 
 KernelLaunch GpuTargetHooks::headNormKernel(int64_t heads, int64_t headDim, double eps) const {
-  if (!gpuRowsFit(headDim))
+  // The warp form holds a row as its two halves.
+  if (headDim % 2 != 0)
     return TargetHooks::headNormKernel(heads, headDim, eps);
-  return {headNormWarp(heads, headDim, eps), warpPerHead(heads)};
+  return {headRowWarp("kiln.head_norm", heads, headDim, {headNormStage(headDim, eps)}),
+          warpPerHead(heads)};
 }
 
 KernelLaunch GpuTargetHooks::ropeKernel(int64_t heads, int64_t headDim, double theta) const {
-  if (!gpuRowsFit(headDim))
-    return TargetHooks::ropeKernel(heads, headDim, theta);
-  return {ropeWarp(heads, headDim, theta), warpPerHead(heads)};
+  return {headRowWarp("kiln.rope", heads, headDim, {ropeStage(headDim, theta)}),
+          warpPerHead(heads)};
 }
 
 KernelLaunch GpuTargetHooks::headNormRopeKernel(int64_t heads, int64_t headDim, double eps,

@@ -20,37 +20,6 @@ std::string partRange(const std::string &n, const std::string &p) {
                       {{"n", n}, {"p", p}});
 }
 
-std::string ropeAngle() {
-  return R"(
-      %j64 = arith.index_cast %j : index to i64
-      %jf = arith.sitofp %j64 : i64 to f64
-      %e = arith.mulf %jf, %minus_two_over_d : f64
-      %freq = math.powf %theta, %e : f64
-      %angle = arith.mulf %p, %freq : f64
-      %cd = math.cos %angle : f64
-      %sd = math.sin %angle : f64
-      %c = arith.truncf %cd : f64 to f32
-      %s = arith.truncf %sd : f64 to f32
-      %j2 = arith.addi %j, %half : index
-)";
-}
-
-std::string ropeRotate(const std::string &type) {
-  return fillTemplate(R"(
-        %x0 = memref.load %x[%t, %h, %j] : @@t3@@
-        %x1 = memref.load %x[%t, %h, %j2] : @@t3@@
-        %a = arith.mulf %x0, %c : f32
-        %b = arith.mulf %x1, %s : f32
-        %o0 = arith.subf %a, %b : f32
-        %d = arith.mulf %x1, %c : f32
-        %f = arith.mulf %x0, %s : f32
-        %o1 = arith.addf %d, %f : f32
-        memref.store %o0, %out[%t, %h, %j] : @@t3@@
-        memref.store %o1, %out[%t, %h, %j2] : @@t3@@
-)",
-                      {{"t3", type}});
-}
-
 // The pieces of batched attention kernels (Generators.h).
 std::string batchPositionsArg(int64_t sequences) {
   return sequences ? ", %positions: memref<?xi32>" : "";

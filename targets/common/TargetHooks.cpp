@@ -25,7 +25,7 @@ KernelLaunch TargetHooks::headNormKernel(int64_t heads, int64_t headDim, double 
 }
 
 KernelLaunch TargetHooks::ropeKernel(int64_t heads, int64_t headDim, double theta) const {
-  return {rope(heads, headDim, theta), kPerToken};
+  return {headRowThreads("kiln.rope", heads, headDim, {ropeStage(headDim, theta)}), kPerToken};
 }
 
 KernelLaunch TargetHooks::headNormRopeKernel(int64_t heads, int64_t headDim, double eps,

@@ -1,9 +1,10 @@
 // kiln.head_norm_rope's kernel is composed from the row stages of head_norm
 // and rope (targets/common/HeadRowKernels.h), not written for the fused op.
 // On this CPU: the composed kernel gives the reference interpreter's
-// rope(rms_norm(x)) and what the two separate generic kernels give one after
-// the other, for a head_dim of one chunk and of several, over several launch
-// parts; composing the stages in the wrong order fails the same comparison.
+// rope(rms_norm(x)) and what the two ops' own kernels give one after the
+// other (the generic RMSNorm kernel, then rope as a single-stage kernel), for
+// a head_dim of one chunk and of several, over several launch parts;
+// composing the stages in the wrong order fails the same comparison.
 #include "compiler/interpreter/ReferenceOps.h"
 #include "runtime/cpu/KernelLibrary.h"
 #include "runtime/cpu/MemRef.h"
@@ -71,7 +72,7 @@ protected:
     reversed = headRowThreads("kiln.rope_head_norm", kHeads, headDim,
                               {ropeStage(headDim, kTheta), headNormStage(headDim, kEps)});
     norm = headNorm(kHeads, headDim, kEps);
-    rotate = rope(kHeads, headDim, kTheta);
+    rotate = headRowThreads("kiln.rope", kHeads, headDim, {ropeStage(headDim, kTheta)});
     mlir::MLIRContext context;
     x86::CompileOptions options;
     options.cpu = *cpu;
