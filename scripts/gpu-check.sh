@@ -15,7 +15,7 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   small-bf16.sm_90.kiln small-bf16.reference small-bf16.tp2ep2.sm_90.kiln small-bf16.tp2ep2sp.sm_90.kiln \
   small-nvfp4.b64.sm_90.kiln small-nvfp4.b64.tp2ep2.sm_90.kiln tiny-nvfp4.tp2ep2.sm_90.kiln \
   small-nvfp4.p512.sm_90.kiln small-nvfp4.p512-broken.sm_90.kiln small-nvfp4.bf16.reference \
-  tiny-bf16.p512.sm_90.kiln \
+  tiny-bf16.p512.sm_90.kiln tiny-bf16.nofuse.sm_90.kiln \
   small-nvfp4.bf16-600.reference; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
@@ -44,6 +44,11 @@ synthesis() { # name, then kiln-check's extra arguments
 }
 check tiny-bf16 "$DATA/tiny-bf16"
 check tiny-nvfp4 "$DATA/tiny-nvfp4"
+# Without the graph fusions: the single ops' kernels (head_norm, rope, the
+# unfused expert stage) against the same reference.
+echo "== tiny-bf16 without the fusions"
+"$BIN/kiln-check" "$DATA/tiny-bf16.nofuse.sm_90.kiln" --weights "$DATA/tiny-bf16" \
+  --reference "$DATA/tiny-bf16.reference" || status=1
 check small-nvfp4 synthetic:3
 check small-bf16 synthetic:3
 # 64 conversations: the batched check steps them together (grouped expert
@@ -88,7 +93,7 @@ if command -v compute-sanitizer >/dev/null; then
   # cores): memory errors over small's several row tiles; races over tiny's
   # (racecheck does not finish small's artifact within minutes).
   sanitize() { # tool, artifact, weights
-    echo "== compute-sanitizer $1, $2 with wgmma GEMMs, a 300-token prompt"
+    echo "== compute-sanitizer $1, $2, a 300-token prompt"
     if ! compute-sanitizer --tool "$1" --error-exitcode 3 "$BIN/kiln-run" "$DATA/$2.sm_90.kiln" \
       --weights "$3" --prompt-ids "$(seq -s, 1 300)" --max-new-tokens 2 > "$work/sanitizer.log" 2>&1; then
       grep -v '^[0-9,]*$' "$work/sanitizer.log" | head -40
@@ -97,6 +102,7 @@ if command -v compute-sanitizer >/dev/null; then
     tail -3 "$work/sanitizer.log"
   }
   sanitize memcheck small-nvfp4.p512 synthetic:3
+  sanitize memcheck tiny-bf16.nofuse "$DATA/tiny-bf16"
   sanitize racecheck tiny-bf16.p512 "$DATA/tiny-bf16"
 fi
 # Two GPUs: each layout's one artifact, as two processes (kiln-check --nproc

@@ -71,6 +71,8 @@ kiln_log "small nvfp4, prefill chunks of 512 (wgmma GEMMs), and one with a GEMM 
   --inject-fault=wgmma-drop-k-step -o "$OUT/small-nvfp4.p512-broken.sm_90.kiln"
 kiln_log "tiny bf16, prefill chunks of 512 (wgmma GEMMs; racecheck runs it)"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --max-prefill-tokens=512 -o "$OUT/tiny-bf16.p512.sm_90.kiln"
+kiln_log "tiny bf16 without the graph fusions (separate norms, ropes, expert kernels)"
+"$BIN/kilnc" muse-spark-tiny --target=sm_90 --no-fuse --decode-batch=8 -o "$OUT/tiny-bf16.nofuse.sm_90.kiln"
 kiln_log "tiny nvfp4 tp2ep2: sm_90 artifact for 2 ranks (the rank failure checks)"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=nvfp4 --tp=2 --ep=2 \
   -o "$OUT/tiny-nvfp4.tp2ep2.sm_90.kiln"
