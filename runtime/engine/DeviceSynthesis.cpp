@@ -1,8 +1,7 @@
 #include "runtime/engine/DeviceSynthesis.h"
 
-#include "models/muse_spark/SyntheticWeights.h"
 #include "runtime/cpu/RuntimeError.h"
-#include "runtime/engine/WeightSource.h"
+#include "runtime/engine/SyntheticWeights.h"
 
 #include <algorithm>
 #include <cstring>
@@ -29,14 +28,8 @@ int64_t bitsOf(double value) {
   return bits;
 }
 
-// Tensor `name` of a spec, as the synthetic scheme describes tensors.
-muse_spark::TensorSpec tensorOf(const std::string &name, const WeightSpec &spec) {
-  muse_spark::TensorSpec tensor{};
-  tensor.name = name;
-  tensor.shape = spec.shape;
-  tensor.dtype = spec.dtype;
-  return tensor;
-}
+// A tensor of a spec's stack, as the generator describes tensors.
+TensorType typeOf(const WeightSpec &spec) { return TensorType{spec.dtype, spec.shape}; }
 
 // The piece of a [rows, cols] tensor a spec keeps: its rows and columns and
 // where they start (the full tensor is `fullCols` wide).
@@ -69,10 +62,10 @@ std::optional<Piece> pieceOf(const WeightSpec &spec, int64_t rows, int64_t cols)
 
 class Synthesizer {
 public:
-  Synthesizer(Backend &backend, const Artifact &artifact, const muse_spark::Config &config,
-              uint64_t seed, uint32_t cpuParts)
-      : backend_(backend), config_(config), seed_(seed),
-        cpu_(artifact->target()->kind() == fb::TargetKind::X86), cpuParts_(cpuParts) {
+  Synthesizer(Backend &backend, const Artifact &artifact, const SyntheticWeightSource &source,
+              uint32_t cpuParts)
+      : backend_(backend), source_(source), cpu_(artifact->target()->kind() == fb::TargetKind::X86),
+        cpuParts_(cpuParts) {
     bf16_ = prepare(artifact, kBf16Kernel, 1, 8);
     amax_ = prepare(artifact, kAmaxKernel, 1, 4);
     quant_ = prepare(artifact, kQuantKernel, 4, 8);
@@ -92,10 +85,8 @@ public:
     const uint64_t bytes = static_cast<uint64_t>(count) * 2;
     uint64_t at = 0;
     for (const std::string &name : tensorNames(spec)) {
-      const muse_spark::SyntheticDistribution dist =
-          muse_spark::syntheticDistribution(config_, tensorOf(name, spec));
-      const uint64_t key =
-          muse_spark::syntheticStreamKey(muse_spark::syntheticStreamName(name), seed_);
+      const SyntheticWeightSource::Normal dist = source_.bf16Distribution(name, typeOf(spec));
+      const uint64_t key = source_.streamKey(source_.streamName(name));
       run(*bf16_, {buffer(out + at, count)},
           {static_cast<int64_t>(key), piece->rows, piece->cols, piece->fullCols, piece->row0,
            piece->col0, bitsOf(dist.mean), bitsOf(dist.stddev)},
@@ -114,8 +105,7 @@ public:
     const std::vector<std::string> names = tensorNames(spec);
     uint64_t at = 0, scaleAt = 0;
     for (size_t e = 0; e < names.size(); ++e) {
-      const muse_spark::SyntheticNvfp4Module module =
-          muse_spark::syntheticNvfp4Module(config_, tensorOf(names[e], spec));
+      const SyntheticWeightSource::Nvfp4Module module = source_.nvfp4Module(names[e], typeOf(spec));
       if (spec.shape[0] != module.rows || spec.shape[1] * 2 != module.cols)
         return false;
       const std::optional<Piece> piece = pieceOf(spec, module.rows, module.cols);
@@ -125,8 +115,7 @@ public:
           (scaleSpec->sliceCount != spec.sliceCount || scaleSpec->sliceDim != spec.sliceDim ||
            scaleSpec->sliceIndex != spec.sliceIndex))
         return false;
-      const uint64_t key =
-          muse_spark::syntheticStreamKey(muse_spark::syntheticStreamName(names[e]), seed_);
+      const uint64_t key = source_.streamKey(source_.streamName(names[e]));
       const int64_t blocks = piece->rows * piece->cols / 16;
       backend_.fill(amaxWord_.address(), 0, 4);
       run(*amax_, {buffer(amaxWord_.address(), 1)},
@@ -199,8 +188,7 @@ private:
   }
 
   Backend &backend_;
-  const muse_spark::Config &config_;
-  uint64_t seed_;
+  const SyntheticWeightSource &source_;
   bool cpu_;
   uint32_t cpuParts_;
   std::unique_ptr<PreparedLaunch> bf16_, amax_, quant_;
@@ -229,9 +217,8 @@ bool hasSynthesisKernels(const Artifact &artifact) {
 }
 
 std::vector<DeviceMemory> synthesizeWeights(Backend &backend, const Artifact &artifact,
-                                            const muse_spark::Config &config, uint64_t seed,
-                                            const std::vector<WeightSpec> &specs,
-                                            const WeightSource &source, ThreadPool *pool,
+                                            const SyntheticWeightSource &source,
+                                            const std::vector<WeightSpec> &specs, ThreadPool *pool,
                                             uint32_t cpuParts, const BindProgress &progress) {
   std::vector<DeviceMemory> out(specs.size());
   for (size_t i = 0; i < specs.size(); ++i)
@@ -248,34 +235,30 @@ std::vector<DeviceMemory> synthesizeWeights(Backend &backend, const Artifact &ar
   uint64_t total = 0, done = 0;
   for (const WeightSpec &spec : specs)
     total += spec.bytes;
-  Synthesizer synthesizer(backend, artifact, config, seed, cpuParts);
+  Synthesizer synthesizer(backend, artifact, source, cpuParts);
   std::vector<bool> covered(specs.size(), false);
-  try {
-    for (size_t i = 0; i < specs.size(); ++i) {
-      const WeightSpec &spec = specs[i];
-      if (spec.dtype == DType::BF16) {
-        covered[i] = synthesizer.bf16(spec, out[i].address());
-      } else if (const std::string module = muse_spark::syntheticStreamName(spec.name);
-                 spec.dtype == DType::U8 && spec.name == module + ".weight") {
-        const size_t *scales = sibling(module, ".weight_scale");
-        const size_t *globals = sibling(module, ".weight_scale_2");
-        covered[i] = synthesizer.nvfp4(spec, out[i].address(), scales ? &specs[*scales] : nullptr,
-                                       scales ? out[*scales].address() : 0,
-                                       globals ? out[*globals].address() : 0);
-        if (covered[i]) {
-          if (scales)
-            covered[*scales] = true;
-          if (globals)
-            covered[*globals] = true;
-        }
-      }
-      if (covered[i] && progress) {
-        done += spec.bytes;
-        progress(done, total);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const WeightSpec &spec = specs[i];
+    if (spec.dtype == DType::BF16) {
+      covered[i] = synthesizer.bf16(spec, out[i].address());
+    } else if (const std::string module = source.streamName(spec.name);
+               spec.dtype == DType::U8 && spec.name == module + ".weight") {
+      const size_t *scales = sibling(module, ".weight_scale");
+      const size_t *globals = sibling(module, ".weight_scale_2");
+      covered[i] = synthesizer.nvfp4(spec, out[i].address(), scales ? &specs[*scales] : nullptr,
+                                     scales ? out[*scales].address() : 0,
+                                     globals ? out[*globals].address() : 0);
+      if (covered[i]) {
+        if (scales)
+          covered[*scales] = true;
+        if (globals)
+          covered[*globals] = true;
       }
     }
-  } catch (const std::invalid_argument &error) {
-    throw RuntimeError(error.what());
+    if (covered[i] && progress) {
+      done += spec.bytes;
+      progress(done, total);
+    }
   }
   // The rest on the host, as the host path binds them.
   std::vector<WeightSpec> rest;

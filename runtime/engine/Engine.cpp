@@ -12,6 +12,7 @@
 #include "runtime/engine/DeviceSynthesis.h"
 #include "runtime/engine/KvCache.h"
 #include "runtime/engine/Sampler.h"
+#include "runtime/engine/SyntheticWeights.h"
 #include "runtime/engine/WeightSource.h"
 #include "runtime/hip/HipBackend.h"
 
@@ -25,7 +26,6 @@ namespace kiln {
 
 namespace {
 
-constexpr int64_t kDefaultContextLength = 4096;
 // Weights are bound in batches of about this many bytes, each handed to the
 // backend before the next is bound: a GPU's weights never all sit in host
 // memory at once.
@@ -48,21 +48,14 @@ void Engine::Impl::createBackend(const EngineOptions &options) {
 }
 
 void Engine::Impl::parseModel(const EngineOptions &options) {
-  const fb::Model &model = *artifact->model();
-  try {
-    config =
-        muse_spark::parseConfig(model.config_json() ? model.config_json()->str() : std::string(),
-                                artifact.source() + ": model.config_json");
-  } catch (const muse_spark::ConfigError &error) {
-    throw RuntimeError(error.what());
-  }
-  vocab = config.vocabSize;
+  model = readModelFacts(artifact);
+  vocab = model.vocabSize;
   contextLength = options.contextLength;
   if (contextLength == 0)
-    contextLength = defaultContextLength(config);
-  if (contextLength < 1 || contextLength > config.maxPositionEmbeddings)
+    contextLength = defaultContextLength(model);
+  if (contextLength < 1 || contextLength > model.maxPositions)
     throw RuntimeError("context length " + std::to_string(contextLength) + " is outside 1.." +
-                       std::to_string(config.maxPositionEmbeddings) +
+                       std::to_string(model.maxPositions) +
                        " (the model's max_position_embeddings)");
 }
 
@@ -318,8 +311,12 @@ void Engine::Impl::bindAllWeights(const EngineOptions &options) {
                                  (options.synthesis == EngineOptions::Synthesis::Auto && gpu &&
                                   hasSynthesisKernels(artifact)));
   if (onDevice) {
+    const auto *synthetic = dynamic_cast<const SyntheticWeightSource *>(source.get());
+    if (!synthetic)
+      throw RuntimeError("weights '" + options.weights + "' are not synthetic: nothing to " +
+                         "synthesise on the device");
     weights =
-        synthesizeWeights(*backend, artifact, config, *seed, specs, *source, pool.get(),
+        synthesizeWeights(*backend, artifact, *synthetic, specs, pool.get(),
                           static_cast<uint32_t>(pool ? pool->numThreads() : 1), options.progress);
     return;
   }
@@ -579,10 +576,6 @@ static int threadsFor(const EngineOptions &options) {
   const int ranks = localWorldSize();
   const int hardware = static_cast<int>(std::thread::hardware_concurrency());
   return ranks > 1 ? std::max(1, hardware / ranks) : 0;
-}
-
-int64_t defaultContextLength(const muse_spark::Config &config) {
-  return std::min<int64_t>(kDefaultContextLength, config.maxPositionEmbeddings);
 }
 
 Engine::Engine(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

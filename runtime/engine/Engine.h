@@ -26,6 +26,7 @@
 
 #include "runtime/artifact/Artifact.h"
 #include "runtime/comm/RankInfo.h"
+#include "runtime/engine/ModelFacts.h"
 #include "runtime/engine/WeightBinder.h"
 
 #include <cstdint>
@@ -36,19 +37,11 @@
 
 namespace kiln {
 
-namespace muse_spark {
-struct Config;
-}
-
-// The context length used when EngineOptions::contextLength is 0:
-// min(4096, the model's max_position_embeddings).
-int64_t defaultContextLength(const muse_spark::Config &config);
-
 struct EngineOptions {
   // A checkpoint directory or "synthetic:SEED".
   std::string weights;
   // Positions the global KV caches hold; 0: min(4096, the model's
-  // max_position_embeddings).
+  // max_position_embeddings), defaultContextLength() of ModelFacts.h.
   int64_t contextLength = 0;
   // Threads for parallel launches and weight loading; 0: all hardware threads.
   int threads = 0;

@@ -3,7 +3,7 @@
 // collective steps). Private to runtime/engine.
 #pragma once
 
-#include "models/muse_spark/Config.h"
+#include "runtime/engine/ModelFacts.h"
 #include "runtime/cpu/ThreadPool.h"
 #include "runtime/engine/Backend.h"
 #include "runtime/engine/DeviceGreedy.h"
@@ -112,7 +112,7 @@ using engine::StepPlan;
 
 struct Engine::Impl {
   Artifact artifact;
-  muse_spark::Config config;
+  ModelFacts model;
   int64_t vocab = 0;
   int64_t contextLength = 0;
   // Declared before the memory and plans, so that it outlives them.

@@ -1,8 +1,8 @@
 #include "runtime/engine/WeightSource.h"
 
-#include "models/muse_spark/SyntheticWeights.h"
-#include "models/muse_spark/WeightManifest.h"
 #include "runtime/cpu/RuntimeError.h"
+#include "runtime/engine/ModelFacts.h"
+#include "runtime/engine/SyntheticWeights.h"
 #include "runtime/safetensors/Checkpoint.h"
 
 #include <map>
@@ -10,10 +10,6 @@
 
 namespace kiln {
 namespace {
-
-using muse_spark::Config;
-using muse_spark::TensorSpec;
-using muse_spark::WeightFormat;
 
 class CheckpointWeights final : public WeightSource {
 public:
@@ -46,47 +42,6 @@ private:
   Checkpoint checkpoint_;
 };
 
-class SyntheticWeights final : public WeightSource {
-public:
-  SyntheticWeights(const Config &config, WeightFormat format, uint64_t seed)
-      : config_(config), seed_(seed) {
-    for (TensorSpec &spec : muse_spark::checkpointManifest(config, format)) {
-      std::string name = spec.name;
-      specs_.emplace(std::move(name), std::move(spec));
-    }
-  }
-
-  std::string description() const override {
-    return "synthetic weights (seed " + std::to_string(seed_) + ")";
-  }
-
-  std::optional<TensorType> find(const std::string &name) const override {
-    auto it = specs_.find(name);
-    if (it == specs_.end())
-      return std::nullopt;
-    return TensorType{it->second.dtype, it->second.shape};
-  }
-
-  ByteView read(const std::string &name, std::vector<uint8_t> &scratch) const override {
-    const TensorSpec &spec = specs_.at(name);
-    int64_t bytes = dtypeSize(spec.dtype);
-    for (int64_t size : spec.shape)
-      bytes *= size;
-    scratch.resize(static_cast<size_t>(bytes));
-    try {
-      muse_spark::synthesizeTensor(config_, spec, seed_, scratch.data());
-    } catch (const std::invalid_argument &error) {
-      throw RuntimeError(error.what());
-    }
-    return {scratch.data(), scratch.size()};
-  }
-
-private:
-  Config config_;
-  uint64_t seed_;
-  std::map<std::string, TensorSpec> specs_;
-};
-
 uint64_t parseSeed(const std::string &text) {
   if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos)
     throw RuntimeError("synthetic weights: seed '" + text + "' is not a decimal number");
@@ -107,11 +62,6 @@ std::unique_ptr<WeightSource> openCheckpointWeights(const std::string &dir) {
   }
 }
 
-std::unique_ptr<WeightSource> makeSyntheticWeights(const muse_spark::Config &config,
-                                                   muse_spark::WeightFormat format, uint64_t seed) {
-  return std::make_unique<SyntheticWeights>(config, format, seed);
-}
-
 std::unique_ptr<WeightSource> openWeightSource(const std::string &spec,
                                                const std::string &configJson,
                                                const std::string &weightFormat) {
@@ -119,20 +69,11 @@ std::unique_ptr<WeightSource> openWeightSource(const std::string &spec,
   if (spec.compare(0, prefix.size(), prefix) != 0)
     return openCheckpointWeights(spec);
   const uint64_t seed = parseSeed(spec.substr(prefix.size()));
-  WeightFormat format;
-  if (weightFormat == "bf16")
-    format = WeightFormat::BF16;
-  else if (weightFormat == "nvfp4")
-    format = WeightFormat::NVFP4;
-  else
+  if (weightFormat != "bf16" && weightFormat != "nvfp4")
     throw RuntimeError("synthetic weights: unknown weight format '" + weightFormat +
                        "' (expected bf16 or nvfp4)");
-  try {
-    return makeSyntheticWeights(
-        muse_spark::parseConfig(configJson, "the artifact's model.config_json"), format, seed);
-  } catch (const muse_spark::ConfigError &error) {
-    throw RuntimeError(error.what());
-  }
+  const ModelFacts model = readModelFacts(configJson, "the artifact's model.config_json");
+  return makeSyntheticWeights(model.modelType, configJson, weightFormat, seed);
 }
 
 std::string describeTensorType(const TensorType &type) {

@@ -1,9 +1,8 @@
 // Where the runtime's weights come from: a safetensors checkpoint directory,
 // or tensors generated on the fly from a seed (`synthetic:SEED`, the bytes
-// `kiln-ckpt synth --seed SEED` would write).
+// `kiln-ckpt synth --seed SEED` would write; SyntheticWeights.h).
 #pragma once
 
-#include "models/muse_spark/Config.h"
 #include "runtime/core/DType.h"
 #include "runtime/safetensors/SafetensorsFile.h"
 
@@ -42,14 +41,10 @@ public:
 // Opens a checkpoint directory (see Checkpoint); RuntimeError if unreadable.
 std::unique_ptr<WeightSource> openCheckpointWeights(const std::string &dir);
 
-// Tensors of checkpointManifest(config, format), generated with
-// synthesizeTensor.
-std::unique_ptr<WeightSource> makeSyntheticWeights(const muse_spark::Config &config,
-                                                   muse_spark::WeightFormat format, uint64_t seed);
-
 // `synthetic:SEED` (SEED a decimal u64) or a checkpoint directory. For
 // synthetic weights, the config and format ("bf16", "nvfp4") are the
-// artifact's model.config_json and model.weight_format.
+// artifact's model.config_json and model.weight_format, and the generator is
+// the one registered for the config's model_type.
 std::unique_ptr<WeightSource> openWeightSource(const std::string &spec,
                                                const std::string &configJson,
                                                const std::string &weightFormat);

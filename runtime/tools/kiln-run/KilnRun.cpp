@@ -1,6 +1,5 @@
 #include "runtime/tools/kiln-run/KilnRun.h"
 
-#include "models/muse_spark/Config.h"
 #include "runtime/artifact/Artifact.h"
 #include "runtime/comm/Collectives.h"
 #include "runtime/comm/RankLauncher.h"
@@ -249,15 +248,13 @@ double msSince(Clock::time_point start, Clock::time_point end) {
 int run(const Options &options, std::ostream &out, std::ostream &err, bool errIsTerminal) {
   // What can be refused without the weights is refused before loading them.
   Artifact artifact = Artifact::load(options.artifact);
-  const flatbuffers::String *configText = artifact->model()->config_json();
-  const muse_spark::Config config = muse_spark::parseConfig(
-      configText ? configText->str() : std::string(), artifact.source() + ": model.config_json");
+  const ModelFacts model = readModelFacts(artifact);
   for (int32_t id : options.promptIds)
-    if (id >= config.vocabSize)
+    if (id >= model.vocabSize)
       throw std::runtime_error("--prompt-ids: token id " + std::to_string(id) +
                                " is outside the vocabulary 0.." +
-                               std::to_string(config.vocabSize - 1));
-  const int64_t context = options.context ? options.context : defaultContextLength(config);
+                               std::to_string(model.vocabSize - 1));
+  const int64_t context = options.context ? options.context : defaultContextLength(model);
   // The last generated token is never fed back.
   const int64_t needed = static_cast<int64_t>(options.promptIds.size()) + options.maxNewTokens - 1;
   if (needed > context)

@@ -8,6 +8,7 @@
 #include "runtime/core/Float.h"
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/cpu/ThreadPool.h"
+#include "runtime/engine/ModelFacts.h"
 #include "runtime/engine/WeightLayout.h"
 #include "runtime/engine/WeightSource.h"
 #include "runtime/safetensors/Checkpoint.h"
@@ -323,6 +324,34 @@ TEST_F(WeightBinderTest, SourceErrors) {
              "unknown weight format 'fp8'");
   EXPECT_THROW(openWeightSource("synthetic:1", "{", "bf16"), RuntimeError);
   EXPECT_HAS(runtimeErrorOf([&] { openWeightSource(dir_ + "/missing", "", "bf16"); }), "missing");
+  // The generator is the one registered for the config's model_type.
+  std::string other = tinyConfigJson();
+  other.replace(other.find("\"muse_spark\""), 12, "\"other_moe\"");
+  EXPECT_HAS(runtimeErrorOf([&] { openWeightSource("synthetic:1", other, "bf16"); }),
+             "no generator for model type 'other_moe' is linked into this program (there are: "
+             "muse_spark)");
+}
+
+// What the runtime reads of the model: three fields of the artifact's
+// config, each refused by name.
+TEST(ModelFactsTest, ReadsTheConfigsFieldsAndNamesWhatIsWrong) {
+  const ModelFacts facts = readModelFacts(tinyConfigJson(), "tiny");
+  EXPECT_EQ(facts.modelType, "muse_spark");
+  EXPECT_EQ(facts.vocabSize, 1024);
+  EXPECT_EQ(defaultContextLength(facts), std::min<int64_t>(4096, facts.maxPositions));
+  EXPECT_HAS(runtimeErrorOf([] { readModelFacts(R"({"vocab_size": 8})", "c.json"); }),
+             "c.json: field 'model_type': expected a model family name, got nothing");
+  EXPECT_HAS(runtimeErrorOf([] {
+               readModelFacts(
+                   R"({"model_type": "m", "vocab_size": 0, "max_position_embeddings": 8})",
+                   "c.json");
+             }),
+             "c.json: field 'vocab_size': expected a positive integer, got 0");
+  EXPECT_HAS(
+      runtimeErrorOf([] { readModelFacts(R"({"model_type": "m", "vocab_size": 8})", "c.json"); }),
+      "field 'max_position_embeddings': expected a positive integer, got nothing");
+  EXPECT_HAS(runtimeErrorOf([] { readModelFacts("[1]", "c.json"); }), "expected a JSON object");
+  EXPECT_HAS(runtimeErrorOf([] { readModelFacts("{", "c.json"); }), "c.json: not JSON");
 }
 
 TEST_F(WeightBinderTest, Nvfp4Synthetic) {
