@@ -20,6 +20,13 @@ for format in bf16 nvfp4; do
   "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=$quant --decode-batch=8 \
     -o "$OUT/tiny-$format.sm_90.kiln"
 done
+# Tiny's prefill on tensor cores (its p512 artifact): references with the
+# kernels' roundings for prompts of 24, 100 and 600 tokens (window 8, several
+# key and query tiles, and two chunks).
+for n in 24 100 600; do
+  "$BIN/kiln-interp" --weights "$OUT/tiny-bf16" --prompt-ids "$(seq -s, 1 $n)" --linear-inputs=bf16 \
+    --attention-inputs=bf16 --save-reference "$OUT/tiny-bf16.bf16tc-$n.reference"
+done
 # small: the interpreter needs about 35 s a step here (2 cores, fp32, whole
 # prefix each step): 64 steps take about 40 minutes (KILN_GPU_SMALL_STEPS
 # shortens it); it reads a checkpoint on disk, the GPU run the same bytes as
@@ -36,13 +43,15 @@ for format in nvfp4 bf16; do
   "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=$quant --decode-batch=8 \
     -o "$OUT/small-$format.sm_90.kiln"
   if [ $format = nvfp4 ]; then
-    # The numerics of bf16 tensor-core inputs (the wgmma GEMMs): prefill
-    # logits of the same prompt and of a 600-token one.
-    kiln_log "small nvfp4: interpreter references with bf16 linear inputs (24 and 600 tokens)"
-    "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$PROMPT" --linear-inputs=bf16 \
-      --save-reference "$OUT/small-nvfp4.bf16.reference"
-    "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$(seq -s, 1 600)" --linear-inputs=bf16 \
-      --save-reference "$OUT/small-nvfp4.bf16-600.reference"
+    # The numerics of bf16 tensor-core inputs (the wgmma GEMMs and the
+    # tensor-core attention of prefill entries): prefill logits of the same
+    # prompt and of a 600-token one.
+    kiln_log "small nvfp4: interpreter references with tensor-core numerics (24 and 600 tokens)"
+    for prompt in "$PROMPT" "$(seq -s, 1 600)"; do
+      suffix=$([ "$prompt" = "$PROMPT" ] && echo "" || echo "-600")
+      "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$prompt" --linear-inputs=bf16 \
+        --attention-inputs=bf16 --save-reference "$OUT/small-nvfp4.bf16tc$suffix.reference"
+    done
   fi
   rm -rf "${SMALL_CKPT:?}"/*
 done
@@ -69,6 +78,8 @@ kiln_log "small nvfp4, prefill chunks of 512 (wgmma GEMMs), and one with a GEMM 
   -o "$OUT/small-nvfp4.p512.sm_90.kiln"
 "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 \
   --inject-fault=wgmma-drop-k-step -o "$OUT/small-nvfp4.p512-broken.sm_90.kiln"
+"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 \
+  --inject-fault=attention-drop-tile -o "$OUT/small-nvfp4.p512-attn-broken.sm_90.kiln"
 kiln_log "tiny bf16, prefill chunks of 512 (wgmma GEMMs; racecheck runs it)"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --max-prefill-tokens=512 -o "$OUT/tiny-bf16.p512.sm_90.kiln"
 kiln_log "tiny bf16 without the graph fusions (separate norms, ropes, expert kernels)"

@@ -61,7 +61,8 @@ using ValueMap = llvm::DenseMap<mlir::Value, std::shared_ptr<const HostTensor>>;
 
 // Executes one non-collective op on one rank. Returns false for ops it does
 // not know (the caller reports them).
-bool execute(mlir::Operation &op, ValueMap &values, int64_t rank, LinearInputs linearInputs) {
+bool execute(mlir::Operation &op, ValueMap &values, int64_t rank, LinearInputs linearInputs,
+             AttentionInputs attentionInputs) {
   auto in = [&](mlir::Value v) -> const HostTensor & { return *values.find(v)->second; };
   auto set = [&](mlir::Value v, HostTensor t) {
     values[v] = std::make_shared<const HostTensor>(std::move(t));
@@ -104,7 +105,8 @@ bool execute(mlir::Operation &op, ValueMap &values, int64_t rank, LinearInputs l
       })
       .Case([&](AttentionOp o) {
         set(o.getResult(), attention(in(o.getQ()), in(o.getK()), in(o.getV()), in(o.getPositions()),
-                                     f64(o.getScaleAttr()), o.getWindow()));
+                                     f64(o.getScaleAttr()), o.getWindow(),
+                                     attentionInputs == AttentionInputs::Bf16));
       })
       .Case([&](RouterTopKOp o) {
         TopK topk = routerTopK(in(o.getLogits()), o.getK());
@@ -325,7 +327,7 @@ Interpreter::runRanks(mlir::func::FuncOp func,
     if (executeCollective(op, ranks))
       continue;
     for (int64_t r = 0; r < world; ++r)
-      if (!execute(op, ranks[r], r, linearInputs))
+      if (!execute(op, ranks[r], r, linearInputs, attentionInputs))
         throw InterpreterError("the interpreter has no semantics for '" +
                                op.getName().getStringRef().str() + "'");
   }

@@ -27,11 +27,16 @@ namespace kiln::interp {
 // compiled GEMMs' on tensor cores and x86 matrix units, which read each
 // linear's input rounded to bf16 (routers' excepted: kiln::isRouterLogits).
 enum class LinearInputs { F32, Bf16 };
+// Attention likewise: exact f32, or as the tensor-core attention kernels
+// compute it, with q, k, v and the softmax numerators rounded to bf16 before
+// their products (the normalising sum stays f32).
+enum class AttentionInputs { F32, Bf16 };
 
 class Interpreter {
 public:
-  explicit Interpreter(WeightSource &weights, LinearInputs linearInputs = LinearInputs::F32)
-      : weights(weights), linearInputs(linearInputs) {}
+  explicit Interpreter(WeightSource &weights, LinearInputs linearInputs = LinearInputs::F32,
+                       AttentionInputs attentionInputs = AttentionInputs::F32)
+      : weights(weights), linearInputs(linearInputs), attentionInputs(attentionInputs) {}
 
   // Runs `func` on one rank. Shapes come from the values, so a graph built
   // with dynamic token counts runs on any prompt length. Throws
@@ -47,6 +52,7 @@ public:
 private:
   WeightSource &weights;
   LinearInputs linearInputs;
+  AttentionInputs attentionInputs;
   // Weights decoded once and kept for later runs (greedy generation reruns
   // the whole prefix each step), by kiln.weight name.
   std::map<std::string, std::shared_ptr<const HostTensor>> weightCache;

@@ -154,8 +154,12 @@ HostTensor rope(const HostTensor &x, const HostTensor &positions, double theta) 
   return out;
 }
 
-HostTensor attention(const HostTensor &q, const HostTensor &k, const HostTensor &v,
-                     const HostTensor &positions, double scale, std::optional<int64_t> window) {
+HostTensor attention(const HostTensor &qIn, const HostTensor &kIn, const HostTensor &vIn,
+                     const HostTensor &positions, double scale, std::optional<int64_t> window,
+                     bool bf16Products) {
+  const HostTensor &q = bf16Products ? roundToBf16(qIn) : qIn;
+  const HostTensor &k = bf16Products ? roundToBf16(kIn) : kIn;
+  const HostTensor &v = bf16Products ? roundToBf16(vIn) : vIn;
   int64_t tokens = q.dim(0), qHeads = q.dim(1), dim = q.dim(2);
   int64_t kvHeads = k.dim(1), vDim = v.dim(2), group = qHeads / kvHeads;
   HostTensor out = HostTensor::floats({tokens, qHeads, vDim});
@@ -191,7 +195,8 @@ HostTensor attention(const HostTensor &q, const HostTensor &k, const HostTensor 
       for (int64_t j = 0; j < tokens; ++j) {
         if (scores[j] == 0.0f)
           continue;
-        float p = float(scores[j] / sum);
+        float p = bf16Products ? float(double(bf16ToFloat(floatToBf16(scores[j]))) / sum)
+                               : float(scores[j] / sum);
         const float *vv = &v.f[(j * kvHeads + kv) * vDim];
         for (int64_t d = 0; d < vDim; ++d)
           o[d] += p * vv[d];

@@ -34,8 +34,11 @@ HostTensor reshape(const HostTensor &x, std::vector<int64_t> shape);
 HostTensor rope(const HostTensor &x, const HostTensor &positions, double theta);
 // Causal GQA over the same T tokens; key j visible to query t iff
 // pos[j] <= pos[t] and (no window or pos[t] - window < pos[j]).
+// `bf16Products`: q, k, v and each softmax numerator rounded to bf16 before
+// their products, as tensor-core attention computes (the sum stays f32).
 HostTensor attention(const HostTensor &q, const HostTensor &k, const HostTensor &v,
-                     const HostTensor &positions, double scale, std::optional<int64_t> window);
+                     const HostTensor &positions, double scale, std::optional<int64_t> window,
+                     bool bf16Products = false);
 struct TopK {
   HostTensor weights; // [T, k] renormalised probabilities
   HostTensor indices; // [T, k] expert ids, by decreasing probability

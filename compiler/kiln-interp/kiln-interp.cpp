@@ -52,6 +52,14 @@ cl::opt<interp::LinearInputs> linearInputs(
                           "the activations rounded to bf16, as the compiled tensor-core and "
                           "x86 matrix GEMMs read them (routers' logits stay exact)")),
     cl::cat(category));
+cl::opt<interp::AttentionInputs> attentionInputs(
+    "attention-inputs", cl::desc("What attention multiplies (default f32)"),
+    cl::init(interp::AttentionInputs::F32),
+    cl::values(clEnumValN(interp::AttentionInputs::F32, "f32", "the exact f32 q, k, v"),
+               clEnumValN(interp::AttentionInputs::Bf16, "bf16",
+                          "q, k, v and the softmax numerators rounded to bf16, as the compiled "
+                          "tensor-core attention reads them")),
+    cl::cat(category));
 cl::opt<int64_t> topLogits("print-top-logits", cl::init(0),
                            cl::desc("Print the N largest logits of the prompt's last token"),
                            cl::cat(category));
@@ -95,7 +103,7 @@ int main(int argc, char **argv) {
     auto forward = module->lookupSymbol<mlir::func::FuncOp>("forward");
 
     interp::CheckpointWeights weights(weightsDir);
-    interp::Interpreter interpreter(weights, linearInputs);
+    interp::Interpreter interpreter(weights, linearInputs, attentionInputs);
     int64_t n = static_cast<int64_t>(prompt.size());
     std::vector<int32_t> positions(n);
     std::iota(positions.begin(), positions.end(), 0);
@@ -117,9 +125,10 @@ int main(int argc, char **argv) {
     }
     if (!saveReference.empty()) {
       Reference reference;
-      reference.source = linearInputs == interp::LinearInputs::Bf16
-                             ? "kiln-interp (fp32 reference interpreter, bf16 linear inputs)"
-                             : "kiln-interp (fp32 reference interpreter)";
+      reference.source =
+          std::string("kiln-interp (fp32 reference interpreter") +
+          (linearInputs == interp::LinearInputs::Bf16 ? ", bf16 linear inputs" : "") +
+          (attentionInputs == interp::AttentionInputs::Bf16 ? ", bf16 attention inputs" : "") + ")";
       reference.prompt = prompt;
       reference.logits.assign(last, last + vocab);
       std::vector<int32_t> ids = prompt;

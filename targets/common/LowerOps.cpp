@@ -182,6 +182,18 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
   Buf y = allocShape(headRows(o.getResult()), f32);
   int64_t qHeads = q.getDimSize(1), kvHeads = k.getDimSize(1), dim = q.getDimSize(2);
   double scale = o.getScale().convertToDouble();
+  // Prefill-sized entries: one kernel over query and key tiles, then the
+  // append of the new K/V.
+  if (!entrySequences)
+    if (std::optional<TargetHooks::TileAttention> tiled =
+            hooks.tileAttention(qHeads, kvHeads, dim, window, scale, maxRows())) {
+      launch(tiled->attend.kernel, {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc, y},
+             {"tokens:0", "past:0", "part", "parts"}, tiled->attend.work, what);
+      launch(tiled->append.kernel, {act(o.getK()), act(o.getV()), kc, vc},
+             {"tokens:0", "past:0", "part", "parts"}, tiled->append.work, what);
+      values[o.getResult()] = y;
+      return success();
+    }
   // A batched entry's tokens each decode one conversation: split like decode.
   if (std::optional<TargetHooks::SplitAttention> split = hooks.splitAttention(
           qHeads, kvHeads, dim, window, scale, entrySequences ? 1 : maxRows(), entrySequences)) {

@@ -145,6 +145,19 @@ public:
   virtual std::optional<PeerMegaMoE> peerMegaMoE(const PeerMegaMoEShape & /*shape*/) const {
     return std::nullopt;
   }
+  // Prefill attention as one kernel over tiles of queries and keys (q, k, v,
+  // k cache, v cache, y; tokens, past, part, parts), then the split path's
+  // append of the new K/V to the cache; or none, and split attention (or the
+  // generic kernel) serves. `maxTokens`: the entry's most tokens.
+  struct TileAttention {
+    KernelLaunch attend, append;
+  };
+  virtual std::optional<TileAttention> tileAttention(int64_t /*qHeads*/, int64_t /*kvHeads*/,
+                                                     int64_t /*headDim*/, int64_t /*window*/,
+                                                     double /*scale*/,
+                                                     int64_t /*maxTokens*/) const {
+    return std::nullopt;
+  }
   // Attention in three launches: per (token, query heads, split of the visible
   // keys) partials (q, k, v, k cache, v cache, [positions,] partials [T,
   // qHeads, splits, headDim + 4]; tokens, past, part, parts), their merge

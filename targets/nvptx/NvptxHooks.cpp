@@ -1,6 +1,7 @@
 #include "targets/nvptx/NvptxHooks.h"
 
 #include "targets/common/Generators.h"
+#include "targets/nvptx/MmaAttention.h"
 #include "targets/nvptx/MmaExperts.h"
 #include "targets/nvptx/MmaGemm.h"
 #include "targets/nvptx/PeerMegaMoE.h"
@@ -63,6 +64,25 @@ NvptxHooks::peerMegaMoE(const kernels::PeerMegaMoEShape &shape) const {
     return std::nullopt;
   return PeerMegaMoE{nvptx::peerMegaMoE(shape), peerMegaMoEWork(shape),
                      peerSiteLayout(shape).bytes};
+}
+
+// Prefill attention on tensor cores where the entry's GEMMs already take
+// bf16 activations (Hopper's wgmma entries, more than one 128-row tile): the
+// split kernels on CUDA cores elsewhere, whose results match the f32
+// interpreter closely.
+std::optional<kernels::TargetHooks::TileAttention>
+NvptxHooks::tileAttention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
+                          double scale, int64_t maxTokens) const {
+  MmaAttentionShape shape{qHeads, kvHeads, headDim, window, scale};
+  if (!hopper() || maxTokens <= WgmmaGemmTiling::kTileM || !mmaAttentionFits(shape))
+    return std::nullopt;
+  std::optional<SplitAttention> split =
+      splitAttention(qHeads, kvHeads, headDim, window, scale, maxTokens, 0);
+  if (!split)
+    return std::nullopt;
+  return TileAttention{
+      {mmaAttention(shape, fault == "attention-drop-tile"), mmaAttentionWork(shape, maxTokens)},
+      split->append};
 }
 
 // A fixed amount of work: blocks of up to 128 threads covering it. Work that

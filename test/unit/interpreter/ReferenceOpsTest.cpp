@@ -38,6 +38,24 @@ TEST(Attention, SlidingWindowSeesExactlyTheLastWPositions) {
   }
 }
 
+// Tensor-core numerics: q, k, v and the numerators rounded to bf16. With
+// two keys of scores 0 and 1 the numerators are exp(-1) and 1 (relative to
+// the max): exp(-1) rounds to 0.3671875 (bf16 keeps 8 bits) while the sum
+// stays exact, and the value 1/3 rounds to 0.333984375.
+TEST(Attention, Bf16ProductsRoundInputsAndNumerators) {
+  HostTensor q = HostTensor::floats({2, 1, 1}, {1, 1});
+  HostTensor k = HostTensor::floats({2, 1, 1}, {0, 1});
+  HostTensor v = HostTensor::floats({2, 1, 1}, {1.0f / 3, 2});
+  HostTensor exact = attention(q, k, v, positions(2), 1.0, std::nullopt);
+  HostTensor rounded = attention(q, k, v, positions(2), 1.0, std::nullopt, true);
+  const double r = std::exp(-1.0), third = 0.333984375; // bf16(1/3)
+  EXPECT_NEAR(exact.f[1], (r / 3 + 2) / (1 + r), 1e-6);
+  EXPECT_NEAR(rounded.f[1], (0.3671875 * third + 2) / (1 + r), 1e-6);
+  EXPECT_NE(exact.f[1], rounded.f[1]);
+  // One visible key: the numerator is exactly 1 either way.
+  EXPECT_FLOAT_EQ(rounded.f[0], float(third));
+}
+
 TEST(Attention, WindowFollowsPositionsNotIndices) {
   // Positions 10, 11, 15: with window 4, position 15 sees only itself
   // (15 - 4 < j requires j > 11).
