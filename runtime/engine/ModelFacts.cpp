@@ -17,13 +17,26 @@ constexpr int64_t kDefaultContextLength = 4096;
   throw RuntimeError(source + ": field '" + field + "': expected " + expected + ", got " + got);
 }
 
+// What a field holds, for a message: scalars as written (cut to a readable
+// length), containers by kind only (dumping a deeply nested one would recurse
+// as deep as it goes).
+std::string describe(const nlohmann::json &value) {
+  if (value.is_array())
+    return "an array";
+  if (value.is_object())
+    return "an object";
+  std::string text =
+      value.dump(-1, ' ', /*ensure_ascii=*/true, nlohmann::json::error_handler_t::replace);
+  return text.size() > 40 ? text.substr(0, 40) + "..." : text;
+}
+
 int64_t positive(const nlohmann::json &config, const std::string &source,
                  const std::string &field) {
   auto it = config.find(field);
   if (it == config.end())
     fail(source, field, "a positive integer", "nothing");
   if (!it->is_number_integer() || it->get<int64_t>() < 1)
-    fail(source, field, "a positive integer", it->dump());
+    fail(source, field, "a positive integer", describe(*it));
   return it->get<int64_t>();
 }
 
@@ -37,12 +50,12 @@ ModelFacts readModelFacts(const std::string &configJson, const std::string &sour
     throw RuntimeError(source + ": not JSON: " + error.what());
   }
   if (!config.is_object())
-    throw RuntimeError(source + ": expected a JSON object, got " + config.dump().substr(0, 40));
+    throw RuntimeError(source + ": expected a JSON object, got " + describe(config));
   ModelFacts facts;
   auto type = config.find("model_type");
   if (type == config.end() || !type->is_string() || type->get<std::string>().empty())
     fail(source, "model_type", "a model family name",
-         type == config.end() ? "nothing" : type->dump());
+         type == config.end() ? "nothing" : describe(*type));
   facts.modelType = type->get<std::string>();
   facts.vocabSize = positive(config, source, "vocab_size");
   facts.maxPositions = positive(config, source, "max_position_embeddings");

@@ -350,7 +350,18 @@ TEST(ModelFactsTest, ReadsTheConfigsFieldsAndNamesWhatIsWrong) {
   EXPECT_HAS(
       runtimeErrorOf([] { readModelFacts(R"({"model_type": "m", "vocab_size": 8})", "c.json"); }),
       "field 'max_position_embeddings': expected a positive integer, got nothing");
-  EXPECT_HAS(runtimeErrorOf([] { readModelFacts("[1]", "c.json"); }), "expected a JSON object");
+  EXPECT_HAS(runtimeErrorOf([] { readModelFacts("[1]", "c.json"); }),
+             "expected a JSON object, got an array");
+  // A field deeply nested or long is named by kind or cut, not echoed whole.
+  const std::string deep = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_HAS(runtimeErrorOf([&] { readModelFacts(R"({"model_type": )" + deep + "}", "c.json"); }),
+             "field 'model_type': expected a model family name, got an array");
+  const std::string longName = std::string(1000, 'x');
+  const std::string message = runtimeErrorOf([&] {
+    readModelFacts(R"({"model_type": "m", "vocab_size": ")" + longName + R"("})", "c.json");
+  });
+  EXPECT_HAS(message, "field 'vocab_size': expected a positive integer, got \"xxx");
+  EXPECT_LT(message.size(), 200u);
   EXPECT_HAS(runtimeErrorOf([] { readModelFacts("{", "c.json"); }), "c.json: not JSON");
 }
 
