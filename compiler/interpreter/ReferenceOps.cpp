@@ -157,9 +157,16 @@ HostTensor rope(const HostTensor &x, const HostTensor &positions, double theta) 
 HostTensor attention(const HostTensor &qIn, const HostTensor &kIn, const HostTensor &vIn,
                      const HostTensor &positions, double scale, std::optional<int64_t> window,
                      bool bf16Products) {
-  const HostTensor &q = bf16Products ? roundToBf16(qIn) : qIn;
-  const HostTensor &k = bf16Products ? roundToBf16(kIn) : kIn;
-  const HostTensor &v = bf16Products ? roundToBf16(vIn) : vIn;
+  // Rounded copies only where asked: the exact path reads its inputs as given.
+  HostTensor qRounded, kRounded, vRounded;
+  if (bf16Products) {
+    qRounded = roundToBf16(qIn);
+    kRounded = roundToBf16(kIn);
+    vRounded = roundToBf16(vIn);
+  }
+  const HostTensor &q = bf16Products ? qRounded : qIn;
+  const HostTensor &k = bf16Products ? kRounded : kIn;
+  const HostTensor &v = bf16Products ? vRounded : vIn;
   int64_t tokens = q.dim(0), qHeads = q.dim(1), dim = q.dim(2);
   int64_t kvHeads = k.dim(1), vDim = v.dim(2), group = qHeads / kvHeads;
   HostTensor out = HostTensor::floats({tokens, qHeads, vDim});

@@ -197,20 +197,6 @@ private:
 
 } // namespace
 
-std::optional<uint64_t> syntheticSeed(const std::string &weights) {
-  const std::string prefix = "synthetic:";
-  if (weights.compare(0, prefix.size(), prefix) != 0)
-    return std::nullopt;
-  try {
-    size_t used = 0;
-    const uint64_t seed = std::stoull(weights.substr(prefix.size()), &used);
-    if (used == weights.size() - prefix.size())
-      return seed;
-  } catch (const std::exception &) {
-  }
-  return std::nullopt; // openWeightSource says what is wrong with it
-}
-
 bool hasSynthesisKernels(const Artifact &artifact) {
   return artifact.findKernel(kBf16Kernel) && artifact.findKernel(kAmaxKernel) &&
          artifact.findKernel(kQuantKernel);

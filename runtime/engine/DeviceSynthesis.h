@@ -19,9 +19,6 @@ namespace kiln {
 class SyntheticWeightSource;
 class ThreadPool;
 
-// The seed of a "synthetic:SEED" weights option; none for anything else.
-std::optional<uint64_t> syntheticSeed(const std::string &weights);
-
 // Whether `artifact` carries the synthesis kernels (kilnc from schema 1.4).
 bool hasSynthesisKernels(const Artifact &artifact);
 

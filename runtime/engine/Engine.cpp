@@ -305,16 +305,13 @@ void Engine::Impl::bindAllWeights(const EngineOptions &options) {
   // Every tensor is checked before any is bound.
   checkWeights(specs, *source);
 
-  const std::optional<uint64_t> seed = syntheticSeed(options.weights);
+  // Synthetic weights (the source says so) may be made where they live.
+  const auto *synthetic = dynamic_cast<const SyntheticWeightSource *>(source.get());
   const bool gpu = artifact->target()->kind() != fb::TargetKind::X86;
-  const bool onDevice = seed && (options.synthesis == EngineOptions::Synthesis::Device ||
-                                 (options.synthesis == EngineOptions::Synthesis::Auto && gpu &&
-                                  hasSynthesisKernels(artifact)));
+  const bool onDevice = synthetic && (options.synthesis == EngineOptions::Synthesis::Device ||
+                                      (options.synthesis == EngineOptions::Synthesis::Auto && gpu &&
+                                       hasSynthesisKernels(artifact)));
   if (onDevice) {
-    const auto *synthetic = dynamic_cast<const SyntheticWeightSource *>(source.get());
-    if (!synthetic)
-      throw RuntimeError("weights '" + options.weights + "' are not synthetic: nothing to " +
-                         "synthesise on the device");
     weights =
         synthesizeWeights(*backend, artifact, *synthetic, specs, pool.get(),
                           static_cast<uint32_t>(pool ? pool->numThreads() : 1), options.progress);

@@ -3,11 +3,11 @@
 // collective steps). Private to runtime/engine.
 #pragma once
 
-#include "runtime/engine/ModelFacts.h"
 #include "runtime/cpu/ThreadPool.h"
 #include "runtime/engine/Backend.h"
 #include "runtime/engine/DeviceGreedy.h"
 #include "runtime/engine/Engine.h"
+#include "runtime/engine/ModelFacts.h"
 
 #include <map>
 #include <memory>

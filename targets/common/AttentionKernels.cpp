@@ -1,10 +1,9 @@
 // Attention over the KV cache (the rotary embedding before it is a row stage,
-// HeadRowKernels.h). The attention kernel serves prefill and decode alike: queries at positions past .. past+T-1
-// attend to the cached positions still in their window and to the new
-// tokens up to themselves (online softmax), then the new K/V are written to
-// the cache (a ring of `window` slots for sliding layers). Launch parts split
-// the KV heads, so a part only reads and writes its own heads' cache. The
-// batched variant (decode_batch) gives token t conversation t's caches and
+// HeadRowKernels.h). The attention kernel serves prefill and decode alike: queries at positions
+// past .. past+T-1 attend to the cached positions still in their window and to the new tokens up to
+// themselves (online softmax), then the new K/V are written to the cache (a ring of `window` slots
+// for sliding layers). Launch parts split the KV heads, so a part only reads and writes its own
+// heads' cache. The batched variant (decode_batch) gives token t conversation t's caches and
 // position (Generators.h).
 #include "targets/common/Generators.h"
 

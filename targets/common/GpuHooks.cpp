@@ -110,6 +110,11 @@ TargetHooks::Gemv GpuTargetHooks::gemv(int64_t n, int64_t k, int64_t maxRows,
   return TargetHooks::gemv(n, k, maxRows, splitRows);
 }
 
+KernelLaunch GpuTargetHooks::kvAppendKernel(int64_t kvHeads, int64_t headDim,
+                                            int64_t sequences) const {
+  return {kvAppendWarp(kvHeads, headDim, sequences), warpPerHead(kvHeads)};
+}
+
 std::optional<TargetHooks::SplitAttention>
 GpuTargetHooks::splitAttention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
                                double scale, int64_t maxTokens, int64_t sequences) const {
@@ -121,7 +126,7 @@ GpuTargetHooks::splitAttention(int64_t qHeads, int64_t kvHeads, int64_t headDim,
       attentionSplitWarp(qHeads, kvHeads, headDim, window, scale, split.splits, sequences),
       Work{0, warp::kWarp * qHeads / attentionHeadsPerWarp(qHeads, kvHeads) * split.splits}};
   split.merge = {attentionMergeWarp(qHeads, headDim, split.splits), warpPerHead(qHeads)};
-  split.append = {kvAppendWarp(kvHeads, headDim, sequences), warpPerHead(kvHeads)};
+  split.append = kvAppendKernel(kvHeads, headDim, sequences);
   return split;
 }
 

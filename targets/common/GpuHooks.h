@@ -27,6 +27,12 @@ public:
                                          int64_t latent, double eps, bool nvfp4, int64_t maxTokens,
                                          int64_t members) const override;
   std::optional<KernelSpec> greedyKernel() const override;
+
+protected:
+  // The append of a call's new K/V to the caches after attention (the split
+  // attention's, and a target's tiled attention's); head_dim must fit the
+  // warp kernels (warpAttentionFits).
+  KernelLaunch kvAppendKernel(int64_t kvHeads, int64_t headDim, int64_t sequences) const;
 };
 
 } // namespace kiln::kernels

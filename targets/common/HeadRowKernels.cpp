@@ -87,11 +87,9 @@ void runStages(HeadRowScope &scope, const std::vector<HeadRowStage> &stages,
 
 // The sum over a warp's 32 lanes, in every lane.
 Value warpSum(ImplicitLocOpBuilder &b, Value value) {
-  for (int32_t offset = kWarp / 2; offset > 0; offset /= 2) {
-    auto shuffle = gpu::ShuffleOp::create(b, value, offset, int32_t(kWarp), gpu::ShuffleMode::XOR);
-    value = arith::AddFOp::create(b, value, shuffle.getShuffleResult());
-  }
-  return value;
+  return xorShuffleReduce(b, value, {16, 8, 4, 2, 1}, [&](Value own, Value other) {
+    return arith::AddFOp::create(b, own, other).getResult();
+  });
 }
 
 } // namespace

@@ -96,6 +96,15 @@ KernelSpec buildKernel(const std::string &name, const std::string &op, const Til
   return KernelSpec{name, op, tiling.json(), text};
 }
 
+Value xorShuffleReduce(ImplicitLocOpBuilder &b, Value value, ArrayRef<int32_t> offsets,
+                       function_ref<Value(Value, Value)> combine) {
+  for (int32_t offset : offsets) {
+    auto other = gpu::ShuffleOp::create(b, value, offset, 32, gpu::ShuffleMode::XOR);
+    value = combine(value, other.getShuffleResult());
+  }
+  return value;
+}
+
 std::pair<Value, Value> partRange(ImplicitLocOpBuilder &b, Value count, Value part, Value parts) {
   Value one = arith::ConstantIndexOp::create(b, 1);
   Value chunk = arith::DivUIOp::create(

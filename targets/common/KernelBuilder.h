@@ -64,6 +64,14 @@ KernelSpec buildKernel(const std::string &name, const std::string &op, const Til
                        const std::function<std::vector<mlir::Type>(mlir::Builder &)> &args,
                        const std::function<void(KernelScope &)> &body);
 
+// `value` combined with the lanes `offsets` away, in turn (xor shuffles over
+// a 32-lane warp): {16, 8, 4, 2, 1} reduces over the warp, {1, 2} over the
+// four lanes of an mma row. Every lane gets the result; `combine(own,
+// other)` builds one step.
+mlir::Value xorShuffleReduce(mlir::ImplicitLocOpBuilder &b, mlir::Value value,
+                             llvm::ArrayRef<int32_t> offsets,
+                             llvm::function_ref<mlir::Value(mlir::Value, mlir::Value)> combine);
+
 // [begin, end) of `count` items for launch part `part` of `parts`:
 // ceil(count / parts) a part, the last ones possibly empty.
 std::pair<mlir::Value, mlir::Value> partRange(mlir::ImplicitLocOpBuilder &b, mlir::Value count,

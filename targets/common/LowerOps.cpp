@@ -95,17 +95,24 @@ LogicalResult Lowering::lower(RmsNormOp o, StringRef what) {
   return success();
 }
 
+void Lowering::launchHeadRows(const KernelLaunch &kernel, Value input, ArrayRef<Buf> extra,
+                              Value result, StringRef what) {
+  Buf y = allocShape(headRows(input), b.getF32Type());
+  SmallVector<Buf> buffers = {act(input)};
+  buffers.append(extra.begin(), extra.end());
+  buffers.push_back(y);
+  launch(kernel.kernel, buffers, {"tokens:0", "part", "parts"}, kernel.work, what);
+  values[result] = y;
+}
+
 LogicalResult Lowering::lower(HeadNormOp o, StringRef what) {
   FailureOr<Buf> w = weight(o.getWeight(), Transform::None);
   if (failed(w))
     return failure();
   auto t = llvm::cast<RankedTensorType>(o.getInput().getType());
-  Buf y = allocShape(headRows(o.getInput()), b.getF32Type());
-  KernelLaunch kernel =
-      hooks.headNormKernel(t.getDimSize(1), t.getDimSize(2), o.getEps().convertToDouble());
-  launch(kernel.kernel, {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, kernel.work,
-         what);
-  values[o.getResult()] = y;
+  launchHeadRows(
+      hooks.headNormKernel(t.getDimSize(1), t.getDimSize(2), o.getEps().convertToDouble()),
+      o.getInput(), {*w}, o.getResult(), what);
   return success();
 }
 
@@ -144,12 +151,8 @@ LogicalResult Lowering::lower(MergeHeadsOp o, StringRef) {
 
 LogicalResult Lowering::lower(RopeOp o, StringRef what) {
   auto t = llvm::cast<RankedTensorType>(o.getInput().getType());
-  Buf y = allocShape(headRows(o.getInput()), b.getF32Type());
-  KernelLaunch kernel =
-      hooks.ropeKernel(t.getDimSize(1), t.getDimSize(2), o.getTheta().convertToDouble());
-  launch(kernel.kernel, {act(o.getInput()), positions, y}, {"tokens:0", "part", "parts"},
-         kernel.work, what);
-  values[o.getResult()] = y;
+  launchHeadRows(hooks.ropeKernel(t.getDimSize(1), t.getDimSize(2), o.getTheta().convertToDouble()),
+                 o.getInput(), {positions}, o.getResult(), what);
   return success();
 }
 
@@ -158,13 +161,10 @@ LogicalResult Lowering::lower(HeadNormRopeOp o, StringRef what) {
   if (failed(w))
     return failure();
   auto t = llvm::cast<RankedTensorType>(o.getInput().getType());
-  Buf y = allocShape(headRows(o.getInput()), b.getF32Type());
-  KernelLaunch kernel =
-      hooks.headNormRopeKernel(t.getDimSize(1), t.getDimSize(2), o.getEps().convertToDouble(),
-                               o.getTheta().convertToDouble());
-  launch(kernel.kernel, {act(o.getInput()), *w, positions, y}, {"tokens:0", "part", "parts"},
-         kernel.work, what);
-  values[o.getResult()] = y;
+  launchHeadRows(hooks.headNormRopeKernel(t.getDimSize(1), t.getDimSize(2),
+                                          o.getEps().convertToDouble(),
+                                          o.getTheta().convertToDouble()),
+                 o.getInput(), {*w, positions}, o.getResult(), what);
   return success();
 }
 

@@ -123,8 +123,9 @@ LogicalResult Lowering::lowerOp(Operation *op) {
   return llvm::TypeSwitch<Operation *, LogicalResult>(op)
       .Case([&](WeightOp) { return success(); }) // bound where used
       .Case<Nvfp4DequantOp, ExpertSwiGLUOp, ExpertNormOp, CombineOp, EmbedOp, RmsNormOp, HeadNormOp,
-            LinearOp, SplitHeadsOp, MergeHeadsOp, RopeOp, HeadNormRopeOp, AttentionOp, NormResidualOp, RouterTopKOp,
-            LogitsOp, func::ReturnOp>([&](auto o) { return lower(o, what); })
+            LinearOp, SplitHeadsOp, MergeHeadsOp, RopeOp, HeadNormRopeOp, AttentionOp,
+            NormResidualOp, RouterTopKOp, LogitsOp, func::ReturnOp>(
+          [&](auto o) { return lower(o, what); })
       .Case([&](MulOp o) { return lowerBinary(o, "mul", what); })
       .Case([&](AddOp o) { return lowerBinary(o, "add", what); })
       .Case([&](MegaMoEOp o) { return lowerMegaMoE(o, what); })

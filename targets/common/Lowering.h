@@ -137,6 +137,11 @@ private:
   LogicalResult lower(RouterTopKOp o, StringRef what);
   LogicalResult lower(LogitsOp o, StringRef what);
   LogicalResult lower(func::ReturnOp o, StringRef what);
+  // A head-row kernel (head_norm, rope, head_norm_rope): `input` [T, heads,
+  // head_dim], then `extra` (weight, positions), then `result`'s new f32
+  // buffer of the input's shape; scalars tokens, part, parts.
+  void launchHeadRows(const KernelLaunch &kernel, Value input, ArrayRef<Buf> extra, Value result,
+                      StringRef what);
   // kiln.mul and kiln.add (`kind`): an activation and a weight or another
   // activation of the same shape.
   LogicalResult lowerBinary(Operation *op, StringRef kind, StringRef what);

@@ -230,12 +230,10 @@ private:
 
   // The sum (or max) over the four threads of a row.
   Value quadReduce(Value v, bool max) {
-    for (int32_t offset : {1, 2}) {
-      auto other = gpu::ShuffleOp::create(b, v, offset, 32, gpu::ShuffleMode::XOR);
-      v = max ? arith::MaxNumFOp::create(b, v, other.getShuffleResult()).getResult()
-              : arith::AddFOp::create(b, v, other.getShuffleResult()).getResult();
-    }
-    return v;
+    return kernels::xorShuffleReduce(b, v, {1, 2}, [&](Value own, Value other) {
+      return max ? arith::MaxNumFOp::create(b, own, other).getResult()
+                 : arith::AddFOp::create(b, own, other).getResult();
+    });
   }
 
   // One key tile: scores, the online softmax update and the output update.

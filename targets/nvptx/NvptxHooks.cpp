@@ -74,15 +74,12 @@ std::optional<kernels::TargetHooks::TileAttention>
 NvptxHooks::tileAttention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
                           double scale, int64_t maxTokens) const {
   MmaAttentionShape shape{qHeads, kvHeads, headDim, window, scale};
-  if (!hopper() || maxTokens <= WgmmaGemmTiling::kTileM || !mmaAttentionFits(shape))
-    return std::nullopt;
-  std::optional<SplitAttention> split =
-      splitAttention(qHeads, kvHeads, headDim, window, scale, maxTokens, 0);
-  if (!split)
+  if (!hopper() || maxTokens <= WgmmaGemmTiling::kTileM || !mmaAttentionFits(shape) ||
+      !kernels::warpAttentionFits(headDim))
     return std::nullopt;
   return TileAttention{
       {mmaAttention(shape, fault == "attention-drop-tile"), mmaAttentionWork(shape, maxTokens)},
-      split->append};
+      kvAppendKernel(kvHeads, headDim, /*sequences=*/0)};
 }
 
 // A fixed amount of work: blocks of up to 128 threads covering it. Work that

@@ -6,6 +6,7 @@
 // a head_dim of one chunk and of several, over several launch parts;
 // composing the stages in the wrong order fails the same comparison.
 #include "compiler/interpreter/ReferenceOps.h"
+#include "runtime/core/Float.h"
 #include "runtime/cpu/KernelLibrary.h"
 #include "runtime/cpu/MemRef.h"
 #include "targets/common/Generators.h"
@@ -18,7 +19,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 
 namespace kiln::kernels {
@@ -26,19 +26,6 @@ namespace {
 
 constexpr int64_t kTokens = 7, kHeads = 3;
 constexpr double kEps = 1e-5, kTheta = 1e6;
-
-uint16_t toBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-float fromBf16(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 struct Inputs {
   std::vector<float> x;
@@ -54,7 +41,7 @@ Inputs makeInputs(int64_t headDim) {
   for (float &v : in.x)
     v = normal(rng);
   for (int64_t j = 0; j < headDim; ++j)
-    in.w.push_back(toBf16(1.0f + 0.25f * normal(rng)));
+    in.w.push_back(floatToBf16(1.0f + 0.25f * normal(rng)));
   for (int64_t t = 0; t < kTokens; ++t)
     in.positions.push_back(int32_t(t * 37 + 5)); // angles well past 2π
   return in;
@@ -117,7 +104,7 @@ protected:
   std::vector<float> reference() const {
     std::vector<float> w;
     for (uint16_t v : in.w)
-      w.push_back(fromBf16(v));
+      w.push_back(bf16ToFloat(v));
     interp::HostTensor x = interp::HostTensor::floats({kTokens, kHeads, headDim}, in.x);
     interp::HostTensor weight = interp::HostTensor::floats({headDim}, w);
     interp::HostTensor positions = interp::HostTensor::ints({kTokens}, in.positions);

@@ -6,6 +6,7 @@
 // to 1e-5 of the shape's largest value. Shapes cover whole and partial register blocks of rows,
 // panels of every width the tilings choose, and parts that get no panel. A kernel fed weights in
 // the wrong layout must fail the same comparison.
+#include "runtime/core/Float.h"
 #include "runtime/cpu/CpuFeatures.h"
 #include "runtime/cpu/KernelLibrary.h"
 #include "runtime/cpu/MemRef.h"
@@ -19,7 +20,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <random>
 
 namespace kiln::x86 {
@@ -34,19 +34,6 @@ struct Shape {
 const Shape kShapes[] = {{1, 16, 32},    {1, 192, 256}, {5, 96, 64},     {7, 48, 96},
                          {13, 256, 128}, {16, 512, 64}, {25, 1024, 256}, {3, 2000 * 16, 32},
                          {20, 192, 256}, {20, 256, 192}};
-
-uint16_t toBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  u += 0x7fff + ((u >> 16) & 1);
-  return static_cast<uint16_t>(u >> 16);
-}
-float fromBf16(uint16_t h) {
-  uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
 
 bool hostRuns(const CpuTarget &cpu) {
   for (const std::string &feature : cpu.features)
@@ -97,9 +84,9 @@ protected:
     const int64_t padded = (s.rows + 15) / 16 * 16;
     std::vector<uint16_t> a(size_t(padded * s.k), 0), w(size_t(s.n * s.k)), packed(w.size());
     for (int64_t j = 0; j < s.rows * s.k; ++j)
-      a[size_t(j)] = toBf16(normal(rng));
+      a[size_t(j)] = floatToBf16(normal(rng));
     for (uint16_t &x : w)
-      x = toBf16(normal(rng));
+      x = floatToBf16(normal(rng));
     if (vnniLayout)
       vnniBf16Blocks(w.data(), s.n, s.k, packed.data());
     else
@@ -123,7 +110,7 @@ protected:
       for (int64_t c = 0; c < s.n; ++c) {
         double ref = 0;
         for (int64_t j = 0; j < s.k; ++j)
-          ref += double(fromBf16(a[size_t(r * s.k + j)])) * fromBf16(w[size_t(c * s.k + j)]);
+          ref += double(bf16ToFloat(a[size_t(r * s.k + j)])) * bf16ToFloat(w[size_t(c * s.k + j)]);
         worst = std::max(worst, std::abs(ref - y[size_t(r * s.n + c)]));
         scale = std::max(scale, std::abs(ref));
       }
