@@ -18,7 +18,9 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   small-nvfp4.p512-attn-broken.sm_90.kiln tiny-bf16.bf16tc-24.reference \
   tiny-bf16.bf16tc-100.reference tiny-bf16.bf16tc-600.reference \
   tiny-bf16.p512.sm_90.kiln tiny-bf16.nofuse.sm_90.kiln \
-  small-nvfp4.bf16tc-600.reference; do
+  small-nvfp4.bf16tc-600.reference small-nvfp4.p512-experts-broken.sm_90.kiln \
+  tiny-nvfp4.p512.sm_90.kiln tiny-nvfp4.bf16tc-24.reference tiny-nvfp4.bf16tc-100.reference \
+  tiny-nvfp4.bf16tc-600.reference; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -77,10 +79,13 @@ synthesis small-bf16
 # unrounded one). Kernels broken on purpose give 0.44 to 0.61 and must fail:
 # a wgmma GEMM with its last k step dropped, and attention with each block's
 # last key tile dropped.
-for n in 24 100 600; do
-  echo "== tiny-bf16, tensor-core prefill of $n tokens, against the interpreter with the same roundings"
-  "$BIN/kiln-check" "$DATA/tiny-bf16.p512.sm_90.kiln" --weights "$DATA/tiny-bf16" \
-    --reference "$DATA/tiny-bf16.bf16tc-$n.reference" --tolerance 0.03 --batch-steps 0 || status=1
+for format in bf16 nvfp4; do
+  for n in 24 100 600; do
+    echo "== tiny-$format, tensor-core prefill of $n tokens, against the interpreter with the same roundings"
+    "$BIN/kiln-check" "$DATA/tiny-$format.p512.sm_90.kiln" --weights "$DATA/tiny-$format" \
+      --reference "$DATA/tiny-$format.bf16tc-$n.reference" --tolerance 0.03 --batch-steps 0 ||
+      status=1
+  done
 done
 for prompt in "" "-600"; do
   echo "== small-nvfp4, tensor-core prefill, against the interpreter with the same roundings$prompt"
@@ -101,6 +106,8 @@ broken() { # artifact, reference, what
 broken small-nvfp4.p512-broken small-nvfp4.bf16tc "a wgmma GEMM broken on purpose (its last k step dropped)"
 broken small-nvfp4.p512-attn-broken small-nvfp4.bf16tc-600 \
   "attention broken on purpose (each block's last key tile dropped)"
+broken small-nvfp4.p512-experts-broken small-nvfp4.bf16tc-600 \
+  "the experts' gate/up GEMM broken on purpose (its last k step dropped)"
 if command -v compute-sanitizer >/dev/null; then
   for format in bf16 nvfp4; do
     echo "== compute-sanitizer, tiny $format"
@@ -123,6 +130,7 @@ if command -v compute-sanitizer >/dev/null; then
   sanitize memcheck small-nvfp4.p512 synthetic:3
   sanitize memcheck tiny-bf16.nofuse "$DATA/tiny-bf16"
   sanitize racecheck tiny-bf16.p512 "$DATA/tiny-bf16"
+  sanitize racecheck tiny-nvfp4.p512 "$DATA/tiny-nvfp4"
 fi
 # Two GPUs: each layout's one artifact, as two processes (kiln-check --nproc
 # 2), against the interpreter and against the one-GPU artifact's own run;

@@ -20,12 +20,14 @@ for format in bf16 nvfp4; do
   "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=$quant --decode-batch=8 \
     -o "$OUT/tiny-$format.sm_90.kiln"
 done
-# Tiny's prefill on tensor cores (its p512 artifact): references with the
+# Tiny's prefill on tensor cores (its p512 artifacts): references with the
 # kernels' roundings for prompts of 24, 100 and 600 tokens (window 8, several
-# key and query tiles, and two chunks).
-for n in 24 100 600; do
-  "$BIN/kiln-interp" --weights "$OUT/tiny-bf16" --prompt-ids "$(seq -s, 1 $n)" --linear-inputs=bf16 \
-    --attention-inputs=bf16 --save-reference "$OUT/tiny-bf16.bf16tc-$n.reference"
+# key and query tiles, and two chunks); NVFP4 for the decoding expert GEMMs.
+for format in bf16 nvfp4; do
+  for n in 24 100 600; do
+    "$BIN/kiln-interp" --weights "$OUT/tiny-$format" --prompt-ids "$(seq -s, 1 $n)" \
+      --linear-inputs=bf16 --attention-inputs=bf16 --save-reference "$OUT/tiny-$format.bf16tc-$n.reference"
+  done
 done
 # small: the interpreter needs about 35 s a step here (2 cores, fp32, whole
 # prefix each step): 64 steps take about 40 minutes (KILN_GPU_SMALL_STEPS
@@ -80,8 +82,12 @@ kiln_log "small nvfp4, prefill chunks of 512 (wgmma GEMMs), and one with a GEMM 
   --inject-fault=wgmma-drop-k-step -o "$OUT/small-nvfp4.p512-broken.sm_90.kiln"
 "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 \
   --inject-fault=attention-drop-tile -o "$OUT/small-nvfp4.p512-attn-broken.sm_90.kiln"
-kiln_log "tiny bf16, prefill chunks of 512 (wgmma GEMMs; racecheck runs it)"
+"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 \
+  --inject-fault=expert-drop-k-step -o "$OUT/small-nvfp4.p512-experts-broken.sm_90.kiln"
+kiln_log "tiny bf16 and nvfp4, prefill chunks of 512 (wgmma GEMMs and experts; racecheck runs them)"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --max-prefill-tokens=512 -o "$OUT/tiny-bf16.p512.sm_90.kiln"
+"$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 \
+  -o "$OUT/tiny-nvfp4.p512.sm_90.kiln"
 kiln_log "tiny bf16 without the graph fusions (separate norms, ropes, expert kernels)"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --no-fuse --decode-batch=8 -o "$OUT/tiny-bf16.nofuse.sm_90.kiln"
 kiln_log "tiny nvfp4 tp2ep2: sm_90 artifact for 2 ranks (the rank failure checks)"

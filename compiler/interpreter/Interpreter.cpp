@@ -114,8 +114,9 @@ bool execute(mlir::Operation &op, ValueMap &values, int64_t rank, LinearInputs l
         set(o.getIndices(), std::move(topk.indices));
       })
       .Case([&](ExpertSwiGLUOp o) {
-        set(o.getResult(), expertSwiGLU(in(o.getInput()), in(o.getIndices()), in(o.getGate()),
-                                        in(o.getUp()), in(o.getDown())));
+        set(o.getResult(),
+            expertSwiGLU(in(o.getInput()), in(o.getIndices()), in(o.getGate()), in(o.getUp()),
+                         in(o.getDown()), linearInputs == LinearInputs::Bf16));
       })
       .Case([&](ExpertNormOp o) {
         set(o.getResult(), expertNorm(in(o.getInput()), in(o.getIndices()), in(o.getWeight()),
@@ -138,8 +139,9 @@ bool execute(mlir::Operation &op, ValueMap &values, int64_t rank, LinearInputs l
           return;
         }
         ExpertStacks all{&in(o.getGate()), &in(o.getUp()), &in(o.getDown()), &in(o.getPostNorm())};
-        set(o.getResult(), megaMoE(in(o.getInput()), in(o.getIndices()), in(o.getWeights()), {all},
-                                   o.getNumExperts(), f64(o.getEpsAttr())));
+        set(o.getResult(),
+            megaMoE(in(o.getInput()), in(o.getIndices()), in(o.getWeights()), {all},
+                    o.getNumExperts(), f64(o.getEpsAttr()), linearInputs == LinearInputs::Bf16));
       })
       .Case([&](mlir::shard::ProcessLinearIndexOp o) {
         set(o.getResult(), HostTensor::ints({}, {static_cast<int32_t>(rank)}));

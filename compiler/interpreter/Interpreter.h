@@ -25,7 +25,8 @@ namespace kiln::interp {
 
 // The numerics the interpreter follows: exact f32 (the default), or the
 // compiled GEMMs' on tensor cores and x86 matrix units, which read each
-// linear's input rounded to bf16 (routers' excepted: kiln::isRouterLogits).
+// linear's input rounded to bf16 (routers' excepted: kiln::isRouterLogits),
+// and the expert products theirs (z and the SwiGLU rows).
 enum class LinearInputs { F32, Bf16 };
 // Attention likewise: exact f32, or as the tensor-core attention kernels
 // compute it, with q, k, v and the softmax numerators rounded to bf16 before

@@ -122,6 +122,10 @@ HostTensor linear(const HostTensor &x, const HostTensor &weight) {
   return y;
 }
 
+namespace {
+float roundIf(bool bf16, float v) { return bf16 ? bf16ToFloat(floatToBf16(v)) : v; }
+} // namespace
+
 HostTensor roundToBf16(const HostTensor &x) {
   HostTensor out = x;
   for (float &v : out.f)
@@ -239,8 +243,12 @@ TopK routerTopK(const HostTensor &logits, int64_t k) {
   return result;
 }
 
-HostTensor expertSwiGLU(const HostTensor &z, const HostTensor &indices, const HostTensor &gate,
-                        const HostTensor &up, const HostTensor &down) {
+HostTensor expertSwiGLU(const HostTensor &zIn, const HostTensor &indices, const HostTensor &gate,
+                        const HostTensor &up, const HostTensor &down, bool bf16Inputs) {
+  HostTensor rounded;
+  if (bf16Inputs)
+    rounded = roundToBf16(zIn);
+  const HostTensor &z = bf16Inputs ? rounded : zIn;
   int64_t tokens = z.dim(0), latent = z.dim(1), k = indices.dim(1);
   int64_t experts = gate.dim(0), inter = gate.dim(1);
   HostTensor y = HostTensor::floats({tokens, k, latent});
@@ -254,7 +262,7 @@ HostTensor expertSwiGLU(const HostTensor &z, const HostTensor &indices, const Ho
       matVec(&gate.f[e * inter * latent], zt, inter, latent, g.data());
       matVec(&up.f[e * inter * latent], zt, inter, latent, u.data());
       for (int64_t c = 0; c < inter; ++c)
-        g[c] = silu(g[c]) * u[c];
+        g[c] = roundIf(bf16Inputs, silu(g[c]) * u[c]);
       matVec(&down.f[e * latent * inter], g.data(), latent, inter, &y.f[(t * k + j) * latent]);
     }
   return y;
@@ -304,8 +312,13 @@ HostTensor localExperts(const HostTensor &indices, int64_t numExperts, int64_t m
   return out;
 }
 
-HostTensor megaMoE(const HostTensor &z, const HostTensor &indices, const HostTensor &weights,
-                   const std::vector<ExpertStacks> &owners, int64_t numExperts, double eps) {
+HostTensor megaMoE(const HostTensor &zIn, const HostTensor &indices, const HostTensor &weights,
+                   const std::vector<ExpertStacks> &owners, int64_t numExperts, double eps,
+                   bool bf16Inputs) {
+  HostTensor rounded;
+  if (bf16Inputs)
+    rounded = roundToBf16(zIn);
+  const HostTensor &z = bf16Inputs ? rounded : zIn;
   int64_t tokens = z.dim(0), latent = z.dim(1), k = indices.dim(1);
   int64_t perOwner = numExperts / static_cast<int64_t>(owners.size());
   int64_t inter = owners.front().gate->dim(1);
@@ -322,7 +335,7 @@ HostTensor megaMoE(const HostTensor &z, const HostTensor &indices, const HostTen
       matVec(&owner.gate->f[local * inter * latent], zt, inter, latent, g.data());
       matVec(&owner.up->f[local * inter * latent], zt, inter, latent, u.data());
       for (int64_t c = 0; c < inter; ++c)
-        g[c] = silu(g[c]) * u[c];
+        g[c] = roundIf(bf16Inputs, silu(g[c]) * u[c]);
       matVec(&owner.down->f[local * latent * inter], g.data(), latent, inter, y.data());
       normalizeRow(y.data(), &owner.postNorm->f[local * latent], latent, eps, yn.data());
       float w = weights.f[t * k + j];

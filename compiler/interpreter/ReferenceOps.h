@@ -45,9 +45,11 @@ struct TopK {
 };
 TopK routerTopK(const HostTensor &logits, int64_t k);
 // y[t, j] = down_e(silu(gate_e z_t) * up_e z_t), e = indices[t, j]; an
-// index of -1 (an expert on another rank) gives a zero row.
+// index of -1 (an expert on another rank) gives a zero row. `bf16Inputs`:
+// z_t and the SwiGLU row rounded to bf16 before their products, as the
+// tensor-core expert GEMMs read them.
 HostTensor expertSwiGLU(const HostTensor &z, const HostTensor &indices, const HostTensor &gate,
-                        const HostTensor &up, const HostTensor &down);
+                        const HostTensor &up, const HostTensor &down, bool bf16Inputs = false);
 // RMSNorm of y[t, j] with weight[indices[t, j]]; zero rows for index -1.
 HostTensor expertNorm(const HostTensor &y, const HostTensor &indices, const HostTensor &weight,
                       double eps);
@@ -69,8 +71,10 @@ struct ExpertStacks {
 };
 // The MegaMoE stage for z's tokens with the experts spread over `owners`
 // (block g holds experts [g*E/G, (g+1)*E/G)): sum_j w[t,j] * norm_e(swiglu_e(z_t)).
+// `bf16Inputs` as for expertSwiGLU.
 HostTensor megaMoE(const HostTensor &z, const HostTensor &indices, const HostTensor &weights,
-                   const std::vector<ExpertStacks> &owners, int64_t numExperts, double eps);
+                   const std::vector<ExpertStacks> &owners, int64_t numExperts, double eps,
+                   bool bf16Inputs = false);
 HostTensor logits(const HostTensor &x, const HostTensor &head, bool lastOnly);
 // packed u8 codes [.., O, I/2] (as ints), scales [.., O, I/16] (decoded),
 // global [..] -> [.., O, I].

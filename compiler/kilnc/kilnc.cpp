@@ -167,8 +167,8 @@ cl::opt<double> reserveMemory("reserve-memory",
 // must fail them. Hidden: not for users.
 cl::opt<std::string> injectFault("inject-fault", cl::Hidden,
                                  cl::desc("Build one kernel family wrong on purpose "
-                                          "(wgmma-drop-k-step, attention-drop-tile), "
-                                          "to test the checks"),
+                                          "(wgmma-drop-k-step, attention-drop-tile, "
+                                          "expert-drop-k-step), to test the checks"),
                                  cl::init(""), cl::cat(kilncCategory));
 
 cl::opt<bool> listConfigs("list-configs", cl::desc("List the built-in configs and exit"),
@@ -418,10 +418,11 @@ int main(int argc, char **argv) {
       request.deviceBytes = uint64_t(gib * double(1ull << 30));
     request.target = chip ? kiln::TargetChoice::forChip(*chip) : kiln::TargetChoice::x86(*cpu);
     if (!injectFault.empty() &&
-        !((injectFault == "wgmma-drop-k-step" || injectFault == "attention-drop-tile") && chip &&
-          chip->matrix == kiln::MatrixCores::Wgmma))
-      return fail("--inject-fault: the faults are wgmma-drop-k-step and attention-drop-tile, "
-                  "with --target=sm_90");
+        !((injectFault == "wgmma-drop-k-step" || injectFault == "attention-drop-tile" ||
+           injectFault == "expert-drop-k-step") &&
+          chip && chip->matrix == kiln::MatrixCores::Wgmma))
+      return fail("--inject-fault: the faults are wgmma-drop-k-step, attention-drop-tile and "
+                  "expert-drop-k-step, with --target=sm_90");
     request.target.fault = injectFault;
     return kiln::runBackend(*module, request);
   }

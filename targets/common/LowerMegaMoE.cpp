@@ -101,8 +101,34 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
   int64_t members = expertGroup ? groups.all()[*expertGroup].size : 1;
   if (std::optional<TargetHooks::ExpertStage> stage =
           hooks.expertStage(experts, k, inter, latent, eps, nvfp4, maxRows(), members)) {
-    Buf h = alloc({k, inter}, f32), yk = alloc({k, latent}, f32);
-    if (const std::optional<TargetHooks::MatrixExperts> &listed = stage->listed) {
+    const std::optional<TargetHooks::MatrixExperts> &listed = stage->listed;
+    Buf h = listed && listed->rows ? Buf{} : alloc({k, inter}, f32);
+    Buf yk = alloc({k, latent}, f32);
+    if (listed && listed->rows) {
+      // Rows in tile order, as bf16, through both products.
+      Type i32 = b.getI32Type(), bf16 = b.getBF16Type();
+      Buf meta = allocShape({fixed(listed->metaWords)}, i32);
+      Buf tiles = allocShape({fixed(listed->tileWords)}, i32);
+      Buf items = allocShape({fixed(listed->itemWords)}, i32);
+      launch(listed->lists, {indices, meta, tiles, items}, {"tokens:0", "part", "parts"},
+             listed->listsWork, what);
+      plan::DimAttr tileRows = plan::DimAttr::get(ctx, listed->tileRows, k * rowScale, 1);
+      Buf x = allocShape({tileRows, fixed(latent)}, bf16);
+      launch(listed->rows->kernel, {input, meta, tiles, items, x}, {"part", "parts"},
+             listed->rows->work, what);
+      Buf hx = allocShape({tileRows, fixed(inter)}, bf16);
+      SmallVector<Buf> up = {x, meta, tiles, items};
+      up.append(projections[0]);
+      up.append(projections[1]);
+      up.push_back(hx);
+      SmallVector<StringRef> upScalars(listed->gateUpScalars.begin(), listed->gateUpScalars.end());
+      launch(listed->gateUp, up, upScalars, listed->gateUpWork, what);
+      SmallVector<Buf> down = {hx, meta, tiles, items};
+      down.append(projections[2]);
+      down.push_back(yk);
+      SmallVector<StringRef> downScalars(listed->downScalars.begin(), listed->downScalars.end());
+      launch(listed->down, down, downScalars, listed->downWork, what);
+    } else if (listed) {
       // Items grouped by expert, then tiles of an expert's items (prefill)
       // or warps over an expert's rows (batched decode).
       Type i32 = b.getI32Type();

@@ -123,6 +123,15 @@ public:
     KernelSpec lists, gateUp, down;
     Work listsWork, gateUpWork, downWork;
     int64_t metaWords = 0, tileWords = 0, itemWords = 0;
+    // Kernels that read their rows as bf16 in tile order (Hopper's wgmma,
+    // whose TMA copies whole tiles): `rows` (z, buffers, x) first writes the
+    // items' z rows into x [tileRows + k T, latent] bf16, gate/up reads x
+    // instead of z and writes h as [tileRows + k T, intermediate] bf16 in
+    // the same order, and down reads that h.
+    std::optional<KernelLaunch> rows;
+    int64_t tileRows = 0;
+    std::vector<std::string> gateUpScalars = {"part", "parts"};
+    std::vector<std::string> downScalars = {"part", "parts"};
   };
   virtual std::optional<MatrixExperts> matrixExperts(int64_t /*experts*/, int64_t /*k*/,
                                                      int64_t /*intermediate*/, int64_t /*latent*/,

@@ -5,6 +5,7 @@
 #include "targets/nvptx/MmaExperts.h"
 #include "targets/nvptx/MmaGemm.h"
 #include "targets/nvptx/PeerMegaMoE.h"
+#include "targets/nvptx/WgmmaExperts.h"
 #include "targets/nvptx/WgmmaGemm.h"
 
 #include <algorithm>
@@ -51,6 +52,10 @@ std::optional<kernels::TargetHooks::MatrixExperts>
 NvptxHooks::matrixExperts(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
                           bool nvfp4, int64_t maxTokens) const {
   MmaExpertsShape s{experts, k, intermediate, latent, nvfp4, maxTokens};
+  // Hopper's pipeline where the entry's GEMMs already read bf16 (more than
+  // one 128-row tile of tokens): the experts' rows as bf16 too.
+  if (hopper() && maxTokens > WgmmaGemmTiling::kTileM && wgmmaExpertsFit(s))
+    return wgmmaExperts(s, fault == "expert-drop-k-step");
   if (maxTokens < kMatrixMinTokens || !mmaExpertsFit(s))
     return std::nullopt;
   return MatrixExperts{mmaExpertLists(s),     mmaExpertGateUp(s),     mmaExpertDown(s),

@@ -153,6 +153,31 @@ TEST(LatentMoE, EachTokenUsesItsOwnExperts) {
   EXPECT_NEAR(y.f[2], 1 * silu(1) * 1, 1e-5); // slot 1: expert 0
 }
 
+// As the tensor-core expert GEMMs read them: z and the SwiGLU row rounded to
+// bf16 before their products, nothing else.
+TEST(LatentMoE, Bf16InputsRoundZAndTheSwiGLURow) {
+  HostTensor z = HostTensor::floats({1, 1}, {1.0f + 0x1p-10f}); // not a bf16
+  HostTensor gate = HostTensor::floats({1, 1, 1}, {1.0f});
+  HostTensor up = HostTensor::floats({1, 1, 1}, {3.0f});
+  HostTensor down = HostTensor::floats({1, 1, 1}, {1.0f});
+  HostTensor idx = HostTensor::ints({1, 1}, {0});
+  auto silu = [](float x) { return x / (1.0f + std::exp(-x)); };
+  auto bf16 = [](float x) { return roundToBf16(HostTensor::floats({1}, {x})).f[0]; };
+  float exact = silu(z.f[0]) * 3.0f * z.f[0];
+  float zr = bf16(z.f[0]); // 1.0
+  float rounded = bf16(silu(zr) * 3.0f * zr);
+  ASSERT_NE(exact, rounded);
+  EXPECT_FLOAT_EQ(expertSwiGLU(z, idx, gate, up, down).f[0], exact);
+  EXPECT_FLOAT_EQ(expertSwiGLU(z, idx, gate, up, down, /*bf16Inputs=*/true).f[0], rounded);
+  // The fused stage alike: with eps 1 its norm keeps the row's size.
+  HostTensor post = HostTensor::floats({1, 1}, {1.0f});
+  ExpertStacks stacks{&gate, &up, &down, &post};
+  HostTensor weights = HostTensor::floats({1, 1}, {1.0f});
+  auto norm = [](float y) { return y / std::sqrt(y * y + 1.0f); };
+  EXPECT_FLOAT_EQ(megaMoE(z, idx, weights, {stacks}, 1, 1.0).f[0], norm(exact));
+  EXPECT_FLOAT_EQ(megaMoE(z, idx, weights, {stacks}, 1, 1.0, true).f[0], norm(rounded));
+}
+
 TEST(Embed, RejectsIdsOutsideTheVocabulary) {
   HostTensor table = HostTensor::floats({4, 2});
   EXPECT_THROW(embed(table, HostTensor::ints({1}, {4})), InterpreterError);

@@ -1,0 +1,578 @@
+#include "targets/nvptx/WgmmaExperts.h"
+
+#include "targets/common/KernelBuilder.h"
+#include "targets/nvptx/WgmmaPipeline.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+namespace kiln::nvptx {
+
+using namespace mlir;
+using kernels::ExpertTileShape;
+
+namespace {
+
+constexpr int64_t kTileRows = kernels::kExpertTileRows; // 128 items a tile
+constexpr int64_t kThreads = 3 * wgmma::kWarpgroup;     // producer + two consumers
+constexpr int64_t kStages = 4;
+constexpr int64_t kConsumerWarps = 8;
+constexpr int64_t kRowsThreads = 128; // the rows kernel's block
+// Registers a thread after setmaxnreg: a TMA producer needs few; one that
+// decodes NVFP4 keeps a step's raw weights in flight.
+constexpr uint32_t kTmaProducerRegs = 40, kTmaConsumerRegs = 232;
+constexpr uint32_t kDecodeProducerRegs = 96, kDecodeConsumerRegs = 208;
+
+enum class Product { GateUp, Down };
+
+// The columns of one weight matrix a block takes: gate and up share the B
+// tile (up to 256 rows), down fills it.
+int64_t matrixCols(const ExpertTileShape &s, Product p) {
+  return p == Product::GateUp ? std::min<int64_t>(128, s.intermediate)
+                              : std::min<int64_t>(256, s.latent);
+}
+int64_t bRows(const ExpertTileShape &s, Product p) {
+  return p == Product::GateUp ? 2 * matrixCols(s, p) : matrixCols(s, p);
+}
+int64_t outCols(const ExpertTileShape &s, Product p) {
+  return p == Product::GateUp ? s.intermediate : s.latent;
+}
+int64_t inDim(const ExpertTileShape &s, Product p) {
+  return p == Product::GateUp ? s.latent : s.intermediate;
+}
+int64_t colTiles(const ExpertTileShape &s, Product p) { return outCols(s, p) / matrixCols(s, p); }
+
+// The tile a block works on, from the lists: its index, expert, first item
+// position and how many of its 128 rows hold items.
+struct TileOfBlock {
+  Value tile, expert, base, rowsIn;
+};
+
+// Reads the tile count (meta[E + 1]) and leaves the builder inside an
+// scf.if on the tile's existence, where it reads the tile's expert and items.
+TileOfBlock tileOfBlock(kernels::KernelScope &k, const ExpertTileShape &s, Value tile, Value meta,
+                        Value tiles) {
+  ImplicitLocOpBuilder &b = k.b;
+  auto load = [&](Value ref, Value at) {
+    Value v = memref::LoadOp::create(b, ref, ValueRange{at});
+    return arith::IndexCastOp::create(b, b.getIndexType(), v).getResult();
+  };
+  Value count = load(meta, k.index(s.experts + 1));
+  auto ifLive = scf::IfOp::create(
+      b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, tile, count), /*withElse=*/false);
+  b.setInsertionPointToStart(&ifLive.getThenRegion().front());
+  TileOfBlock t;
+  t.tile = tile;
+  Value at = arith::MulIOp::create(b, tile, k.index(2));
+  t.expert = load(tiles, at);
+  Value r0 = load(tiles, arith::AddIOp::create(b, at, k.index(1)));
+  Value first = load(meta, t.expert);
+  Value end = load(meta, arith::AddIOp::create(b, t.expert, k.index(1)));
+  t.base = arith::AddIOp::create(b, first, r0);
+  t.rowsIn = arith::MinUIOp::create(b, arith::SubIOp::create(b, end, t.base), k.index(kTileRows));
+  return t;
+}
+
+// An expert projection's kernel arguments from `first`: bf16 [E, out, in],
+// or NVFP4 codes [E, out, in / 2] i8, scales [E, out, in / 16] i8 (E4M3),
+// global scales [E] f32.
+void projectionTypes(Builder &b, const ExpertTileShape &s, int64_t out, int64_t in,
+                     std::vector<Type> &types) {
+  if (!s.nvfp4) {
+    types.push_back(MemRefType::get({s.experts, out, in}, b.getBF16Type()));
+    return;
+  }
+  types.push_back(MemRefType::get({s.experts, out, in / 2}, b.getI8Type()));
+  types.push_back(MemRefType::get({s.experts, out, in / 16}, b.getI8Type()));
+  types.push_back(MemRefType::get({s.experts}, b.getF32Type()));
+}
+int64_t projectionArgs(const ExpertTileShape &s) { return s.nvfp4 ? 3 : 1; }
+
+class ExpertGemmBuilder {
+public:
+  ExpertGemmBuilder(kernels::KernelScope &k, const ExpertTileShape &s, Product product,
+                    int64_t kDim, const std::string &smemName)
+      : k(k), b(k.b), s(s), product(product), cols(matrixCols(s, product)),
+        kSteps(kDim / wgmma::kTileK), smemName(smemName), i32(b.getI32Type()) {}
+
+  void build() {
+    Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    Value bid = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    Value tilesAcross = k.index(colTiles(s, product));
+    t = tileOfBlock(k, s, arith::DivUIOp::create(b, bid, tilesAcross), k.arg(1), k.arg(2));
+    n0 = arith::MulIOp::create(b, arith::RemUIOp::create(b, bid, tilesAcross), k.index(cols));
+    wgmma::Ring ring(k, layout(), smemName);
+    // Full: the issuer's expect_tx, plus each decoding thread's arrival.
+    ring.initBarriers(tid, s.nvfp4 ? 1 + wgmma::kWarpgroup : 1, kConsumerWarps);
+
+    Value group = arith::DivUIOp::create(b, tid, k.index(wgmma::kWarpgroup));
+    Value inGroup = arith::RemUIOp::create(b, tid, k.index(wgmma::kWarpgroup));
+    Value producer = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, group, k.index(0));
+    auto roles = scf::IfOp::create(b, producer, /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&roles.getThenRegion().front());
+      NVVM::SetMaxRegisterOp::create(b, b.getLoc(),
+                                     s.nvfp4 ? kDecodeProducerRegs : kTmaProducerRegs,
+                                     NVVM::SetMaxRegisterAction::decrease);
+      if (s.nvfp4)
+        produceDecoding(ring, inGroup);
+      else
+        produceCopying(ring, inGroup);
+    }
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&roles.getElseRegion().front());
+      NVVM::SetMaxRegisterOp::create(b, b.getLoc(),
+                                     s.nvfp4 ? kDecodeConsumerRegs : kTmaConsumerRegs,
+                                     NVVM::SetMaxRegisterAction::increase);
+      Value consumer = arith::SubIOp::create(b, group, k.index(1));
+      Value acc = ring.accumulate(consumer, kSteps, inGroup);
+      if (product == Product::GateUp)
+        storeGateUp(acc, consumer, inGroup);
+      else
+        storeDown(acc, consumer, inGroup);
+    }
+  }
+
+  wgmma::RingLayout layout() const {
+    return wgmma::RingLayout{kStages, kTileRows, bRows(s, product)};
+  }
+
+private:
+  // Argument positions: rows, meta, tiles, items, the projections, the
+  // output, then the scalars (tensor maps).
+  unsigned weightArg(int64_t matrix) const { return 4 + unsigned(matrix * projectionArgs(s)); }
+  int64_t matrices() const { return product == Product::GateUp ? 2 : 1; }
+  unsigned outArg() const { return weightArg(matrices()); }
+  unsigned mapArg(int64_t which) const { return outArg() + 1 + unsigned(which); }
+  Value toI32(Value index) { return arith::IndexCastOp::create(b, i32, index); }
+  Value rowsMap() {
+    return LLVM::IntToPtrOp::create(b, LLVM::LLVMPointerType::get(b.getContext()),
+                                    k.arg(mapArg(0)));
+  }
+
+  // The issuer's TMA copy of the tile's rows for `step` into stage s.
+  void copyRows(wgmma::Ring &ring, Value map, Value stage, Value kk, Value fullAt) {
+    ring.copy(ring.aTile(stage), map, kk, {arith::MulIOp::create(b, t.tile, k.index(kTileRows))},
+              fullAt);
+  }
+
+  // bf16 weights: one thread has the TMA bring the rows and the weights.
+  void produceCopying(wgmma::Ring &ring, Value inGroup) {
+    auto issuer = scf::IfOp::create(
+        b, arith::CmpIOp::create(b, arith::CmpIPredicate::eq, inGroup, k.index(0)), false);
+    b.setInsertionPointToStart(&issuer.getThenRegion().front());
+    Type ptr = LLVM::LLVMPointerType::get(b.getContext());
+    Value rows = rowsMap();
+    SmallVector<Value> weights;
+    for (int64_t m = 0; m < matrices(); ++m)
+      weights.push_back(LLVM::IntToPtrOp::create(b, ptr, k.arg(mapArg(1 + m))));
+    ring.acquireTensorMap(rows);
+    for (Value map : weights)
+      ring.acquireTensorMap(map);
+    auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1));
+    b.setInsertionPointToStart(loop.getBody());
+    Value step = loop.getInductionVar();
+    Value stage = ring.stageOf(step);
+    ring.waitFree(step, stage);
+    Value fullAt = ring.full(stage);
+    NVVM::MBarrierArriveExpectTxOp::create(b, b.getLoc(), Type(), fullAt,
+                                           k.i32(ring.layout().stageBytes()),
+                                           NVVM::MemScopeKind::CTA, false, Value());
+    Value kk = toI32(arith::MulIOp::create(b, step, k.index(wgmma::kTileK)));
+    copyRows(ring, rows, stage, kk, fullAt);
+    for (int64_t m = 0; m < matrices(); ++m) {
+      Value dst = ring.at(arith::AddIOp::create(
+          b,
+          arith::AddIOp::create(b, k.index(kStages * ring.layout().aBytes()),
+                                arith::MulIOp::create(b, stage, k.index(ring.layout().bBytes()))),
+          k.index(m * cols * wgmma::kRowBytes)));
+      ring.copy(dst, weights[m], kk, {n0, t.expert}, fullAt);
+    }
+  }
+
+  // A step's raw NVFP4 weights for this thread: its units are (row 32 i +
+  // inGroup / 4, k block inGroup % 4) of the B tile, i < bRows / 32; each
+  // 8 bytes of codes (as two i32) and one E4M3 scale.
+  SmallVector<Value> loadRaw(Value step, Value inGroup) {
+    Value kk = arith::MulIOp::create(b, step, k.index(wgmma::kTileK));
+    Value blk = arith::RemUIOp::create(b, inGroup, k.index(4));
+    Value byte = arith::AddIOp::create(b, arith::DivUIOp::create(b, kk, k.index(2)),
+                                       arith::MulIOp::create(b, blk, k.index(8)));
+    Value scaleAt = arith::AddIOp::create(b, arith::DivUIOp::create(b, kk, k.index(16)), blk);
+    Value sub = arith::DivUIOp::create(b, inGroup, k.index(4));
+    SmallVector<Value> raw;
+    auto codesType = VectorType::get({8}, b.getI8Type());
+    auto wordsType = VectorType::get({2}, i32);
+    for (int64_t i = 0; i < bRows(s, product) / 32; ++i) {
+      int64_t matrix = (32 * i) / cols, first = 32 * i - matrix * cols;
+      Value row = arith::AddIOp::create(b, n0, arith::AddIOp::create(b, sub, k.index(first)));
+      unsigned arg = weightArg(matrix);
+      Value codes = vector::LoadOp::create(
+          b, codesType, k.arg(arg), ValueRange{t.expert, row, byte}, false, llvm::MaybeAlign(8));
+      raw.push_back(vector::BitCastOp::create(b, wordsType, codes));
+      raw.push_back(memref::LoadOp::create(b, k.arg(arg + 1), ValueRange{t.expert, row, scaleAt}));
+    }
+    return raw;
+  }
+
+  // 16 E2M1 codes (two i32) times their E4M3 scale as 16 bf16 (eight i32).
+  // A code s e1 e0 m placed as bf16 bits (s << 15 | e1 e0 m << 6) is its
+  // value times 2^-126 (e = 0: the bf16 subnormal), so two exact products
+  // finish it: by 2^126, then by the scale.
+  Value decode(Value words, Value scale) {
+    auto c32 = [&](uint32_t v) { return arith::ConstantIntOp::create(b, i32, int64_t(v)); };
+    SmallVector<Value> out;
+    for (int64_t w = 0; w < 2; ++w) {
+      Value word = vector::ExtractOp::create(b, words, ArrayRef<int64_t>{w});
+      for (int64_t p = 0; p < 4; ++p) {
+        // Codes 2p (low nibble) and 2p + 1 at bits 0-3 and 16-19 of y.
+        Value byte = arith::AndIOp::create(
+            b, p ? arith::ShRUIOp::create(b, word, c32(8 * p)).getResult() : word, c32(0xFF));
+        Value y = arith::OrIOp::create(b, byte, arith::ShLIOp::create(b, byte, c32(12)));
+        Value mags = arith::AndIOp::create(b, arith::ShLIOp::create(b, y, c32(6)), c32(0x01C001C0));
+        Value signs =
+            arith::AndIOp::create(b, arith::ShLIOp::create(b, y, c32(12)), c32(0x80008000));
+        out.push_back(arith::OrIOp::create(b, mags, signs));
+      }
+    }
+    auto bf16x16 = VectorType::get({16}, b.getBF16Type());
+    Value bits = vector::FromElementsOp::create(b, VectorType::get({8}, i32), out);
+    Value values = vector::BitCastOp::create(b, bf16x16, bits);
+    Value unit = arith::ConstantOp::create(
+        b, DenseElementsAttr::get(bf16x16, FloatAttr::get(b.getBF16Type(), 0x1p126)));
+    values = arith::MulFOp::create(b, values, unit);
+    // E4M3 s eeee mmm as f32 bits s << 31 | eeeemmm << 20 is its value times
+    // 2^-120.
+    Value sc = arith::ExtUIOp::create(b, i32, scale);
+    Value sbits = arith::OrIOp::create(
+        b, arith::ShLIOp::create(b, arith::AndIOp::create(b, sc, c32(0x80)), c32(24)),
+        arith::ShLIOp::create(b, arith::AndIOp::create(b, sc, c32(0x7F)), c32(20)));
+    Value sf =
+        arith::MulFOp::create(b, arith::BitcastOp::create(b, b.getF32Type(), sbits),
+                              arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(0x1p120f)));
+    Value sb = arith::TruncFOp::create(b, b.getBF16Type(), sf);
+    values = arith::MulFOp::create(b, values, vector::BroadcastOp::create(b, bf16x16, sb));
+    return vector::BitCastOp::create(b, VectorType::get({8}, i32), values);
+  }
+
+  // NVFP4 weights: the producer's 128 threads load a step ahead, decode and
+  // store the B tile in the TMA's swizzled layout (16-byte chunk c of row r
+  // at chunk c ^ (r % 8)), then make the stores visible to the tensor cores
+  // (the async proxy) before arriving; its first thread has the TMA bring
+  // the rows.
+  void produceDecoding(wgmma::Ring &ring, Value inGroup) {
+    Value issuer = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, inGroup, k.index(0));
+    Value rows = rowsMap();
+    {
+      auto ifIssuer = scf::IfOp::create(b, issuer, false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
+      ring.acquireTensorMap(rows);
+    }
+    SmallVector<Value> first = loadRaw(k.index(0), inGroup);
+    auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1), first);
+    b.setInsertionPointToStart(loop.getBody());
+    Value step = loop.getInductionVar();
+    Value next =
+        arith::MinUIOp::create(b, arith::AddIOp::create(b, step, k.index(1)), k.index(kSteps - 1));
+    SmallVector<Value> ahead = loadRaw(next, inGroup);
+    Value stage = ring.stageOf(step);
+    ring.waitFree(step, stage);
+    Value fullAt = ring.full(stage);
+    {
+      auto ifIssuer = scf::IfOp::create(b, issuer, false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
+      NVVM::MBarrierArriveExpectTxOp::create(b, b.getLoc(), Type(), fullAt,
+                                             k.i32(ring.layout().aBytes()), NVVM::MemScopeKind::CTA,
+                                             false, Value());
+      copyRows(ring, rows, stage, toI32(arith::MulIOp::create(b, step, k.index(wgmma::kTileK))),
+               fullAt);
+    }
+    Value sub = arith::DivUIOp::create(b, inGroup, k.index(4));
+    Value blk = arith::RemUIOp::create(b, inGroup, k.index(4));
+    Value swizzle = arith::RemUIOp::create(b, sub, k.index(8)); // row % 8 for every unit
+    Value tileAt =
+        arith::AddIOp::create(b, k.index(kStages * ring.layout().aBytes()),
+                              arith::MulIOp::create(b, stage, k.index(ring.layout().bBytes())));
+    ValueRange raw = loop.getRegionIterArgs();
+    for (int64_t i = 0; i < bRows(s, product) / 32; ++i) {
+      Value words = decode(raw[2 * i], raw[2 * i + 1]);
+      Value row = arith::AddIOp::create(b, sub, k.index(32 * i));
+      Value rowAt = arith::AddIOp::create(b, tileAt,
+                                          arith::MulIOp::create(b, row, k.index(wgmma::kRowBytes)));
+      for (int64_t half = 0; half < 2; ++half) {
+        Value chunk = arith::XOrIOp::create(
+            b, arith::AddIOp::create(b, arith::MulIOp::create(b, blk, k.index(2)), k.index(half)),
+            swizzle);
+        Value at =
+            ring.at(arith::AddIOp::create(b, rowAt, arith::MulIOp::create(b, chunk, k.index(16))));
+        Value part = vector::ShuffleOp::create(
+            b, words, words, ArrayRef<int64_t>{4 * half, 4 * half + 1, 4 * half + 2, 4 * half + 3});
+        LLVM::StoreOp::create(b, part, at, /*alignment=*/16);
+      }
+    }
+    NVVM::FenceProxyOp::create(
+        b, b.getLoc(), NVVM::ProxyKind::async_shared,
+        NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
+    NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), fullAt, Value(), NVVM::MemScopeKind::CTA,
+                                   false);
+    scf::YieldOp::create(b, ahead);
+  }
+
+  // The accumulators of m64nNk16: thread t of the warpgroup holds, for each
+  // 8 columns j, rows 16 (t / 32) + (t % 32) / 4 and 8 below, columns 8j +
+  // 2 (t % 4) and the next: registers 4j .. 4j + 3.
+  struct Fragment {
+    Value row, col;
+  };
+  Fragment fragment(Value consumer, Value inGroup) {
+    Value warp = arith::DivUIOp::create(b, inGroup, k.index(32));
+    Value lane = arith::RemUIOp::create(b, inGroup, k.index(32));
+    Value row =
+        arith::AddIOp::create(b, arith::MulIOp::create(b, consumer, k.index(wgmma::kConsumerRows)),
+                              arith::AddIOp::create(b, arith::MulIOp::create(b, warp, k.index(16)),
+                                                    arith::DivUIOp::create(b, lane, k.index(4))));
+    Value col = arith::AddIOp::create(
+        b, n0, arith::MulIOp::create(b, arith::RemUIOp::create(b, lane, k.index(4)), k.index(2)));
+    return {row, col};
+  }
+  // The NVFP4 global scale of weight matrix `m` for the tile's expert.
+  Value globalScale(int64_t m) {
+    return memref::LoadOp::create(b, k.arg(weightArg(m) + 2), ValueRange{t.expert});
+  }
+
+  // h = silu(gate) * up (gate in columns 0 .. cols - 1 of the accumulators,
+  // up in cols ..), bf16, at the tile's rows of h.
+  void storeGateUp(Value acc, Value consumer, Value inGroup) {
+    Fragment f = fragment(consumer, inGroup);
+    Value gateScale = s.nvfp4 ? globalScale(0) : Value();
+    Value upScale = s.nvfp4 ? globalScale(1) : Value();
+    Value one = arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(1.0f));
+    Value tileRow =
+        arith::AddIOp::create(b, arith::MulIOp::create(b, t.tile, k.index(kTileRows)), f.row);
+    auto f32x2 = VectorType::get({2}, b.getF32Type());
+    for (int64_t half = 0; half < 2; ++half) {
+      Value row = arith::AddIOp::create(b, tileRow, k.index(8 * half));
+      for (int64_t j = 0; j < cols / 8; ++j) {
+        SmallVector<Value> pair;
+        for (int64_t e = 0; e < 2; ++e) {
+          Value g = LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{4 * j + 2 * half + e});
+          Value u = LLVM::ExtractValueOp::create(
+              b, acc, ArrayRef<int64_t>{4 * (j + cols / 8) + 2 * half + e});
+          if (s.nvfp4) {
+            g = arith::MulFOp::create(b, g, gateScale);
+            u = arith::MulFOp::create(b, u, upScale);
+          }
+          // silu(g) * u, as the reference computes it.
+          Value den =
+              arith::AddFOp::create(b, one, math::ExpOp::create(b, arith::NegFOp::create(b, g)));
+          pair.push_back(arith::MulFOp::create(b, arith::DivFOp::create(b, g, den), u));
+        }
+        Value h = arith::TruncFOp::create(b, VectorType::get({2}, b.getBF16Type()),
+                                          vector::FromElementsOp::create(b, f32x2, pair));
+        Value col = arith::AddIOp::create(b, f.col, k.index(8 * j));
+        vector::StoreOp::create(b, h, k.arg(outArg()), ValueRange{row, col}, false,
+                                llvm::MaybeAlign(4));
+      }
+    }
+  }
+
+  // y[t, j, :] of each row that holds an item (t * k + j), scaled.
+  void storeDown(Value acc, Value consumer, Value inGroup) {
+    Fragment f = fragment(consumer, inGroup);
+    Value scale = s.nvfp4 ? globalScale(0) : Value();
+    auto f32x2 = VectorType::get({2}, b.getF32Type());
+    for (int64_t half = 0; half < 2; ++half) {
+      Value row = arith::AddIOp::create(b, f.row, k.index(8 * half));
+      auto ifItem = scf::IfOp::create(
+          b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row, t.rowsIn), false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifItem.getThenRegion().front());
+      Value item = arith::IndexCastOp::create(
+          b, b.getIndexType(),
+          memref::LoadOp::create(b, k.arg(3), ValueRange{arith::AddIOp::create(b, t.base, row)}));
+      Value token = arith::DivUIOp::create(b, item, k.index(s.k));
+      Value choice = arith::RemUIOp::create(b, item, k.index(s.k));
+      for (int64_t j = 0; j < cols / 8; ++j) {
+        SmallVector<Value> pair;
+        for (int64_t e = 0; e < 2; ++e) {
+          Value v = LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{4 * j + 2 * half + e});
+          pair.push_back(s.nvfp4 ? arith::MulFOp::create(b, v, scale).getResult() : v);
+        }
+        Value col = arith::AddIOp::create(b, f.col, k.index(8 * j));
+        vector::StoreOp::create(b, vector::FromElementsOp::create(b, f32x2, pair), k.arg(outArg()),
+                                ValueRange{token, choice, col}, false, llvm::MaybeAlign(8));
+      }
+    }
+  }
+
+  kernels::KernelScope &k;
+  ImplicitLocOpBuilder &b;
+  const ExpertTileShape &s;
+  Product product;
+  int64_t cols, kSteps;
+  std::string smemName;
+  Type i32;
+  TileOfBlock t;
+  Value n0;
+};
+
+kernels::Tiling gemmTiling(const ExpertTileShape &s, Product p) {
+  kernels::Tiling tiling;
+  tiling.set("kind", p == Product::GateUp ? "wgmma-expert-gateup" : "wgmma-expert-down")
+      .set("tile_m", kTileRows)
+      .set("tile_n", bRows(s, p))
+      .set("tile_k", wgmma::kTileK)
+      .set("stages", kStages)
+      .set("block", kThreads)
+      .set("swizzle", 128)
+      .set("weights", s.nvfp4 ? "nvfp4-decoded" : "bf16-tma");
+  return tiling;
+}
+
+kernels::KernelSpec expertGemm(const ExpertTileShape &s, Product p, bool dropLastStep) {
+  const std::string name =
+      std::string(p == Product::GateUp ? "expert_gateup_wgmma_" : "expert_down_wgmma_") +
+      (dropLastStep ? "broken_" : "") + kernels::expertShapeSuffix(s);
+  const std::string smemName = name + "_smem";
+  const int64_t in = inDim(s, p), out = outCols(s, p);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    Type i32 = b.getI32Type(), i64 = b.getI64Type();
+    std::vector<Type> types = {
+        MemRefType::get({dynamic, in}, b.getBF16Type()), MemRefType::get({s.experts + 2}, i32),
+        MemRefType::get({2 * s.maxTiles()}, i32), MemRefType::get({s.maxItems()}, i32)};
+    for (int64_t m = 0; m < (p == Product::GateUp ? 2 : 1); ++m)
+      projectionTypes(b, s, out, in, types);
+    types.push_back(p == Product::GateUp
+                        ? Type(MemRefType::get({dynamic, out}, b.getBF16Type()))
+                        : Type(MemRefType::get({dynamic, s.k, out}, b.getF32Type())));
+    types.push_back(i64); // the rows' tensor map
+    if (!s.nvfp4)
+      for (int64_t m = 0; m < (p == Product::GateUp ? 2 : 1); ++m)
+        types.push_back(i64); // the weights' tensor maps
+    return types;
+  };
+  wgmma::RingLayout ring{};
+  kernels::KernelSpec spec = kernels::buildKernel(
+      name, "kiln.megamoe", gemmTiling(s, p), args, [&](kernels::KernelScope &scope) {
+        wgmma::declareKernel(scope, smemName, kThreads);
+        ExpertGemmBuilder builder(scope, s, p, dropLastStep ? in - wgmma::kTileK : in, smemName);
+        ring = builder.layout();
+        builder.build();
+      });
+  spec.sharedBytes = ring.sharedBytes();
+  return spec;
+}
+
+std::vector<std::string> gemmScalars(const ExpertTileShape &s, Product p) {
+  const std::string k = std::to_string(wgmma::kTileK);
+  std::vector<std::string> scalars = {"tmap:0:" + k + "," + std::to_string(kTileRows) + ":128"};
+  if (!s.nvfp4)
+    for (int64_t m = 0; m < (p == Product::GateUp ? 2 : 1); ++m)
+      scalars.push_back("tmap:" + std::to_string(4 + m) + ":" + k + "," +
+                        std::to_string(matrixCols(s, p)) + ",1:128");
+  scalars.push_back("part");
+  scalars.push_back("parts");
+  return scalars;
+}
+
+// The rows kernel: a block of 128 threads a (tile, row); 8 elements a
+// thread a pass.
+kernels::KernelSpec expertRows(const ExpertTileShape &s) {
+  const std::string name = "expert_rows_bf16_" + kernels::expertShapeSuffix(s);
+  kernels::Tiling tiling;
+  tiling.set("kind", "expert-rows").set("block", kRowsThreads).set("vector", 8);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    Type i32 = b.getI32Type();
+    return {MemRefType::get({dynamic, s.latent}, b.getF32Type()),
+            MemRefType::get({s.experts + 2}, i32), MemRefType::get({2 * s.maxTiles()}, i32),
+            MemRefType::get({s.maxItems()}, i32),
+            MemRefType::get({dynamic, s.latent}, b.getBF16Type())};
+  };
+  return kernels::buildKernel(name, "kiln.megamoe", tiling, args, [&](kernels::KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    Value bid = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    Value r = arith::RemUIOp::create(b, bid, k.index(kTileRows));
+    TileOfBlock t =
+        tileOfBlock(k, s, arith::DivUIOp::create(b, bid, k.index(kTileRows)), k.arg(1), k.arg(2));
+    Value row = arith::AddIOp::create(b, arith::MulIOp::create(b, t.tile, k.index(kTileRows)), r);
+    Value begin = arith::MulIOp::create(b, tid, k.index(8));
+    auto f32x8 = VectorType::get({8}, b.getF32Type());
+    auto bf16x8 = VectorType::get({8}, b.getBF16Type());
+    auto ifItem = scf::IfOp::create(
+        b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, r, t.rowsIn), /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifItem.getThenRegion().front());
+      Value item = arith::IndexCastOp::create(
+          b, b.getIndexType(),
+          memref::LoadOp::create(b, k.arg(3), ValueRange{arith::AddIOp::create(b, t.base, r)}));
+      Value token = arith::DivUIOp::create(b, item, k.index(s.k));
+      auto loop = scf::ForOp::create(b, begin, k.index(s.latent), k.index(8 * kRowsThreads));
+      b.setInsertionPointToStart(loop.getBody());
+      Value c = loop.getInductionVar();
+      Value z = vector::LoadOp::create(b, f32x8, k.arg(0), ValueRange{token, c}, false,
+                                       llvm::MaybeAlign(16));
+      vector::StoreOp::create(b, arith::TruncFOp::create(b, bf16x8, z), k.arg(4),
+                              ValueRange{row, c}, false, llvm::MaybeAlign(16));
+    }
+    {
+      // Rows past the tile's items: zeros, so that every product is finite.
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifItem.getElseRegion().front());
+      Value zero = arith::ConstantOp::create(
+          b, DenseElementsAttr::get(bf16x8, FloatAttr::get(b.getBF16Type(), 0.0)));
+      auto loop = scf::ForOp::create(b, begin, k.index(s.latent), k.index(8 * kRowsThreads));
+      b.setInsertionPointToStart(loop.getBody());
+      vector::StoreOp::create(b, zero, k.arg(4), ValueRange{row, loop.getInductionVar()}, false,
+                              llvm::MaybeAlign(16));
+    }
+  });
+}
+
+} // namespace
+
+bool wgmmaExpertsFit(const ExpertTileShape &s) {
+  for (Product p : {Product::GateUp, Product::Down}) {
+    int64_t cols = matrixCols(s, p);
+    if (cols % 32 != 0 || outCols(s, p) % cols != 0 || inDim(s, p) % wgmma::kTileK != 0)
+      return false;
+  }
+  return s.latent % 8 == 0 && kernels::expertListsFit(s);
+}
+
+kernels::TargetHooks::MatrixExperts wgmmaExperts(const ExpertTileShape &s, bool dropLastStep) {
+  kernels::TargetHooks::MatrixExperts experts;
+  experts.lists = kernels::expertLists(s);
+  experts.listsWork = kernels::expertListsWork(s);
+  experts.gateUp = expertGemm(s, Product::GateUp, dropLastStep);
+  experts.down = expertGemm(s, Product::Down, false);
+  experts.gateUpWork =
+      kernels::Work{s.maxTiles() * colTiles(s, Product::GateUp) * kThreads, 0, kThreads};
+  experts.downWork =
+      kernels::Work{s.maxTiles() * colTiles(s, Product::Down) * kThreads, 0, kThreads};
+  experts.metaWords = s.experts + 2;
+  experts.tileWords = 2 * s.maxTiles();
+  experts.itemWords = s.maxItems();
+  experts.rows = kernels::KernelLaunch{
+      expertRows(s), kernels::Work{s.maxTiles() * kTileRows * kRowsThreads, 0, kRowsThreads}};
+  // maxTiles() tiles of 128 rows: at most 128 (E + 1) + k T.
+  experts.tileRows = kTileRows * (s.experts + 1);
+  experts.gateUpScalars = gemmScalars(s, Product::GateUp);
+  experts.downScalars = gemmScalars(s, Product::Down);
+  return experts;
+}
+
+} // namespace kiln::nvptx

@@ -1,0 +1,161 @@
+#include "targets/nvptx/WgmmaPipeline.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+namespace kiln::nvptx::wgmma {
+
+using namespace mlir;
+
+void declareKernel(kernels::KernelScope &k, const std::string &smemName, int64_t threads) {
+  {
+    OpBuilder::InsertionGuard guard(k.b);
+    k.b.setInsertionPoint(k.func);
+    LLVM::GlobalOp::create(k.b, LLVM::LLVMArrayType::get(k.b.getI8Type(), 0),
+                           /*isConstant=*/false, LLVM::Linkage::External, smemName, Attribute(),
+                           /*alignment=*/1024, /*addrSpace=*/3);
+  }
+  k.func->setAttr("nvvm.maxntid", k.b.getDenseI32ArrayAttr({int32_t(threads), 1, 1}));
+  k.func->setAttr("nvvm.minctasm", k.b.getI32IntegerAttr(1));
+}
+
+// Address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29 (unused by
+// this layout, 1 by convention), stride byte offset >> 4 in 32-45, the
+// swizzle mode (1: 128 bytes) in 62-63.
+Value matrixDescriptor(ImplicitLocOpBuilder &b, Value addr32) {
+  Type i64 = b.getI64Type();
+  auto c64 = [&](uint64_t v) { return arith::ConstantIntOp::create(b, i64, int64_t(v)); };
+  Value addr = arith::ExtUIOp::create(b, i64, addr32);
+  Value start = arith::ShRUIOp::create(b, arith::AndIOp::create(b, addr, c64(0x3FFFF)), c64(4));
+  uint64_t fixed = (uint64_t(1) << 16) | (uint64_t(kAtomBytes >> 4) << 32) | (uint64_t(1) << 62);
+  return arith::OrIOp::create(b, start, c64(fixed));
+}
+
+Ring::Ring(kernels::KernelScope &k, const RingLayout &layout, const std::string &smemName)
+    : k(k), b(k.b), ring(layout), ptr3(LLVM::LLVMPointerType::get(b.getContext(), 3)),
+      acc(LLVM::LLVMStructType::getLiteral(b.getContext(),
+                                           SmallVector<Type>(layout.bRows / 2, b.getF32Type()))) {
+  smem = LLVM::AddressOfOp::create(b, ptr3, smemName);
+}
+
+Value Ring::at(Value byteOffset) {
+  Value offset = arith::IndexCastOp::create(b, b.getI32Type(), byteOffset);
+  return LLVM::GEPOp::create(b, ptr3, b.getI8Type(), smem, ValueRange{offset});
+}
+
+Value Ring::aTile(Value s) { return at(arith::MulIOp::create(b, s, k.index(ring.aBytes()))); }
+
+Value Ring::bTile(Value s) {
+  Value base = k.index(ring.stages * ring.aBytes());
+  return at(arith::AddIOp::create(b, base, arith::MulIOp::create(b, s, k.index(ring.bBytes()))));
+}
+
+Value Ring::barrier(int64_t which, Value s) {
+  Value base = k.index(ring.stages * ring.stageBytes() + which * ring.stages * 8);
+  return at(arith::AddIOp::create(b, base, arith::MulIOp::create(b, s, k.index(8))));
+}
+
+Value Ring::stageOf(Value step) { return arith::RemUIOp::create(b, step, k.index(ring.stages)); }
+
+Value Ring::parity(Value step) {
+  Value phase =
+      arith::RemUIOp::create(b, arith::DivUIOp::create(b, step, k.index(ring.stages)), k.index(2));
+  return arith::IndexCastOp::create(b, b.getI32Type(), phase);
+}
+
+void Ring::wait(Value barrierAddr, Value phase) {
+  NVVM::MBarrierTryWaitParityOp::create(b, b.getLoc(), barrierAddr, phase, k.i32(10000000));
+}
+
+Value Ring::shared32(Value ptr) { return LLVM::PtrToIntOp::create(b, b.getI32Type(), ptr); }
+
+void Ring::initBarriers(Value tid, int64_t fullArrivals, int64_t emptyArrivals) {
+  Value first = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, tid, k.index(0));
+  auto ifFirst = scf::IfOp::create(b, first, false);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&ifFirst.getThenRegion().front());
+    for (int64_t s = 0; s < ring.stages; ++s) {
+      NVVM::MBarrierInitOp::create(b, b.getLoc(), full(k.index(s)), k.i32(fullArrivals), Value());
+      NVVM::MBarrierInitOp::create(b, b.getLoc(), empty(k.index(s)), k.i32(emptyArrivals), Value());
+    }
+    NVVM::FenceMbarrierInitOp::create(b, b.getLoc());
+  }
+  NVVM::Barrier0Op::create(b, b.getLoc());
+}
+
+void Ring::waitFree(Value step, Value s) {
+  Value freed = arith::XOrIOp::create(b, parity(step), k.i32(1));
+  wait(empty(s), freed);
+}
+
+void Ring::acquireTensorMap(Value map) {
+  NVVM::FenceProxyAcquireOp::create(b, b.getLoc(), NVVM::MemScopeKind::GPU, map, k.i32(128),
+                                    NVVM::ProxyKind::GENERIC, NVVM::ProxyKind::TENSORMAP);
+}
+
+void Ring::copy(Value dst, Value map, Value kk, ArrayRef<Value> outer, Value fullAt) {
+  auto ptr7 =
+      LLVM::LLVMPointerType::get(b.getContext(), 7); // shared::cluster, as the copy names it
+  Value cluster = LLVM::AddrSpaceCastOp::create(b, ptr7, dst);
+  SmallVector<Value> coords = {kk};
+  for (Value index : outer)
+    coords.push_back(arith::IndexCastOp::create(b, b.getI32Type(), index));
+  NVVM::CpAsyncBulkTensorGlobalToSharedClusterOp::create(
+      b, b.getLoc(), cluster, map, coords, fullAt, ValueRange{}, Value(), Value(),
+      NVVM::TMALoadMode::TILE, false, nullptr, Value());
+}
+
+Value Ring::accumulate(Value consumer, int64_t kSteps, Value inGroup) {
+  MLIRContext *ctx = b.getContext();
+  Value zero = LLVM::ZeroOp::create(b, acc);
+  auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1), ValueRange{zero});
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value step = loop.getInductionVar();
+    Value s = stageOf(step);
+    wait(full(s), parity(step));
+    Value aRows = arith::AddIOp::create(
+        b, shared32(aTile(s)),
+        arith::IndexCastOp::create(
+            b, b.getI32Type(),
+            arith::MulIOp::create(b, consumer, k.index(kConsumerRows * kRowBytes))));
+    Value bRows = shared32(bTile(s));
+    NVVM::WgmmaFenceAlignedOp::create(b, b.getLoc());
+    Value sum = loop.getRegionIterArgs()[0];
+    for (int64_t kk = 0; kk < kTileK / kMmaK; ++kk) {
+      Value advance = k.i32(kk * kMmaK * 2); // bytes along the 128-byte row
+      Value descA = matrixDescriptor(b, arith::AddIOp::create(b, aRows, advance));
+      Value descB = matrixDescriptor(b, arith::AddIOp::create(b, bRows, advance));
+      sum = NVVM::WgmmaMmaAsyncOp::create(
+          b, b.getLoc(), acc, sum, descA, descB,
+          NVVM::MMAShapeAttr::get(ctx, kConsumerRows, ring.bRows, kMmaK), NVVM::WGMMATypes::bf16,
+          NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32, NVVM::WGMMAScaleOut::one,
+          NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row,
+          NVVM::MMALayout::col, nullptr);
+    }
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
+    // The step before this one has finished reading its stage: free it.
+    NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 1);
+    Value lane0 = arith::CmpIOp::create(
+        b, arith::CmpIPredicate::eq, arith::RemUIOp::create(b, inGroup, k.index(32)), k.index(0));
+    Value release = arith::AndIOp::create(
+        b, lane0, arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, step, k.index(0)));
+    auto ifRelease = scf::IfOp::create(b, release, false);
+    {
+      OpBuilder::InsertionGuard inner(b);
+      b.setInsertionPointToStart(&ifRelease.getThenRegion().front());
+      Value previous = arith::RemUIOp::create(
+          b, arith::AddIOp::create(b, step, k.index(ring.stages - 1)), k.index(ring.stages));
+      NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), empty(previous), Value(),
+                                     NVVM::MemScopeKind::CTA, false);
+    }
+    scf::YieldOp::create(b, sum);
+  }
+  NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 0);
+  return loop.getResult(0);
+}
+
+} // namespace kiln::nvptx::wgmma

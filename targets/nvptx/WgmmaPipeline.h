@@ -1,0 +1,99 @@
+// The pieces Hopper's warp-specialised wgmma kernels share (sm_90a), built
+// as typed IR: a ring of shared-memory stages, each an A tile (rows of the
+// activations) and a B tile (rows of the weights), both K-major, 64 bf16 of
+// k a row in the 128-byte swizzle; a full and an empty mbarrier a stage; and
+// the consumer warpgroup's loop that waits for a stage, runs wgmma m64nNk16
+// on it and frees the one before. WgmmaGemm (dense linears) and WgmmaExperts
+// (the MegaMoE expert GEMMs) differ in how their producers fill the stages
+// and in their epilogues, not in this contract.
+//
+// The shared-memory layout: the A tiles of every stage, the B tiles, then
+// the full barriers and the empty barriers (8 bytes each).
+#pragma once
+
+#include "targets/common/KernelBuilder.h"
+
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+
+#include <cstdint>
+#include <string>
+
+namespace kiln::nvptx::wgmma {
+
+constexpr int64_t kTileK = 64;                // k a stage: one swizzled row
+constexpr int64_t kRowBytes = kTileK * 2;     // 128
+constexpr int64_t kAtomBytes = 8 * kRowBytes; // the swizzle atom: the descriptors' stride
+constexpr int64_t kMmaK = 16;                 // k of one wgmma (bf16)
+constexpr int64_t kWarpgroup = 128;
+constexpr int64_t kConsumerRows = 64; // the M of one warpgroup's wgmma
+
+struct RingLayout {
+  int64_t stages, aRows, bRows;
+  int64_t aBytes() const { return aRows * kRowBytes; }
+  int64_t bBytes() const { return bRows * kRowBytes; }
+  int64_t stageBytes() const { return aBytes() + bBytes(); }
+  int64_t sharedBytes() const { return stages * stageBytes() + stages * 16; }
+};
+
+// Declares the kernel's dynamic shared memory `smemName` (an external array,
+// 1024-byte aligned for the swizzle atoms) and the register cap at entry
+// (`threads` a block, one block an SM) that setmaxnreg needs.
+void declareKernel(kernels::KernelScope &k, const std::string &smemName, int64_t threads);
+
+// The wgmma shared-memory matrix descriptor of a K-major, 128-byte-swizzled
+// tile at the 32-bit shared address `addr32`.
+mlir::Value matrixDescriptor(mlir::ImplicitLocOpBuilder &b, mlir::Value addr32);
+
+class Ring {
+public:
+  // Takes the dynamic shared memory's address where it is built.
+  Ring(kernels::KernelScope &k, const RingLayout &layout, const std::string &smemName);
+
+  const RingLayout &layout() const { return ring; }
+  // Stage s's A and B tiles and barriers (shared pointers).
+  mlir::Value aTile(mlir::Value s);
+  mlir::Value bTile(mlir::Value s);
+  mlir::Value full(mlir::Value s) { return barrier(0, s); }
+  mlir::Value empty(mlir::Value s) { return barrier(1, s); }
+  // The stage of k step `step`, and the parity its barriers are at.
+  mlir::Value stageOf(mlir::Value step);
+  mlir::Value parity(mlir::Value step);
+  void wait(mlir::Value barrierAddr, mlir::Value phase);
+  mlir::Value shared32(mlir::Value ptr);
+  // A byte offset into the shared memory, as a shared pointer.
+  mlir::Value at(mlir::Value byteOffset);
+
+  // Thread 0 initialises every stage's barriers (full: `fullArrivals`,
+  // empty: `emptyArrivals`); the block's barrier publishes them.
+  void initBarriers(mlir::Value tid, int64_t fullArrivals, int64_t emptyArrivals);
+  // The producer's wait for stage `s` of `step` to be free (the first pass
+  // finds every stage free).
+  void waitFree(mlir::Value step, mlir::Value s);
+  // One TMA copy of a box into shared `dst`, its bytes counted on `fullAt`:
+  // the box at k `kk` (i32), then the `outer` coordinates (indices),
+  // innermost first.
+  void copy(mlir::Value dst, mlir::Value map, mlir::Value kk, llvm::ArrayRef<mlir::Value> outer,
+            mlir::Value fullAt);
+  // Orders the host's writes of a tensor map before the copy engine reads it.
+  void acquireTensorMap(mlir::Value map);
+
+  // Consumer warpgroup `consumer`'s main loop over `kSteps` stages: wgmma
+  // m64 x bRows x k16 of the A tile's rows 64 consumer .. + 63 against
+  // the whole B tile, accumulating into f32 registers; each warp frees the
+  // stage before once its wgmma have read it. Returns the accumulators
+  // (an LLVM struct of bRows / 2 f32) after the last group completed.
+  mlir::Value accumulate(mlir::Value consumer, int64_t kSteps, mlir::Value inGroup);
+  mlir::LLVM::LLVMStructType accumulatorType() const { return acc; }
+
+private:
+  mlir::Value barrier(int64_t which, mlir::Value s);
+
+  kernels::KernelScope &k;
+  mlir::ImplicitLocOpBuilder &b;
+  RingLayout ring;
+  mlir::LLVM::LLVMPointerType ptr3;
+  mlir::LLVM::LLVMStructType acc;
+  mlir::Value smem;
+};
+
+} // namespace kiln::nvptx::wgmma
