@@ -27,7 +27,9 @@ constexpr int64_t kRowsThreads = 128; // the rows kernel's block
 // Registers a thread after setmaxnreg: a TMA producer needs few; one that
 // decodes NVFP4 keeps a step's raw weights in flight.
 constexpr uint32_t kTmaProducerRegs = 40, kTmaConsumerRegs = 232;
-constexpr uint32_t kDecodeProducerRegs = 96, kDecodeConsumerRegs = 208;
+constexpr uint32_t kDecodeProducerRegs = 88, kDecodeConsumerRegs = 208;
+static_assert(wgmma::registersFit(kTmaProducerRegs, kTmaConsumerRegs) &&
+              wgmma::registersFit(kDecodeProducerRegs, kDecodeConsumerRegs));
 
 enum class Product { GateUp, Down };
 

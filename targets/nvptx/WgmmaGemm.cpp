@@ -25,6 +25,7 @@ namespace {
 constexpr int64_t kRowBytes = wgmma::kRowBytes;
 // Registers a thread: the producer gives most of its share to the consumers.
 constexpr uint32_t kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(wgmma::registersFit(kProducerRegs, kConsumerRegs));
 constexpr int64_t kConsumerWarps = 8; // two warpgroups
 
 wgmma::RingLayout ringLayout(const T &tiling) {

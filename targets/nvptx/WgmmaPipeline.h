@@ -27,6 +27,15 @@ constexpr int64_t kMmaK = 16;                 // k of one wgmma (bf16)
 constexpr int64_t kWarpgroup = 128;
 constexpr int64_t kConsumerRows = 64; // the M of one warpgroup's wgmma
 
+// setmaxnreg moves registers between the warpgroups of a block that starts
+// with the launch's share (384 threads: 168 a thread, 65536 / 384 rounded
+// down to 8): an increase waits until decreases have freed enough, so the
+// producer's and the two consumers' counts must fit in what the three
+// started with, or the consumers wait forever.
+constexpr bool registersFit(uint32_t producer, uint32_t consumer) {
+  return producer % 8 == 0 && consumer % 8 == 0 && producer + 2 * consumer <= 3 * 168;
+}
+
 struct RingLayout {
   int64_t stages, aRows, bRows;
   int64_t aBytes() const { return aRows * kRowBytes; }
