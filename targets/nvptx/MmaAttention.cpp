@@ -29,8 +29,6 @@ using S = MmaAttentionShape;
 
 namespace {
 
-constexpr int64_t kWarps = S::kThreads / 32;
-
 class MmaAttentionBuilder {
 public:
   MmaAttentionBuilder(kernels::KernelScope &k, const S &shape, const std::string &smemName,
@@ -44,8 +42,18 @@ public:
     Value bid = gpu::BlockIdOp::create(b, gpu::Dimension::x);
     tokens = k.argIndex(6);
     past = k.argIndex(7);
-    Value head = arith::RemUIOp::create(b, bid, k.index(s.qHeads));
-    Value q0 = arith::MulIOp::create(b, arith::DivUIOp::create(b, bid, k.index(s.qHeads)),
+    // Block: (query tile, group of headsPerBlock heads); warp: a head of the
+    // group and 16 of the tile's rows.
+    const int64_t groups = s.qHeads / s.headsPerBlock();
+    Value lane = arith::RemUIOp::create(b, tid, k.index(32));
+    Value warpInBlock = arith::DivUIOp::create(b, tid, k.index(32));
+    Value head = arith::AddIOp::create(
+        b,
+        arith::MulIOp::create(b, arith::RemUIOp::create(b, bid, k.index(groups)),
+                              k.index(s.headsPerBlock())),
+        arith::DivUIOp::create(b, warpInBlock, k.index(4)));
+    Value warp = arith::RemUIOp::create(b, warpInBlock, k.index(4));
+    Value q0 = arith::MulIOp::create(b, arith::DivUIOp::create(b, bid, k.index(groups)),
                                      k.index(S::kQueries));
     auto live = scf::IfOp::create(
         b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, q0, tokens), false);
@@ -54,8 +62,6 @@ public:
     this->tid = tid;
     this->head = head;
     kvHead = arith::DivUIOp::create(b, head, k.index(s.qHeads / s.kvHeads));
-    Value lane = arith::RemUIOp::create(b, tid, k.index(32));
-    Value warp = arith::DivUIOp::create(b, tid, k.index(32));
     g = arith::DivUIOp::create(b, lane, k.index(4));
     t = arith::RemUIOp::create(b, lane, k.index(4));
     slots = memref::DimOp::create(b, k.arg(3), 0);
@@ -202,8 +208,8 @@ private:
   void loadTile(Value tileStart) {
     const int64_t quads = S::kKeys * s.headDim / 4;
     auto v4bf = VectorType::get({4}, b.getBF16Type());
-    for (int64_t i = 0; i < quads / S::kThreads; ++i) {
-      Value e = arith::AddIOp::create(b, tid, idx(i * S::kThreads));
+    for (int64_t i = 0; i < quads / s.threads(); ++i) {
+      Value e = arith::AddIOp::create(b, tid, idx(i * s.threads()));
       Value key = arith::DivUIOp::create(b, e, idx(s.headDim / 4));
       Value col =
           arith::MulIOp::create(b, arith::RemUIOp::create(b, e, idx(s.headDim / 4)), idx(4));
@@ -374,7 +380,7 @@ private:
 
 bool mmaAttentionFits(const S &shape) {
   return shape.headDim % 16 == 0 && shape.headDim <= 256 && shape.kvHeads > 0 &&
-         shape.qHeads % shape.kvHeads == 0 && (S::kKeys * shape.headDim / 4) % S::kThreads == 0;
+         shape.qHeads % shape.kvHeads == 0 && (S::kKeys * shape.headDim / 4) % shape.threads() == 0;
 }
 
 kernels::KernelSpec mmaAttention(const S &shape, bool dropLastTile) {
@@ -386,7 +392,8 @@ kernels::KernelSpec mmaAttention(const S &shape, bool dropLastTile) {
   tiling.set("kind", "mma-attention")
       .set("queries", S::kQueries)
       .set("keys", S::kKeys)
-      .set("block", S::kThreads);
+      .set("heads", shape.headsPerBlock())
+      .set("block", shape.threads());
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     Type q = MemRefType::get({dynamic, shape.qHeads, shape.headDim}, b.getF32Type());
@@ -404,7 +411,7 @@ kernels::KernelSpec mmaAttention(const S &shape, bool dropLastTile) {
                                  Attribute(), /*alignment=*/16, /*addrSpace=*/3);
         }
         scope.func->setAttr("nvvm.maxntid",
-                            scope.b.getDenseI32ArrayAttr({int32_t(S::kThreads), 1, 1}));
+                            scope.b.getDenseI32ArrayAttr({int32_t(shape.threads()), 1, 1}));
         MmaAttentionBuilder(scope, shape, smemName, dropLastTile).build();
       });
   spec.sharedBytes = shape.sharedBytes();
@@ -412,8 +419,9 @@ kernels::KernelSpec mmaAttention(const S &shape, bool dropLastTile) {
 }
 
 kernels::Work mmaAttentionWork(const S &shape, int64_t maxTokens) {
-  const int64_t blocks = (maxTokens + S::kQueries - 1) / S::kQueries * shape.qHeads;
-  return kernels::Work{blocks * S::kThreads, 0, S::kThreads};
+  const int64_t blocks =
+      (maxTokens + S::kQueries - 1) / S::kQueries * (shape.qHeads / shape.headsPerBlock());
+  return kernels::Work{blocks * shape.threads(), 0, shape.threads()};
 }
 
 } // namespace kiln::nvptx

@@ -1,5 +1,6 @@
 // Prefill attention on tensor cores, flash style: no score matrix in memory.
-// A block of four warps takes 64 queries of one query head; each warp holds
+// A block takes 64 queries of one or two query heads of the same KV head,
+// four warps a head; each warp holds
 // 16 of them (their bf16 query fragments, an f32 output accumulator of
 // 16 x head_dim and the running max and sum of each row). The block walks the
 // keys its queries may see (causal, and within the sliding window) 64 at a
@@ -8,8 +9,9 @@
 // K/V), each warp computes its 16 x 64 scores with mma.sync m16n8k16 (bf16
 // in, f32 accumulate), masks them, updates its online softmax in registers,
 // and multiplies the probabilities (as bf16 A fragments, straight from the
-// score accumulators) by the value tile into its output. Query heads of one
-// KV head read the same tiles (GQA) through the L2.
+// score accumulators) by the value tile into its output. The block's heads
+// share its tiles; the KV head's other query heads read them again through
+// the L2 (GQA).
 //
 // Arguments: q [T, Hq, D], k and v [T, Hkv, D] (this call's), the K and V
 // caches [slots, Hkv, D] (a ring of `window` slots on sliding layers), y [T,
@@ -25,9 +27,14 @@
 namespace kiln::nvptx {
 
 struct MmaAttentionShape {
-  static constexpr int64_t kQueries = 64, kKeys = 64, kThreads = 128;
+  static constexpr int64_t kQueries = 64, kKeys = 64, kHeadThreads = 128;
   int64_t qHeads = 0, kvHeads = 0, headDim = 0, window = 0;
   double scale = 1;
+  // Query heads of one KV head a block takes (four warps each), sharing each
+  // key and value tile it brings: two where the group divides by two (a
+  // thread's 255 registers allow 256 threads a block), else one.
+  int64_t headsPerBlock() const { return kvHeads > 0 && (qHeads / kvHeads) % 2 == 0 ? 2 : 1; }
+  int64_t threads() const { return kHeadThreads * headsPerBlock(); }
   // Shared memory: the key tile [64, D + 8] and the value tile transposed
   // [D, 64 + 8], bf16 (the padding spreads a warp's fragment reads over the
   // banks).
@@ -40,7 +47,7 @@ bool mmaAttentionFits(const MmaAttentionShape &shape);
 // `dropLastTile`: a kernel broken on purpose that skips each block's last key
 // tile, for the check that must catch it.
 kernels::KernelSpec mmaAttention(const MmaAttentionShape &shape, bool dropLastTile = false);
-// One block per (64 queries, query head) at up to `maxTokens` tokens.
+// One block per (64 queries, heads of the block) at up to `maxTokens` tokens.
 kernels::Work mmaAttentionWork(const MmaAttentionShape &shape, int64_t maxTokens);
 
 } // namespace kiln::nvptx
