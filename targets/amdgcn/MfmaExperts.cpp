@@ -240,8 +240,7 @@ func.func @@@name@@(%z: @@zt@@, @@lists@@, @@gargs@@, @@uargs@@, %h: @@ht@@, %pa
                                                                         {{"r", R}, {"ht", ht}});
                                                   },
                                                   str(s.maxItems()))}});
-  return kernels::KernelSpec{name, "kiln.megamoe",
-                             "{\"kind\": \"mfma-experts\", \"tile\": [128, 32, 8]}", body};
+  return kernels::textKernel(name, "kiln.megamoe", body);
 }
 
 kernels::KernelSpec mfmaExpertDown(const ExpertTileShape &s) {
@@ -291,8 +290,7 @@ func.func @@@name@@(%hin: @@ht@@, @@lists@@, @@dargs@@, %y: @@yt@@, %part: i64, 
                                                                         {{"r", R}, {"yt", yt}});
                                                   },
                                                   str(s.maxItems()))}});
-  return kernels::KernelSpec{name, "kiln.megamoe",
-                             "{\"kind\": \"mfma-experts\", \"tile\": [128, 32, 8]}", body};
+  return kernels::textKernel(name, "kiln.megamoe", body);
 }
 
 } // namespace kiln::amdgcn

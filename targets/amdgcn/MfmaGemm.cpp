@@ -120,8 +120,7 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@yt@@, %rows_i: i64, %part: i64
                                    {"m1", mfmaStep("%a1", "%a_hi", "%w_i", "%a")},
                                    {"m2", mfmaStep("%a2", "%a_lo", "%w_i", "%a1")},
                                    {"stores", stores}});
-  return kernels::KernelSpec{
-      name, "kiln.linear", "{\"kind\": \"mfma-gemm\", \"tile\": [32, 32, 8], \"block\": 64}", body};
+  return kernels::textKernel(name, "kiln.linear", body);
 }
 
 } // namespace kiln::amdgcn

@@ -159,10 +159,7 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
       %slot = arith.remui %pp, %slots : index)"},
                                    {"cached", cached},
                                    {"fresh", fresh}});
-  return KernelSpec{name, "kiln.attention",
-                    "{\"kind\": \"online-softmax\", \"lanes\": " + lanes +
-                        ", \"parallel\": \"kv_heads\", \"window\": " + std::to_string(window) + "}",
-                    body};
+  return textKernel(name, "kiln.attention", body);
 }
 
 } // namespace kiln::kernels

@@ -165,10 +165,7 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@yt@@, %rows_i: i64, %part: i64
                     {"chunk_body", chunkBody},
                     {"yields", ordered},
                     {"stores", stores}});
-  return KernelSpec{name, "kiln.linear",
-                    "{\"kind\": \"block-gemv-tokens\", \"rows_per_block\": " +
-                        str(blockGemvRows()) + ", \"tokens\": " + str(tokens) + "}",
-                    body};
+  return textKernel(name, "kiln.linear", body);
 }
 
 } // namespace kiln::kernels

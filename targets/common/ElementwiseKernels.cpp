@@ -16,17 +16,8 @@ std::string vec(int64_t width, const std::string &elem) {
   return "vector<" + lanesFor(width) + "x" + elem + ">";
 }
 
-KernelSpec make(const std::string &name, const std::string &op, const std::string &tiling,
-                const std::string &body) {
-  return KernelSpec{name, op, tiling, body};
-}
-
 std::string tilingAttr(int64_t width) {
   return "{kind = \"rows\", lanes = " + lanesFor(width) + " : i64}";
-}
-
-std::string tilingJson(int64_t width) {
-  return "{\"kind\": \"rows\", \"lanes\": " + lanesFor(width) + "}";
 }
 
 } // namespace
@@ -68,7 +59,7 @@ func.func @@@name@@(%x: memref<?x@@w@@xf32>, %y: memref<?x@@w@@xbf16>, %first: i
        {"vbf", vec(width, "bf16")},
        {"tiling", tilingAttr(width)},
        {"range", partRange("%rows", "r") + "    %one_r = arith.constant 1 : index\n"}});
-  return make(name, "kiln.cast_bf16", tilingJson(width), body);
+  return textKernel(name, "kiln.cast_bf16", body);
 }
 
 KernelSpec embed(int64_t vocab, int64_t hidden) {
@@ -102,7 +93,7 @@ func.func @@@name@@(%table: memref<@@v@@x@@h@@xbf16>, %ids: memref<?xi32>, %out:
                                    {"vbf", vec(hidden, "bf16")},
                                    {"tiling", tilingAttr(hidden)},
                                    {"range", partRange("%t_count", "t")}});
-  return make(name, "kiln.embed", tilingJson(hidden), body);
+  return textKernel(name, "kiln.embed", body);
 }
 
 // The body of one RMSNorm row: reads %src row %srow, writes %dst row %drow
@@ -195,7 +186,7 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@xt@@, %rows_i: i64, %part: i64
        {"loop", loop}});
   body = fillTemplate(body, {{"norm", normRow("%x", xt, "%y", xt, "%w", w, heads ? "%r, %hh" : "%r",
                                               floatLiteral(eps), width, "n")}});
-  return make(name, op, tilingJson(width), body);
+  return textKernel(name, op, body);
 }
 
 } // namespace
@@ -259,7 +250,7 @@ func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, 
                                                     floatLiteral(postEps), width, "p")},
                                    {"next", normRow("%new_res", row, "%normed", row, "%next", w,
                                                     "%r", floatLiteral(nextEps), width, "q")}});
-  return make(name, "kiln.norm_residual", tilingJson(width), body);
+  return textKernel(name, "kiln.norm_residual", body);
 }
 
 KernelSpec binary(const std::string &kind, int64_t width, bool rhsIsWeight, bool rhsIsVector) {
@@ -308,7 +299,7 @@ func.func @@@name@@(%lhs: @@row@@, %rhs: @@rt@@, %out: @@row@@, %rows_i: i64, %p
                                    {"load", load},
                                    {"extend", extend},
                                    {"op", kind == "mul" ? "mulf" : "addf"}});
-  return make(name, "kiln." + kind, tilingJson(width), body);
+  return textKernel(name, "kiln." + kind, body);
 }
 
 } // namespace kiln::kernels

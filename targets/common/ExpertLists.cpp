@@ -171,7 +171,7 @@ func.func @@@name@@(%idx: memref<?x@@k@@xi32>, @@lists@@, %rows_i: i64, %part: i
                         {"E2", str(s.experts + 2)},
                         {"TW", str(2 * s.maxTiles())},
                         {"MI", str(s.maxItems())}});
-  return KernelSpec{name, "kiln.megamoe", "{\"kind\": \"expert-lists\"}", text};
+  return textKernel(name, "kiln.megamoe", text);
 }
 
 } // namespace kiln::kernels

@@ -41,7 +41,7 @@ func.func @@@name@@(%idx: memref<?x@@K@@xi32>, %out: memref<?x@@K@@xi32>, %rows_
                                    {"K", std::to_string(k)},
                                    {"E", std::to_string(localCount)},
                                    {"range", partRange("%rows", "t")}});
-  return KernelSpec{name, "kiln.local_experts", "{\"kind\": \"rows\"}", body};
+  return textKernel(name, "kiln.local_experts", body);
 }
 
 KernelSpec sliceRows(int64_t width) {
@@ -69,7 +69,7 @@ func.func @@@name@@(%in: memref<?x@@W@@xf32>, %out: memref<?x@@W@@xf32>, %rows_i
 }
 )",
       {{"name", name}, {"W", std::to_string(width)}, {"range", partRange("%rows", "t")}});
-  return KernelSpec{name, "shard.all_slice", "{\"kind\": \"rows\"}", body};
+  return textKernel(name, "shard.all_slice", body);
 }
 
 } // namespace kiln::kernels

@@ -166,8 +166,7 @@ func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i
                                    {"Wf", floatLiteral(double(width))},
                                    {"inv", blockInverseRms("%x", row, "inv", 0, eps, threads)},
                                    {"out", scaleRow("%x", "%y", row, "%w", wt, "%inv_v")}});
-  return KernelSpec{name, "kiln.rms_norm",
-                    "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
+  return textKernel(name, "kiln.rms_norm", body);
 }
 
 KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps) {
@@ -218,8 +217,7 @@ func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, 
                     {"sum2", blockSum("hs", "t2", threads / 32, threads / 32, smemType(threads))},
                     {"inv2", inverseRms("t2", floatLiteral(nextEps), "inv2")},
                     {"out", scaleRow("%new_res", "%normed", row, "%next", wt, "%inv2_v")}});
-  return KernelSpec{name, "kiln.norm_residual",
-                    "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
+  return textKernel(name, "kiln.norm_residual", body);
 }
 
 KernelSpec embedThreads(int64_t vocab, int64_t hidden) {
@@ -247,7 +245,7 @@ func.func @@@name@@(%table: memref<@@v@@x@@h@@xbf16>, %ids: memref<?xi32>, %out:
 }
 )",
                    {{"name", name}, {"v", str(vocab)}, {"h", str(hidden)}, {"q", str(hidden / 4)}});
-  return KernelSpec{name, "kiln.embed", "{\"kind\": \"threads\", \"elements\": 4}", body};
+  return textKernel(name, "kiln.embed", body);
 }
 
 KernelSpec expertScalesBlock(int64_t k, int64_t latent, double eps) {
@@ -292,8 +290,7 @@ func.func @@@name@@(%y: @@yt@@, %w: memref<?x@@K@@xf32>, %scales: memref<?x@@K@@
                     {"ids", blockIds(name + "_smem", threads)},
                     {"sum", blockSum("sq", "ss", 0, threads / 32, smemType(threads))},
                     {"inv", inverseRms("ss", floatLiteral(eps), "inv")}});
-  return KernelSpec{name, "kiln.megamoe",
-                    "{\"kind\": \"block-row\", \"threads\": " + str(threads) + "}", body};
+  return textKernel(name, "kiln.megamoe", body);
 }
 
 bool routerWarpFits(int64_t experts) { return experts % 32 == 0 && experts <= 1024; }
@@ -452,8 +449,7 @@ func.func @@@name@@(%logits: @@lt@@, %weights: memref<?x@@K@@xf32>, %indices: me
                                    {"ix", ix},
                                    {"retire", retire},
                                    {"yields", yields}});
-  return KernelSpec{name, "kiln.router_topk", "{\"kind\": \"warp-rows\", \"parallel\": \"tokens\"}",
-                    body};
+  return textKernel(name, "kiln.router_topk", body);
 }
 
 KernelSpec expertCombineThreads(int64_t experts, int64_t k, int64_t latent) {
@@ -510,7 +506,7 @@ func.func @@@name@@(%y: @@yt@@, %idx: memref<?x@@K@@xi32>, %scales: memref<?x@@K
                                    {"K", str(k)},
                                    {"L", str(latent)},
                                    {"q", str(latent / 4)}});
-  return KernelSpec{name, "kiln.megamoe", "{\"kind\": \"threads\", \"elements\": 4}", body};
+  return textKernel(name, "kiln.megamoe", body);
 }
 
 } // namespace kiln::kernels

@@ -107,7 +107,7 @@ func.func @greedy_keys(%logits: memref<?xf32>, %keys: memref<?xi64>, %rows: i64,
 }
 )",
                                   {{"combine", combine}, {"v", v}, {"i", i}});
-  return KernelSpec{"greedy_keys", "kiln.greedy", "{\"kind\": \"greedy\"}", body};
+  return textKernel("greedy_keys", "kiln.greedy", body);
 }
 
 } // namespace kiln::kernels

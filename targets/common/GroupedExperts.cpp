@@ -140,11 +140,7 @@ func.func @@@name@@(%z: @@zt@@, @@lists@@, @@gargs@@, @@uargs@@, %h: @@ht@@, %pa
                                           outs, "", warp::Nvfp4Lanes::Grouped)},
                     {"sums", sums},
                     {"stores", stores}});
-  return KernelSpec{name, "kiln.megamoe",
-                    "{\"kind\": \"warp-gemv-grouped" + formatSuffix(s.nvfp4) +
-                        "\", \"parallel\": \"experts*intermediate\", \"items_per_pass\": " +
-                        str(kGroupedItems) + "}",
-                    body};
+  return textKernel(name, "kiln.megamoe", body);
 }
 
 KernelSpec expertDownGrouped(const ExpertTileShape &s) {
@@ -207,11 +203,7 @@ func.func @@@name@@(%h: @@ht@@, @@lists@@, @@dargs@@, %y: @@yt@@, %part: i64, %p
                                           s.intermediate, outs, "", warp::Nvfp4Lanes::Grouped)},
                     {"sums", sums},
                     {"stores", stores}});
-  return KernelSpec{
-      name, "kiln.megamoe",
-      "{\"kind\": \"warp-gemv-grouped" + formatSuffix(s.nvfp4) +
-          "\", \"parallel\": \"experts*latent\", \"items_per_pass\": " + str(kGroupedItems) + "}",
-      body};
+  return textKernel(name, "kiln.megamoe", body);
 }
 
 } // namespace

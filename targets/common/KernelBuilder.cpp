@@ -39,15 +39,34 @@ DictionaryAttr Tiling::attr(Builder &b) const {
   return b.getDictionaryAttr(named);
 }
 
-std::string Tiling::json() const {
-  auto sorted = fields;
-  std::stable_sort(sorted.begin(), sorted.end(),
-                   [](const auto &x, const auto &y) { return x.first < y.first; });
+namespace {
+
+void appendJson(std::string &text, Attribute value) {
+  if (auto i = llvm::dyn_cast<IntegerAttr>(value)) {
+    text += std::to_string(i.getInt());
+  } else if (auto str = llvm::dyn_cast<StringAttr>(value)) {
+    text += "\"" + str.getValue().str() + "\"";
+  } else if (auto array = llvm::dyn_cast<ArrayAttr>(value)) {
+    text += "[";
+    for (auto [n, element] : llvm::enumerate(array))
+      appendJson(text += n ? ", " : "", element);
+    text += "]";
+  } else {
+    std::string printed;
+    llvm::raw_string_ostream os(printed);
+    value.print(os);
+    llvm::report_fatal_error(llvm::Twine("kiln.tiling holds ") + printed +
+                             ", which the artifact's JSON does not take");
+  }
+}
+
+} // namespace
+
+std::string tilingJson(DictionaryAttr tiling) {
   std::string text = "{";
-  for (const auto &[key, value] : sorted) {
-    text += (text.size() > 1 ? ", \"" : "\"") + key + "\": ";
-    text += std::holds_alternative<int64_t>(value) ? std::to_string(std::get<int64_t>(value))
-                                                   : "\"" + std::get<std::string>(value) + "\"";
+  for (auto [n, entry] : llvm::enumerate(tiling)) {
+    text += (n ? ", \"" : "\"") + entry.getName().str() + "\": ";
+    appendJson(text, entry.getValue());
   }
   return text + "}";
 }
@@ -93,7 +112,7 @@ KernelSpec buildKernel(const std::string &name, const std::string &op, const Til
     inner.print(os);
     os << "\n";
   }
-  return KernelSpec{name, op, tiling.json(), text};
+  return KernelSpec{name, op, tilingJson(fn->getAttrOfType<DictionaryAttr>("kiln.tiling")), text};
 }
 
 Value xorShuffleReduce(ImplicitLocOpBuilder &b, Value value, ArrayRef<int32_t> offsets,

@@ -28,18 +28,23 @@
 namespace kiln::kernels {
 
 // A kernel's tiling: named integers and words, in any order. attr() is the
-// kiln.tiling dictionary (sorted by name, as MLIR keeps it) and json() the
-// same fields in the same order.
+// kiln.tiling dictionary (sorted by name, as MLIR keeps it); the artifact's
+// JSON is read from it (tilingJson).
 class Tiling {
 public:
   Tiling &set(const std::string &key, int64_t value);
   Tiling &set(const std::string &key, const std::string &value);
   mlir::DictionaryAttr attr(mlir::Builder &b) const;
-  std::string json() const;
 
 private:
   std::vector<std::pair<std::string, std::variant<int64_t, std::string>>> fields;
 };
+
+// A kiln.tiling dictionary as the artifact's JSON, in the dictionary's
+// order: {"kind": "wgmma-gemm", "stages": 4, "tile": [128, 128, 32]}.
+// Integers, strings and arrays of them; anything else is a generator bug
+// and aborts.
+std::string tilingJson(mlir::DictionaryAttr tiling);
 
 // What a kernel body builds with: the builder (inside the function's entry
 // block), the function, and a few conveniences.

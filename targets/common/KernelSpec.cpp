@@ -1,9 +1,40 @@
 #include "targets/common/KernelSpec.h"
 
+#include "targets/common/KernelBuilder.h"
+
+#include "mlir/AsmParser/AsmParser.h"
+#include "mlir/IR/BuiltinAttributes.h"
+#include "mlir/IR/MLIRContext.h"
+
 #include <cstdio>
 #include <cstdlib>
 
 namespace kiln::kernels {
+
+namespace {
+
+[[noreturn]] void generatorBug(const std::string &name, const char *what) {
+  std::fprintf(stderr, "kiln: kernel '%s': %s\n", name.c_str(), what);
+  std::abort();
+}
+
+} // namespace
+
+KernelSpec textKernel(std::string name, std::string op, std::string mlir) {
+  // The dictionary after "kiln.tiling = ": its braces do not nest.
+  const std::string key = "kiln.tiling = ";
+  size_t at = mlir.find(key);
+  size_t end = at == std::string::npos ? at : mlir.find('}', at);
+  if (end == std::string::npos)
+    generatorBug(name, "its text has no kiln.tiling attribute");
+  mlir::MLIRContext context(mlir::MLIRContext::Threading::DISABLED);
+  auto tiling = llvm::dyn_cast_or_null<mlir::DictionaryAttr>(
+      mlir::parseAttribute(mlir.substr(at + key.size(), end + 1 - at - key.size()), &context));
+  if (!tiling)
+    generatorBug(name, "its kiln.tiling is not a dictionary");
+  std::string json = tilingJson(tiling);
+  return KernelSpec{std::move(name), std::move(op), std::move(json), std::move(mlir)};
+}
 
 std::string fillTemplate(const std::string &text,
                          const std::map<std::string, std::string> &values) {

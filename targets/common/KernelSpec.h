@@ -17,6 +17,12 @@ struct KernelSpec {
   int64_t sharedBytes = 0; // dynamic shared memory a GPU kernel needs at launch
 };
 
+// A kernel written as MLIR text: its tiling JSON is read from the
+// function's kiln.tiling attribute, the one place the text states it (a
+// text without one, or one that does not parse, is a generator bug and
+// aborts).
+KernelSpec textKernel(std::string name, std::string op, std::string mlir);
+
 // Fills `@@key@@` placeholders of an MLIR template (MLIR itself uses braces). Every placeholder
 // must have a value; a missing one is a generator bug and aborts.
 std::string fillTemplate(const std::string &text, const std::map<std::string, std::string> &values);

@@ -70,8 +70,7 @@ func.func @@@name@@(%logits: memref<?x@@E@@xf32>, %weights: memref<?x@@K@@xf32>,
                                    {"E", std::to_string(experts)},
                                    {"K", std::to_string(k)},
                                    {"range", partRange("%rows", "t")}});
-  return KernelSpec{name, "kiln.router_topk", "{\"kind\": \"rows\", \"parallel\": \"tokens\"}",
-                    body};
+  return textKernel(name, "kiln.router_topk", body);
 }
 
 KernelSpec megaMoE(int64_t experts, int64_t k, int64_t intermediate, int64_t latent, double eps,
@@ -279,10 +278,7 @@ func.func @@@name@@(%z: memref<?x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %w: memr
                   {"up", upDot},
                   {"down", downDot},
                   {"res", result}});
-  return KernelSpec{name, "kiln.megamoe",
-                    std::string("{\"kind\": \"") + (nvfp4 ? "w4a16-nvfp4" : "vector-bf16") +
-                        "\", \"parallel\": \"tokens\"}",
-                    body};
+  return textKernel(name, "kiln.megamoe", body);
 }
 
 } // namespace kiln::kernels

@@ -164,7 +164,7 @@ func.func @synth_bf16(%out: memref<?xi16>, %key: i64, %rows: i64, %cols: i64, %f
                                   {{"consts", synthesisConstants()},
                                    {"index", pieceIndex("at", "%r", "%c")},
                                    {"sample", sample("v", "%at")}});
-  return KernelSpec{"synth_bf16", "kiln.synthesize", "{\"kind\": \"synthesis\"}", body};
+  return textKernel("synth_bf16", "kiln.synthesize", body);
 }
 
 KernelSpec synthesizeNvfp4Amax() {
@@ -190,7 +190,7 @@ func.func @synth_nvfp4_amax(%amax: memref<1xi32>, %key: i64, %count: i64, %mean_
 }
 )",
                    {{"consts", synthesisConstants()}, {"sample", sample("v", "%i")}});
-  return KernelSpec{"synth_nvfp4_amax", "kiln.synthesize", "{\"kind\": \"synthesis\"}", body};
+  return textKernel("synth_nvfp4_amax", "kiln.synthesize", body);
 }
 
 KernelSpec synthesizeNvfp4Quant() {
@@ -377,7 +377,7 @@ func.func @synth_nvfp4_quant(%codes: memref<?xi8>, %scales: memref<?xi8>, %globa
 }
 )",
       {{"consts", synthesisConstants()}, {"values", values}, {"codes", codes}, {"packs", packs}});
-  return KernelSpec{"synth_nvfp4_quant", "kiln.synthesize", "{\"kind\": \"synthesis\"}", body};
+  return textKernel("synth_nvfp4_quant", "kiln.synthesize", body);
 }
 
 } // namespace kiln::kernels

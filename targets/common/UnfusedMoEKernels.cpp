@@ -78,8 +78,7 @@ func.func @@@name@@(%z: memref<?x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %gate: m
 }
 )",
       {{"name", name}, {"E", E}, {"K", K}, {"I", I}, {"L", L}, {"range", partRange("%rows", "t")}});
-  return KernelSpec{name, "kiln.expert_swiglu", "{\"kind\": \"scalar\", \"parallel\": \"tokens\"}",
-                    body};
+  return textKernel(name, "kiln.expert_swiglu", body);
 }
 
 KernelSpec expertNorm(int64_t experts, int64_t k, int64_t latent, double eps) {
@@ -142,8 +141,7 @@ func.func @@@name@@(%y: memref<?x@@K@@x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %w
                                    {"Lf", floatLiteral(double(latent))},
                                    {"eps", floatLiteral(eps)},
                                    {"range", partRange("%rows", "t")}});
-  return KernelSpec{name, "kiln.expert_norm", "{\"kind\": \"scalar\", \"parallel\": \"tokens\"}",
-                    body};
+  return textKernel(name, "kiln.expert_norm", body);
 }
 
 KernelSpec combine(int64_t k, int64_t latent) {
@@ -177,7 +175,7 @@ func.func @@@name@@(%y: memref<?x@@K@@x@@L@@xf32>, %w: memref<?x@@K@@xf32>, %out
 }
 )",
                    {{"name", name}, {"K", K}, {"L", L}, {"range", partRange("%rows", "t")}});
-  return KernelSpec{name, "kiln.combine", "{\"kind\": \"scalar\", \"parallel\": \"tokens\"}", body};
+  return textKernel(name, "kiln.combine", body);
 }
 
 KernelSpec nvfp4Dequant(int64_t matrices, int64_t rows, int64_t cols) {
@@ -242,8 +240,7 @@ func.func @@@name@@(%packed: memref<@@E@@x@@O@@x@@IH@@xi8>, %scales: memref<@@E@
                                           {"IS", std::to_string(cols / 16)},
                                           {"ALL", std::to_string(matrices * rows)},
                                           {"range", partRange("%all_rows", "r")}});
-  return KernelSpec{name, "kiln.nvfp4_dequant", "{\"kind\": \"scalar\", \"parallel\": \"rows\"}",
-                    body};
+  return textKernel(name, "kiln.nvfp4_dequant", body);
 }
 
 } // namespace kiln::kernels

@@ -48,8 +48,7 @@ func.func @@@name@@(%x: memref<?x@@k@@xf32>, %w: memref<@@n@@x@@k@@xbf16>, %y: m
                                    {"vf", vf},
                                    {"vbf", vbf},
                                    {"range", partRange("%ndim", "o")}});
-  return KernelSpec{name, "kiln.linear",
-                    "{\"kind\": \"vector\", \"lanes\": " + lanes + ", \"parallel\": \"n\"}", body};
+  return textKernel(name, "kiln.linear", body);
 }
 
 } // namespace kiln::kernels

@@ -247,12 +247,7 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
                                    {"steps", steps},
                                    {"yields", yields},
                                    {"merges", merges}});
-  return KernelSpec{
-      name, "kiln.attention",
-      "{\"kind\": \"warp-split-kv\", \"parallel\": \"tokens*heads*splits\", \"splits\": " +
-          str(splits) + ", \"window\": " + str(window) + ", \"heads_per_warp\": " + str(perWarp) +
-          "}",
-      body};
+  return textKernel(name, "kiln.attention", body);
 }
 
 KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits) {
@@ -347,8 +342,7 @@ func.func @@@name@@(%in: @@pt@@, %out: @@ot@@, %tokens: i64, %part: i64, %parts:
                                    {"total", total},
                                    {"accs", accs},
                                    {"acc", acc}});
-  return KernelSpec{name, "kiln.attention",
-                    "{\"kind\": \"warp-rows\", \"parallel\": \"tokens*heads\"}", body};
+  return textKernel(name, "kiln.attention", body);
 }
 
 KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim, int64_t sequences) {
@@ -400,8 +394,7 @@ func.func @@@name@@(%k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@@@positi
                     {"ids", warp::warpIds()},
                     {"H", str(kvHeads)},
                     {"D", str(headDim)}});
-  return KernelSpec{name, "kiln.attention",
-                    "{\"kind\": \"warp-rows\", \"parallel\": \"tokens*kv_heads\"}", body};
+  return textKernel(name, "kiln.attention", body);
 }
 
 } // namespace kiln::kernels

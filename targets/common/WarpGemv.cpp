@@ -79,7 +79,7 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %first_i: i
        {"ids", warp::warpIds()},
        {"dot", warp::rowsDot({{"%w", wt, "%o", "", "", ""}}, false, "%x", xt, "%xr", k, {"y_dot"})},
        {"sum", warp::warpSum("y_dot", "y_sum")}});
-  return KernelSpec{name, "kiln.linear", "{\"kind\": \"warp-gemv\", \"parallel\": \"n\"}", body};
+  return textKernel(name, "kiln.linear", body);
 }
 
 KernelSpec linearWarpTokens(int64_t n, int64_t k, int64_t tokens) {
@@ -139,10 +139,7 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %rows_i: i6
                                    {"rowIdx", rowIdx},
                                    {"dot", warp::rowsDot(rows, false, "%x", xt, "%xr0", k, outs)},
                                    {"stores", stores}});
-  return KernelSpec{
-      name, "kiln.linear",
-      "{\"kind\": \"warp-gemv-tokens\", \"parallel\": \"n\", \"tokens\": " + str(tokens) + "}",
-      body};
+  return textKernel(name, "kiln.linear", body);
 }
 
 bool splitGemvFits(int64_t n, int64_t k) { return n < 4096 && k % 1024 == 0; }
@@ -206,8 +203,7 @@ func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %first_i: i
                     {"dot", warp::rowsDot({{"%w", wt, "%o", "", "", ""}}, false, "%x", xt, "%xr",
                                           k / 4, {"q_dot"}, "%col")},
                     {"sum", warp::warpSum("q_dot", "part_sum")}});
-  return KernelSpec{name, "kiln.linear",
-                    "{\"kind\": \"split-k-gemv\", \"splits\": 4, \"parallel\": \"n\"}", body};
+  return textKernel(name, "kiln.linear", body);
 }
 
 KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
@@ -269,11 +265,7 @@ func.func @@@name@@(%z: @@zt@@, %idx: memref<?x@@K@@xi32>, @@gargs@@, @@uargs@@,
        {"s3", warp::warpSum("ud1", "u1")},
        {"swiglu",
         warp::swiGluStore("%h", "memref<?x" + str(k) + "x" + str(intermediate) + "xf32>")}});
-  return KernelSpec{
-      name, "kiln.megamoe",
-      "{\"kind\": \"warp-gemv" + formatSuffix(nvfp4) +
-          "\", \"parallel\": \"tokens*experts_per_token*intermediate\", \"rows_per_warp\": 2}",
-      body};
+  return textKernel(name, "kiln.megamoe", body);
 }
 
 KernelSpec expertDownWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
@@ -331,11 +323,7 @@ func.func @@@name@@(%h: @@ht@@, %idx: memref<?x@@K@@xi32>, @@dargs@@,
                     {"s2", warp::warpSum("yd2", "y2")},
                     {"s3", warp::warpSum("yd3", "y3")},
                     {"stores", stores}});
-  return KernelSpec{
-      name, "kiln.megamoe",
-      "{\"kind\": \"warp-gemv" + formatSuffix(nvfp4) +
-          "\", \"parallel\": \"tokens*experts_per_token*latent\", \"rows_per_warp\": 4}",
-      body};
+  return textKernel(name, "kiln.megamoe", body);
 }
 
 } // namespace kiln::kernels

@@ -264,9 +264,7 @@ kernels::KernelSpec mmaExpertGateUp(const MmaExpertsShape &s) {
     return text;
   });
   kernel.epilogue = epilogue;
-  return kernels::KernelSpec{kernel.name, "kiln.megamoe",
-                             "{\"kind\": \"mma-expert-gateup\", \"tile\": [128, 128, 32]}",
-                             mmaTileKernelText(kernel)};
+  return kernels::textKernel(kernel.name, "kiln.megamoe", mmaTileKernelText(kernel));
 }
 
 kernels::KernelSpec mmaExpertDown(const MmaExpertsShape &s) {
@@ -317,9 +315,7 @@ kernels::KernelSpec mmaExpertDown(const MmaExpertsShape &s) {
     return text;
   });
   kernel.epilogue = epilogue;
-  return kernels::KernelSpec{kernel.name, "kiln.megamoe",
-                             "{\"kind\": \"mma-expert-down\", \"tile\": [128, 128, 32]}",
-                             mmaTileKernelText(kernel)};
+  return kernels::textKernel(kernel.name, "kiln.megamoe", mmaTileKernelText(kernel));
 }
 
 } // namespace kiln::nvptx

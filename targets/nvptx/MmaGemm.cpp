@@ -151,11 +151,7 @@ kernels::KernelSpec mmaGemm(int64_t n, int64_t k, int64_t splits) {
                                   {"yt", yt}});
       }
   kernel.epilogue = epilogue;
-  return kernels::KernelSpec{kernel.name, "kiln.linear",
-                             "{\"kind\": \"mma-gemm\", \"tile\": [128, 128, 32]" +
-                                 (splits > 1 ? ", \"splits\": " + str(splits) : std::string()) +
-                                 "}",
-                             mmaTileKernelText(kernel)};
+  return kernels::textKernel(kernel.name, "kiln.linear", mmaTileKernelText(kernel));
 }
 
 kernels::KernelSpec mmaGemmSum(int64_t n, int64_t splits) {
@@ -195,8 +191,7 @@ func.func @@@name@@(%partial: @@pt@@, %y: memref<?x@@n@@xf32>, %rows_i: i64, %pa
                                    {"S", str(splits)},
                                    {"sums", sums},
                                    {"value", value}});
-  return kernels::KernelSpec{name, "kiln.linear",
-                             "{\"kind\": \"split-k-sum\", \"splits\": " + str(splits) + "}", body};
+  return kernels::textKernel(name, "kiln.linear", body);
 }
 
 kernels::Work mmaGemmSumWork(int64_t n) { return kernels::Work{0, (n + 127) / 128 * 128}; }

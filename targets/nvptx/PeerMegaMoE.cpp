@@ -432,10 +432,7 @@ func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs
                                    {"flag", asmStore64("%fa", "%stamp", "relaxed.sys")},
                                    {"wait", spinUntil("%flag", "%fa", "%stamp", "sys")},
                                    {"loadRows", loadVolatile4("%rv", "%pa")}});
-  return kernels::KernelSpec{name, "kiln.megamoe",
-                             "{\"kind\": \"persistent\", \"exchange\": \"peer\", \"members\": " +
-                                 str(s.members) + ", \"site_bytes\": " + str(layout.bytes) + "}",
-                             body};
+  return kernels::textKernel(name, "kiln.megamoe", body);
 }
 
 } // namespace kiln::nvptx

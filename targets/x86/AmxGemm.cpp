@@ -61,10 +61,7 @@ func.func @@@name@@(%a: memref<?x@@k@@xbf16>, %b: memref<?x32xbf16>, %c: memref<
                                    {"kb", std::to_string(k / 32)},
                                    {"nt", std::to_string(n / 16)},
                                    {"range", partRange("%ntiles", "n")}});
-  return KernelSpec{name, "kiln.linear",
-                    "{\"kind\": \"amx\", \"tile_m\": 16, \"tile_n\": 16, \"tile_k\": 32, "
-                    "\"block_m\": 1, \"block_n\": 1, \"order\": \"n-m-k\", \"parallel\": \"n\"}",
-                    body};
+  return kernels::textKernel(name, "kiln.linear", body);
 }
 
 // Pairs of 16-column tiles, and pairs of 16-row tiles while the rows allow:
@@ -158,10 +155,7 @@ func.func @@@name@@(%a: memref<?x@@k@@xbf16>, %b: memref<?x32xbf16>, %c: memref<
                                    {"kb", std::to_string(k / 32)},
                                    {"np", std::to_string(n / 32)},
                                    {"range", partRange("%npairs", "n")}});
-  return KernelSpec{name, "kiln.linear",
-                    "{\"kind\": \"amx\", \"tile_m\": 16, \"tile_n\": 16, \"tile_k\": 32, "
-                    "\"block_m\": 2, \"block_n\": 2, \"order\": \"n-m-k\", \"parallel\": \"n\"}",
-                    body};
+  return kernels::textKernel(name, "kiln.linear", body);
 }
 
 } // namespace kiln::x86
