@@ -3,9 +3,9 @@
 // registers hold rows g and g + 8 at columns 2t, 2t + 1 and 2t + 8, 2t + 9;
 // its B registers column g at rows 2t, 2t + 1 and 2t + 8, 2t + 9; its C
 // values rows g (c0, c1) and g + 8 (c2, c3) at columns 2t, 2t + 1. So a
-// score tile's accumulators are the next product's A fragments as they are,
-// and both B operands are pairs of neighbours in a shared-memory row: keys
-// row-major (the score's B is K^T), values transposed.
+// score tile's accumulators are the next product's A fragments as they are;
+// the scores' B (K^T) is pairs of neighbours in a row of the row-major key
+// tile, and P V's B comes from the row-major value tile by ldmatrix.trans.
 #include "targets/nvptx/MmaAttention.h"
 
 #include "targets/common/KernelBuilder.h"
@@ -220,14 +220,23 @@ private:
       Value keyAt =
           arith::AddIOp::create(b, arith::MulIOp::create(b, key, idx(s.keyStride())), col);
       LLVM::StoreOp::create(b, kq, sharedAt(0, keyAt), /*alignment=*/8);
-      for (int64_t d = 0; d < 4; ++d) {
-        Value dim = arith::AddIOp::create(b, col, idx(d));
-        Value at =
-            arith::AddIOp::create(b, arith::MulIOp::create(b, dim, idx(s.valueStride())), key);
-        Value one = vector::ExtractOp::create(b, vq, ArrayRef<int64_t>{d});
-        LLVM::StoreOp::create(b, one, sharedAt(valuesBase(), at), /*alignment=*/2);
-      }
+      LLVM::StoreOp::create(b, vq, sharedAt(valuesBase(), keyAt), /*alignment=*/8);
     }
+  }
+
+  // The P V product's B fragments for keys 16 kk .. + 15 and dims 8 jd ..
+  // + 7: ldmatrix.x2.trans over the row-major value tile (lanes 0-15 name
+  // the keys' rows) hands each thread V[2t, 2t + 1][g] and V[8 + 2t, ..][g].
+  SmallVector<Value> valueFragments(int64_t kk, int64_t jd) {
+    Value lane = arith::RemUIOp::create(b, tid, idx(32));
+    Value key = arith::AddIOp::create(b, arith::RemUIOp::create(b, lane, idx(16)), idx(16 * kk));
+    Value at =
+        arith::AddIOp::create(b, arith::MulIOp::create(b, key, idx(s.keyStride())), idx(8 * jd));
+    auto pairs = LLVM::LLVMStructType::getLiteral(ctx, {i32, i32});
+    Value both = NVVM::LdMatrixOp::create(
+        b, pairs, sharedAt(valuesBase(), at), 2, NVVM::MMALayout::col,
+        NVVM::LdStMatrixShapeAttr::get(ctx, 8, 8), NVVM::LdStMatrixEltType::B16);
+    return {element(both, 0), element(both, 1)};
   }
 
   Value sharedPair(int64_t baseBytes, Value elements) {
@@ -321,16 +330,8 @@ private:
       const int64_t lo = 4 * (2 * kk), hi = 4 * (2 * kk + 1);
       SmallVector<Value> a = {packBf16(p[lo], p[lo + 1]), packBf16(p[lo + 2], p[lo + 3]),
                               packBf16(p[hi], p[hi + 1]), packBf16(p[hi + 2], p[hi + 3])};
-      Value keyCol = arith::AddIOp::create(b, col2t, idx(16 * kk));
       for (int64_t jd = 0; jd < s.headDim / 8; ++jd) {
-        Value at =
-            arith::AddIOp::create(b,
-                                  arith::MulIOp::create(b, arith::AddIOp::create(b, g, idx(8 * jd)),
-                                                        idx(s.valueStride())),
-                                  keyCol);
-        SmallVector<Value> bFrag = {sharedPair(valuesBase(), at),
-                                    sharedPair(valuesBase(), arith::AddIOp::create(b, at, idx(8)))};
-        Value sum = mma(a, bFrag, ArrayRef<Value>(out).slice(4 * jd, 4));
+        Value sum = mma(a, valueFragments(kk, jd), ArrayRef<Value>(out).slice(4 * jd, 4));
         for (int64_t e = 0; e < 4; ++e)
           out[4 * jd + e] = element(sum, e);
       }

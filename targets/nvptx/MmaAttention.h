@@ -35,12 +35,11 @@ struct MmaAttentionShape {
   // thread's 255 registers allow 256 threads a block), else one.
   int64_t headsPerBlock() const { return kvHeads > 0 && (qHeads / kvHeads) % 2 == 0 ? 2 : 1; }
   int64_t threads() const { return kHeadThreads * headsPerBlock(); }
-  // Shared memory: the key tile [64, D + 8] and the value tile transposed
-  // [D, 64 + 8], bf16 (the padding spreads a warp's fragment reads over the
+  // Shared memory: the key tile and the value tile, each [64, D + 8] bf16
+  // (the padding spreads a warp's fragment reads and ldmatrix rows over the
   // banks).
   int64_t keyStride() const { return headDim + 8; }
-  int64_t valueStride() const { return kKeys + 8; }
-  int64_t sharedBytes() const { return (kKeys * keyStride() + headDim * valueStride()) * 2; }
+  int64_t sharedBytes() const { return 2 * kKeys * keyStride() * 2; }
 };
 
 bool mmaAttentionFits(const MmaAttentionShape &shape);
