@@ -3,73 +3,85 @@
 // scalar): expert parallelism's renumbering of a token's selected experts to
 // this rank's block (kiln.local_experts, and the first step of a kiln.megamoe
 // that spans ranks), and sequence parallelism's rows of the whole sequence.
+// Built as typed IR (KernelBuilder.h): a launch part's rows, then each row.
 #include "targets/common/Generators.h"
-#include "targets/common/KernelSpec.h"
+#include "targets/common/KernelBuilder.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 
 namespace kiln::kernels {
 
+using namespace mlir;
+
+namespace {
+
+// Arguments: in, out, rows (i64), member (i64); then part, parts.
+std::vector<Type> rowKernelArgs(Builder &b, Type elem, int64_t width) {
+  Type rows = MemRefType::get({ShapedType::kDynamic, width}, elem);
+  return {rows, rows, b.getI64Type(), b.getI64Type()};
+}
+
+// The loop over this launch part's rows [begin, end) of `rows`; the builder
+// is left inside it, at the row.
+Value forEachRowOfPart(KernelScope &k, Value rows) {
+  auto [begin, end] = partRange(k.b, rows, k.argIndex(4), k.argIndex(5));
+  auto loop = scf::ForOp::create(k.b, begin, end, k.index(1));
+  k.b.setInsertionPointToStart(loop.getBody());
+  return loop.getInductionVar();
+}
+
+} // namespace
+
 KernelSpec localExperts(int64_t k, int64_t localCount) {
   std::string name = "local_experts_top" + std::to_string(k) + "_of" + std::to_string(localCount);
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%idx: memref<?x@@K@@xi32>, %out: memref<?x@@K@@xi32>, %rows_i: i64,
-                    %member: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "rows"}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %k = arith.constant @@K@@ : index
-  %block = arith.constant @@E@@ : i32
-  %none = arith.constant -1 : i32
-  %rows = arith.index_cast %rows_i : i64 to index
-  %member_i = arith.trunci %member : i64 to i32
-  %first = arith.muli %member_i, %block : i32
-  @@range@@
-  scf.for %t = %tbegin to %tend step %c1 {
-    scf.for %j = %c0 to %k step %c1 {
-      %e = memref.load %idx[%t, %j] : memref<?x@@K@@xi32>
-      %local = arith.subi %e, %first : i32
-      %low = arith.cmpi sge, %e, %first : i32
-      %high = arith.cmpi slt, %local, %block : i32
-      %inside = arith.andi %low, %high : i1
-      %v = arith.select %inside, %local, %none : i32
-      memref.store %v, %out[%t, %j] : memref<?x@@K@@xi32>
-    }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"K", std::to_string(k)},
-                                   {"E", std::to_string(localCount)},
-                                   {"range", partRange("%rows", "t")}});
-  return textKernel(name, "kiln.local_experts", body);
+  Tiling tiling;
+  tiling.set("kind", "rows");
+  return buildKernel(
+      name, "kiln.local_experts", tiling,
+      [&](Builder &b) { return rowKernelArgs(b, b.getI32Type(), k); },
+      [&](KernelScope &s) {
+        ImplicitLocOpBuilder &b = s.b;
+        Value c0 = s.index(0), c1 = s.index(1), choices = s.index(k);
+        Value block = s.i32(localCount), none = s.i32(-1);
+        Value rows = s.argIndex(2);
+        Value first =
+            arith::MulIOp::create(b, arith::TruncIOp::create(b, b.getI32Type(), s.arg(3)), block);
+        Value t = forEachRowOfPart(s, rows);
+        auto choice = scf::ForOp::create(b, c0, choices, c1);
+        b.setInsertionPointToStart(choice.getBody());
+        Value j = choice.getInductionVar();
+        Value e = memref::LoadOp::create(b, s.arg(0), ValueRange{t, j});
+        Value local = arith::SubIOp::create(b, e, first);
+        Value low = arith::CmpIOp::create(b, arith::CmpIPredicate::sge, e, first);
+        Value high = arith::CmpIOp::create(b, arith::CmpIPredicate::slt, local, block);
+        Value inside = arith::AndIOp::create(b, low, high);
+        memref::StoreOp::create(b, arith::SelectOp::create(b, inside, local, none), s.arg(1),
+                                ValueRange{t, j});
+      });
 }
 
 KernelSpec sliceRows(int64_t width) {
   std::string name = "slice_rows_" + std::to_string(width);
-  std::string body = fillTemplate(
-      R"(
-func.func @@@name@@(%in: memref<?x@@W@@xf32>, %out: memref<?x@@W@@xf32>, %rows_i: i64,
-                    %member: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "rows"}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %w = arith.constant @@W@@ : index
-  %rows = arith.index_cast %rows_i : i64 to index
-  %member_x = arith.index_cast %member : i64 to index
-  %first = arith.muli %member_x, %rows : index
-  @@range@@
-  scf.for %t = %tbegin to %tend step %c1 {
-    %from = arith.addi %first, %t : index
-    scf.for %c = %c0 to %w step %c1 {
-      %v = memref.load %in[%from, %c] : memref<?x@@W@@xf32>
-      memref.store %v, %out[%t, %c] : memref<?x@@W@@xf32>
-    }
-  }
-  return
-}
-)",
-      {{"name", name}, {"W", std::to_string(width)}, {"range", partRange("%rows", "t")}});
-  return textKernel(name, "shard.all_slice", body);
+  Tiling tiling;
+  tiling.set("kind", "rows");
+  return buildKernel(
+      name, "shard.all_slice", tiling,
+      [&](Builder &b) { return rowKernelArgs(b, b.getF32Type(), width); },
+      [&](KernelScope &s) {
+        ImplicitLocOpBuilder &b = s.b;
+        Value c0 = s.index(0), c1 = s.index(1), w = s.index(width);
+        Value rows = s.argIndex(2);
+        Value first = arith::MulIOp::create(b, s.argIndex(3), rows);
+        Value t = forEachRowOfPart(s, rows);
+        Value from = arith::AddIOp::create(b, first, t);
+        auto column = scf::ForOp::create(b, c0, w, c1);
+        b.setInsertionPointToStart(column.getBody());
+        Value c = column.getInductionVar();
+        Value v = memref::LoadOp::create(b, s.arg(0), ValueRange{from, c});
+        memref::StoreOp::create(b, v, s.arg(1), ValueRange{t, c});
+      });
 }
 
 } // namespace kiln::kernels
