@@ -23,15 +23,6 @@ std::vector<Type> rowKernelArgs(Builder &b, Type elem, int64_t width) {
   return {rows, rows, b.getI64Type(), b.getI64Type()};
 }
 
-// The loop over this launch part's rows [begin, end) of `rows`; the builder
-// is left inside it, at the row.
-Value forEachRowOfPart(KernelScope &k, Value rows) {
-  auto [begin, end] = partRange(k.b, rows, k.argIndex(4), k.argIndex(5));
-  auto loop = scf::ForOp::create(k.b, begin, end, k.index(1));
-  k.b.setInsertionPointToStart(loop.getBody());
-  return loop.getInductionVar();
-}
-
 } // namespace
 
 KernelSpec localExperts(int64_t k, int64_t localCount) {

@@ -38,10 +38,10 @@ struct Best {
 Best combineStep(KernelScope &k, int64_t offset, Best own, Value width) {
   ImplicitLocOpBuilder &b = k.b;
   Value off = k.i32(offset);
-  Value otherValue = gpu::ShuffleOp::create(b, own.value, off, width, gpu::ShuffleMode::XOR)
-                         .getShuffleResult();
-  Value otherIndex = gpu::ShuffleOp::create(b, own.index, off, width, gpu::ShuffleMode::XOR)
-                         .getShuffleResult();
+  Value otherValue =
+      gpu::ShuffleOp::create(b, own.value, off, width, gpu::ShuffleMode::XOR).getShuffleResult();
+  Value otherIndex =
+      gpu::ShuffleOp::create(b, own.index, off, width, gpu::ShuffleMode::XOR).getShuffleResult();
   Value better = arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, otherValue, own.value);
   Value same = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, otherValue, own.value);
   Value lower = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, otherIndex, own.index);

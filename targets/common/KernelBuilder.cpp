@@ -133,4 +133,12 @@ std::pair<Value, Value> partRange(ImplicitLocOpBuilder &b, Value count, Value pa
   return {begin, end};
 }
 
+Value forEachRowOfPart(KernelScope &k, Value count) {
+  unsigned n = k.func.getNumArguments();
+  auto [begin, end] = partRange(k.b, count, k.argIndex(n - 2), k.argIndex(n - 1));
+  auto loop = scf::ForOp::create(k.b, begin, end, k.index(1));
+  k.b.setInsertionPointToStart(loop.getBody());
+  return loop.getInductionVar();
+}
+
 } // namespace kiln::kernels

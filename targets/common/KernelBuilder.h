@@ -82,4 +82,9 @@ mlir::Value xorShuffleReduce(mlir::ImplicitLocOpBuilder &b, mlir::Value value,
 std::pair<mlir::Value, mlir::Value> partRange(mlir::ImplicitLocOpBuilder &b, mlir::Value count,
                                               mlir::Value part, mlir::Value parts);
 
+// The loop over this launch part's share of `count` rows (partRange of the
+// kernel's trailing %part and %parts); the builder is left inside it, and
+// the row returned.
+mlir::Value forEachRowOfPart(KernelScope &k, mlir::Value count);
+
 } // namespace kiln::kernels

@@ -3,179 +3,221 @@
 // per-expert RMSNorm, the weighted combine, and NVFP4 decoding of a stacked
 // weight into bf16. An expert index of -1 (an expert on another rank) gives a
 // zero row, as the ops define.
+// Built as typed IR (KernelBuilder.h), except the NVFP4 decode (text, with
+// its lookup tables).
 #include "targets/common/Generators.h"
+#include "targets/common/KernelBuilder.h"
 
 #include "runtime/core/Float.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
 namespace kiln::kernels {
+
+using namespace mlir;
+
+namespace {
+
+Tiling scalarTokens() {
+  Tiling tiling;
+  tiling.set("kind", "scalar").set("parallel", "tokens");
+  return tiling;
+}
+
+MemRefType tokensOf(Builder &b, ArrayRef<int64_t> rest, Type elem) {
+  SmallVector<int64_t> shape = {ShapedType::kDynamic};
+  shape.append(rest.begin(), rest.end());
+  return MemRefType::get(shape, elem);
+}
+
+// For choice j of token t: when its expert index is -1 (another rank's),
+// zeros into out[t, j, :]; else `present(e)` with the expert as an index.
+void perChoice(KernelScope &k, Value idx, Value out, Value t, Value j, Value none, Value zero,
+               Value c0, Value c1, Value latent, function_ref<void(Value)> present) {
+  ImplicitLocOpBuilder &b = k.b;
+  Value e32 = memref::LoadOp::create(b, idx, ValueRange{t, j});
+  Value absent = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, e32, none);
+  auto ifAbsent = scf::IfOp::create(b, absent, /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&ifAbsent.getThenRegion().front());
+    auto loop = scf::ForOp::create(b, c0, latent, c1);
+    b.setInsertionPointToStart(loop.getBody());
+    memref::StoreOp::create(b, zero, out, ValueRange{t, j, loop.getInductionVar()});
+  }
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&ifAbsent.getElseRegion().front());
+  present(arith::IndexCastOp::create(b, b.getIndexType(), e32));
+}
+
+} // namespace
 
 KernelSpec expertSwiGLU(int64_t experts, int64_t k, int64_t intermediate, int64_t latent) {
   std::string E = std::to_string(experts), K = std::to_string(k), I = std::to_string(intermediate),
               L = std::to_string(latent);
   std::string name = "expert_swiglu_" + E + "e_top" + K + "_" + I + "x" + L;
-  std::string body = fillTemplate(
-      R"(
-func.func @@@name@@(%z: memref<?x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %gate: memref<@@E@@x@@I@@x@@L@@xbf16>,
-                    %up: memref<@@E@@x@@I@@x@@L@@xbf16>, %down: memref<@@E@@x@@L@@x@@I@@xbf16>,
-                    %out: memref<?x@@K@@x@@L@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "scalar", parallel = "tokens"}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %k = arith.constant @@K@@ : index
-  %inter = arith.constant @@I@@ : index
-  %latent = arith.constant @@L@@ : index
-  %zero = arith.constant 0.0 : f32
-  %one = arith.constant 1.0 : f32
-  %none = arith.constant -1 : i32
-  %rows = arith.index_cast %rows_i : i64 to index
-  %h = memref.alloca() : memref<@@I@@xf32>
-  @@range@@
-  scf.for %t = %tbegin to %tend step %c1 {
-    scf.for %j = %c0 to %k step %c1 {
-      %e32 = memref.load %idx[%t, %j] : memref<?x@@K@@xi32>
-      %absent = arith.cmpi eq, %e32, %none : i32
-      scf.if %absent {
-        scf.for %c = %c0 to %latent step %c1 {
-          memref.store %zero, %out[%t, %j, %c] : memref<?x@@K@@x@@L@@xf32>
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    Type stack = MemRefType::get({experts, intermediate, latent}, b.getBF16Type());
+    return {tokensOf(b, {latent}, b.getF32Type()),
+            tokensOf(b, {k}, b.getI32Type()),
+            stack,
+            stack,
+            MemRefType::get({experts, latent, intermediate}, b.getBF16Type()),
+            tokensOf(b, {k, latent}, b.getF32Type()),
+            b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.expert_swiglu", scalarTokens(), args, [&](KernelScope &s) {
+    ImplicitLocOpBuilder &b = s.b;
+    FloatType f32 = b.getF32Type();
+    Value z = s.arg(0), idx = s.arg(1), gate = s.arg(2), up = s.arg(3), down = s.arg(4),
+          out = s.arg(5);
+    Value c0 = s.index(0), c1 = s.index(1), choices = s.index(k);
+    Value inter = s.index(intermediate), width = s.index(latent);
+    Value zero = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
+    Value one = arith::ConstantFloatOp::create(b, f32, APFloat(1.0f));
+    Value none = s.i32(-1);
+    Value rows = s.argIndex(6);
+    Value h = memref::AllocaOp::create(b, MemRefType::get({intermediate}, f32));
+    Value t = forEachRowOfPart(s, rows);
+    auto choice = scf::ForOp::create(b, c0, choices, c1);
+    b.setInsertionPointToStart(choice.getBody());
+    Value j = choice.getInductionVar();
+    perChoice(s, idx, out, t, j, none, zero, c0, c1, width, [&](Value e) {
+      // h = silu(gate z) * (up z), then out = down h.
+      {
+        OpBuilder::InsertionGuard guard(b);
+        auto rowLoop = scf::ForOp::create(b, c0, inter, c1);
+        b.setInsertionPointToStart(rowLoop.getBody());
+        Value o = rowLoop.getInductionVar();
+        auto dot = scf::ForOp::create(b, c0, width, c1, ValueRange{zero, zero});
+        {
+          OpBuilder::InsertionGuard inner(b);
+          b.setInsertionPointToStart(dot.getBody());
+          Value c = dot.getInductionVar();
+          Value g = dot.getRegionIterArgs()[0], u = dot.getRegionIterArgs()[1];
+          Value x = memref::LoadOp::create(b, z, ValueRange{t, c});
+          Value gb = memref::LoadOp::create(b, gate, ValueRange{e, o, c});
+          Value ub = memref::LoadOp::create(b, up, ValueRange{e, o, c});
+          Value gf = arith::ExtFOp::create(b, f32, gb);
+          Value uf = arith::ExtFOp::create(b, f32, ub);
+          Value gx = arith::MulFOp::create(b, gf, x);
+          Value ux = arith::MulFOp::create(b, uf, x);
+          Value g2 = arith::AddFOp::create(b, g, gx);
+          Value u2 = arith::AddFOp::create(b, u, ux);
+          scf::YieldOp::create(b, ValueRange{g2, u2});
         }
-      } else {
-        %e = arith.index_cast %e32 : i32 to index
-        scf.for %o = %c0 to %inter step %c1 {
-          %gu:2 = scf.for %c = %c0 to %latent step %c1 iter_args(%g = %zero, %u = %zero) -> (f32, f32) {
-            %x = memref.load %z[%t, %c] : memref<?x@@L@@xf32>
-            %gb = memref.load %gate[%e, %o, %c] : memref<@@E@@x@@I@@x@@L@@xbf16>
-            %ub = memref.load %up[%e, %o, %c] : memref<@@E@@x@@I@@x@@L@@xbf16>
-            %gf = arith.extf %gb : bf16 to f32
-            %uf = arith.extf %ub : bf16 to f32
-            %gx = arith.mulf %gf, %x : f32
-            %ux = arith.mulf %uf, %x : f32
-            %g2 = arith.addf %g, %gx : f32
-            %u2 = arith.addf %u, %ux : f32
-            scf.yield %g2, %u2 : f32, f32
-          }
-          %ng = arith.negf %gu#0 : f32
-          %ex = math.exp %ng : f32
-          %den = arith.addf %one, %ex : f32
-          %sig = arith.divf %gu#0, %den : f32
-          %hv = arith.mulf %sig, %gu#1 : f32
-          memref.store %hv, %h[%o] : memref<@@I@@xf32>
-        }
-        scf.for %c = %c0 to %latent step %c1 {
-          %y = scf.for %o = %c0 to %inter step %c1 iter_args(%s = %zero) -> (f32) {
-            %hv = memref.load %h[%o] : memref<@@I@@xf32>
-            %db = memref.load %down[%e, %c, %o] : memref<@@E@@x@@L@@x@@I@@xbf16>
-            %df = arith.extf %db : bf16 to f32
-            %p = arith.mulf %df, %hv : f32
-            %s2 = arith.addf %s, %p : f32
-            scf.yield %s2 : f32
-          }
-          memref.store %y, %out[%t, %j, %c] : memref<?x@@K@@x@@L@@xf32>
-        }
+        Value g = dot.getResult(0), u = dot.getResult(1);
+        Value ng = arith::NegFOp::create(b, g);
+        Value ex = math::ExpOp::create(b, ng);
+        Value den = arith::AddFOp::create(b, one, ex);
+        Value sig = arith::DivFOp::create(b, g, den);
+        Value hv = arith::MulFOp::create(b, sig, u);
+        memref::StoreOp::create(b, hv, h, ValueRange{o});
       }
-    }
-  }
-  return
-}
-)",
-      {{"name", name}, {"E", E}, {"K", K}, {"I", I}, {"L", L}, {"range", partRange("%rows", "t")}});
-  return textKernel(name, "kiln.expert_swiglu", body);
+      auto colLoop = scf::ForOp::create(b, c0, width, c1);
+      b.setInsertionPointToStart(colLoop.getBody());
+      Value c = colLoop.getInductionVar();
+      auto sum = scf::ForOp::create(b, c0, inter, c1, ValueRange{zero});
+      {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPointToStart(sum.getBody());
+        Value o = sum.getInductionVar();
+        Value hv = memref::LoadOp::create(b, h, ValueRange{o});
+        Value db = memref::LoadOp::create(b, down, ValueRange{e, c, o});
+        Value df = arith::ExtFOp::create(b, f32, db);
+        Value p = arith::MulFOp::create(b, df, hv);
+        Value s2 = arith::AddFOp::create(b, sum.getRegionIterArgs()[0], p);
+        scf::YieldOp::create(b, ValueRange{s2});
+      }
+      memref::StoreOp::create(b, sum.getResult(0), out, ValueRange{t, j, c});
+    });
+  });
 }
 
 KernelSpec expertNorm(int64_t experts, int64_t k, int64_t latent, double eps) {
   std::string E = std::to_string(experts), K = std::to_string(k), L = std::to_string(latent);
   std::string name = "expert_norm_" + E + "e_top" + K + "_" + L + "_eps" +
                      std::to_string(static_cast<long long>(eps * 1e9));
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%y: memref<?x@@K@@x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %w: memref<@@E@@x@@L@@xbf16>,
-                    %out: memref<?x@@K@@x@@L@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "scalar", parallel = "tokens"}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %k = arith.constant @@K@@ : index
-  %latent = arith.constant @@L@@ : index
-  %latentf = arith.constant @@Lf@@ : f32
-  %eps = arith.constant @@eps@@ : f32
-  %zero = arith.constant 0.0 : f32
-  %one = arith.constant 1.0 : f32
-  %none = arith.constant -1 : i32
-  %rows = arith.index_cast %rows_i : i64 to index
-  @@range@@
-  scf.for %t = %tbegin to %tend step %c1 {
-    scf.for %j = %c0 to %k step %c1 {
-      %e32 = memref.load %idx[%t, %j] : memref<?x@@K@@xi32>
-      %absent = arith.cmpi eq, %e32, %none : i32
-      scf.if %absent {
-        scf.for %c = %c0 to %latent step %c1 {
-          memref.store %zero, %out[%t, %j, %c] : memref<?x@@K@@x@@L@@xf32>
-        }
-      } else {
-        %e = arith.index_cast %e32 : i32 to index
-        %ss = scf.for %c = %c0 to %latent step %c1 iter_args(%s = %zero) -> (f32) {
-          %v = memref.load %y[%t, %j, %c] : memref<?x@@K@@x@@L@@xf32>
-          %sq = arith.mulf %v, %v : f32
-          %s2 = arith.addf %s, %sq : f32
-          scf.yield %s2 : f32
-        }
-        %mean = arith.divf %ss, %latentf : f32
-        %me = arith.addf %mean, %eps : f32
-        %rms = math.sqrt %me : f32
-        %inv = arith.divf %one, %rms : f32
-        scf.for %c = %c0 to %latent step %c1 {
-          %v = memref.load %y[%t, %j, %c] : memref<?x@@K@@x@@L@@xf32>
-          %wb = memref.load %w[%e, %c] : memref<@@E@@x@@L@@xbf16>
-          %wf = arith.extf %wb : bf16 to f32
-          %n = arith.mulf %v, %inv : f32
-          %r = arith.mulf %n, %wf : f32
-          memref.store %r, %out[%t, %j, %c] : memref<?x@@K@@x@@L@@xf32>
-        }
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    return {tokensOf(b, {k, latent}, b.getF32Type()), tokensOf(b, {k}, b.getI32Type()),
+            MemRefType::get({experts, latent}, b.getBF16Type()),
+            tokensOf(b, {k, latent}, b.getF32Type()), b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.expert_norm", scalarTokens(), args, [&](KernelScope &s) {
+    ImplicitLocOpBuilder &b = s.b;
+    FloatType f32 = b.getF32Type();
+    Value y = s.arg(0), idx = s.arg(1), w = s.arg(2), out = s.arg(3);
+    Value c0 = s.index(0), c1 = s.index(1), choices = s.index(k), width = s.index(latent);
+    Value widthF = arith::ConstantFloatOp::create(b, f32, APFloat(float(latent)));
+    Value epsF = arith::ConstantFloatOp::create(b, f32, APFloat(float(eps)));
+    Value zero = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
+    Value one = arith::ConstantFloatOp::create(b, f32, APFloat(1.0f));
+    Value none = s.i32(-1);
+    Value rows = s.argIndex(4);
+    Value t = forEachRowOfPart(s, rows);
+    auto choice = scf::ForOp::create(b, c0, choices, c1);
+    b.setInsertionPointToStart(choice.getBody());
+    Value j = choice.getInductionVar();
+    perChoice(s, idx, out, t, j, none, zero, c0, c1, width, [&](Value e) {
+      auto squares = scf::ForOp::create(b, c0, width, c1, ValueRange{zero});
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(squares.getBody());
+        Value v = memref::LoadOp::create(b, y, ValueRange{t, j, squares.getInductionVar()});
+        Value sq = arith::MulFOp::create(b, v, v);
+        Value s2 = arith::AddFOp::create(b, squares.getRegionIterArgs()[0], sq);
+        scf::YieldOp::create(b, ValueRange{s2});
       }
-    }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"E", E},
-                                   {"K", K},
-                                   {"L", L},
-                                   {"Lf", floatLiteral(double(latent))},
-                                   {"eps", floatLiteral(eps)},
-                                   {"range", partRange("%rows", "t")}});
-  return textKernel(name, "kiln.expert_norm", body);
+      Value mean = arith::DivFOp::create(b, squares.getResult(0), widthF);
+      Value me = arith::AddFOp::create(b, mean, epsF);
+      Value rms = math::SqrtOp::create(b, me);
+      Value inv = arith::DivFOp::create(b, one, rms);
+      auto scale = scf::ForOp::create(b, c0, width, c1);
+      b.setInsertionPointToStart(scale.getBody());
+      Value c = scale.getInductionVar();
+      Value v = memref::LoadOp::create(b, y, ValueRange{t, j, c});
+      Value wb = memref::LoadOp::create(b, w, ValueRange{e, c});
+      Value wf = arith::ExtFOp::create(b, f32, wb);
+      Value n = arith::MulFOp::create(b, v, inv);
+      Value r = arith::MulFOp::create(b, n, wf);
+      memref::StoreOp::create(b, r, out, ValueRange{t, j, c});
+    });
+  });
 }
 
 KernelSpec combine(int64_t k, int64_t latent) {
   std::string K = std::to_string(k), L = std::to_string(latent);
   std::string name = "combine_top" + K + "_" + L;
-  std::string body =
-      fillTemplate(R"(
-func.func @@@name@@(%y: memref<?x@@K@@x@@L@@xf32>, %w: memref<?x@@K@@xf32>, %out: memref<?x@@L@@xf32>,
-                    %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "scalar", parallel = "tokens"}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %k = arith.constant @@K@@ : index
-  %latent = arith.constant @@L@@ : index
-  %zero = arith.constant 0.0 : f32
-  %rows = arith.index_cast %rows_i : i64 to index
-  @@range@@
-  scf.for %t = %tbegin to %tend step %c1 {
-    scf.for %c = %c0 to %latent step %c1 {
-      %s = scf.for %j = %c0 to %k step %c1 iter_args(%acc = %zero) -> (f32) {
-        %wj = memref.load %w[%t, %j] : memref<?x@@K@@xf32>
-        %v = memref.load %y[%t, %j, %c] : memref<?x@@K@@x@@L@@xf32>
-        %p = arith.mulf %wj, %v : f32
-        %a = arith.addf %acc, %p : f32
-        scf.yield %a : f32
-      }
-      memref.store %s, %out[%t, %c] : memref<?x@@L@@xf32>
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    return {tokensOf(b, {k, latent}, b.getF32Type()), tokensOf(b, {k}, b.getF32Type()),
+            tokensOf(b, {latent}, b.getF32Type()), b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.combine", scalarTokens(), args, [&](KernelScope &s) {
+    ImplicitLocOpBuilder &b = s.b;
+    Value y = s.arg(0), w = s.arg(1), out = s.arg(2);
+    Value c0 = s.index(0), c1 = s.index(1), choices = s.index(k), width = s.index(latent);
+    Value zero = arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(0.0f));
+    Value rows = s.argIndex(3);
+    Value t = forEachRowOfPart(s, rows);
+    auto column = scf::ForOp::create(b, c0, width, c1);
+    b.setInsertionPointToStart(column.getBody());
+    Value c = column.getInductionVar();
+    auto sum = scf::ForOp::create(b, c0, choices, c1, ValueRange{zero});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(sum.getBody());
+      Value j = sum.getInductionVar();
+      Value wj = memref::LoadOp::create(b, w, ValueRange{t, j});
+      Value v = memref::LoadOp::create(b, y, ValueRange{t, j, c});
+      Value p = arith::MulFOp::create(b, wj, v);
+      Value a = arith::AddFOp::create(b, sum.getRegionIterArgs()[0], p);
+      scf::YieldOp::create(b, ValueRange{a});
     }
-  }
-  return
-}
-)",
-                   {{"name", name}, {"K", K}, {"L", L}, {"range", partRange("%rows", "t")}});
-  return textKernel(name, "kiln.combine", body);
+    memref::StoreOp::create(b, sum.getResult(0), out, ValueRange{t, c});
+  });
 }
 
 KernelSpec nvfp4Dequant(int64_t matrices, int64_t rows, int64_t cols) {
