@@ -1,8 +1,17 @@
 #include "targets/common/ExpertLists.h"
 
+#include "targets/common/KernelBuilder.h"
 #include "targets/common/WarpSnippets.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
 namespace kiln::kernels {
+
+using namespace mlir;
+
 namespace {
 
 constexpr int64_t kListThreads = 1024;
@@ -59,119 +68,138 @@ std::string expertTileItems(const ExpertTileShape &s) {
                       {{"tw", str(2 * s.maxTiles())}, {"meta", str(s.experts + 2)}});
 }
 
+// Built as typed IR (KernelBuilder.h): one block of 1024 threads, four
+// workgroup arrays of E counters (items, items placed, first position,
+// first tile).
 KernelSpec expertLists(const ExpertTileShape &s) {
   std::string name = "expert_lists_" + expertShapeSuffix(s);
-  std::string shared = "memref<" + str(s.experts) + "xi32, #gpu.address_space<workgroup>>";
-  std::string text;
-  for (const char *what : {"count", "fill", "start", "tile"})
-    text += "memref.global \"private\" @" + name + "_" + what + " : " + shared + "\n";
-  text += fillTemplate(R"(
-func.func @@@name@@(%idx: memref<?x@@k@@xi32>, @@lists@@, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "expert-lists", block = 1024 : i64}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %c128 = arith.constant 128 : index
-  %ck = arith.constant @@k@@ : index
-  %ce = arith.constant @@E@@ : index
-  %total_at = arith.constant @@E@@ : index
-  %tiles_at = arith.constant @@E1@@ : index
-  %threads = arith.constant 1024 : index
-  %zero = arith.constant 0 : i32
-  %one = arith.constant 1 : i32
-  %i127 = arith.constant 127 : i32
-  %i128 = arith.constant 128 : i32
-  %tid = gpu.thread_id x
-  %rows = arith.index_cast %rows_i : i64 to index
-  %n_items = arith.muli %rows, %ck : index
-  %count = memref.get_global @@@name@@_count : @@shared@@
-  %fill = memref.get_global @@@name@@_fill : @@shared@@
-  %start = memref.get_global @@@name@@_start : @@shared@@
-  %tile = memref.get_global @@@name@@_tile : @@shared@@
-  scf.for %e = %tid to %ce step %threads {
-    memref.store %zero, %count[%e] : @@shared@@
-    memref.store %zero, %fill[%e] : @@shared@@
-  }
-  gpu.barrier
-  // Items per expert.
-  scf.for %i = %tid to %n_items step %threads {
-    %t = arith.divui %i, %ck : index
-    %j = arith.remui %i, %ck : index
-    %e_i = memref.load %idx[%t, %j] : memref<?x@@k@@xi32>
-    // -1: another rank's expert (expert parallelism), not listed.
-    %here = arith.cmpi sge, %e_i, %zero : i32
-    scf.if %here {
-      %e = arith.index_cast %e_i : i32 to index
-      %old = memref.atomic_rmw addi %one, %count[%e] : (i32, @@shared@@) -> i32
+  Tiling tiling;
+  tiling.set("kind", "expert-lists").set("block", kListThreads);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    Type i32 = b.getI32Type();
+    return {MemRefType::get({ShapedType::kDynamic, s.k}, i32),
+            MemRefType::get({s.experts + 2}, i32), MemRefType::get({2 * s.maxTiles()}, i32),
+            MemRefType::get({s.maxItems()}, i32), b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    Type i32 = b.getI32Type(), index = b.getIndexType();
+    auto shared =
+        MemRefType::get({s.experts}, i32, MemRefLayoutAttrInterface(),
+                        gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(k.func);
+      for (const char *what : {"count", "fill", "start", "tile"})
+        memref::GlobalOp::create(b, name + "_" + what, b.getStringAttr("private"), shared,
+                                 Attribute(), /*constant=*/false, IntegerAttr());
     }
-  }
-  gpu.barrier
-  // Each expert's first position and first tile, in expert order.
-  %lead = arith.cmpi eq, %tid, %c0 : index
-  scf.if %lead {
-    %sums:2 = scf.for %e = %c0 to %ce step %c1 iter_args(%at = %zero, %tiles_before = %zero) -> (i32, i32) {
-      memref.store %at, %start[%e] : @@shared@@
-      memref.store %at, %meta[%e] : memref<@@E2@@xi32>
-      memref.store %tiles_before, %tile[%e] : @@shared@@
-      %n = memref.load %count[%e] : @@shared@@
-      %next = arith.addi %at, %n : i32
-      %n_up = arith.addi %n, %i127 : i32
-      %n_tiles = arith.divui %n_up, %i128 : i32
-      %tiles_next = arith.addi %tiles_before, %n_tiles : i32
-      scf.yield %next, %tiles_next : i32, i32
+    Value idx = k.arg(0), meta = k.arg(1), tiles = k.arg(2), items = k.arg(3);
+    Value c0 = k.index(0), c1 = k.index(1), c2 = k.index(2), c128 = k.index(kExpertTileRows);
+    Value ck = k.index(s.k), ce = k.index(s.experts);
+    Value totalAt = k.index(s.experts), tilesAt = k.index(s.experts + 1);
+    Value threads = k.index(kListThreads);
+    Value zero = k.i32(0), one = k.i32(1), i127 = k.i32(kExpertTileRows - 1),
+          i128 = k.i32(kExpertTileRows);
+    Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    Value rows = k.argIndex(4);
+    Value nItems = arith::MulIOp::create(b, rows, ck);
+    auto global = [&](const char *what) {
+      return memref::GetGlobalOp::create(b, shared, name + "_" + what).getResult();
+    };
+    Value count = global("count"), fill = global("fill"), start = global("start"),
+          tile = global("tile");
+    // A strided loop of the block's threads over [0, end); its body gets
+    // the induction variable.
+    auto strided = [&](Value end, function_ref<void(Value)> body) {
+      auto loop = scf::ForOp::create(b, tid, end, threads);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      body(loop.getInductionVar());
+    };
+    // An item's expert where this rank lists it (-1: another rank's expert,
+    // expert parallelism; not listed): `body` gets the expert as an index.
+    auto ifListed = [&](Value i, function_ref<void(Value)> body) {
+      Value t = arith::DivUIOp::create(b, i, ck);
+      Value j = arith::RemUIOp::create(b, i, ck);
+      Value e32 = memref::LoadOp::create(b, idx, ValueRange{t, j});
+      Value here = arith::CmpIOp::create(b, arith::CmpIPredicate::sge, e32, zero);
+      auto ifHere = scf::IfOp::create(b, here, /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifHere.getThenRegion().front());
+      body(arith::IndexCastOp::create(b, index, e32));
+    };
+    auto tilesOf = [&](Value n) {
+      Value up = arith::AddIOp::create(b, n, i127);
+      return arith::DivUIOp::create(b, up, i128).getResult();
+    };
+
+    strided(ce, [&](Value e) {
+      memref::StoreOp::create(b, zero, count, ValueRange{e});
+      memref::StoreOp::create(b, zero, fill, ValueRange{e});
+    });
+    gpu::BarrierOp::create(b);
+    // Items per expert.
+    strided(nItems, [&](Value i) {
+      ifListed(i, [&](Value e) {
+        memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addi, one, count, ValueRange{e});
+      });
+    });
+    gpu::BarrierOp::create(b);
+    // Each expert's first position and first tile, in expert order.
+    Value lead = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, tid, c0);
+    {
+      auto ifLead = scf::IfOp::create(b, lead, /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifLead.getThenRegion().front());
+      auto sums = scf::ForOp::create(b, c0, ce, c1, ValueRange{zero, zero});
+      {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPointToStart(sums.getBody());
+        Value e = sums.getInductionVar();
+        Value at = sums.getRegionIterArgs()[0], tilesBefore = sums.getRegionIterArgs()[1];
+        memref::StoreOp::create(b, at, start, ValueRange{e});
+        memref::StoreOp::create(b, at, meta, ValueRange{e});
+        memref::StoreOp::create(b, tilesBefore, tile, ValueRange{e});
+        Value n = memref::LoadOp::create(b, count, ValueRange{e});
+        Value next = arith::AddIOp::create(b, at, n);
+        Value tilesNext = arith::AddIOp::create(b, tilesBefore, tilesOf(n));
+        scf::YieldOp::create(b, ValueRange{next, tilesNext});
+      }
+      memref::StoreOp::create(b, sums.getResult(0), meta, ValueRange{totalAt});
+      memref::StoreOp::create(b, sums.getResult(1), meta, ValueRange{tilesAt});
     }
-    memref.store %sums#0, %meta[%total_at] : memref<@@E2@@xi32>
-    memref.store %sums#1, %meta[%tiles_at] : memref<@@E2@@xi32>
-  }
-  gpu.barrier
-  // The tiles: (expert, first row) for each 128 of an expert's items.
-  scf.for %e = %tid to %ce step %threads {
-    %n = memref.load %count[%e] : @@shared@@
-    %t0_i = memref.load %tile[%e] : @@shared@@
-    %n_up = arith.addi %n, %i127 : i32
-    %n_tiles_i = arith.divui %n_up, %i128 : i32
-    %n_tiles = arith.index_cast %n_tiles_i : i32 to index
-    %t0 = arith.index_cast %t0_i : i32 to index
-    %e_i = arith.index_cast %e : index to i32
-    scf.for %q = %c0 to %n_tiles step %c1 {
-      %slot = arith.addi %t0, %q : index
-      %at = arith.muli %slot, %c2 : index
-      %at1 = arith.addi %at, %c1 : index
-      %row = arith.muli %q, %c128 : index
-      %row_i = arith.index_cast %row : index to i32
-      memref.store %e_i, %tiles[%at] : memref<@@TW@@xi32>
-      memref.store %row_i, %tiles[%at1] : memref<@@TW@@xi32>
-    }
-  }
-  // The items, grouped by expert.
-  scf.for %i = %tid to %n_items step %threads {
-    %t = arith.divui %i, %ck : index
-    %j = arith.remui %i, %ck : index
-    %e_i = memref.load %idx[%t, %j] : memref<?x@@k@@xi32>
-    %here = arith.cmpi sge, %e_i, %zero : i32
-    scf.if %here {
-      %e = arith.index_cast %e_i : i32 to index
-      %slot = memref.atomic_rmw addi %one, %fill[%e] : (i32, @@shared@@) -> i32
-      %first = memref.load %start[%e] : @@shared@@
-      %pos_i = arith.addi %first, %slot : i32
-      %pos = arith.index_cast %pos_i : i32 to index
-      %item = arith.index_cast %i : index to i32
-      memref.store %item, %items[%pos] : memref<@@MI@@xi32>
-    }
-  }
-  return
-}
-)",
-                       {{"name", name},
-                        {"k", str(s.k)},
-                        {"lists", expertListArgs(s)},
-                        {"shared", shared},
-                        {"E", str(s.experts)},
-                        {"E1", str(s.experts + 1)},
-                        {"E2", str(s.experts + 2)},
-                        {"TW", str(2 * s.maxTiles())},
-                        {"MI", str(s.maxItems())}});
-  return textKernel(name, "kiln.megamoe", text);
+    gpu::BarrierOp::create(b);
+    // The tiles: (expert, first row) for each 128 of an expert's items.
+    strided(ce, [&](Value e) {
+      Value n = memref::LoadOp::create(b, count, ValueRange{e});
+      Value t0i = memref::LoadOp::create(b, tile, ValueRange{e});
+      Value nTiles = arith::IndexCastOp::create(b, index, tilesOf(n));
+      Value t0 = arith::IndexCastOp::create(b, index, t0i);
+      Value e32 = arith::IndexCastOp::create(b, i32, e);
+      auto q = scf::ForOp::create(b, c0, nTiles, c1);
+      b.setInsertionPointToStart(q.getBody());
+      Value slot = arith::AddIOp::create(b, t0, q.getInductionVar());
+      Value at = arith::MulIOp::create(b, slot, c2);
+      Value at1 = arith::AddIOp::create(b, at, c1);
+      Value row = arith::MulIOp::create(b, q.getInductionVar(), c128);
+      Value row32 = arith::IndexCastOp::create(b, i32, row);
+      memref::StoreOp::create(b, e32, tiles, ValueRange{at});
+      memref::StoreOp::create(b, row32, tiles, ValueRange{at1});
+    });
+    // The items, grouped by expert.
+    strided(nItems, [&](Value i) {
+      ifListed(i, [&](Value e) {
+        Value slot =
+            memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::addi, one, fill, ValueRange{e});
+        Value first = memref::LoadOp::create(b, start, ValueRange{e});
+        Value pos32 = arith::AddIOp::create(b, first, slot);
+        Value pos = arith::IndexCastOp::create(b, index, pos32);
+        Value item = arith::IndexCastOp::create(b, i32, i);
+        memref::StoreOp::create(b, item, items, ValueRange{pos});
+      });
+    });
+  });
 }
 
 } // namespace kiln::kernels
