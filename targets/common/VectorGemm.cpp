@@ -1,54 +1,61 @@
 // The vector GEMM every target has: each part computes whole output columns
 // (one weight row each) for every requested row of the input, in
 // vector<16xf32> steps along k when k allows. Targets with matrix tiles use
-// their tiled GEMM where its shapes fit (TargetHooks::tiledGemm).
+// their tiled GEMM where its shapes fit (TargetHooks::tiledGemm). Built as
+// typed IR (KernelBuilder.h).
 #include "targets/common/Generators.h"
+#include "targets/common/KernelBuilder.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 namespace kiln::kernels {
 
+using namespace mlir;
+
 KernelSpec linearVector(int64_t n, int64_t k) {
-  std::string lanes = k % 16 == 0 ? "16" : "1";
+  const int64_t lanes = k % 16 == 0 ? 16 : 1;
   std::string name = "linear_vec_" + std::to_string(n) + "x" + std::to_string(k);
-  std::string vf = "vector<" + lanes + "xf32>", vbf = "vector<" + lanes + "xbf16>";
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%x: memref<?x@@k@@xf32>, %w: memref<@@n@@x@@k@@xbf16>, %y: memref<?x@@n@@xf32>, %first_i: i64, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface,
-                kiln.tiling = {kind = "vector", lanes = @@lanes@@ : i64, parallel = "n"}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %step = arith.constant @@lanes@@ : index
-  %kdim = arith.constant @@k@@ : index
-  %ndim = arith.constant @@n@@ : index
-  %rows = arith.index_cast %rows_i : i64 to index
-  %first = arith.index_cast %first_i : i64 to index
-  @@range@@
-  scf.for %o = %obegin to %oend step %c1 {
-    scf.for %r = %c0 to %rows step %c1 {
-      %zero = arith.constant dense<0.0> : @@vf@@
-      %acc = scf.for %kk = %c0 to %kdim step %step iter_args(%s = %zero) -> (@@vf@@) {
-        %xr = arith.addi %first, %r : index
-        %xv = vector.load %x[%xr, %kk] : memref<?x@@k@@xf32>, @@vf@@
-        %wb = vector.load %w[%o, %kk] : memref<@@n@@x@@k@@xbf16>, @@vbf@@
-        %wv = arith.extf %wb : @@vbf@@ to @@vf@@
-        %p = arith.mulf %xv, %wv : @@vf@@
-        %t = arith.addf %s, %p : @@vf@@
-        scf.yield %t : @@vf@@
-      }
-      %sum = vector.reduction <add>, %acc : @@vf@@ into f32
-      memref.store %sum, %y[%r, %o] : memref<?x@@n@@xf32>
+  Tiling tiling;
+  tiling.set("kind", "vector").set("lanes", lanes).set("parallel", "n");
+  // x [?, k] f32, W [n, k] bf16, y [?, n] f32; the first row of x, the rows.
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    return {MemRefType::get({dynamic, k}, b.getF32Type()), MemRefType::get({n, k}, b.getBF16Type()),
+            MemRefType::get({dynamic, n}, b.getF32Type()), b.getI64Type(), b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.linear", tiling, args, [&](KernelScope &s) {
+    ImplicitLocOpBuilder &b = s.b;
+    auto vf = VectorType::get({lanes}, b.getF32Type());
+    auto vbf = VectorType::get({lanes}, b.getBF16Type());
+    Value x = s.arg(0), w = s.arg(1), y = s.arg(2);
+    Value c0 = s.index(0), c1 = s.index(1), step = s.index(lanes), kdim = s.index(k);
+    Value ndim = s.index(n);
+    Value rows = s.argIndex(4);
+    Value first = s.argIndex(3);
+    Value o = forEachRowOfPart(s, ndim);
+    auto rowLoop = scf::ForOp::create(b, c0, rows, c1);
+    b.setInsertionPointToStart(rowLoop.getBody());
+    Value r = rowLoop.getInductionVar();
+    Value zero = arith::ConstantOp::create(b, vf, DenseElementsAttr::get(vf, 0.0f));
+    auto acc = scf::ForOp::create(b, c0, kdim, step, ValueRange{zero});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(acc.getBody());
+      Value kk = acc.getInductionVar();
+      Value xr = arith::AddIOp::create(b, first, r);
+      Value xv = vector::LoadOp::create(b, vf, x, ValueRange{xr, kk});
+      Value wb = vector::LoadOp::create(b, vbf, w, ValueRange{o, kk});
+      Value wv = arith::ExtFOp::create(b, vf, wb);
+      Value p = arith::MulFOp::create(b, xv, wv);
+      Value t = arith::AddFOp::create(b, acc.getRegionIterArgs()[0], p);
+      scf::YieldOp::create(b, ValueRange{t});
     }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"n", std::to_string(n)},
-                                   {"k", std::to_string(k)},
-                                   {"lanes", lanes},
-                                   {"vf", vf},
-                                   {"vbf", vbf},
-                                   {"range", partRange("%ndim", "o")}});
-  return textKernel(name, "kiln.linear", body);
+    Value sum = vector::ReductionOp::create(b, vector::CombiningKind::ADD, acc.getResult(0));
+    memref::StoreOp::create(b, sum, y, ValueRange{r, o});
+  });
 }
 
 } // namespace kiln::kernels
