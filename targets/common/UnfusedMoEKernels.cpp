@@ -3,8 +3,7 @@
 // per-expert RMSNorm, the weighted combine, and NVFP4 decoding of a stacked
 // weight into bf16. An expert index of -1 (an expert on another rank) gives a
 // zero row, as the ops define.
-// Built as typed IR (KernelBuilder.h), except the NVFP4 decode (text, with
-// its lookup tables).
+// Built as typed IR (KernelBuilder.h).
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
 
@@ -14,6 +13,8 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+
+#include <limits>
 
 namespace kiln::kernels {
 
@@ -223,66 +224,76 @@ KernelSpec combine(int64_t k, int64_t latent) {
 KernelSpec nvfp4Dequant(int64_t matrices, int64_t rows, int64_t cols) {
   std::string E = std::to_string(matrices), O = std::to_string(rows), I = std::to_string(cols);
   std::string name = "nvfp4_dequant_" + E + "x" + O + "x" + I;
-  std::string luts =
-      lookupTable(name + "_e2m1", 16, e2m1ToFloat) + lookupTable(name + "_e4m3", 256, e4m3ToFloat);
-  std::string body = luts + fillTemplate(R"(
-func.func @@@name@@(%packed: memref<@@E@@x@@O@@x@@IH@@xi8>, %scales: memref<@@E@@x@@O@@x@@IS@@xi8>, %global: memref<@@E@@xf32>,
-                    %out: memref<@@E@@x@@O@@x@@I@@xbf16>, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "scalar", parallel = "rows"}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %c4 = arith.constant 4 : index
-  %c15 = arith.constant 15 : index
-  %c16 = arith.constant 16 : index
-  %c255 = arith.constant 255 : index
-  %rows_per = arith.constant @@O@@ : index
-  %all_rows = arith.constant @@ALL@@ : index
-  %half = arith.constant @@IH@@ : index
-  %e2m1 = memref.get_global @@@name@@_e2m1 : memref<16xf32>
-  %e4m3 = memref.get_global @@@name@@_e4m3 : memref<256xf32>
-  @@range@@
-  scf.for %row = %rbegin to %rend step %c1 {
-    %m = arith.divui %row, %rows_per : index
-    %o = arith.remui %row, %rows_per : index
-    %g = memref.load %global[%m] : memref<@@E@@xf32>
-    scf.for %b = %c0 to %half step %c1 {
-      %byte = memref.load %packed[%m, %o, %b] : memref<@@E@@x@@O@@x@@IH@@xi8>
-      %bi = arith.index_cast %byte : i8 to index
-      %bu = arith.andi %bi, %c255 : index
-      %lo_i = arith.andi %bu, %c15 : index
-      %hi_i = arith.shrui %bu, %c4 : index
-      %col0 = arith.muli %b, %c2 : index
-      %col1 = arith.addi %col0, %c1 : index
-      %blk = arith.divui %col0, %c16 : index
-      %sb = memref.load %scales[%m, %o, %blk] : memref<@@E@@x@@O@@x@@IS@@xi8>
-      %sbi = arith.index_cast %sb : i8 to index
-      %sbu = arith.andi %sbi, %c255 : index
-      %s = memref.load %e4m3[%sbu] : memref<256xf32>
-      %lo = memref.load %e2m1[%lo_i] : memref<16xf32>
-      %hi = memref.load %e2m1[%hi_i] : memref<16xf32>
-      %lo_s = arith.mulf %lo, %s : f32
-      %hi_s = arith.mulf %hi, %s : f32
-      %lo_g = arith.mulf %lo_s, %g : f32
-      %hi_g = arith.mulf %hi_s, %g : f32
-      %lo_b = arith.truncf %lo_g : f32 to bf16
-      %hi_b = arith.truncf %hi_g : f32 to bf16
-      memref.store %lo_b, %out[%m, %o, %col0] : memref<@@E@@x@@O@@x@@I@@xbf16>
-      memref.store %hi_b, %out[%m, %o, %col1] : memref<@@E@@x@@O@@x@@I@@xbf16>
-    }
-  }
-  return
-}
-)",
-                                         {{"name", name},
-                                          {"E", E},
-                                          {"O", O},
-                                          {"I", I},
-                                          {"IH", std::to_string(cols / 2)},
-                                          {"IS", std::to_string(cols / 16)},
-                                          {"ALL", std::to_string(matrices * rows)},
-                                          {"range", partRange("%all_rows", "r")}});
-  return textKernel(name, "kiln.nvfp4_dequant", body);
+  Tiling tiling;
+  tiling.set("kind", "scalar").set("parallel", "rows");
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    return {MemRefType::get({matrices, rows, cols / 2}, b.getI8Type()),
+            MemRefType::get({matrices, rows, cols / 16}, b.getI8Type()),
+            MemRefType::get({matrices}, b.getF32Type()),
+            MemRefType::get({matrices, rows, cols}, b.getBF16Type())};
+  };
+  return buildKernel(name, "kiln.nvfp4_dequant", tiling, args, [&](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    FloatType f32 = b.getF32Type();
+    Type index = b.getIndexType();
+    // The codes' values, E2M1 and E4M3, as constant tables of the module.
+    auto table = [&](const std::string &suffix, int count, float (*decode)(uint8_t)) {
+      std::vector<float> values;
+      // NaN codes (E4M3's 0x7F, 0xFF) as the one positive quiet NaN.
+      for (int code = 0; code < count; ++code) {
+        float v = decode(static_cast<uint8_t>(code));
+        values.push_back(v != v ? std::numeric_limits<float>::quiet_NaN() : v);
+      }
+      auto type = MemRefType::get({count}, f32);
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPoint(k.func);
+        memref::GlobalOp::create(
+            b, name + suffix, b.getStringAttr("private"), type,
+            DenseElementsAttr::get(RankedTensorType::get({count}, f32), ArrayRef<float>(values)),
+            /*constant=*/true, IntegerAttr());
+      }
+      return type;
+    };
+    MemRefType e2m1Type = table("_e2m1", 16, e2m1ToFloat);
+    MemRefType e4m3Type = table("_e4m3", 256, e4m3ToFloat);
+    Value packed = k.arg(0), scales = k.arg(1), global = k.arg(2), out = k.arg(3);
+    Value c0 = k.index(0), c1 = k.index(1), c2 = k.index(2), c4 = k.index(4), c15 = k.index(15);
+    Value c16 = k.index(16), c255 = k.index(255);
+    Value rowsPer = k.index(rows), allRows = k.index(matrices * rows), half = k.index(cols / 2);
+    Value e2m1 = memref::GetGlobalOp::create(b, e2m1Type, name + "_e2m1");
+    Value e4m3 = memref::GetGlobalOp::create(b, e4m3Type, name + "_e4m3");
+    Value row = forEachRowOfPart(k, allRows);
+    Value m = arith::DivUIOp::create(b, row, rowsPer);
+    Value o = arith::RemUIOp::create(b, row, rowsPer);
+    Value g = memref::LoadOp::create(b, global, ValueRange{m});
+    auto pairs = scf::ForOp::create(b, c0, half, c1);
+    b.setInsertionPointToStart(pairs.getBody());
+    Value at = pairs.getInductionVar();
+    // A byte's two codes (low nibble first) and their block's scale.
+    Value byte = memref::LoadOp::create(b, packed, ValueRange{m, o, at});
+    Value bi = arith::IndexCastOp::create(b, index, byte);
+    Value bu = arith::AndIOp::create(b, bi, c255);
+    Value loIndex = arith::AndIOp::create(b, bu, c15);
+    Value hiIndex = arith::ShRUIOp::create(b, bu, c4);
+    Value col0 = arith::MulIOp::create(b, at, c2);
+    Value col1 = arith::AddIOp::create(b, col0, c1);
+    Value blk = arith::DivUIOp::create(b, col0, c16);
+    Value sb = memref::LoadOp::create(b, scales, ValueRange{m, o, blk});
+    Value sbi = arith::IndexCastOp::create(b, index, sb);
+    Value sbu = arith::AndIOp::create(b, sbi, c255);
+    Value scale = memref::LoadOp::create(b, e4m3, ValueRange{sbu});
+    Value lo = memref::LoadOp::create(b, e2m1, ValueRange{loIndex});
+    Value hi = memref::LoadOp::create(b, e2m1, ValueRange{hiIndex});
+    Value loScaled = arith::MulFOp::create(b, lo, scale);
+    Value hiScaled = arith::MulFOp::create(b, hi, scale);
+    Value loGlobal = arith::MulFOp::create(b, loScaled, g);
+    Value hiGlobal = arith::MulFOp::create(b, hiScaled, g);
+    Value loB = arith::TruncFOp::create(b, b.getBF16Type(), loGlobal);
+    Value hiB = arith::TruncFOp::create(b, b.getBF16Type(), hiGlobal);
+    memref::StoreOp::create(b, loB, out, ValueRange{m, o, col0});
+    memref::StoreOp::create(b, hiB, out, ValueRange{m, o, col1});
+  });
 }
 
 } // namespace kiln::kernels
