@@ -5,161 +5,198 @@
 // for sliding layers). Launch parts split the KV heads, so a part only reads and writes its own
 // heads' cache. The batched variant (decode_batch) gives token t conversation t's caches and
 // position (Generators.h).
+// Built as typed IR (KernelBuilder.h).
 #include "targets/common/Generators.h"
+#include "targets/common/KernelBuilder.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+#include <limits>
 
 namespace kiln::kernels {
+
+using namespace mlir;
 
 KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window, double scale,
                      int64_t sequences) {
   std::string name = "attention_" + std::to_string(qHeads) + "x" + std::to_string(kvHeads) + "x" +
                      std::to_string(headDim) +
                      (window ? "_w" + std::to_string(window) : "_global") + batchSuffix(sequences);
-  std::string lanes = headDim % 16 == 0 ? "16" : "1";
-  std::string q = "memref<?x" + std::to_string(qHeads) + "x" + std::to_string(headDim) + "xf32>";
-  std::string kv = "memref<?x" + std::to_string(kvHeads) + "x" + std::to_string(headDim) + "xf32>";
-  std::string vf = "vector<" + lanes + "xf32>";
-  // One key: score, online-softmax update of (max, sum) and of the output
-  // accumulator %acc, reading the key from @@K@@[@@row@@] and the value from
-  // @@V@@[@@row@@].
-  std::string update = R"(
-        %zero_v = arith.constant dense<0.0> : @@vf@@
-        %dotv = scf.for %d = %c0 to %dim step %step iter_args(%sv = %zero_v) -> (@@vf@@) {
-          %qv = vector.load %q[%t, %h, %d] : @@qt@@, @@vf@@
-          %kvv = vector.load @@K@@[@@row@@, %kvh, %d] : @@kvt@@, @@vf@@
-          %pr = arith.mulf %qv, %kvv : @@vf@@
-          %ns = arith.addf %sv, %pr : @@vf@@
-          scf.yield %ns : @@vf@@
-        }
-        %dot = vector.reduction <add>, %dotv : @@vf@@ into f32
-        %score = arith.mulf %dot, %scale : f32
-        %m_new = arith.maximumf %m, %score : f32
-        %dm = arith.subf %m, %m_new : f32
-        %corr = math.exp %dm : f32
-        %ds = arith.subf %score, %m_new : f32
-        %pw = math.exp %ds : f32
-        %l_c = arith.mulf %l, %corr : f32
-        %l_new = arith.addf %l_c, %pw : f32
-        %corr_v = vector.broadcast %corr : f32 to @@vf@@
-        %pw_v = vector.broadcast %pw : f32 to @@vf@@
-        scf.for %d = %c0 to %dim step %step {
-          %av = vector.load %acc[%d] : memref<@@D@@xf32>, @@vf@@
-          %vv = vector.load @@V@@[@@row@@, %kvh, %d] : @@kvt@@, @@vf@@
-          %ac = arith.mulf %av, %corr_v : @@vf@@
-          %pv = arith.mulf %vv, %pw_v : @@vf@@
-          %an = arith.addf %ac, %pv : @@vf@@
-          vector.store %an, %acc[%d] : memref<@@D@@xf32>, @@vf@@
-        }
-        scf.yield %m_new, %l_new : f32, f32
-)";
-  std::string D = std::to_string(headDim);
-  std::string cached = fillTemplate(
-      update,
-      {{"K", "%kc"}, {"V", "%vc"}, {"row", "%slot"}, {"vf", vf}, {"qt", q}, {"kvt", kv}, {"D", D}});
-  std::string fresh = fillTemplate(
-      update,
-      {{"K", "%k"}, {"V", "%v"}, {"row", "%t2"}, {"vf", vf}, {"qt", q}, {"kvt", kv}, {"D", D}});
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@@@positions@@, %out: @@qt@@,
-                    %tokens: i64, %past_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface,
-                kiln.tiling = {kind = "online-softmax", lanes = @@lanes@@ : i64, parallel = "kv_heads", window = @@W@@ : i64}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %step = arith.constant @@lanes@@ : index
-  %dim = arith.constant @@D@@ : index
-  %group = arith.constant @@G@@ : index
-  %kv_heads = arith.constant @@Hkv@@ : index
-  %window = arith.constant @@W@@ : index
-  %scale = arith.constant @@scale@@ : f32
-  %neg_inf = arith.constant 0xFF800000 : f32
-  %zero_f = arith.constant 0.0 : f32
-  %one_f = arith.constant 1.0 : f32
-  %t_count = arith.index_cast %tokens : i64 to index
-  %past = arith.index_cast %past_i : i64 to index
-@@slots@@
-  %acc = memref.alloca() : memref<@@D@@xf32>
-  %zero_d = arith.constant dense<0.0> : @@vf@@
-  @@range@@
-  scf.for %kvh = %hbegin to %hend step %c1 {
-    scf.for %g = %c0 to %group step %c1 {
-      %hb = arith.muli %kvh, %group : index
-      %h = arith.addi %hb, %g : index
-      scf.for %t = %c0 to %t_count step %c1 {
-@@state@@
-        // First visible position: p - window + 1 for sliding layers, 0 for global.
-        %p1 = arith.addi %p, %c1 : index
-        %lo_w = arith.subi %p1, %window : index
-        %is_global = arith.cmpi eq, %window, %c0 : index
-        %lo_s = arith.maxsi %lo_w, %c0 : index
-        %lo = arith.select %is_global, %c0, %lo_s : index
-        scf.for %d = %c0 to %dim step %step {
-          vector.store %zero_d, %acc[%d] : memref<@@D@@xf32>, @@vf@@
-        }
-        %lo_cached = arith.minui %lo, %past_t : index
-        %ml0:2 = scf.for %j = %lo_cached to %past_t step %c1 iter_args(%m = %neg_inf, %l = %zero_f) -> (f32, f32) {
-          %ring = arith.remui %j, %slots : index
-          %slot = arith.addi %base_t, %ring : index
-@@cached@@
-        }
-        // This call's keys from position %past_t up to the query's own:
-        // rows %row0 + (position - %past_t) of %k and %v.
-        %lo_new_s = arith.subi %lo, %past_t : index
-        %lo_new = arith.maxsi %lo_new_s, %c0 : index
-        %p_end = arith.addi %p, %c1 : index
-        %t_end = arith.subi %p_end, %past_t : index
-        %ml:2 = scf.for %i2 = %lo_new to %t_end step %c1 iter_args(%m = %ml0#0, %l = %ml0#1) -> (f32, f32) {
-        %t2 = arith.addi %row0, %i2 : index
-@@fresh@@
-        }
-        %inv = arith.divf %one_f, %ml#1 : f32
-        %inv_v = vector.broadcast %inv : f32 to @@vf@@
-        scf.for %d = %c0 to %dim step %step {
-          %av = vector.load %acc[%d] : memref<@@D@@xf32>, @@vf@@
-          %o = arith.mulf %av, %inv_v : @@vf@@
-          vector.store %o, %out[%t, %h, %d] : @@qt@@, @@vf@@
-        }
+  const int64_t lanes = headDim % 16 == 0 ? 16 : 1;
+  Tiling tiling;
+  tiling.set("kind", "online-softmax")
+      .set("lanes", lanes)
+      .set("parallel", "kv_heads")
+      .set("window", window);
+  // q, k, v, k cache, v cache[, positions], out; tokens, past.
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    Type q = MemRefType::get({dynamic, qHeads, headDim}, b.getF32Type());
+    Type kv = MemRefType::get({dynamic, kvHeads, headDim}, b.getF32Type());
+    std::vector<Type> types = {q, kv, kv, kv, kv};
+    if (sequences)
+      types.push_back(MemRefType::get({dynamic}, b.getI32Type()));
+    types.insert(types.end(), {q, b.getI64Type(), b.getI64Type()});
+    return types;
+  };
+  return buildKernel(name, "kiln.attention", tiling, args, [&](KernelScope &s) {
+    ImplicitLocOpBuilder &b = s.b;
+    FloatType f32 = b.getF32Type();
+    auto vf = VectorType::get({lanes}, f32);
+    const unsigned positionsArg = 5, outArg = sequences ? 6 : 5;
+    Value q = s.arg(0), k = s.arg(1), v = s.arg(2), kc = s.arg(3), vc = s.arg(4);
+    Value positions = sequences ? s.arg(positionsArg) : Value();
+    Value out = s.arg(outArg);
+    Value c0 = s.index(0), c1 = s.index(1), step = s.index(lanes), dim = s.index(headDim);
+    Value group = s.index(qHeads / kvHeads), kvHeadsC = s.index(kvHeads);
+    Value windowC = s.index(window);
+    Value scaleC = arith::ConstantFloatOp::create(b, f32, APFloat(float(scale)));
+    Value negInf =
+        arith::ConstantFloatOp::create(b, f32, APFloat(-std::numeric_limits<float>::infinity()));
+    Value zeroF = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
+    Value oneF = arith::ConstantFloatOp::create(b, f32, APFloat(1.0f));
+    Value tCount = s.argIndex(outArg + 1);
+    Value past = s.argIndex(outArg + 2);
+    // A conversation's cache slots.
+    Value slots = memref::DimOp::create(b, kc, 0);
+    if (sequences)
+      slots = arith::DivUIOp::create(b, slots, s.index(sequences));
+    Value acc = memref::AllocaOp::create(b, MemRefType::get({headDim}, f32));
+    Value zeroD = arith::ConstantOp::create(b, vf, DenseElementsAttr::get(vf, 0.0f));
+    auto forRange = [&](Value lo, Value hi, ValueRange init = {}) {
+      return scf::ForOp::create(b, lo, hi, c1, init);
+    };
+    auto forDims = [&](function_ref<void(Value)> body) {
+      auto loop = scf::ForOp::create(b, c0, dim, step);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      body(loop.getInductionVar());
+    };
+
+    Value kvh = forEachRowOfPart(s, kvHeadsC);
+    {
+      OpBuilder::InsertionGuard headGuard(b);
+      auto g = forRange(c0, group);
+      b.setInsertionPointToStart(g.getBody());
+      Value hb = arith::MulIOp::create(b, kvh, group);
+      Value h = arith::AddIOp::create(b, hb, g.getInductionVar());
+      auto tLoop = forRange(c0, tCount);
+      b.setInsertionPointToStart(tLoop.getBody());
+      Value t = tLoop.getInductionVar();
+      // The token's conversation: its past, position, cache base and row.
+      Value pastT, p, baseT, row0;
+      if (sequences) {
+        Value posI = memref::LoadOp::create(b, positions, ValueRange{t});
+        pastT = arith::IndexCastOp::create(b, b.getIndexType(), posI);
+        p = pastT;
+        baseT = arith::MulIOp::create(b, t, slots);
+        row0 = t;
+      } else {
+        pastT = past;
+        p = arith::AddIOp::create(b, past, t);
+        baseT = c0;
+        row0 = c0;
       }
+      // First visible position: p - window + 1 for sliding layers, 0 for global.
+      Value p1 = arith::AddIOp::create(b, p, c1);
+      Value loW = arith::SubIOp::create(b, p1, windowC);
+      Value isGlobal = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, windowC, c0);
+      Value loS = arith::MaxSIOp::create(b, loW, c0);
+      Value lo = arith::SelectOp::create(b, isGlobal, c0, loS);
+      forDims([&](Value d) { vector::StoreOp::create(b, zeroD, acc, ValueRange{d}); });
+      // One key: score, online-softmax update of (max, sum) and of the
+      // output accumulator, the key and value at `row` of K and V.
+      auto update = [&](scf::ForOp loop, Value K, Value V, Value row) {
+        Value m = loop.getRegionIterArgs()[0], l = loop.getRegionIterArgs()[1];
+        Value zeroV = arith::ConstantOp::create(b, vf, DenseElementsAttr::get(vf, 0.0f));
+        auto dotv = scf::ForOp::create(b, c0, dim, step, ValueRange{zeroV});
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(dotv.getBody());
+          Value d = dotv.getInductionVar();
+          Value qv = vector::LoadOp::create(b, vf, q, ValueRange{t, h, d});
+          Value kvv = vector::LoadOp::create(b, vf, K, ValueRange{row, kvh, d});
+          Value pr = arith::MulFOp::create(b, qv, kvv);
+          Value ns = arith::AddFOp::create(b, dotv.getRegionIterArgs()[0], pr);
+          scf::YieldOp::create(b, ValueRange{ns});
+        }
+        Value dot = vector::ReductionOp::create(b, vector::CombiningKind::ADD, dotv.getResult(0));
+        Value score = arith::MulFOp::create(b, dot, scaleC);
+        Value mNew = arith::MaximumFOp::create(b, m, score);
+        Value dm = arith::SubFOp::create(b, m, mNew);
+        Value corr = math::ExpOp::create(b, dm);
+        Value ds = arith::SubFOp::create(b, score, mNew);
+        Value pw = math::ExpOp::create(b, ds);
+        Value lC = arith::MulFOp::create(b, l, corr);
+        Value lNew = arith::AddFOp::create(b, lC, pw);
+        Value corrV = vector::BroadcastOp::create(b, vf, corr);
+        Value pwV = vector::BroadcastOp::create(b, vf, pw);
+        forDims([&](Value d) {
+          Value av = vector::LoadOp::create(b, vf, acc, ValueRange{d});
+          Value vv = vector::LoadOp::create(b, vf, V, ValueRange{row, kvh, d});
+          Value ac = arith::MulFOp::create(b, av, corrV);
+          Value pv = arith::MulFOp::create(b, vv, pwV);
+          Value an = arith::AddFOp::create(b, ac, pv);
+          vector::StoreOp::create(b, an, acc, ValueRange{d});
+        });
+        scf::YieldOp::create(b, ValueRange{mNew, lNew});
+      };
+      Value loCached = arith::MinUIOp::create(b, lo, pastT);
+      auto ml0 = forRange(loCached, pastT, ValueRange{negInf, zeroF});
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(ml0.getBody());
+        Value ring = arith::RemUIOp::create(b, ml0.getInductionVar(), slots);
+        Value slot = arith::AddIOp::create(b, baseT, ring);
+        update(ml0, kc, vc, slot);
+      }
+      // This call's keys from position pastT up to the query's own: rows
+      // row0 + (position - pastT) of k and v.
+      Value loNewS = arith::SubIOp::create(b, lo, pastT);
+      Value loNew = arith::MaxSIOp::create(b, loNewS, c0);
+      Value pEnd = arith::AddIOp::create(b, p, c1);
+      Value tEnd = arith::SubIOp::create(b, pEnd, pastT);
+      auto ml = forRange(loNew, tEnd, ml0.getResults());
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(ml.getBody());
+        Value t2 = arith::AddIOp::create(b, row0, ml.getInductionVar());
+        update(ml, k, v, t2);
+      }
+      Value inv = arith::DivFOp::create(b, oneF, ml.getResult(1));
+      Value invV = vector::BroadcastOp::create(b, vf, inv);
+      forDims([&](Value d) {
+        Value av = vector::LoadOp::create(b, vf, acc, ValueRange{d});
+        Value o = arith::MulFOp::create(b, av, invV);
+        vector::StoreOp::create(b, o, out, ValueRange{t, h, d});
+      });
     }
     // The new tokens' K/V into the cache, in order (in a ring, later ones win).
-    scf.for %t2 = %c0 to %t_count step %c1 {
-@@append_slot@@
-      scf.for %d = %c0 to %dim step %step {
-        %kv1 = vector.load %k[%t2, %kvh, %d] : @@kvt@@, @@vf@@
-        vector.store %kv1, %kc[%slot, %kvh, %d] : @@kvt@@, @@vf@@
-        %vv1 = vector.load %v[%t2, %kvh, %d] : @@kvt@@, @@vf@@
-        vector.store %vv1, %vc[%slot, %kvh, %d] : @@kvt@@, @@vf@@
-      }
+    auto append = forRange(c0, tCount);
+    b.setInsertionPointToStart(append.getBody());
+    Value t2 = append.getInductionVar();
+    Value slot;
+    if (sequences) {
+      Value apI = memref::LoadOp::create(b, positions, ValueRange{t2});
+      Value ap = arith::IndexCastOp::create(b, b.getIndexType(), apI);
+      Value aring = arith::RemUIOp::create(b, ap, slots);
+      Value abase = arith::MulIOp::create(b, t2, slots);
+      slot = arith::AddIOp::create(b, abase, aring);
+    } else {
+      Value pp = arith::AddIOp::create(b, past, t2);
+      slot = arith::RemUIOp::create(b, pp, slots);
     }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"qt", q},
-                                   {"kvt", kv},
-                                   {"vf", vf},
-                                   {"lanes", lanes},
-                                   {"D", std::to_string(headDim)},
-                                   {"G", std::to_string(qHeads / kvHeads)},
-                                   {"Hkv", std::to_string(kvHeads)},
-                                   {"W", std::to_string(window)},
-                                   {"scale", floatLiteral(scale)},
-                                   {"range", partRange("%kv_heads", "h")},
-                                   {"positions", batchPositionsArg(sequences)},
-                                   {"slots", batchCacheSlots(sequences, kv)},
-                                   {"state", batchTokenState(sequences)},
-                                   {"append_slot", sequences ? R"(
-      %ap_i = memref.load %positions[%t2] : memref<?xi32>
-      %ap = arith.index_cast %ap_i : i32 to index
-      %aring = arith.remui %ap, %slots : index
-      %abase = arith.muli %t2, %slots : index
-      %slot = arith.addi %abase, %aring : index)"
-                                                             : R"(
-      %pp = arith.addi %past, %t2 : index
-      %slot = arith.remui %pp, %slots : index)"},
-                                   {"cached", cached},
-                                   {"fresh", fresh}});
-  return textKernel(name, "kiln.attention", body);
+    forDims([&](Value d) {
+      Value kv1 = vector::LoadOp::create(b, vf, k, ValueRange{t2, kvh, d});
+      vector::StoreOp::create(b, kv1, kc, ValueRange{slot, kvh, d});
+      Value vv1 = vector::LoadOp::create(b, vf, v, ValueRange{t2, kvh, d});
+      vector::StoreOp::create(b, vv1, vc, ValueRange{slot, kvh, d});
+    });
+  });
 }
 
 } // namespace kiln::kernels
