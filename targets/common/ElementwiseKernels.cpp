@@ -3,8 +3,17 @@
 // Rows are split over launch parts; each row is processed in vector<16xf32>
 // steps when the width allows, element by element otherwise.
 #include "targets/common/Generators.h"
+#include "targets/common/KernelBuilder.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 namespace kiln::kernels {
+
+using namespace mlir;
+
 namespace {
 
 constexpr int64_t kLanes = 16;
@@ -22,78 +31,77 @@ std::string tilingAttr(int64_t width) {
 
 } // namespace
 
+// The typed kernels' tiling and row vectors (as tilingAttr and vec give the
+// text ones).
+static Tiling rowsTiling(int64_t width) {
+  Tiling tiling;
+  tiling.set("kind", "rows").set("lanes", width % kLanes == 0 ? kLanes : 1);
+  return tiling;
+}
+static VectorType rowVector(int64_t width, Type elem) {
+  return VectorType::get({width % kLanes == 0 ? kLanes : 1}, elem);
+}
+
 KernelSpec castToBf16(int64_t width) {
   std::string name = "cast_bf16_" + std::to_string(width);
-  std::string body = fillTemplate(
-      R"(
-func.func @@@name@@(%x: memref<?x@@w@@xf32>, %y: memref<?x@@w@@xbf16>, %first: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
-  %c0 = arith.constant 0 : index
-  %step = arith.constant @@lanes@@ : index
-  %width = arith.constant @@w@@ : index
-  %rows = memref.dim %y, %c0 : memref<?x@@w@@xbf16>
-  %src_rows = memref.dim %x, %c0 : memref<?x@@w@@xf32>
-  %first_row = arith.index_cast %first : i64 to index
-  %zero = arith.constant dense<0.0> : @@vbf@@
-  @@range@@
-  scf.for %r = %rbegin to %rend step %one_r {
-    %src = arith.addi %first_row, %r : index
-    %inside = arith.cmpi ult, %src, %src_rows : index
-    scf.for %c = %c0 to %width step %step {
-      scf.if %inside {
-        %v = vector.load %x[%src, %c] : memref<?x@@w@@xf32>, @@vf@@
-        %b = arith.truncf %v : @@vf@@ to @@vbf@@
-        vector.store %b, %y[%r, %c] : memref<?x@@w@@xbf16>, @@vbf@@
-      } else {
-        vector.store %zero, %y[%r, %c] : memref<?x@@w@@xbf16>, @@vbf@@
-      }
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    return {MemRefType::get({dynamic, width}, b.getF32Type()),
+            MemRefType::get({dynamic, width}, b.getBF16Type()), b.getI64Type()};
+  };
+  // y's rows from x's rows first, first + 1, ...; rows past x's are zeros.
+  return buildKernel(name, "kiln.cast_bf16", rowsTiling(width), args, [&](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    VectorType vf = rowVector(width, b.getF32Type()), vbf = rowVector(width, b.getBF16Type());
+    Value x = k.arg(0), y = k.arg(1);
+    Value c0 = k.index(0), step = k.index(vf.getNumElements()), widthC = k.index(width);
+    Value rows = memref::DimOp::create(b, y, 0);
+    Value srcRows = memref::DimOp::create(b, x, 0);
+    Value firstRow = k.argIndex(2);
+    Value zero = arith::ConstantOp::create(b, vbf, DenseElementsAttr::get(vbf, 0.0f));
+    Value r = forEachRowOfPart(k, rows);
+    Value src = arith::AddIOp::create(b, firstRow, r);
+    Value inside = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, src, srcRows);
+    auto columns = scf::ForOp::create(b, c0, widthC, step);
+    b.setInsertionPointToStart(columns.getBody());
+    Value c = columns.getInductionVar();
+    auto ifInside = scf::IfOp::create(b, inside, /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifInside.getThenRegion().front());
+      Value v = vector::LoadOp::create(b, vf, x, ValueRange{src, c});
+      Value bf = arith::TruncFOp::create(b, vbf, v);
+      vector::StoreOp::create(b, bf, y, ValueRange{r, c});
+      b.setInsertionPointToStart(&ifInside.getElseRegion().front());
+      vector::StoreOp::create(b, zero, y, ValueRange{r, c});
     }
-  }
-  return
-}
-)",
-      {{"name", name},
-       {"w", std::to_string(width)},
-       {"lanes", lanesFor(width)},
-       {"vf", vec(width, "f32")},
-       {"vbf", vec(width, "bf16")},
-       {"tiling", tilingAttr(width)},
-       {"range", partRange("%rows", "r") + "    %one_r = arith.constant 1 : index\n"}});
-  return textKernel(name, "kiln.cast_bf16", body);
+  });
 }
 
 KernelSpec embed(int64_t vocab, int64_t hidden) {
   std::string name = "embed_" + std::to_string(vocab) + "x" + std::to_string(hidden);
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%table: memref<@@v@@x@@h@@xbf16>, %ids: memref<?xi32>, %out: memref<?x@@h@@xf32>, %tokens: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %step = arith.constant @@lanes@@ : index
-  %width = arith.constant @@h@@ : index
-  %t_count = arith.index_cast %tokens : i64 to index
-  @@range@@
-  scf.for %t = %tbegin to %tend step %c1 {
-    %id32 = memref.load %ids[%t] : memref<?xi32>
-    %id = arith.index_cast %id32 : i32 to index
-    scf.for %c = %c0 to %width step %step {
-      %b = vector.load %table[%id, %c] : memref<@@v@@x@@h@@xbf16>, @@vbf@@
-      %v = arith.extf %b : @@vbf@@ to @@vf@@
-      vector.store %v, %out[%t, %c] : memref<?x@@h@@xf32>, @@vf@@
-    }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"v", std::to_string(vocab)},
-                                   {"h", std::to_string(hidden)},
-                                   {"lanes", lanesFor(hidden)},
-                                   {"vf", vec(hidden, "f32")},
-                                   {"vbf", vec(hidden, "bf16")},
-                                   {"tiling", tilingAttr(hidden)},
-                                   {"range", partRange("%t_count", "t")}});
-  return textKernel(name, "kiln.embed", body);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    return {MemRefType::get({vocab, hidden}, b.getBF16Type()),
+            MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
+            MemRefType::get({ShapedType::kDynamic, hidden}, b.getF32Type()), b.getI64Type()};
+  };
+  // out[t] = table[ids[t]] as f32.
+  return buildKernel(name, "kiln.embed", rowsTiling(hidden), args, [&](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    VectorType vf = rowVector(hidden, b.getF32Type()), vbf = rowVector(hidden, b.getBF16Type());
+    Value table = k.arg(0), ids = k.arg(1), out = k.arg(2);
+    Value c0 = k.index(0), step = k.index(vf.getNumElements()), width = k.index(hidden);
+    Value tCount = k.argIndex(3);
+    Value t = forEachRowOfPart(k, tCount);
+    Value id32 = memref::LoadOp::create(b, ids, ValueRange{t});
+    Value id = arith::IndexCastOp::create(b, b.getIndexType(), id32);
+    auto columns = scf::ForOp::create(b, c0, width, step);
+    b.setInsertionPointToStart(columns.getBody());
+    Value c = columns.getInductionVar();
+    Value bf = vector::LoadOp::create(b, vbf, table, ValueRange{id, c});
+    Value v = arith::ExtFOp::create(b, vf, bf);
+    vector::StoreOp::create(b, v, out, ValueRange{t, c});
+  });
 }
 
 // The body of one RMSNorm row: reads %src row %srow, writes %dst row %drow
