@@ -1,11 +1,13 @@
 // Row-wise kernels: bf16 casts for GEMM inputs, the embedding gather, RMSNorm
 // (also per head), the fused norm/residual boundary and elementwise ops.
 // Rows are split over launch parts; each row is processed in vector<16xf32>
-// steps when the width allows, element by element otherwise.
+// steps when the width allows, element by element otherwise. Built as typed
+// IR (KernelBuilder.h).
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -18,29 +20,18 @@ namespace {
 
 constexpr int64_t kLanes = 16;
 
-std::string lanesFor(int64_t width) { return width % kLanes == 0 ? "16" : "1"; }
-
-// The vector type a row step uses: vector<16xT> or vector<1xT>.
-std::string vec(int64_t width, const std::string &elem) {
-  return "vector<" + lanesFor(width) + "x" + elem + ">";
-}
-
-std::string tilingAttr(int64_t width) {
-  return "{kind = \"rows\", lanes = " + lanesFor(width) + " : i64}";
-}
-
-} // namespace
-
-// The typed kernels' tiling and row vectors (as tilingAttr and vec give the
-// text ones).
-static Tiling rowsTiling(int64_t width) {
+// A row kernel's tiling, and the vector a row step uses: vector<16xT> when
+// the width allows, vector<1xT> otherwise.
+Tiling rowsTiling(int64_t width) {
   Tiling tiling;
   tiling.set("kind", "rows").set("lanes", width % kLanes == 0 ? kLanes : 1);
   return tiling;
 }
-static VectorType rowVector(int64_t width, Type elem) {
+VectorType rowVector(int64_t width, Type elem) {
   return VectorType::get({width % kLanes == 0 ? kLanes : 1}, elem);
 }
+
+} // namespace
 
 KernelSpec castToBf16(int64_t width) {
   std::string name = "cast_bf16_" + std::to_string(width);
@@ -104,97 +95,91 @@ KernelSpec embed(int64_t vocab, int64_t hidden) {
   });
 }
 
-// The body of one RMSNorm row: reads %src row %srow, writes %dst row %drow
-// with weight %w, for a row of width @@w@@.
-static std::string normRow(const std::string &src, const std::string &srcType,
-                           const std::string &dst, const std::string &dstType,
-                           const std::string &weight, const std::string &weightType,
-                           const std::string &row, const std::string &eps, int64_t width,
-                           const std::string &prefix) {
-  return fillTemplate(R"(
-    %@@p@@acc0 = arith.constant dense<0.0> : @@vf@@
-    %@@p@@acc = scf.for %c = %c0 to %width step %step iter_args(%a = %@@p@@acc0) -> (@@vf@@) {
-      %v = vector.load @@src@@[@@row@@, %c] : @@srcType@@, @@vf@@
-      %sq = arith.mulf %v, %v : @@vf@@
-      %n = arith.addf %a, %sq : @@vf@@
-      scf.yield %n : @@vf@@
-    }
-    %@@p@@sum = vector.reduction <add>, %@@p@@acc : @@vf@@ into f32
-    %@@p@@mean = arith.divf %@@p@@sum, %widthf : f32
-    %@@p@@eps = arith.constant @@eps@@ : f32
-    %@@p@@me = arith.addf %@@p@@mean, %@@p@@eps : f32
-    %@@p@@rms = math.sqrt %@@p@@me : f32
-    %@@p@@onef = arith.constant 1.0 : f32
-    %@@p@@inv = arith.divf %@@p@@onef, %@@p@@rms : f32
-    %@@p@@invv = vector.broadcast %@@p@@inv : f32 to @@vf@@
-    scf.for %c = %c0 to %width step %step {
-      %v = vector.load @@src@@[@@row@@, %c] : @@srcType@@, @@vf@@
-      %wb = vector.load @@weight@@[%c] : @@weightType@@, @@vbf@@
-      %wf = arith.extf %wb : @@vbf@@ to @@vf@@
-      %s = arith.mulf %v, %@@p@@invv : @@vf@@
-      %nw = arith.mulf %s, %wf : @@vf@@
-      vector.store %nw, @@dst@@[@@row@@, %c] : @@dstType@@, @@vf@@
-    }
-)",
-                      {{"p", prefix},
-                       {"src", src},
-                       {"srcType", srcType},
-                       {"dst", dst},
-                       {"dstType", dstType},
-                       {"weight", weight},
-                       {"weightType", weightType},
-                       {"row", row},
-                       {"eps", eps},
-                       {"vf", vec(width, "f32")},
-                       {"vbf", vec(width, "bf16")}});
+namespace {
+
+// The constants every row kernel starts with.
+struct RowConstants {
+  Value c0, c1, step, width;
+};
+RowConstants rowConstants(KernelScope &k, int64_t width) {
+  return {k.index(0), k.index(1), k.index(width % kLanes == 0 ? kLanes : 1), k.index(width)};
 }
 
-namespace {
+// A loop over a row's columns in vector steps; the body gets the column.
+void forColumns(KernelScope &k, const RowConstants &rc, function_ref<void(Value)> body) {
+  auto loop = scf::ForOp::create(k.b, rc.c0, rc.width, rc.step);
+  OpBuilder::InsertionGuard guard(k.b);
+  k.b.setInsertionPointToStart(loop.getBody());
+  body(loop.getInductionVar());
+}
+
+// One RMSNorm row: src[row] normalised, times the bf16 weight, into
+// dst[row] (`row`: the indices of the row, then the column).
+void normRow(KernelScope &k, const RowConstants &rc, Value widthF, Value src, Value dst,
+             Value weight, ValueRange row, double eps, int64_t width) {
+  ImplicitLocOpBuilder &b = k.b;
+  FloatType f32 = b.getF32Type();
+  VectorType vf = rowVector(width, f32), vbf = rowVector(width, b.getBF16Type());
+  auto at = [&](Value c) {
+    SmallVector<Value> indices(row.begin(), row.end());
+    indices.push_back(c);
+    return indices;
+  };
+  Value acc0 = arith::ConstantOp::create(b, vf, DenseElementsAttr::get(vf, 0.0f));
+  auto acc = scf::ForOp::create(b, rc.c0, rc.width, rc.step, ValueRange{acc0});
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(acc.getBody());
+    Value v = vector::LoadOp::create(b, vf, src, at(acc.getInductionVar()));
+    Value sq = arith::MulFOp::create(b, v, v);
+    Value n = arith::AddFOp::create(b, acc.getRegionIterArgs()[0], sq);
+    scf::YieldOp::create(b, ValueRange{n});
+  }
+  Value sum = vector::ReductionOp::create(b, vector::CombiningKind::ADD, acc.getResult(0));
+  Value mean = arith::DivFOp::create(b, sum, widthF);
+  Value epsC = arith::ConstantFloatOp::create(b, f32, APFloat(float(eps)));
+  Value me = arith::AddFOp::create(b, mean, epsC);
+  Value rms = math::SqrtOp::create(b, me);
+  Value one = arith::ConstantFloatOp::create(b, f32, APFloat(1.0f));
+  Value inv = arith::DivFOp::create(b, one, rms);
+  Value invV = vector::BroadcastOp::create(b, vf, inv);
+  forColumns(k, rc, [&](Value c) {
+    Value v = vector::LoadOp::create(b, vf, src, at(c));
+    Value wb = vector::LoadOp::create(b, vbf, weight, ValueRange{c});
+    Value wf = arith::ExtFOp::create(b, vf, wb);
+    Value scaled = arith::MulFOp::create(b, v, invV);
+    Value nw = arith::MulFOp::create(b, scaled, wf);
+    vector::StoreOp::create(b, nw, dst, at(c));
+  });
+}
 
 // An RMSNorm kernel over every row of width `width`: rows of [T, width]
 // (heads = 0) or [T, heads, width] rows (head norms); the eps is part of the
 // name, so norms with other eps get other kernels.
 KernelSpec normKernel(const std::string &name, const std::string &op, int64_t heads, int64_t width,
                       double eps) {
-  std::string w = "memref<" + std::to_string(width) + "xbf16>";
-  std::string xt = heads
-                       ? "memref<?x" + std::to_string(heads) + "x" + std::to_string(width) + "xf32>"
-                       : "memref<?x" + std::to_string(width) + "xf32>";
-  std::string loop = heads ? R"(
-    scf.for %hh = %c0 to %heads step %c1 {
-      @@norm@@
-    })"
-                           : R"(
-    @@norm@@)";
-  std::string body = fillTemplate(
-      R"(
-func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@xt@@, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %step = arith.constant @@lanes@@ : index
-  %width = arith.constant @@w@@ : index
-  %widthf = arith.constant @@wf@@ : f32
-@@heads@@  %rows = arith.index_cast %rows_i : i64 to index
-  @@range@@
-  scf.for %r = %rbegin to %rend step %c1 {@@loop@@
-  }
-  return
-}
-)",
-      {{"name", name},
-       {"xt", xt},
-       {"wt", w},
-       {"w", std::to_string(width)},
-       {"wf", floatLiteral(double(width))},
-       {"heads", heads ? "  %heads = arith.constant " + std::to_string(heads) + " : index\n" : ""},
-       {"lanes", lanesFor(width)},
-       {"tiling", tilingAttr(width)},
-       {"range", partRange("%rows", "r")},
-       {"loop", loop}});
-  body = fillTemplate(body, {{"norm", normRow("%x", xt, "%y", xt, "%w", w, heads ? "%r, %hh" : "%r",
-                                              floatLiteral(eps), width, "n")}});
-  return textKernel(name, op, body);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    Type x = heads ? MemRefType::get({dynamic, heads, width}, b.getF32Type())
+                   : MemRefType::get({dynamic, width}, b.getF32Type());
+    return {x, MemRefType::get({width}, b.getBF16Type()), x, b.getI64Type()};
+  };
+  return buildKernel(name, op, rowsTiling(width), args, [&](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    RowConstants rc = rowConstants(k, width);
+    Value widthF = arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(float(width)));
+    Value headsC = heads ? k.index(heads) : Value();
+    Value rows = k.argIndex(3);
+    Value r = forEachRowOfPart(k, rows);
+    if (!heads) {
+      normRow(k, rc, widthF, k.arg(0), k.arg(2), k.arg(1), ValueRange{r}, eps, width);
+      return;
+    }
+    auto hh = scf::ForOp::create(b, rc.c0, headsC, rc.c1);
+    b.setInsertionPointToStart(hh.getBody());
+    normRow(k, rc, widthF, k.arg(0), k.arg(2), k.arg(1), ValueRange{r, hh.getInductionVar()}, eps,
+            width);
+  });
 }
 
 } // namespace
@@ -213,101 +198,68 @@ KernelSpec headNorm(int64_t heads, int64_t headDim, double eps) {
 KernelSpec normResidual(int64_t width, double postEps, double nextEps) {
   std::string name =
       "norm_residual_" + std::to_string(width) + epsSuffix(postEps) + epsSuffix(nextEps);
-  std::string row = "memref<?x" + std::to_string(width) + "xf32>";
-  std::string w = "memref<" + std::to_string(width) + "xbf16>";
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, %next: @@wt@@,
-                    %new_res: @@row@@, %normed: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %step = arith.constant @@lanes@@ : index
-  %width = arith.constant @@w@@ : index
-  %widthf = arith.constant @@wf@@ : f32
-  %rows = arith.index_cast %rows_i : i64 to index
-  @@range@@
-  scf.for %r = %rbegin to %rend step %c1 {
-    // normed_update = RMSNorm(update; post), written to %normed as scratch.
-    @@post@@
+  // res, update, post, gate, next (weights), new_res, normed; rows.
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    Type row = MemRefType::get({ShapedType::kDynamic, width}, b.getF32Type());
+    Type w = MemRefType::get({width}, b.getBF16Type());
+    return {row, row, w, w, w, row, row, b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.norm_residual", rowsTiling(width), args, [&](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    VectorType vf = rowVector(width, b.getF32Type()), vbf = rowVector(width, b.getBF16Type());
+    Value res = k.arg(0), upd = k.arg(1), post = k.arg(2), gate = k.arg(3), next = k.arg(4);
+    Value newRes = k.arg(5), normed = k.arg(6);
+    RowConstants rc = rowConstants(k, width);
+    Value widthF = arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(float(width)));
+    Value rows = k.argIndex(7);
+    Value r = forEachRowOfPart(k, rows);
+    // normed_update = RMSNorm(update; post), written to normed as scratch.
+    normRow(k, rc, widthF, upd, normed, post, ValueRange{r}, postEps, width);
     // new_res = res + gate * normed_update
-    scf.for %c = %c0 to %width step %step {
-      %x = vector.load %res[%r, %c] : @@row@@, @@vf@@
-      %u = vector.load %normed[%r, %c] : @@row@@, @@vf@@
-      %gb = vector.load %gate[%c] : @@wt@@, @@vbf@@
-      %g = arith.extf %gb : @@vbf@@ to @@vf@@
-      %gu = arith.mulf %g, %u : @@vf@@
-      %h = arith.addf %x, %gu : @@vf@@
-      vector.store %h, %new_res[%r, %c] : @@row@@, @@vf@@
-    }
-    @@next@@
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"row", row},
-                                   {"wt", w},
-                                   {"w", std::to_string(width)},
-                                   {"wf", floatLiteral(double(width))},
-                                   {"lanes", lanesFor(width)},
-                                   {"vf", vec(width, "f32")},
-                                   {"vbf", vec(width, "bf16")},
-                                   {"tiling", tilingAttr(width)},
-                                   {"range", partRange("%rows", "r")},
-                                   {"post", normRow("%upd", row, "%normed", row, "%post", w, "%r",
-                                                    floatLiteral(postEps), width, "p")},
-                                   {"next", normRow("%new_res", row, "%normed", row, "%next", w,
-                                                    "%r", floatLiteral(nextEps), width, "q")}});
-  return textKernel(name, "kiln.norm_residual", body);
+    forColumns(k, rc, [&](Value c) {
+      Value x = vector::LoadOp::create(b, vf, res, ValueRange{r, c});
+      Value u = vector::LoadOp::create(b, vf, normed, ValueRange{r, c});
+      Value gb = vector::LoadOp::create(b, vbf, gate, ValueRange{c});
+      Value g = arith::ExtFOp::create(b, vf, gb);
+      Value gu = arith::MulFOp::create(b, g, u);
+      Value h = arith::AddFOp::create(b, x, gu);
+      vector::StoreOp::create(b, h, newRes, ValueRange{r, c});
+    });
+    normRow(k, rc, widthF, newRes, normed, next, ValueRange{r}, nextEps, width);
+  });
 }
 
 KernelSpec binary(const std::string &kind, int64_t width, bool rhsIsWeight, bool rhsIsVector) {
   std::string name = kind + "_" + std::to_string(width) + (rhsIsVector ? "_bcast" : "_rows") +
                      (rhsIsWeight ? "_bf16" : "_f32");
-  std::string row = "memref<?x" + std::to_string(width) + "xf32>";
-  std::string rhsElem = rhsIsWeight ? "bf16" : "f32";
-  std::string rhsType = rhsIsVector ? "memref<" + std::to_string(width) + "x" + rhsElem + ">"
-                                    : "memref<?x" + std::to_string(width) + "x" + rhsElem + ">";
-  std::string load =
-      rhsIsVector ? "%rv = vector.load %rhs[%c] : " + rhsType + ", " + vec(width, rhsElem)
-                  : "%rv = vector.load %rhs[%r, %c] : " + rhsType + ", " + vec(width, rhsElem);
-  std::string extend =
-      rhsIsWeight ? "%rf = arith.extf %rv : " + vec(width, "bf16") + " to " + vec(width, "f32")
-                  : "%rf = arith.addf %rv, %zero : " + vec(width, "f32");
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%lhs: @@row@@, %rhs: @@rt@@, %out: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = @@tiling@@} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %step = arith.constant @@lanes@@ : index
-  %width = arith.constant @@w@@ : index
-  %zero = arith.constant dense<0.0> : @@vf@@
-  %rows = arith.index_cast %rows_i : i64 to index
-  @@range@@
-  scf.for %r = %rbegin to %rend step %c1 {
-    scf.for %c = %c0 to %width step %step {
-      %l = vector.load %lhs[%r, %c] : @@row@@, @@vf@@
-      @@load@@
-      @@extend@@
-      %y = arith.@@op@@ %l, %rf : @@vf@@
-      vector.store %y, %out[%r, %c] : @@row@@, @@vf@@
-    }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"row", row},
-                                   {"rt", rhsType},
-                                   {"w", std::to_string(width)},
-                                   {"lanes", lanesFor(width)},
-                                   {"vf", vec(width, "f32")},
-                                   {"tiling", tilingAttr(width)},
-                                   {"range", partRange("%rows", "r")},
-                                   {"load", load},
-                                   {"extend", extend},
-                                   {"op", kind == "mul" ? "mulf" : "addf"}});
-  return textKernel(name, "kiln." + kind, body);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    Type row = MemRefType::get({dynamic, width}, b.getF32Type());
+    Type rhsElem = rhsIsWeight ? b.getBF16Type() : b.getF32Type();
+    Type rhs = rhsIsVector ? MemRefType::get({width}, rhsElem)
+                           : MemRefType::get({dynamic, width}, rhsElem);
+    return {row, rhs, row, b.getI64Type()};
+  };
+  return buildKernel(name, "kiln." + kind, rowsTiling(width), args, [&](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    VectorType vf = rowVector(width, b.getF32Type());
+    VectorType vr = rowVector(width, rhsIsWeight ? b.getBF16Type() : b.getF32Type());
+    Value lhs = k.arg(0), rhs = k.arg(1), out = k.arg(2);
+    RowConstants rc = rowConstants(k, width);
+    Value zero = arith::ConstantOp::create(b, vf, DenseElementsAttr::get(vf, 0.0f));
+    Value rows = k.argIndex(3);
+    Value r = forEachRowOfPart(k, rows);
+    forColumns(k, rc, [&](Value c) {
+      Value l = vector::LoadOp::create(b, vf, lhs, ValueRange{r, c});
+      Value rv = rhsIsVector ? vector::LoadOp::create(b, vr, rhs, ValueRange{c})
+                             : vector::LoadOp::create(b, vr, rhs, ValueRange{r, c});
+      Value rf = rhsIsWeight ? arith::ExtFOp::create(b, vf, rv).getResult()
+                             : arith::AddFOp::create(b, rv, zero).getResult();
+      Value y = kind == "mul" ? arith::MulFOp::create(b, l, rf).getResult()
+                              : arith::AddFOp::create(b, l, rf).getResult();
+      vector::StoreOp::create(b, y, out, ValueRange{r, c});
+    });
+  });
 }
 
 } // namespace kiln::kernels
