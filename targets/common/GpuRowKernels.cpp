@@ -7,11 +7,20 @@
 // part; on a GPU that leaves all but one thread idle and costs more than the
 // GEMVs around them.
 #include "targets/common/Generators.h"
+#include "targets/common/KernelBuilder.h"
 #include "targets/common/WarpSnippets.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 #include <algorithm>
 
 namespace kiln::kernels {
+
+using namespace mlir;
+
 namespace {
 
 // Block-wide sum of f32 `%in` over the block's `warps` warps: warp sums,
@@ -220,32 +229,41 @@ func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, 
   return textKernel(name, "kiln.norm_residual", body);
 }
 
+// The thread kernels (typed IR): a thread per four elements of a row, launch
+// part p taking row p / (width / 4), elements 4 (p % (width / 4)) ...
+namespace {
+Tiling fourElements() {
+  Tiling tiling;
+  tiling.set("kind", "threads").set("elements", 4);
+  return tiling;
+}
+} // namespace
+
 KernelSpec embedThreads(int64_t vocab, int64_t hidden) {
   std::string name = "embed_threads_" + str(vocab) + "x" + str(hidden);
-  std::string body =
-      fillTemplate(R"(
-func.func @@@name@@(%table: memref<@@v@@x@@h@@xbf16>, %ids: memref<?xi32>, %out: memref<?x@@h@@xf32>, %tokens: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "threads", elements = 4 : i64}} {
-  %c4 = arith.constant 4 : index
-  %quarters = arith.constant @@q@@ : index
-  %p = arith.index_cast %part : i64 to index
-  %t_count = arith.index_cast %tokens : i64 to index
-  %t = arith.divui %p, %quarters : index
-  %q = arith.remui %p, %quarters : index
-  %c = arith.muli %q, %c4 : index
-  %in = arith.cmpi ult, %t, %t_count : index
-  scf.if %in {
-    %id32 = memref.load %ids[%t] : memref<?xi32>
-    %id = arith.index_cast %id32 : i32 to index
-    %b = vector.load %table[%id, %c] {alignment = 8} : memref<@@v@@x@@h@@xbf16>, vector<4xbf16>
-    %v = arith.extf %b : vector<4xbf16> to vector<4xf32>
-    vector.store %v, %out[%t, %c] {alignment = 16} : memref<?x@@h@@xf32>, vector<4xf32>
-  }
-  return
-}
-)",
-                   {{"name", name}, {"v", str(vocab)}, {"h", str(hidden)}, {"q", str(hidden / 4)}});
-  return textKernel(name, "kiln.embed", body);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    return {MemRefType::get({vocab, hidden}, b.getBF16Type()),
+            MemRefType::get({ShapedType::kDynamic}, b.getI32Type()),
+            MemRefType::get({ShapedType::kDynamic, hidden}, b.getF32Type()), b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.embed", fourElements(), args, [&](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    Value c4 = k.index(4), quarters = k.index(hidden / 4);
+    Value p = k.argIndex(4);
+    Value tCount = k.argIndex(3);
+    Value t = arith::DivUIOp::create(b, p, quarters);
+    Value q = arith::RemUIOp::create(b, p, quarters);
+    Value c = arith::MulIOp::create(b, q, c4);
+    Value in = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, t, tCount);
+    auto ifIn = scf::IfOp::create(b, in, /*withElse=*/false);
+    b.setInsertionPointToStart(&ifIn.getThenRegion().front());
+    Value id32 = memref::LoadOp::create(b, k.arg(1), ValueRange{t});
+    Value id = arith::IndexCastOp::create(b, b.getIndexType(), id32);
+    Value bf = vector::LoadOp::create(b, VectorType::get({4}, b.getBF16Type()), k.arg(0),
+                                      ValueRange{id, c}, false, llvm::MaybeAlign(8));
+    Value v = arith::ExtFOp::create(b, VectorType::get({4}, b.getF32Type()), bf);
+    vector::StoreOp::create(b, v, k.arg(2), ValueRange{t, c}, false, llvm::MaybeAlign(16));
+  });
 }
 
 KernelSpec expertScalesBlock(int64_t k, int64_t latent, double eps) {
@@ -455,58 +473,64 @@ func.func @@@name@@(%logits: @@lt@@, %weights: memref<?x@@K@@xf32>, %indices: me
 KernelSpec expertCombineThreads(int64_t experts, int64_t k, int64_t latent) {
   std::string name =
       "expert_combine_threads_" + str(experts) + "e_top" + str(k) + "_" + str(latent);
-  std::string yt = "memref<?x" + str(k) + "x" + str(latent) + "xf32>";
+  // y, idx, scales, post_norm, out; rows.
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    return {MemRefType::get({dynamic, k, latent}, b.getF32Type()),
+            MemRefType::get({dynamic, k}, b.getI32Type()),
+            MemRefType::get({dynamic, k}, b.getF32Type()),
+            MemRefType::get({experts, latent}, b.getBF16Type()),
+            MemRefType::get({dynamic, latent}, b.getF32Type()),
+            b.getI64Type()};
+  };
   // out[t, c..c+3] = sum_j scale[t, j] * post_norm[e_j, c..] * y[t, j, c..], j in order.
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%y: @@yt@@, %idx: memref<?x@@K@@xi32>, %scales: memref<?x@@K@@xf32>, %pn: memref<@@E@@x@@L@@xbf16>,
-                    %out: memref<?x@@L@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "threads", elements = 4 : i64}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c4 = arith.constant 4 : index
-  %kk = arith.constant @@K@@ : index
-  %c0_i32 = arith.constant 0 : i32
-  %quarters = arith.constant @@q@@ : index
-  %zero_v = arith.constant dense<0.0> : vector<4xf32>
-  %p = arith.index_cast %part : i64 to index
-  %rows = arith.index_cast %rows_i : i64 to index
-  %t = arith.divui %p, %quarters : index
-  %qq = arith.remui %p, %quarters : index
-  %c = arith.muli %qq, %c4 : index
-  %in = arith.cmpi ult, %t, %rows : index
-  scf.if %in {
-    %acc = scf.for %j = %c0 to %kk step %c1 iter_args(%a = %zero_v) -> (vector<4xf32>) {
-      // -1: another rank's expert (expert parallelism), whose row of y
-      // no kernel wrote: skipped.
-      %e32 = memref.load %idx[%t, %j] : memref<?x@@K@@xi32>
-      %here = arith.cmpi sge, %e32, %c0_i32 : i32
-      %n = scf.if %here -> (vector<4xf32>) {
-        %e = arith.index_cast %e32 : i32 to index
-        %yv = vector.load %y[%t, %j, %c] {alignment = 16} : @@yt@@, vector<4xf32>
-        %pb = vector.load %pn[%e, %c] {alignment = 8} : memref<@@E@@x@@L@@xbf16>, vector<4xbf16>
-        %pf = arith.extf %pb : vector<4xbf16> to vector<4xf32>
-        %sj = memref.load %scales[%t, %j] : memref<?x@@K@@xf32>
-        %sv = vector.broadcast %sj : f32 to vector<4xf32>
-        %yn = arith.mulf %yv, %pf : vector<4xf32>
-        %f = vector.fma %yn, %sv, %a : vector<4xf32>
-        scf.yield %f : vector<4xf32>
-      } else {
-        scf.yield %a : vector<4xf32>
+  return buildKernel(name, "kiln.megamoe", fourElements(), args, [&](KernelScope &s) {
+    ImplicitLocOpBuilder &b = s.b;
+    auto v4 = VectorType::get({4}, b.getF32Type());
+    Value y = s.arg(0), idx = s.arg(1), scales = s.arg(2), pn = s.arg(3), out = s.arg(4);
+    Value c0 = s.index(0), c1 = s.index(1), c4 = s.index(4), kk = s.index(k);
+    Value zero32 = s.i32(0), quarters = s.index(latent / 4);
+    Value zeroV = arith::ConstantOp::create(b, v4, DenseElementsAttr::get(v4, 0.0f));
+    Value p = s.argIndex(6);
+    Value rows = s.argIndex(5);
+    Value t = arith::DivUIOp::create(b, p, quarters);
+    Value qq = arith::RemUIOp::create(b, p, quarters);
+    Value c = arith::MulIOp::create(b, qq, c4);
+    Value in = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, t, rows);
+    auto ifIn = scf::IfOp::create(b, in, /*withElse=*/false);
+    b.setInsertionPointToStart(&ifIn.getThenRegion().front());
+    auto acc = scf::ForOp::create(b, c0, kk, c1, ValueRange{zeroV});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(acc.getBody());
+      Value j = acc.getInductionVar(), a = acc.getRegionIterArgs()[0];
+      // -1: another rank's expert (expert parallelism), whose row of y no
+      // kernel wrote: skipped.
+      Value e32 = memref::LoadOp::create(b, idx, ValueRange{t, j});
+      Value here = arith::CmpIOp::create(b, arith::CmpIPredicate::sge, e32, zero32);
+      auto ifHere = scf::IfOp::create(b, TypeRange{v4}, here, /*withElse=*/true);
+      {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPointToStart(&ifHere.getThenRegion().front());
+        Value e = arith::IndexCastOp::create(b, b.getIndexType(), e32);
+        Value yv =
+            vector::LoadOp::create(b, v4, y, ValueRange{t, j, c}, false, llvm::MaybeAlign(16));
+        Value pb = vector::LoadOp::create(b, VectorType::get({4}, b.getBF16Type()), pn,
+                                          ValueRange{e, c}, false, llvm::MaybeAlign(8));
+        Value pf = arith::ExtFOp::create(b, v4, pb);
+        Value sj = memref::LoadOp::create(b, scales, ValueRange{t, j});
+        Value sv = vector::BroadcastOp::create(b, v4, sj);
+        Value yn = arith::MulFOp::create(b, yv, pf);
+        Value f = vector::FMAOp::create(b, yn, sv, a);
+        scf::YieldOp::create(b, ValueRange{f});
+        b.setInsertionPointToStart(&ifHere.getElseRegion().front());
+        scf::YieldOp::create(b, ValueRange{a});
       }
-      scf.yield %n : vector<4xf32>
+      scf::YieldOp::create(b, ifHere.getResults());
     }
-    vector.store %acc, %out[%t, %c] {alignment = 16} : memref<?x@@L@@xf32>, vector<4xf32>
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"yt", yt},
-                                   {"E", str(experts)},
-                                   {"K", str(k)},
-                                   {"L", str(latent)},
-                                   {"q", str(latent / 4)}});
-  return textKernel(name, "kiln.megamoe", body);
+    vector::StoreOp::create(b, acc.getResult(0), out, ValueRange{t, c}, false,
+                            llvm::MaybeAlign(16));
+  });
 }
 
 } // namespace kiln::kernels
