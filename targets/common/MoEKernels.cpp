@@ -5,72 +5,98 @@
 // block scales through lookup tables, times the expert's global scale), so
 // no bf16 copy of the weights ever exists.
 #include "targets/common/Generators.h"
+#include "targets/common/KernelBuilder.h"
 
 #include "runtime/core/Float.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
 #include <cstdint>
+#include <limits>
 #include <string>
 
 namespace kiln::kernels {
 
+using namespace mlir;
+
+// The router, built as typed IR (KernelBuilder.h): per token, the softmax
+// numerators, then k rounds of argmax (ties to the lower index; chosen
+// entries become -1), then the chosen weights renormalised.
 KernelSpec routerTopK(int64_t experts, int64_t k) {
   std::string name = "router_top" + std::to_string(k) + "_of_" + std::to_string(experts);
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%logits: memref<?x@@E@@xf32>, %weights: memref<?x@@K@@xf32>, %indices: memref<?x@@K@@xi32>,
-                    %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "rows", parallel = "tokens"}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %experts = arith.constant @@E@@ : index
-  %k = arith.constant @@K@@ : index
-  %neg_inf = arith.constant 0xFF800000 : f32
-  %zero = arith.constant 0.0 : f32
-  %taken = arith.constant -1.0 : f32
-  %rows = arith.index_cast %rows_i : i64 to index
-  %p = memref.alloca() : memref<@@E@@xf32>
-  @@range@@
-  scf.for %t = %tbegin to %tend step %c1 {
-    %max = scf.for %e = %c0 to %experts step %c1 iter_args(%m = %neg_inf) -> (f32) {
-      %l = memref.load %logits[%t, %e] : memref<?x@@E@@xf32>
-      %n = arith.maximumf %m, %l : f32
-      scf.yield %n : f32
+  Tiling tiling;
+  tiling.set("kind", "rows").set("parallel", "tokens");
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    return {MemRefType::get({dynamic, experts}, b.getF32Type()),
+            MemRefType::get({dynamic, k}, b.getF32Type()),
+            MemRefType::get({dynamic, k}, b.getI32Type()), b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.router_topk", tiling, args, [&](KernelScope &s) {
+    ImplicitLocOpBuilder &b = s.b;
+    FloatType f32 = b.getF32Type();
+    Value logits = s.arg(0), weights = s.arg(1), indices = s.arg(2);
+    Value c0 = s.index(0), c1 = s.index(1), expertsC = s.index(experts), kC = s.index(k);
+    Value negInf =
+        arith::ConstantFloatOp::create(b, f32, APFloat(-std::numeric_limits<float>::infinity()));
+    Value zero = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
+    Value taken = arith::ConstantFloatOp::create(b, f32, APFloat(-1.0f));
+    Value rows = s.argIndex(3);
+    Value p = memref::AllocaOp::create(b, MemRefType::get({experts}, f32));
+    Value t = forEachRowOfPart(s, rows);
+    auto maxLoop = scf::ForOp::create(b, c0, expertsC, c1, ValueRange{negInf});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(maxLoop.getBody());
+      Value l = memref::LoadOp::create(b, logits, ValueRange{t, maxLoop.getInductionVar()});
+      Value n = arith::MaximumFOp::create(b, maxLoop.getRegionIterArgs()[0], l);
+      scf::YieldOp::create(b, ValueRange{n});
     }
-    scf.for %e = %c0 to %experts step %c1 {
-      %l = memref.load %logits[%t, %e] : memref<?x@@E@@xf32>
-      %d = arith.subf %l, %max : f32
-      %x = math.exp %d : f32
-      memref.store %x, %p[%e] : memref<@@E@@xf32>
+    Value max = maxLoop.getResult(0);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      auto expLoop = scf::ForOp::create(b, c0, expertsC, c1);
+      b.setInsertionPointToStart(expLoop.getBody());
+      Value e = expLoop.getInductionVar();
+      Value l = memref::LoadOp::create(b, logits, ValueRange{t, e});
+      Value d = arith::SubFOp::create(b, l, max);
+      Value x = math::ExpOp::create(b, d);
+      memref::StoreOp::create(b, x, p, ValueRange{e});
     }
-    // k rounds of argmax (ties to the lower index); chosen entries become -1.
-    %total = scf.for %j = %c0 to %k step %c1 iter_args(%sum = %zero) -> (f32) {
-      %best:2 = scf.for %e = %c0 to %experts step %c1 iter_args(%bv = %taken, %bi = %c0) -> (f32, index) {
-        %v = memref.load %p[%e] : memref<@@E@@xf32>
-        %better = arith.cmpf ogt, %v, %bv : f32
-        %nv = arith.select %better, %v, %bv : f32
-        %ni = arith.select %better, %e, %bi : index
-        scf.yield %nv, %ni : f32, index
+    auto total = scf::ForOp::create(b, c0, kC, c1, ValueRange{zero});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(total.getBody());
+      Value j = total.getInductionVar();
+      auto best = scf::ForOp::create(b, c0, expertsC, c1, ValueRange{taken, c0});
+      {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPointToStart(best.getBody());
+        Value e = best.getInductionVar();
+        Value bv = best.getRegionIterArgs()[0], bi = best.getRegionIterArgs()[1];
+        Value v = memref::LoadOp::create(b, p, ValueRange{e});
+        Value better = arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, v, bv);
+        Value nv = arith::SelectOp::create(b, better, v, bv);
+        Value ni = arith::SelectOp::create(b, better, e, bi);
+        scf::YieldOp::create(b, ValueRange{nv, ni});
       }
-      memref.store %taken, %p[%best#1] : memref<@@E@@xf32>
-      memref.store %best#0, %weights[%t, %j] : memref<?x@@K@@xf32>
-      %i64 = arith.index_cast %best#1 : index to i32
-      memref.store %i64, %indices[%t, %j] : memref<?x@@K@@xi32>
-      %s = arith.addf %sum, %best#0 : f32
-      scf.yield %s : f32
+      memref::StoreOp::create(b, taken, p, ValueRange{best.getResult(1)});
+      memref::StoreOp::create(b, best.getResult(0), weights, ValueRange{t, j});
+      Value i32 = arith::IndexCastOp::create(b, b.getI32Type(), best.getResult(1));
+      memref::StoreOp::create(b, i32, indices, ValueRange{t, j});
+      Value sum = arith::AddFOp::create(b, total.getRegionIterArgs()[0], best.getResult(0));
+      scf::YieldOp::create(b, ValueRange{sum});
     }
-    scf.for %j = %c0 to %k step %c1 {
-      %w = memref.load %weights[%t, %j] : memref<?x@@K@@xf32>
-      %n = arith.divf %w, %total : f32
-      memref.store %n, %weights[%t, %j] : memref<?x@@K@@xf32>
-    }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"E", std::to_string(experts)},
-                                   {"K", std::to_string(k)},
-                                   {"range", partRange("%rows", "t")}});
-  return textKernel(name, "kiln.router_topk", body);
+    auto norm = scf::ForOp::create(b, c0, kC, c1);
+    b.setInsertionPointToStart(norm.getBody());
+    Value j = norm.getInductionVar();
+    Value w = memref::LoadOp::create(b, weights, ValueRange{t, j});
+    Value n = arith::DivFOp::create(b, w, total.getResult(0));
+    memref::StoreOp::create(b, n, weights, ValueRange{t, j});
+  });
 }
 
 KernelSpec megaMoE(int64_t experts, int64_t k, int64_t intermediate, int64_t latent, double eps,
