@@ -6,9 +6,19 @@
 // warp streams its 4 weight rows (16 bytes a lane) against all tokens, one
 // fma chain per (row, token). Lanes are summed with shuffles at the end.
 #include "targets/common/Generators.h"
+#include "targets/common/KernelBuilder.h"
 #include "targets/common/WarpSnippets.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
 namespace kiln::kernels {
+
+using namespace mlir;
 namespace {
 
 constexpr int64_t kRowsPerWarp = 4, kWarps = 8, kChunk = 256, kLaneElems = 8;
@@ -21,151 +31,120 @@ bool blockGemvFits(int64_t k, int64_t tokens) {
 
 int64_t blockGemvRows() { return kRowsPerWarp * kWarps; }
 
+// Built as typed IR (KernelBuilder.h).
 KernelSpec linearBlockTokens(int64_t n, int64_t k, int64_t tokens) {
   std::string name = "linear_block_tokens" + str(tokens) + "_" + str(n) + "x" + str(k);
-  std::string xt = "memref<?x" + str(k) + "xf32>",
-              wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
-  std::string yt = "memref<?x" + str(n) + "xf32>";
-  std::string st =
-      "memref<" + str(tokens) + "x" + str(kChunk) + "xf32, #gpu.address_space<workgroup>>";
-  auto acc = [](int64_t r, int64_t t) { return "%a" + str(r) + "_" + str(t); };
-
-  std::string accArgs, accTypes, chunkBody;
-  for (int64_t r = 0; r < kRowsPerWarp; ++r)
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::string sep = accArgs.empty() ? "" : ", ";
-      accArgs += sep + acc(r, t) + " = %zero";
-      accTypes += sep + "f32";
+  Tiling tiling;
+  tiling.set("kind", "block-gemv-tokens")
+      .set("rows_per_block", blockGemvRows())
+      .set("tokens", tokens);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    return {MemRefType::get({dynamic, k}, b.getF32Type()), MemRefType::get({n, k}, b.getBF16Type()),
+            MemRefType::get({dynamic, n}, b.getF32Type()), b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.linear", tiling, args, [&](KernelScope &s) {
+    ImplicitLocOpBuilder &b = s.b;
+    FloatType f32 = b.getF32Type();
+    auto staged =
+        MemRefType::get({tokens, kChunk}, f32, MemRefLayoutAttrInterface(),
+                        gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(s.func);
+      memref::GlobalOp::create(b, name + "_x", b.getStringAttr("private"), staged, Attribute(),
+                               /*constant=*/false, IntegerAttr());
     }
-  // The weight rows' slices, as f32 elements %w<r>_<i>.
-  for (int64_t r = 0; r < kRowsPerWarp; ++r) {
-    std::string R = str(r);
-    chunkBody += "      %wb" + R + " = vector.load %w[%row" + R +
-                 ", %kl] {alignment = 16} : " + wt + ", vector<8xbf16>\n" + "      %wf" + R +
-                 " = arith.extf %wb" + R + " : vector<8xbf16> to vector<8xf32>\n";
-    for (int64_t i = 0; i < kLaneElems; ++i)
-      chunkBody += "      %w" + R + "_" + str(i) + " = vector.extract %wf" + R + "[" + str(i) +
-                   "] : f32 from vector<8xf32>\n";
-  }
-  for (int64_t t = 0; t < tokens; ++t) {
-    std::string T = str(t);
-    chunkBody += "      %xs" + T + " = vector.load %sx[%c" + T +
-                 "_t, %l8] {alignment = 32} : " + st + ", vector<8xf32>\n";
-    for (int64_t i = 0; i < kLaneElems; ++i)
-      chunkBody += "      %x" + T + "_" + str(i) + " = vector.extract %xs" + T + "[" + str(i) +
-                   "] : f32 from vector<8xf32>\n";
-    for (int64_t r = 0; r < kRowsPerWarp; ++r) {
-      std::string chain = acc(r, t);
-      for (int64_t i = 0; i < kLaneElems; ++i) {
-        std::string next = "%f" + str(r) + "_" + T + "_" + str(i);
-        chunkBody += "      " + next + " = math.fma %w" + str(r) + "_" + str(i) + ", %x" + T + "_" +
-                     str(i) + ", " + chain + " : f32\n";
-        chain = next;
-      }
-    }
-  }
-  // Yields in the iter_args order (row-major over (row, token)).
-  std::string ordered;
-  for (int64_t r = 0; r < kRowsPerWarp; ++r)
+    Value x = s.arg(0), w = s.arg(1), y = s.arg(2);
+    Value c0 = s.index(0), c1 = s.index(1), c8 = s.index(8), c32 = s.index(32), c4 = s.index(4);
+    Value chunk = s.index(kChunk), kdim = s.index(k), ndim = s.index(n), nLast = s.index(n - 1);
+    Value rowsPerBlock = s.index(blockGemvRows());
+    Value zero = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
+    SmallVector<Value> tokenC, rowC;
     for (int64_t t = 0; t < tokens; ++t)
-      ordered += std::string(ordered.empty() ? "" : ", ") + "%f" + str(r) + "_" + str(t) + "_" +
-                 str(kLaneElems - 1);
-
-  std::string consts, rowsText, stores;
-  for (int64_t t = 0; t < tokens; ++t)
-    consts += "  %c" + str(t) + "_t = arith.constant " + str(t) + " : index\n";
-  for (int64_t r = 0; r < kRowsPerWarp; ++r) {
-    std::string R = str(r);
-    consts += "  %c" + R + "_r = arith.constant " + R + " : index\n";
-    rowsText += "  %row" + R + "_at = arith.addi %row_base, %c" + R + "_r : index\n" + "  %row" +
-                R + " = arith.minui %row" + R + "_at, %n_last : index\n";
-  }
-  for (int64_t r = 0; r < kRowsPerWarp; ++r)
-    for (int64_t t = 0; t < tokens; ++t) {
-      std::string RT = str(r) + "_" + str(t);
-      int64_t index = r * tokens + t;
-      stores += warp::warpSum("res#" + str(index), "s_out" + RT);
-      stores += fillTemplate(R"(
-  %ok_t@@RT@@ = arith.cmpi ult, %c@@T@@_t, %rows : index
-  %ok_r@@RT@@ = arith.cmpi ult, %row@@R@@_at, %ndim : index
-  %ok_rt@@RT@@ = arith.andi %ok_t@@RT@@, %ok_r@@RT@@ : i1
-  %ok@@RT@@ = arith.andi %ok_rt@@RT@@, %lead : i1
-  scf.if %ok@@RT@@ {
-    memref.store %s_out@@RT@@, %y[%c@@T@@_t, %row@@R@@_at] : @@yt@@
-  }
-)",
-                             {{"RT", RT}, {"T", str(t)}, {"R", str(r)}, {"yt", yt}});
+      tokenC.push_back(s.index(t));
+    for (int64_t r = 0; r < kRowsPerWarp; ++r)
+      rowC.push_back(s.index(r));
+    Value allTokens = s.index(tokens);
+    Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    Value bid = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    Value lane = arith::RemUIOp::create(b, tid, c32);
+    Value warp = arith::DivUIOp::create(b, tid, c32);
+    Value rows = s.argIndex(3);
+    Value lastT = arith::SubIOp::create(b, rows, c1);
+    Value lead = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, lane, c0);
+    Value blockRow = arith::MulIOp::create(b, bid, rowsPerBlock);
+    Value warpRow = arith::MulIOp::create(b, warp, c4);
+    Value rowBase = arith::AddIOp::create(b, blockRow, warpRow);
+    SmallVector<Value> rowAt, row;
+    for (int64_t r = 0; r < kRowsPerWarp; ++r) {
+      rowAt.push_back(arith::AddIOp::create(b, rowBase, rowC[r]));
+      row.push_back(arith::MinUIOp::create(b, rowAt[r], nLast));
     }
-
-  std::string body =
-      "memref.global \"private\" @" + name + "_x : " + st + "\n" +
-      fillTemplate(R"(
-func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@yt@@, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "block-gemv-tokens", rows_per_block = @@RPB@@ : i64, tokens = @@T@@ : i64}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c8 = arith.constant 8 : index
-  %c32 = arith.constant 32 : index
-  %c4 = arith.constant 4 : index
-  %chunk = arith.constant @@chunk@@ : index
-  %kdim = arith.constant @@k@@ : index
-  %ndim = arith.constant @@n@@ : index
-  %n_last = arith.constant @@n_last@@ : index
-  %rows_per_block = arith.constant @@RPB@@ : index
-  %zero = arith.constant 0.0 : f32
-@@consts@@
-  %tid = gpu.thread_id x
-  %bid = gpu.block_id x
-  %lane = arith.remui %tid, %c32 : index
-  %warp = arith.divui %tid, %c32 : index
-  %rows = arith.index_cast %rows_i : i64 to index
-  %last_t = arith.subi %rows, %c1 : index
-  %lead = arith.cmpi eq, %lane, %c0 : index
-  %block_row = arith.muli %bid, %rows_per_block : index
-  %warp_row = arith.muli %warp, %c4 : index
-  %row_base = arith.addi %block_row, %warp_row : index
-@@rows@@
-  %l8 = arith.muli %lane, %c8 : index
-  // Staging: warp w copies token w's 256 columns (tokens past T repeat the last).
-  %st_t = arith.minui %warp, %last_t : index
-  %staging = arith.cmpi ult, %warp, %c@@T@@_all : index
-  %sx = memref.get_global @@@name@@_x : @@st@@
-  %res:@@N@@ = scf.for %c = %c0 to %kdim step %chunk iter_args(@@acc_args@@) -> (@@acc_types@@) {
-    %kl = arith.addi %c, %l8 : index
-    scf.if %staging {
-      %xv = vector.load %x[%st_t, %kl] {alignment = 32} : @@xt@@, vector<8xf32>
-      vector.store %xv, %sx[%warp, %l8] {alignment = 32} : @@st@@, vector<8xf32>
+    Value l8 = arith::MulIOp::create(b, lane, c8);
+    // Staging: warp w copies token w's 256 columns (tokens past T repeat the last).
+    Value stagedToken = arith::MinUIOp::create(b, warp, lastT);
+    Value staging = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, warp, allTokens);
+    Value sx = memref::GetGlobalOp::create(b, staged, name + "_x");
+    // One accumulator a (row, token), row-major.
+    SmallVector<Value> init(kRowsPerWarp * tokens, zero);
+    auto loop = scf::ForOp::create(b, c0, kdim, chunk, init);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value kl = arith::AddIOp::create(b, loop.getInductionVar(), l8);
+      {
+        auto ifStaging = scf::IfOp::create(b, staging, /*withElse=*/false);
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPointToStart(&ifStaging.getThenRegion().front());
+        auto v8 = VectorType::get({8}, f32);
+        Value xv = vector::LoadOp::create(b, v8, x, ValueRange{stagedToken, kl}, false,
+                                          llvm::MaybeAlign(32));
+        vector::StoreOp::create(b, xv, sx, ValueRange{warp, l8}, false, llvm::MaybeAlign(32));
+      }
+      gpu::BarrierOp::create(b);
+      // The weight rows' slices, as f32 elements.
+      SmallVector<SmallVector<Value>> wElems(kRowsPerWarp);
+      for (int64_t r = 0; r < kRowsPerWarp; ++r) {
+        Value wb = vector::LoadOp::create(b, VectorType::get({kLaneElems}, b.getBF16Type()), w,
+                                          ValueRange{row[r], kl}, false, llvm::MaybeAlign(16));
+        Value wf = arith::ExtFOp::create(b, VectorType::get({kLaneElems}, f32), wb);
+        for (int64_t i = 0; i < kLaneElems; ++i)
+          wElems[r].push_back(vector::ExtractOp::create(b, wf, ArrayRef<int64_t>{i}));
+      }
+      SmallVector<Value> next(kRowsPerWarp * tokens);
+      for (int64_t t = 0; t < tokens; ++t) {
+        Value xs = vector::LoadOp::create(b, VectorType::get({kLaneElems}, f32), sx,
+                                          ValueRange{tokenC[t], l8}, false, llvm::MaybeAlign(32));
+        SmallVector<Value> xElems;
+        for (int64_t i = 0; i < kLaneElems; ++i)
+          xElems.push_back(vector::ExtractOp::create(b, xs, ArrayRef<int64_t>{i}));
+        for (int64_t r = 0; r < kRowsPerWarp; ++r) {
+          Value chain = loop.getRegionIterArgs()[r * tokens + t];
+          for (int64_t i = 0; i < kLaneElems; ++i)
+            chain = math::FmaOp::create(b, wElems[r][i], xElems[i], chain);
+          next[r * tokens + t] = chain;
+        }
+      }
+      gpu::BarrierOp::create(b);
+      scf::YieldOp::create(b, next);
     }
-    gpu.barrier
-@@chunk_body@@
-    gpu.barrier
-    scf.yield @@yields@@ : @@acc_types@@
-  }
-@@stores@@
-  return
-}
-)",
-                   {{"name", name},
-                    {"xt", xt},
-                    {"wt", wt},
-                    {"yt", yt},
-                    {"st", st},
-                    {"T", str(tokens)},
-                    {"RPB", str(blockGemvRows())},
-                    {"chunk", str(kChunk)},
-                    {"k", str(k)},
-                    {"n", str(n)},
-                    {"n_last", str(n - 1)},
-                    {"consts", consts + "  %c" + str(tokens) + "_all = arith.constant " +
-                                   str(tokens) + " : index\n"},
-                    {"rows", rowsText},
-                    {"N", str(kRowsPerWarp * tokens)},
-                    {"acc_args", accArgs},
-                    {"acc_types", accTypes},
-                    {"chunk_body", chunkBody},
-                    {"yields", ordered},
-                    {"stores", stores}});
-  return textKernel(name, "kiln.linear", body);
+    for (int64_t r = 0; r < kRowsPerWarp; ++r)
+      for (int64_t t = 0; t < tokens; ++t) {
+        Value sum = kernels::xorShuffleReduce(
+            b, loop.getResult(r * tokens + t), {1, 2, 4, 8, 16}, [&](Value own, Value other) {
+              return arith::AddFOp::create(b, own, other).getResult();
+            });
+        Value okT = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, tokenC[t], rows);
+        Value okR = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, rowAt[r], ndim);
+        Value okRT = arith::AndIOp::create(b, okT, okR);
+        Value ok = arith::AndIOp::create(b, okRT, lead);
+        auto ifOk = scf::IfOp::create(b, ok, /*withElse=*/false);
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(&ifOk.getThenRegion().front());
+        memref::StoreOp::create(b, sum, y, ValueRange{tokenC[t], rowAt[r]});
+      }
+  });
 }
 
 } // namespace kiln::kernels
