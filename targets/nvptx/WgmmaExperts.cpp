@@ -182,20 +182,13 @@ private:
     auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1));
     b.setInsertionPointToStart(loop.getBody());
     Value step = loop.getInductionVar();
-    Value stage = ring.stageOf(step);
-    ring.waitFree(step, stage);
-    Value fullAt = ring.full(stage);
-    NVVM::MBarrierArriveExpectTxOp::create(b, b.getLoc(), Type(), fullAt,
-                                           k.i32(ring.layout().stageBytes()),
-                                           NVVM::MemScopeKind::CTA, false, Value());
+    auto [stage, fullAt] = ring.claim(step);
+    ring.expectBytes(fullAt, ring.layout().stageBytes());
     Value kk = toI32(arith::MulIOp::create(b, step, k.index(wgmma::kTileK)));
     copyRows(ring, rows, stage, kk, fullAt);
     for (int64_t m = 0; m < matrices(); ++m) {
-      Value dst = ring.at(arith::AddIOp::create(
-          b,
-          arith::AddIOp::create(b, k.index(kStages * ring.layout().aBytes()),
-                                arith::MulIOp::create(b, stage, k.index(ring.layout().bBytes()))),
-          k.index(m * cols * wgmma::kRowBytes)));
+      Value tileAt = ring.bOffset(stage);
+      Value dst = ring.at(arith::AddIOp::create(b, tileAt, k.index(m * cols * wgmma::kRowBytes)));
       ring.copy(dst, weights[m], kk, {n0, t.expert}, fullAt);
     }
   }
@@ -286,25 +279,19 @@ private:
     Value next =
         arith::MinUIOp::create(b, arith::AddIOp::create(b, step, k.index(1)), k.index(kSteps - 1));
     SmallVector<Value> ahead = loadRaw(next, inGroup);
-    Value stage = ring.stageOf(step);
-    ring.waitFree(step, stage);
-    Value fullAt = ring.full(stage);
+    auto [stage, fullAt] = ring.claim(step);
     {
       auto ifIssuer = scf::IfOp::create(b, issuer, false);
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
-      NVVM::MBarrierArriveExpectTxOp::create(b, b.getLoc(), Type(), fullAt,
-                                             k.i32(ring.layout().aBytes()), NVVM::MemScopeKind::CTA,
-                                             false, Value());
+      ring.expectBytes(fullAt, ring.layout().aBytes());
       copyRows(ring, rows, stage, toI32(arith::MulIOp::create(b, step, k.index(wgmma::kTileK))),
                fullAt);
     }
     Value sub = arith::DivUIOp::create(b, inGroup, k.index(4));
     Value blk = arith::RemUIOp::create(b, inGroup, k.index(4));
     Value swizzle = arith::RemUIOp::create(b, sub, k.index(8)); // row % 8 for every unit
-    Value tileAt =
-        arith::AddIOp::create(b, k.index(kStages * ring.layout().aBytes()),
-                              arith::MulIOp::create(b, stage, k.index(ring.layout().bBytes())));
+    Value tileAt = ring.bOffset(stage);
     ValueRange raw = loop.getRegionIterArgs();
     for (int64_t i = 0; i < bRows(s, product) / 32; ++i) {
       Value words = decode(raw[2 * i], raw[2 * i + 1]);

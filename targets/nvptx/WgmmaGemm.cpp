@@ -97,12 +97,8 @@ private:
     auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1));
     b.setInsertionPointToStart(loop.getBody());
     Value step = loop.getInductionVar();
-    Value s = ring.stageOf(step);
-    ring.waitFree(step, s);
-    Value fullAt = ring.full(s);
-    NVVM::MBarrierArriveExpectTxOp::create(b, b.getLoc(), Type(), fullAt,
-                                           k.i32(tiling.stageBytes()), NVVM::MemScopeKind::CTA,
-                                           false, Value());
+    auto [s, fullAt] = ring.claim(step);
+    ring.expectBytes(fullAt, tiling.stageBytes());
     Value kk = toI32(arith::MulIOp::create(b, step, k.index(T::kTileK)));
     ring.copy(ring.aTile(s), xMap, kk, {m0}, fullAt);
     ring.copy(ring.bTile(s), wMap, kk, {n0}, fullAt);

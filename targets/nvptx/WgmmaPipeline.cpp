@@ -46,9 +46,9 @@ Value Ring::at(Value byteOffset) {
 
 Value Ring::aTile(Value s) { return at(arith::MulIOp::create(b, s, k.index(ring.aBytes()))); }
 
-Value Ring::bTile(Value s) {
+Value Ring::bOffset(Value s) {
   Value base = k.index(ring.stages * ring.aBytes());
-  return at(arith::AddIOp::create(b, base, arith::MulIOp::create(b, s, k.index(ring.bBytes()))));
+  return arith::AddIOp::create(b, base, arith::MulIOp::create(b, s, k.index(ring.bBytes())));
 }
 
 Value Ring::barrier(int64_t which, Value s) {
@@ -85,9 +85,16 @@ void Ring::initBarriers(Value tid, int64_t fullArrivals, int64_t emptyArrivals) 
   NVVM::Barrier0Op::create(b, b.getLoc());
 }
 
-void Ring::waitFree(Value step, Value s) {
+Ring::Claim Ring::claim(Value step) {
+  Value s = stageOf(step);
   Value freed = arith::XOrIOp::create(b, parity(step), k.i32(1));
   wait(empty(s), freed);
+  return {s, full(s)};
+}
+
+void Ring::expectBytes(Value fullAt, int64_t bytes) {
+  NVVM::MBarrierArriveExpectTxOp::create(b, b.getLoc(), Type(), fullAt, k.i32(bytes),
+                                         NVVM::MemScopeKind::CTA, false, Value());
 }
 
 void Ring::acquireTensorMap(Value map) {

@@ -59,9 +59,11 @@ public:
   Ring(kernels::KernelScope &k, const RingLayout &layout, const std::string &smemName);
 
   const RingLayout &layout() const { return ring; }
-  // Stage s's A and B tiles and barriers (shared pointers).
+  // Stage s's A and B tiles and barriers (shared pointers); bOffset is the
+  // B tile's byte offset (an index), for stores into it.
   mlir::Value aTile(mlir::Value s);
-  mlir::Value bTile(mlir::Value s);
+  mlir::Value bOffset(mlir::Value s);
+  mlir::Value bTile(mlir::Value s) { return at(bOffset(s)); }
   mlir::Value full(mlir::Value s) { return barrier(0, s); }
   mlir::Value empty(mlir::Value s) { return barrier(1, s); }
   // The stage of k step `step`, and the parity its barriers are at.
@@ -75,9 +77,15 @@ public:
   // Thread 0 initialises every stage's barriers (full: `fullArrivals`,
   // empty: `emptyArrivals`); the block's barrier publishes them.
   void initBarriers(mlir::Value tid, int64_t fullArrivals, int64_t emptyArrivals);
-  // The producer's wait for stage `s` of `step` to be free (the first pass
-  // finds every stage free).
-  void waitFree(mlir::Value step, mlir::Value s);
+  // The producer's claim of k step `step`: its stage, once the consumers
+  // have freed it (the first pass finds every stage free), and the stage's
+  // full barrier.
+  struct Claim {
+    mlir::Value stage, full;
+  };
+  Claim claim(mlir::Value step);
+  // An arrival on `fullAt` that also expects `bytes` from the TMA.
+  void expectBytes(mlir::Value fullAt, int64_t bytes);
   // One TMA copy of a box into shared `dst`, its bytes counted on `fullAt`:
   // the box at k `kk` (i32), then the `outer` coordinates (indices),
   // innermost first.
