@@ -104,31 +104,7 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
     const std::optional<TargetHooks::MatrixExperts> &listed = stage->listed;
     Buf h = listed && listed->rows ? Buf{} : alloc({k, inter}, f32);
     Buf yk = alloc({k, latent}, f32);
-    if (listed && listed->rows) {
-      // Rows in tile order, as bf16, through both products.
-      Type i32 = b.getI32Type(), bf16 = b.getBF16Type();
-      Buf meta = allocShape({fixed(listed->metaWords)}, i32);
-      Buf tiles = allocShape({fixed(listed->tileWords)}, i32);
-      Buf items = allocShape({fixed(listed->itemWords)}, i32);
-      launch(listed->lists, {indices, meta, tiles, items}, {"tokens:0", "part", "parts"},
-             listed->listsWork, what);
-      plan::DimAttr tileRows = plan::DimAttr::get(ctx, listed->tileRows, k * rowScale, 1);
-      Buf x = allocShape({tileRows, fixed(latent)}, bf16);
-      launch(listed->rows->kernel, {input, meta, tiles, items, x}, {"part", "parts"},
-             listed->rows->work, what);
-      Buf hx = allocShape({tileRows, fixed(inter)}, bf16);
-      SmallVector<Buf> up = {x, meta, tiles, items};
-      up.append(projections[0]);
-      up.append(projections[1]);
-      up.push_back(hx);
-      SmallVector<StringRef> upScalars(listed->gateUpScalars.begin(), listed->gateUpScalars.end());
-      launch(listed->gateUp, up, upScalars, listed->gateUpWork, what);
-      SmallVector<Buf> down = {hx, meta, tiles, items};
-      down.append(projections[2]);
-      down.push_back(yk);
-      SmallVector<StringRef> downScalars(listed->downScalars.begin(), listed->downScalars.end());
-      launch(listed->down, down, downScalars, listed->downWork, what);
-    } else if (listed) {
+    if (listed) {
       // Items grouped by expert, then tiles of an expert's items (prefill)
       // or warps over an expert's rows (batched decode).
       Type i32 = b.getI32Type();
@@ -137,15 +113,27 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
       Buf items = allocShape({fixed(listed->itemWords)}, i32);
       launch(listed->lists, {indices, meta, tiles, items}, {"tokens:0", "part", "parts"},
              listed->listsWork, what);
-      SmallVector<Buf> up = {input, meta, tiles, items};
+      Buf rowsIn = input, hidden = h;
+      if (listed->rows) {
+        // Rows in tile order, as bf16, through both products.
+        Type bf16 = b.getBF16Type();
+        plan::DimAttr tileRows = plan::DimAttr::get(ctx, listed->tileRows, k * rowScale, 1);
+        rowsIn = allocShape({tileRows, fixed(latent)}, bf16);
+        launch(listed->rows->kernel, {input, meta, tiles, items, rowsIn}, {"part", "parts"},
+               listed->rows->work, what);
+        hidden = allocShape({tileRows, fixed(inter)}, bf16);
+      }
+      SmallVector<Buf> up = {rowsIn, meta, tiles, items};
       up.append(projections[0]);
       up.append(projections[1]);
-      up.push_back(h);
-      launch(listed->gateUp, up, {"part", "parts"}, listed->gateUpWork, what);
-      SmallVector<Buf> down = {h, meta, tiles, items};
+      up.push_back(hidden);
+      SmallVector<StringRef> upScalars(listed->gateUpScalars.begin(), listed->gateUpScalars.end());
+      launch(listed->gateUp, up, upScalars, listed->gateUpWork, what);
+      SmallVector<Buf> down = {hidden, meta, tiles, items};
       down.append(projections[2]);
       down.push_back(yk);
-      launch(listed->down, down, {"part", "parts"}, listed->downWork, what);
+      SmallVector<StringRef> downScalars(listed->downScalars.begin(), listed->downScalars.end());
+      launch(listed->down, down, downScalars, listed->downWork, what);
     } else {
       // Each (token, choice) item on its own.
       SmallVector<Buf> up = {input, indices};
