@@ -20,7 +20,8 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   tiny-bf16.p512.sm_90.kiln tiny-bf16.nofuse.sm_90.kiln \
   small-nvfp4.bf16tc-600.reference small-nvfp4.p512-experts-broken.sm_90.kiln \
   tiny-nvfp4.p512.sm_90.kiln tiny-nvfp4.bf16tc-24.reference tiny-nvfp4.bf16tc-100.reference \
-  tiny-nvfp4.bf16tc-600.reference; do
+  tiny-nvfp4.bf16tc-600.reference tiny-wide.p512.sm_90.kiln tiny-wide.bf16tc-24.reference \
+  tiny-wide.bf16tc-100.reference tiny-wide.bf16tc-600.reference; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -87,6 +88,14 @@ for format in bf16 nvfp4; do
       status=1
   done
 done
+# The wgmma attention with a head's 128 queries a block (tiny-wide's groups
+# of three), its window of two tiles and a second chunk over the cache.
+for n in 24 100 600; do
+  echo "== tiny-wide, wgmma attention in prefill of $n tokens, against the interpreter with the same roundings"
+  "$BIN/kiln-check" "$DATA/tiny-wide.p512.sm_90.kiln" --weights synthetic:7 \
+    --reference "$DATA/tiny-wide.bf16tc-$n.reference" --tolerance 0.03 --batch-steps 0 ||
+    status=1
+done
 for prompt in "" "-600"; do
   echo "== small-nvfp4, tensor-core prefill, against the interpreter with the same roundings$prompt"
   "$BIN/kiln-check" "$DATA/small-nvfp4.p512.sm_90.kiln" --weights synthetic:3 \
@@ -118,10 +127,11 @@ if command -v compute-sanitizer >/dev/null; then
   # The wgmma pipeline (TMA, mbarriers, shared memory read by the tensor
   # cores): memory errors over small's several row tiles; races over tiny's
   # (racecheck does not finish small's artifact within minutes).
-  sanitize() { # tool, artifact, weights
-    echo "== compute-sanitizer $1, $2, a 300-token prompt"
+  sanitize() { # tool, artifact, weights[, prompt tokens (300)]
+    local tokens=${4:-300}
+    echo "== compute-sanitizer $1, $2, a $tokens-token prompt"
     if ! compute-sanitizer --tool "$1" --error-exitcode 3 "$BIN/kiln-run" "$DATA/$2.sm_90.kiln" \
-      --weights "$3" --prompt-ids "$(seq -s, 1 300)" --max-new-tokens 2 > "$work/sanitizer.log" 2>&1; then
+      --weights "$3" --prompt-ids "$(seq -s, 1 "$tokens")" --max-new-tokens 2 > "$work/sanitizer.log" 2>&1; then
       grep -v '^[0-9,]*$' "$work/sanitizer.log" | head -40
       status=1
     fi
@@ -131,6 +141,9 @@ if command -v compute-sanitizer >/dev/null; then
   sanitize memcheck tiny-bf16.nofuse "$DATA/tiny-bf16"
   sanitize racecheck tiny-bf16.p512 "$DATA/tiny-bf16"
   sanitize racecheck tiny-nvfp4.p512 "$DATA/tiny-nvfp4"
+  # The wgmma attention over two chunks (the second's tiles reach into the cache).
+  sanitize memcheck tiny-wide.p512 synthetic:7 600
+  sanitize racecheck tiny-wide.p512 synthetic:7 600
 fi
 # Two GPUs: each layout's one artifact, as two processes (kiln-check --nproc
 # 2), against the interpreter and against the one-GPU artifact's own run;

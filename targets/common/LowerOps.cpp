@@ -187,8 +187,18 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
   if (!entrySequences)
     if (std::optional<TargetHooks::TileAttention> tiled =
             hooks.tileAttention(qHeads, kvHeads, dim, window, scale, maxRows())) {
-      launch(tiled->attend.kernel, {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc, y},
-             {"tokens:0", "past:0", "part", "parts"}, tiled->attend.work, what);
+      SmallVector<Buf> buffers = {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc, y};
+      SmallVector<StringRef> scalars = {"tokens:0", "past:0", "part", "parts"};
+      if (tiled->stage) {
+        Type bf16 = b.getBF16Type();
+        Buf keys = allocShape({fixed(kvHeads), fixed(tiled->stagedRows), fixed(dim)}, bf16);
+        Buf values = allocShape({fixed(kvHeads), fixed(dim), fixed(tiled->stagedRows)}, bf16);
+        launch(tiled->stage->kernel, {act(o.getK()), act(o.getV()), keys, values},
+               {"tokens:0", "part", "parts"}, tiled->stage->work, what);
+        buffers.append({keys, values});
+        scalars.assign(tiled->attendScalars.begin(), tiled->attendScalars.end());
+      }
+      launch(tiled->attend.kernel, buffers, scalars, tiled->attend.work, what);
       launch(tiled->append.kernel, {act(o.getK()), act(o.getV()), kc, vc},
              {"tokens:0", "past:0", "part", "parts"}, tiled->append.work, what);
       values[o.getResult()] = y;

@@ -158,8 +158,17 @@ public:
   // k cache, v cache, y; tokens, past, part, parts), then the split path's
   // append of the new K/V to the cache; or none, and split attention (or the
   // generic kernel) serves. `maxTokens`: the entry's most tokens.
+  //
+  // With `stage`, this call's K/V are first written as bf16 by it (k, v,
+  // keys [kvHeads, stagedRows, D], values transposed [kvHeads, D,
+  // stagedRows]; tokens, part, parts), and `attend` also takes the two
+  // staged buffers after y, and `attendScalars` (tokens, past, then its
+  // own, such as tensor maps over them).
   struct TileAttention {
     KernelLaunch attend, append;
+    std::optional<KernelLaunch> stage;
+    int64_t stagedRows = 0;
+    std::vector<std::string> attendScalars;
   };
   virtual std::optional<TileAttention> tileAttention(int64_t /*qHeads*/, int64_t /*kvHeads*/,
                                                      int64_t /*headDim*/, int64_t /*window*/,

@@ -5,6 +5,7 @@
 #include "targets/nvptx/MmaExperts.h"
 #include "targets/nvptx/MmaGemm.h"
 #include "targets/nvptx/PeerMegaMoE.h"
+#include "targets/nvptx/WgmmaAttention.h"
 #include "targets/nvptx/WgmmaExperts.h"
 #include "targets/nvptx/WgmmaGemm.h"
 
@@ -78,13 +79,22 @@ NvptxHooks::peerMegaMoE(const kernels::PeerMegaMoEShape &shape) const {
 std::optional<kernels::TargetHooks::TileAttention>
 NvptxHooks::tileAttention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
                           double scale, int64_t maxTokens) const {
-  MmaAttentionShape shape{qHeads, kvHeads, headDim, window, scale};
-  if (!hopper() || maxTokens <= WgmmaGemmTiling::kTileM || !mmaAttentionFits(shape) ||
-      !kernels::warpAttentionFits(headDim))
+  if (!hopper() || maxTokens <= WgmmaGemmTiling::kTileM || !kernels::warpAttentionFits(headDim))
     return std::nullopt;
-  return TileAttention{
-      {mmaAttention(shape, fault == "attention-drop-tile"), mmaAttentionWork(shape, maxTokens)},
-      kvAppendKernel(kvHeads, headDim, /*sequences=*/0)};
+  const bool broken = fault == "attention-drop-tile";
+  // Warpgroup MMA where the head dimension is whole 128-byte panels, the
+  // mma.sync kernel otherwise (tiny's 32).
+  WgmmaAttentionShape wide{qHeads, kvHeads, headDim, window, scale};
+  if (wgmmaAttentionFits(wide)) {
+    WgmmaAttentionKernels kernels = wgmmaAttention(wide, maxTokens, broken);
+    return TileAttention{kernels.attend, kvAppendKernel(kvHeads, headDim, /*sequences=*/0),
+                         kernels.stage, kernels.stagedRows, kernels.attendScalars};
+  }
+  MmaAttentionShape shape{qHeads, kvHeads, headDim, window, scale};
+  if (!mmaAttentionFits(shape))
+    return std::nullopt;
+  return TileAttention{{mmaAttention(shape, broken), mmaAttentionWork(shape, maxTokens)},
+                       kvAppendKernel(kvHeads, headDim, /*sequences=*/0)};
 }
 
 // A fixed amount of work: blocks of up to 128 threads covering it. Work that

@@ -1,0 +1,750 @@
+// Built as typed IR (targets/common/KernelBuilder.h) over WgmmaPipeline.h.
+//
+// Shared memory: the ring's stages (A: the key tile, D / 64 panels of 64
+// rows of 128 bytes; B: the transposed value tile, D rows of 64 keys), its
+// barriers, then each consumer's query panels and its P tile (64 rows of 64
+// keys), every tile in the 128-byte swizzle: 16-byte chunk c of row r at
+// chunk c ^ (r % 8), rows of 128 bytes, 1024-byte atoms.
+//
+// The accumulators of m64nNk16: thread (warp w, lane l) of a warpgroup holds,
+// for each 8 columns j, rows 16 w + l / 4 ("A") and 8 below ("B") at
+// columns 8 j + 2 (l % 4) and the next, registers 4 j .. 4 j + 3 (A, A, B,
+// B). The scores' columns are keys; so the probabilities a thread writes to
+// its P tile are the bf16 pair at byte 16 j + 4 (l % 4) of its rows, chunk j.
+#include "targets/nvptx/WgmmaAttention.h"
+
+#include "targets/common/KernelBuilder.h"
+#include "targets/nvptx/WgmmaPipeline.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+#include <cmath>
+#include <limits>
+
+namespace kiln::nvptx {
+
+using namespace mlir;
+using S = WgmmaAttentionShape;
+
+namespace {
+
+constexpr int64_t kThreads = 3 * wgmma::kWarpgroup; // producer + two consumers
+constexpr int64_t kConsumerWarps = 8;
+// The staging kernel's block: a multiple of 32 that divides its threads a
+// row (kvHeads * head_dim / 4), at most 128; 0 if none.
+int64_t stageBlock(int64_t quads) {
+  for (int64_t block : {128, 96, 64, 32})
+    if (quads % block == 0)
+      return block;
+  return 0;
+}
+constexpr int64_t kRows = wgmma::kConsumerRows; // a consumer's 64 query rows
+constexpr int64_t kPanelBytes = kRows * wgmma::kRowBytes;
+// The producer converts a tile at a time and keeps no step in flight; the
+// consumers hold the output (D / 2 registers), the scores (32) and the
+// probabilities.
+constexpr uint32_t kProducerRegs = 136, kConsumerRegs = 184;
+static_assert(wgmma::registersFit(kProducerRegs, kConsumerRegs));
+
+wgmma::RingLayout ringLayout(const S &s) {
+  return wgmma::RingLayout{S::kStages, S::kKeys * s.panels(), s.headDim};
+}
+int64_t queriesOffset(const S &s) { return (ringLayout(s).sharedBytes() + 1023) / 1024 * 1024; }
+int64_t probabilitiesOffset(const S &s) { return queriesOffset(s) + 2 * s.panels() * kPanelBytes; }
+
+class WgmmaAttentionBuilder {
+public:
+  WgmmaAttentionBuilder(kernels::KernelScope &k, const S &shape, const std::string &smemName,
+                        bool dropLastTile)
+      : k(k), b(k.b), s(shape), smemName(smemName), dropLastTile(dropLastTile), ctx(b.getContext()),
+        f32(b.getF32Type()), i32(b.getI32Type()),
+        scoresType(LLVM::LLVMStructType::getLiteral(
+            ctx, SmallVector<Type>(kRows * S::kKeys / wgmma::kWarpgroup, f32))),
+        outputType(LLVM::LLVMStructType::getLiteral(
+            ctx, SmallVector<Type>(kRows * shape.headDim / wgmma::kWarpgroup, f32))) {}
+
+  void build() {
+    Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    Value bid = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    tokens = k.argIndex(8);
+    past = k.argIndex(9);
+    unit = arith::RemUIOp::create(b, bid, k.index(s.headUnits()));
+    q0 = arith::MulIOp::create(b, arith::DivUIOp::create(b, bid, k.index(s.headUnits())),
+                               k.index(s.blockQueries()));
+    auto live = scf::IfOp::create(
+        b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, q0, tokens), false);
+    b.setInsertionPointToStart(&live.getThenRegion().front());
+    wgmma::Ring ring(k, ringLayout(s), smemName);
+    // Full: each of the producer's threads once its stores are fenced;
+    // empty: each consumer warp once its products have read the stage.
+    ring.initBarriers(tid, wgmma::kWarpgroup, kConsumerWarps);
+    Value firstHead = s.pairHeads() ? arith::MulIOp::create(b, unit, k.index(2)).getResult() : unit;
+    kvHead = arith::DivUIOp::create(b, firstHead, k.index(s.group()));
+    slots = memref::DimOp::create(b, k.arg(3), 0);
+
+    // The keys the block's queries see: [keyBegin, keyEnd) in positions.
+    Value queryEnd =
+        arith::MinUIOp::create(b, arith::AddIOp::create(b, q0, k.index(s.blockQueries())), tokens);
+    keyEnd = arith::AddIOp::create(b, past, queryEnd);
+    keyBegin = k.index(0);
+    if (s.window > 0) {
+      Value first = arith::AddIOp::create(b, past, q0);
+      Value reach = k.index(s.window - 1);
+      keyBegin = arith::SelectOp::create(
+          b, arith::CmpIOp::create(b, arith::CmpIPredicate::uge, first, reach),
+          arith::SubIOp::create(b, first, reach), k.index(0));
+    }
+    // Tiles on a grid of 64 keys from `past`, so that none straddles the
+    // cache and this call and the staged tiles' TMA boxes start on whole
+    // 16-byte chunks of the transposed values: cacheTiles tiles below past
+    // (the first may start below position 0: index arithmetic wraps, and
+    // such keys are past keyEnd, hence masked), then this call's.
+    const int64_t kKeys = S::kKeys;
+    Value below = cmp(arith::CmpIPredicate::ult, keyBegin, past);
+    Value cacheSpan = arith::SubIOp::create(b, past, arith::MinUIOp::create(b, keyBegin, past));
+    cacheTiles =
+        arith::DivUIOp::create(b, arith::AddIOp::create(b, cacheSpan, idx(kKeys - 1)), idx(kKeys));
+    Value callSkip = arith::MulIOp::create(
+        b,
+        arith::DivUIOp::create(
+            b, arith::SubIOp::create(b, arith::MaxUIOp::create(b, keyBegin, past), past),
+            idx(kKeys)),
+        idx(kKeys));
+    keyBegin = arith::SelectOp::create(
+        b, below, arith::SubIOp::create(b, past, arith::MulIOp::create(b, cacheTiles, idx(kKeys))),
+        arith::AddIOp::create(b, past, callSkip));
+    Value span = arith::SubIOp::create(b, keyEnd, keyBegin);
+    tiles = arith::DivUIOp::create(b, arith::AddIOp::create(b, span, k.index(S::kKeys - 1)),
+                                   k.index(S::kKeys));
+    if (dropLastTile)
+      tiles = arith::SelectOp::create(
+          b, arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, tiles, k.index(1)),
+          arith::SubIOp::create(b, tiles, k.index(1)), tiles);
+
+    Value group = arith::DivUIOp::create(b, tid, k.index(wgmma::kWarpgroup));
+    Value inGroup = arith::RemUIOp::create(b, tid, k.index(wgmma::kWarpgroup));
+    Value producer = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, group, k.index(0));
+    auto roles = scf::IfOp::create(b, producer, /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&roles.getThenRegion().front());
+      NVVM::SetMaxRegisterOp::create(b, b.getLoc(), kProducerRegs,
+                                     NVVM::SetMaxRegisterAction::decrease);
+      produce(ring, inGroup);
+    }
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&roles.getElseRegion().front());
+      NVVM::SetMaxRegisterOp::create(b, b.getLoc(), kConsumerRegs,
+                                     NVVM::SetMaxRegisterAction::increase);
+      consume(ring, arith::SubIOp::create(b, group, k.index(1)), inGroup);
+    }
+  }
+
+private:
+  Value idx(int64_t v) { return k.index(v); }
+  Value cmp(arith::CmpIPredicate p, Value x, Value y) { return arith::CmpIOp::create(b, p, x, y); }
+
+  // --- the producer ---------------------------------------------------------
+
+  // The address of a kernel argument's data as an index (the runtime's
+  // buffers have no offset), for loads through global pointers: they may
+  // pass the shared stores between them (generic pointers may not), so that
+  // a thread's loads are all in flight at once, and they use the read-only
+  // path.
+  Value globalBase(unsigned arg) {
+    return memref::ExtractAlignedPointerAsIndexOp::create(b, k.arg(arg));
+  }
+  Value loadGlobal(Type type, Value base, Value elementIndex, int64_t elementBytes) {
+    Value bytes =
+        arith::AddIOp::create(b, base, arith::MulIOp::create(b, elementIndex, idx(elementBytes)));
+    Value address = arith::IndexCastOp::create(b, b.getI64Type(), bytes);
+    Value ptr = LLVM::IntToPtrOp::create(b, LLVM::LLVMPointerType::get(ctx, 1), address);
+    return LLVM::LoadOp::create(b, type, ptr, /*alignment=*/16, /*isVolatile=*/false,
+                                /*isNonTemporal=*/false, /*isInvariant=*/true);
+  }
+
+  // The cache slot of the tile's key `rowInTile`: the tile's first slot
+  // (one division a tile) plus the row, wrapped once; the ring holds at
+  // least a tile's keys (a sliding window of 64 or more, a global cache of
+  // more than the entry's 128 tokens). No 64-bit division a row: LLVM would
+  // branch around each one.
+  Value slotOf(Value rowInTile) {
+    Value slot = arith::AddIOp::create(b, tileSlot, rowInTile);
+    return arith::SelectOp::create(b, cmp(arith::CmpIPredicate::uge, slot, slots),
+                                   arith::SubIOp::create(b, slot, slots), slot);
+  }
+
+  // Four f32 of the key or value at tile row `rowInTile`, dims `col` ..: from the
+  // cache below `past`, from this call's K/V above, zeros at or past keyEnd
+  // (read from the cache's slot 0, which always exists, and dropped). One
+  // load whatever the source, with no branch.
+  Value kvQuad(Value callBase, Value cacheBase, Value rowInTile, Value col) {
+    Value pos = arith::AddIOp::create(b, tileStart, rowInTile);
+    auto v4 = VectorType::get({4}, f32);
+    Value inRange = cmp(arith::CmpIPredicate::ult, pos, keyEnd);
+    Value cached = cmp(arith::CmpIPredicate::ult, pos, past);
+    Value fromCache = arith::OrIOp::create(
+        b, cached, arith::XOrIOp::create(b, inRange, arith::ConstantIntOp::create(b, 1, 1)));
+    Value row = arith::SelectOp::create(
+        b, inRange,
+        arith::SelectOp::create(b, cached, slotOf(rowInTile), arith::SubIOp::create(b, pos, past)),
+        idx(0));
+    Value base = arith::SelectOp::create(b, fromCache, cacheBase, callBase);
+    Value element = arith::AddIOp::create(
+        b,
+        arith::MulIOp::create(
+            b, arith::AddIOp::create(b, arith::MulIOp::create(b, row, idx(s.kvHeads)), kvHead),
+            idx(s.headDim)),
+        col);
+    Value quad = loadGlobal(v4, base, element, 4);
+    Value zeros = arith::ConstantOp::create(b, v4, DenseElementsAttr::get(v4, 0.0f));
+    return arith::SelectOp::create(b, inRange, quad, zeros);
+  }
+
+  // Eight f32 as eight bf16, as four i32 for one 16-byte store.
+  Value chunkOf(ArrayRef<Value> values) {
+    auto v8 = VectorType::get({8}, f32);
+    Value all = vector::FromElementsOp::create(b, v8, values);
+    Value bf = arith::TruncFOp::create(b, VectorType::get({8}, b.getBF16Type()), all);
+    return vector::BitCastOp::create(b, VectorType::get({4}, i32), bf);
+  }
+  SmallVector<Value> elements(Value quad) {
+    SmallVector<Value> out;
+    for (int64_t e = 0; e < 4; ++e)
+      out.push_back(vector::ExtractOp::create(b, quad, ArrayRef<int64_t>{e}));
+    return out;
+  }
+  // The swizzled byte offset of chunk `chunk` of row `row` of a tile at
+  // `base` (rows of 128 bytes).
+  Value swizzled(Value base, Value row, Value chunk) {
+    Value c = arith::XOrIOp::create(b, chunk, arith::RemUIOp::create(b, row, idx(8)));
+    return arith::AddIOp::create(
+        b, base,
+        arith::AddIOp::create(b, arith::MulIOp::create(b, row, idx(wgmma::kRowBytes)),
+                              arith::MulIOp::create(b, c, idx(16))));
+  }
+
+  // A tile wholly in this call: the issuer has the TMA bring the staged
+  // keys' panels and values (the others arrive at once); one that reaches
+  // into the cache: every thread converts its part.
+  void produce(wgmma::Ring &ring, Value inGroup) {
+    Type ptr = LLVM::LLVMPointerType::get(ctx);
+    Value keysMap = LLVM::IntToPtrOp::create(b, ptr, k.arg(10));
+    Value valuesMap = LLVM::IntToPtrOp::create(b, ptr, k.arg(11));
+    Value issuer = cmp(arith::CmpIPredicate::eq, inGroup, idx(0));
+    {
+      auto ifIssuer = scf::IfOp::create(b, issuer, false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
+      ring.acquireTensorMap(keysMap);
+      ring.acquireTensorMap(valuesMap);
+    }
+    Value keys = globalBase(1), values = globalBase(2);
+    Value keyCache = globalBase(3), valueCache = globalBase(4);
+    auto loop = scf::ForOp::create(b, idx(0), tiles, idx(1));
+    b.setInsertionPointToStart(loop.getBody());
+    Value step = loop.getInductionVar();
+    tileStart = arith::AddIOp::create(b, keyBegin, arith::MulIOp::create(b, step, idx(S::kKeys)));
+    auto [stage, fullAt] = ring.claim(step);
+    Value keysAt = arith::MulIOp::create(b, stage, idx(ring.layout().aBytes()));
+    Value valuesAt = ring.bOffset(stage);
+    auto staged =
+        scf::IfOp::create(b, cmp(arith::CmpIPredicate::uge, step, cacheTiles), /*withElse=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&staged.getThenRegion().front());
+      auto ifIssuer = scf::IfOp::create(b, issuer, /*withElse=*/true);
+      b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
+      ring.expectBytes(fullAt, ring.layout().stageBytes());
+      Value row = arith::SubIOp::create(b, tileStart, past);
+      for (int64_t p = 0; p < s.panels(); ++p)
+        ring.copy(ring.at(arith::AddIOp::create(b, keysAt, idx(p * kPanelBytes))), keysMap,
+                  k.i32(p * S::kPanel), {row, kvHead}, fullAt);
+      ring.copy(ring.at(valuesAt), valuesMap, arith::IndexCastOp::create(b, i32, row),
+                {idx(0), kvHead}, fullAt);
+      b.setInsertionPointToStart(&ifIssuer.getElseRegion().front());
+      NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), fullAt, Value(),
+                                     NVVM::MemScopeKind::CTA, false);
+    }
+    b.setInsertionPointToStart(&staged.getElseRegion().front());
+    convertTile(ring, inGroup, keysAt, valuesAt, fullAt, {keys, values, keyCache, valueCache});
+  }
+
+  struct Sources {
+    Value keys, values, keyCache, valueCache;
+  };
+  void convertTile(wgmma::Ring &ring, Value inGroup, Value keysAt, Value valuesAt, Value fullAt,
+                   const Sources &src) {
+    const int64_t chunksPerRow = s.headDim / 8;
+    Value keys = src.keys, values = src.values, keyCache = src.keyCache,
+          valueCache = src.valueCache;
+    tileSlot = arith::RemUIOp::create(b, tileStart, slots);
+    struct Chunk {
+      Value lo, hi, at;
+    };
+    SmallVector<Chunk> keyChunks;
+    // Keys: chunk (key r, dims 8 c ..) a unit, consecutive threads along a row.
+    for (int64_t i = 0; i < S::kKeys * chunksPerRow / wgmma::kWarpgroup; ++i) {
+      Value e = arith::AddIOp::create(b, inGroup, idx(i * wgmma::kWarpgroup));
+      Value c = arith::RemUIOp::create(b, e, idx(chunksPerRow));
+      Value r = arith::DivUIOp::create(b, e, idx(chunksPerRow));
+      Value col = arith::MulIOp::create(b, c, idx(8));
+      Value lo = kvQuad(keys, keyCache, r, col);
+      Value hi = kvQuad(keys, keyCache, r, arith::AddIOp::create(b, col, idx(4)));
+      Value panelAt = arith::AddIOp::create(
+          b, keysAt,
+          arith::MulIOp::create(b, arith::DivUIOp::create(b, c, idx(8)), idx(kPanelBytes)));
+      keyChunks.push_back({lo, hi, swizzled(panelAt, r, arith::RemUIOp::create(b, c, idx(8)))});
+    }
+    // Every load of the tile's keys is issued before the first store (the
+    // generic-pointer loads may not pass a shared store), then stored.
+    for (auto &[lo, hi, at] : keyChunks) {
+      SmallVector<Value> values = elements(lo);
+      values.append(elements(hi));
+      LLVM::StoreOp::create(b, chunkOf(values), ring.at(at), /*alignment=*/16);
+    }
+    // Values, transposed: keys 8 kc .. + 7 at dims 4 dq .. + 3 a unit (eight
+    // quads in, four chunks out: row d holds the eight keys of dim d).
+    const int64_t quadsPerRow = s.headDim / 4;
+    struct ValueUnit {
+      SmallVector<Value> quads;
+      Value col, kc;
+    };
+    SmallVector<ValueUnit> valueUnits;
+    for (int64_t i = 0; i < (S::kKeys / 8) * quadsPerRow / wgmma::kWarpgroup; ++i) {
+      Value u = arith::AddIOp::create(b, inGroup, idx(i * wgmma::kWarpgroup));
+      Value dq = arith::RemUIOp::create(b, u, idx(quadsPerRow));
+      Value kc = arith::DivUIOp::create(b, u, idx(quadsPerRow));
+      Value col = arith::MulIOp::create(b, dq, idx(4));
+      SmallVector<Value> quads;
+      for (int64_t j = 0; j < 8; ++j) {
+        Value row = arith::AddIOp::create(b, arith::MulIOp::create(b, kc, idx(8)), idx(j));
+        quads.push_back(kvQuad(values, valueCache, row, col));
+      }
+      valueUnits.push_back({quads, col, kc});
+    }
+    for (auto &[quads, col, kc] : valueUnits) {
+      SmallVector<SmallVector<Value>> rows;
+      for (Value quad : quads)
+        rows.push_back(elements(quad));
+      for (int64_t di = 0; di < 4; ++di) {
+        SmallVector<Value> keys;
+        for (int64_t j = 0; j < 8; ++j)
+          keys.push_back(rows[j][di]);
+        Value d = arith::AddIOp::create(b, col, idx(di));
+        LLVM::StoreOp::create(b, chunkOf(keys), ring.at(swizzled(valuesAt, d, kc)),
+                              /*alignment=*/16);
+      }
+    }
+    NVVM::FenceProxyOp::create(b, b.getLoc(), NVVM::ProxyKind::async_shared,
+                               NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+    NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), fullAt, Value(), NVVM::MemScopeKind::CTA,
+                                   false);
+  }
+
+  // --- the consumers --------------------------------------------------------
+
+  Value element(Value structValue, int64_t i) {
+    return LLVM::ExtractValueOp::create(b, structValue, ArrayRef<int64_t>{i});
+  }
+  Value packBf16(Value lo, Value hi) {
+    auto v2 = VectorType::get({2}, f32);
+    Value pair = vector::FromElementsOp::create(b, v2, ValueRange{lo, hi});
+    Value bf = arith::TruncFOp::create(b, VectorType::get({2}, b.getBF16Type()), pair);
+    return LLVM::BitcastOp::create(b, i32, bf);
+  }
+  // The sum (or max) over the four threads of a row.
+  Value quadReduce(Value v, bool max) {
+    return kernels::xorShuffleReduce(b, v, {1, 2}, [&](Value own, Value other) {
+      return max ? arith::MaxNumFOp::create(b, own, other).getResult()
+                 : arith::AddFOp::create(b, own, other).getResult();
+    });
+  }
+  // The consumer warpgroup's barrier (ids 1 and 2; 0 is the block's).
+  void syncWarpgroup(Value consumer) {
+    Value id = arith::IndexCastOp::create(b, i32, arith::AddIOp::create(b, consumer, idx(1)));
+    NVVM::BarrierOp::create(b, Type(), id, k.i32(wgmma::kWarpgroup), nullptr, Value());
+  }
+  // Generic-proxy stores to shared memory, then visible to the warpgroup's
+  // wgmma (the async proxy).
+  void publish(Value consumer) {
+    NVVM::FenceProxyOp::create(b, b.getLoc(), NVVM::ProxyKind::async_shared,
+                               NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+    syncWarpgroup(consumer);
+  }
+  Value mma(Type type, Value acc, Value a, Value bDesc, int64_t n) {
+    return NVVM::WgmmaMmaAsyncOp::create(
+        b, b.getLoc(), type, acc, a, bDesc, NVVM::MMAShapeAttr::get(ctx, kRows, n, wgmma::kMmaK),
+        NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32,
+        NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
+        NVVM::MMALayout::row, NVVM::MMALayout::col, nullptr);
+  }
+  Value descriptor(Value baseBytes, int64_t advance, wgmma::Ring &ring) {
+    Value addr = arith::AddIOp::create(b, ring.shared32(ring.at(baseBytes)), k.i32(advance));
+    return wgmma::matrixDescriptor(b, addr);
+  }
+
+  // The consumer's 64 query rows (zeros past T) as bf16 panels.
+  void loadQueries(wgmma::Ring &ring, Value queriesAt, Value inGroup) {
+    const int64_t chunksPerRow = s.headDim / 8;
+    auto v4 = VectorType::get({4}, f32);
+    Value queries = globalBase(0);
+    for (int64_t i = 0; i < kRows * chunksPerRow / wgmma::kWarpgroup; ++i) {
+      Value e = arith::AddIOp::create(b, inGroup, idx(i * wgmma::kWarpgroup));
+      Value c = arith::RemUIOp::create(b, e, idx(chunksPerRow));
+      Value r = arith::DivUIOp::create(b, e, idx(chunksPerRow));
+      Value row = arith::AddIOp::create(b, qBase, r);
+      Value ok = cmp(arith::CmpIPredicate::ult, row, tokens);
+      Value safe = arith::SelectOp::create(b, ok, row, idx(0));
+      Value col = arith::MulIOp::create(b, c, idx(8));
+      Value zeros = arith::ConstantOp::create(b, v4, DenseElementsAttr::get(v4, 0.0f));
+      SmallVector<Value> values;
+      for (int64_t half = 0; half < 2; ++half) {
+        Value at = arith::AddIOp::create(b, col, idx(4 * half));
+        Value element = arith::AddIOp::create(
+            b,
+            arith::MulIOp::create(
+                b, arith::AddIOp::create(b, arith::MulIOp::create(b, safe, idx(s.qHeads)), head),
+                idx(s.headDim)),
+            at);
+        Value quad = loadGlobal(v4, queries, element, 4);
+        values.append(elements(arith::SelectOp::create(b, ok, quad, zeros)));
+      }
+      Value panelAt = arith::AddIOp::create(
+          b, queriesAt,
+          arith::MulIOp::create(b, arith::DivUIOp::create(b, c, idx(8)), idx(kPanelBytes)));
+      Value at = swizzled(panelAt, r, arith::RemUIOp::create(b, c, idx(8)));
+      LLVM::StoreOp::create(b, chunkOf(values), ring.at(at), /*alignment=*/16);
+    }
+  }
+
+  void consume(wgmma::Ring &ring, Value consumer, Value inGroup) {
+    head =
+        s.pairHeads()
+            ? arith::AddIOp::create(b, arith::MulIOp::create(b, unit, idx(2)), consumer).getResult()
+            : unit;
+    qBase = s.pairHeads()
+                ? q0
+                : arith::AddIOp::create(b, q0, arith::MulIOp::create(b, consumer, idx(kRows)))
+                      .getResult();
+    Value queriesAt =
+        arith::AddIOp::create(b, idx(queriesOffset(s)),
+                              arith::MulIOp::create(b, consumer, idx(s.panels() * kPanelBytes)));
+    probsAt = arith::AddIOp::create(b, idx(probabilitiesOffset(s)),
+                                    arith::MulIOp::create(b, consumer, idx(kPanelBytes)));
+    loadQueries(ring, queriesAt, inGroup);
+    publish(consumer);
+
+    Value warp = arith::DivUIOp::create(b, inGroup, idx(32));
+    Value lane = arith::RemUIOp::create(b, inGroup, idx(32));
+    g = arith::DivUIOp::create(b, lane, idx(4));
+    t = arith::RemUIOp::create(b, lane, idx(4));
+    Value rowInTile = arith::AddIOp::create(b, arith::MulIOp::create(b, warp, idx(16)), g);
+    rowA = arith::AddIOp::create(b, qBase, rowInTile);
+    rowB = arith::AddIOp::create(b, rowA, idx(8));
+    posA = arith::AddIOp::create(b, past, rowA);
+    posB = arith::AddIOp::create(b, past, rowB);
+    probsRowA = rowInTile;
+
+    const double inf = std::numeric_limits<double>::infinity();
+    Value minusInf = arith::ConstantFloatOp::create(b, f32, APFloat(float(-inf)));
+    Value zero = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
+    Value output = LLVM::ZeroOp::create(b, outputType);
+    auto loop = scf::ForOp::create(b, idx(0), tiles, idx(1),
+                                   ValueRange{minusInf, minusInf, zero, zero, output});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value step = loop.getInductionVar();
+      Value stage = ring.stageOf(step);
+      ring.wait(ring.full(stage), ring.parity(step));
+      Value keysAt = arith::MulIOp::create(b, stage, idx(ring.layout().aBytes()));
+      Value valuesAt = ring.bOffset(stage);
+      Value tileStart =
+          arith::AddIOp::create(b, keyBegin, arith::MulIOp::create(b, step, idx(S::kKeys)));
+
+      // Scores: the query panels against the key panels, 16 dims a product.
+      NVVM::WgmmaFenceAlignedOp::create(b, b.getLoc());
+      Value scores = LLVM::ZeroOp::create(b, scoresType);
+      for (int64_t p = 0; p < s.panels(); ++p)
+        for (int64_t kk = 0; kk < wgmma::kTileK / wgmma::kMmaK; ++kk) {
+          Value qAt = arith::AddIOp::create(b, queriesAt, idx(p * kPanelBytes));
+          Value kAt = arith::AddIOp::create(b, keysAt, idx(p * kPanelBytes));
+          scores = mma(scoresType, scores, descriptor(qAt, kk * wgmma::kMmaK * 2, ring),
+                       descriptor(kAt, kk * wgmma::kMmaK * 2, ring), S::kKeys);
+        }
+      NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
+      NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 0);
+
+      ValueRange carried = loop.getRegionIterArgs();
+      auto [next, probabilities] = softmax(scores, tileStart, carried);
+      // P into the consumer's tile, the output rescaled, then O += P V.
+      for (int64_t j = 0; j < S::kKeys / 8; ++j) {
+        Value chunk = arith::XOrIOp::create(b, idx(j), g);
+        Value inChunk = arith::AddIOp::create(b, arith::MulIOp::create(b, chunk, idx(16)),
+                                              arith::MulIOp::create(b, t, idx(4)));
+        for (int64_t half = 0; half < 2; ++half) {
+          Value row = arith::AddIOp::create(b, probsRowA, idx(8 * half));
+          Value at = arith::AddIOp::create(
+              b, probsAt,
+              arith::AddIOp::create(b, arith::MulIOp::create(b, row, idx(wgmma::kRowBytes)),
+                                    inChunk));
+          Value pair =
+              packBf16(probabilities[4 * j + 2 * half], probabilities[4 * j + 2 * half + 1]);
+          LLVM::StoreOp::create(b, pair, ring.at(at), /*alignment=*/4);
+        }
+      }
+      Value out = carried[4];
+      for (int64_t i = 0; i < s.headDim / 2; ++i) {
+        Value scaled = arith::MulFOp::create(b, element(out, i), (i % 4) < 2 ? next[4] : next[5]);
+        out = LLVM::InsertValueOp::create(b, out, scaled, ArrayRef<int64_t>{i});
+      }
+      publish(consumer);
+      NVVM::WgmmaFenceAlignedOp::create(b, b.getLoc());
+      for (int64_t kk = 0; kk < S::kKeys / wgmma::kMmaK; ++kk)
+        out = mma(outputType, out, descriptor(probsAt, kk * wgmma::kMmaK * 2, ring),
+                  descriptor(valuesAt, kk * wgmma::kMmaK * 2, ring), s.headDim);
+      NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
+      NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 0);
+      // The stage's keys and values are read: each warp frees it.
+      auto ifLane0 = scf::IfOp::create(b, cmp(arith::CmpIPredicate::eq, lane, idx(0)), false);
+      {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPointToStart(&ifLane0.getThenRegion().front());
+        NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), ring.empty(stage), Value(),
+                                       NVVM::MemScopeKind::CTA, false);
+      }
+      scf::YieldOp::create(b, ValueRange{next[0], next[1], next[2], next[3], out});
+    }
+    store(loop.getResults());
+  }
+
+  // The online softmax over one tile's scores: carried (max A, max B, sum
+  // A, sum B); returns the next (max A, max B, sum A, sum B, alpha A, alpha
+  // B) and the tile's probabilities, in the accumulators' order.
+  std::pair<SmallVector<Value>, SmallVector<Value>> softmax(Value scores, Value tileStart,
+                                                            ValueRange carried) {
+    const int64_t count = kRows * S::kKeys / wgmma::kWarpgroup;
+    const double inf = std::numeric_limits<double>::infinity();
+    Value minusInf = arith::ConstantFloatOp::create(b, f32, APFloat(float(-inf)));
+    Value zero = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
+    Value scaleLog2 =
+        arith::ConstantFloatOp::create(b, f32, APFloat(float(s.scale / std::log(2.0))));
+    Value col2t = arith::MulIOp::create(b, t, idx(2));
+    SmallVector<Value> p(count);
+    Value maxA = minusInf, maxB = minusInf;
+    for (int64_t i = 0; i < count; ++i) {
+      const int64_t j = i / 4, e = i % 4;
+      Value key = arith::AddIOp::create(b, tileStart,
+                                        arith::AddIOp::create(b, col2t, idx(8 * j + (e & 1))));
+      Value query = e < 2 ? posA : posB;
+      Value ok = arith::AndIOp::create(b, cmp(arith::CmpIPredicate::ult, key, keyEnd),
+                                       cmp(arith::CmpIPredicate::ule, key, query));
+      if (s.window > 0)
+        ok = arith::AndIOp::create(
+            b, ok,
+            cmp(arith::CmpIPredicate::ugt, arith::AddIOp::create(b, key, idx(s.window)), query));
+      Value v = arith::MulFOp::create(b, element(scores, i), scaleLog2);
+      v = arith::SelectOp::create(b, ok, v, minusInf);
+      p[i] = v;
+      if (e < 2)
+        maxA = arith::MaxNumFOp::create(b, maxA, v);
+      else
+        maxB = arith::MaxNumFOp::create(b, maxB, v);
+    }
+    maxA = arith::MaxNumFOp::create(b, carried[0], quadReduce(maxA, true));
+    maxB = arith::MaxNumFOp::create(b, carried[1], quadReduce(maxB, true));
+    // A row that has seen no key yet keeps -inf: subtract 0 instead.
+    auto base = [&](Value m) {
+      Value none = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, m, minusInf);
+      return arith::SelectOp::create(b, none, zero, m).getResult();
+    };
+    Value baseA = base(maxA), baseB = base(maxB);
+    Value alphaA = math::Exp2Op::create(b, arith::SubFOp::create(b, carried[0], baseA));
+    Value alphaB = math::Exp2Op::create(b, arith::SubFOp::create(b, carried[1], baseB));
+    Value sumA = arith::MulFOp::create(b, carried[2], alphaA);
+    Value sumB = arith::MulFOp::create(b, carried[3], alphaB);
+    for (int64_t i = 0; i < count; ++i) {
+      bool rowIsA = (i % 4) < 2;
+      p[i] = math::Exp2Op::create(b, arith::SubFOp::create(b, p[i], rowIsA ? baseA : baseB));
+      if (rowIsA)
+        sumA = arith::AddFOp::create(b, sumA, p[i]);
+      else
+        sumB = arith::AddFOp::create(b, sumB, p[i]);
+    }
+    return {{maxA, maxB, sumA, sumB, alphaA, alphaB}, p};
+  }
+
+  // y rows A and B (those below T): the output over the row's sum.
+  void store(ValueRange carried) {
+    Value sumA = quadReduce(carried[2], false), sumB = quadReduce(carried[3], false);
+    Value out = carried[4];
+    Value col2t = arith::MulIOp::create(b, t, idx(2));
+    auto v2 = VectorType::get({2}, f32);
+    for (auto [row, sum, first] : {std::tuple{rowA, sumA, 0}, std::tuple{rowB, sumB, 2}}) {
+      auto ifOk = scf::IfOp::create(b, cmp(arith::CmpIPredicate::ult, row, tokens), false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifOk.getThenRegion().front());
+      Value inverse =
+          arith::DivFOp::create(b, arith::ConstantFloatOp::create(b, f32, APFloat(1.0f)), sum);
+      for (int64_t jd = 0; jd < s.headDim / 8; ++jd) {
+        Value lo = arith::MulFOp::create(b, element(out, 4 * jd + first), inverse);
+        Value hi = arith::MulFOp::create(b, element(out, 4 * jd + first + 1), inverse);
+        Value col = arith::AddIOp::create(b, col2t, idx(8 * jd));
+        vector::StoreOp::create(b, vector::FromElementsOp::create(b, v2, ValueRange{lo, hi}),
+                                k.arg(5), ValueRange{row, head, col}, false, llvm::MaybeAlign(8));
+      }
+    }
+  }
+
+  kernels::KernelScope &k;
+  ImplicitLocOpBuilder &b;
+  const S &s;
+  std::string smemName;
+  bool dropLastTile;
+  MLIRContext *ctx;
+  FloatType f32;
+  Type i32;
+  LLVM::LLVMStructType scoresType, outputType;
+  Value tokens, past, unit, q0, kvHead, slots, keyBegin, keyEnd, tiles, cacheTiles;
+  Value tileStart, tileSlot; // the producer's current tile
+  Value head, qBase, probsAt, g, t, rowA, rowB, posA, posB, probsRowA;
+};
+
+} // namespace
+
+int64_t S::sharedBytes() const { return probabilitiesOffset(*this) + 2 * kPanelBytes; }
+
+bool wgmmaAttentionFits(const S &shape) {
+  return (shape.headDim == 64 || shape.headDim == 128) &&
+         stageBlock(shape.kvHeads * shape.headDim / 4) > 0 &&
+         (shape.window == 0 || shape.window >= S::kKeys) && shape.kvHeads > 0 &&
+         shape.qHeads % shape.kvHeads == 0;
+}
+
+namespace {
+
+std::string shapeSuffix(const S &shape) {
+  return std::to_string(shape.qHeads) + "x" + std::to_string(shape.kvHeads) + "x" +
+         std::to_string(shape.headDim) +
+         (shape.window ? "_w" + std::to_string(shape.window) : "_global");
+}
+
+int64_t stagedRows(int64_t maxTokens) {
+  return (maxTokens + S::kKeys - 1) / S::kKeys * S::kKeys + S::kKeys;
+}
+
+kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastTile) {
+  const std::string name =
+      std::string("attention_wgmma_") + (dropLastTile ? "broken_" : "") + shapeSuffix(shape);
+  kernels::Tiling tiling;
+  tiling.set("kind", "wgmma-attention")
+      .set("queries", shape.blockQueries())
+      .set("keys", S::kKeys)
+      .set("heads", shape.pairHeads() ? 2 : 1)
+      .set("stages", S::kStages)
+      .set("block", kThreads)
+      .set("swizzle", 128);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    Type q = MemRefType::get({dynamic, shape.qHeads, shape.headDim}, b.getF32Type());
+    Type kv = MemRefType::get({dynamic, shape.kvHeads, shape.headDim}, b.getF32Type());
+    Type keys = MemRefType::get({shape.kvHeads, rows, shape.headDim}, b.getBF16Type());
+    Type values = MemRefType::get({shape.kvHeads, shape.headDim, rows}, b.getBF16Type());
+    Type i64 = b.getI64Type();
+    return {q, kv, kv, kv, kv, q, keys, values, i64, i64, i64, i64};
+  };
+  const std::string smemName = name + "_smem";
+  kernels::KernelSpec spec =
+      kernels::buildKernel(name, "kiln.attention", tiling, args, [&](kernels::KernelScope &scope) {
+        wgmma::declareKernel(scope, smemName, kThreads);
+        WgmmaAttentionBuilder(scope, shape, smemName, dropLastTile).build();
+      });
+  spec.sharedBytes = shape.sharedBytes();
+  return spec;
+}
+
+// This call's K/V as bf16: keys [Hkv, R, D] as they are, values transposed
+// [Hkv, D, R]; rows T .. T + 63 zeros (a tile that starts below T reads
+// them; their scores are masked, and zero values keep P V finite). A thread
+// a (row, head, four dims), rows fastest, so that the transposed stores of
+// a warp are neighbours.
+kernels::KernelSpec stageKernel(const S &shape, int64_t rows) {
+  const std::string name = "attention_stage_bf16_" + shapeSuffix(shape);
+  const int64_t quads = shape.kvHeads * shape.headDim / 4;
+  const int64_t block = stageBlock(quads);
+  kernels::Tiling tiling;
+  tiling.set("kind", "attention-stage").set("block", block).set("vector", 4);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    Type kv = MemRefType::get({dynamic, shape.kvHeads, shape.headDim}, b.getF32Type());
+    return {kv, kv, MemRefType::get({shape.kvHeads, rows, shape.headDim}, b.getBF16Type()),
+            MemRefType::get({shape.kvHeads, shape.headDim, rows}, b.getBF16Type()), b.getI64Type()};
+  };
+  return kernels::buildKernel(name, "kiln.attention", tiling, args, [&](kernels::KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    Value bid = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    Value id = arith::AddIOp::create(b, arith::MulIOp::create(b, bid, k.index(block)), tid);
+    Value tokens = k.argIndex(4);
+    Value span = arith::AddIOp::create(b, tokens, k.index(S::kKeys));
+    Value row = arith::RemUIOp::create(b, id, span);
+    Value quad = arith::DivUIOp::create(b, id, span);
+    auto live = scf::IfOp::create(
+        b,
+        arith::AndIOp::create(
+            b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, quad, k.index(quads)),
+            arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row, k.index(rows))),
+        false);
+    b.setInsertionPointToStart(&live.getThenRegion().front());
+    Value head = arith::DivUIOp::create(b, quad, k.index(shape.headDim / 4));
+    Value col = arith::MulIOp::create(
+        b, arith::RemUIOp::create(b, quad, k.index(shape.headDim / 4)), k.index(4));
+    auto v4 = VectorType::get({4}, b.getF32Type());
+    auto bf4 = VectorType::get({4}, b.getBF16Type());
+    Value inCall = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row, tokens);
+    Value safe = arith::SelectOp::create(b, inCall, row, k.index(0));
+    Value zeros = arith::ConstantOp::create(b, v4, DenseElementsAttr::get(v4, 0.0f));
+    Value key = vector::LoadOp::create(b, v4, k.arg(0), ValueRange{safe, head, col});
+    Value value = vector::LoadOp::create(b, v4, k.arg(1), ValueRange{safe, head, col});
+    key = arith::TruncFOp::create(b, bf4, arith::SelectOp::create(b, inCall, key, zeros));
+    value = arith::TruncFOp::create(b, bf4, arith::SelectOp::create(b, inCall, value, zeros));
+    vector::StoreOp::create(b, key, k.arg(2), ValueRange{head, row, col}, false,
+                            llvm::MaybeAlign(8));
+    for (int64_t i = 0; i < 4; ++i)
+      memref::StoreOp::create(b, vector::ExtractOp::create(b, value, ArrayRef<int64_t>{i}),
+                              k.arg(3),
+                              ValueRange{head, arith::AddIOp::create(b, col, k.index(i)), row});
+  });
+}
+
+} // namespace
+
+WgmmaAttentionKernels wgmmaAttention(const S &shape, int64_t maxTokens, bool dropLastTile) {
+  WgmmaAttentionKernels out;
+  out.stagedRows = stagedRows(maxTokens);
+  const int64_t quads = shape.kvHeads * shape.headDim / 4;
+  out.stage = {stageKernel(shape, out.stagedRows),
+               kernels::Work{S::kKeys * quads, quads, stageBlock(quads)}};
+  const int64_t blocks =
+      (maxTokens + shape.blockQueries() - 1) / shape.blockQueries() * shape.headUnits();
+  out.attend = {attentionKernel(shape, out.stagedRows, dropLastTile),
+                kernels::Work{blocks * kThreads, 0, kThreads}};
+  // The staged keys: boxes of 64 dims x 64 keys; the values: 64 keys x D.
+  const std::string keys =
+      "tmap:6:" + std::to_string(S::kPanel) + "," + std::to_string(S::kKeys) + ",1:128";
+  const std::string values =
+      "tmap:7:" + std::to_string(S::kKeys) + "," + std::to_string(shape.headDim) + ",1:128";
+  out.attendScalars = {"tokens:0", "past:0", keys, values, "part", "parts"};
+  return out;
+}
+
+} // namespace kiln::nvptx

@@ -1,0 +1,74 @@
+// Prefill attention on Hopper's warpgroup MMA (sm_90a), flash style: no
+// score matrix in memory. A block of three warpgroups takes 128 query rows
+// of one KV head: 64 queries of two of its query heads where the group is
+// even (each key and value tile then serves both), else 128 queries of one.
+//
+//   producer:  walks the keys the block's queries may see (causal, within
+//              the sliding window), 64 a tile, through a ring of shared-memory
+//              stages (WgmmaPipeline.h): keys before `past` from the f32 KV
+//              cache, the rest from this call's f32 K/V, converted to bf16
+//              and stored in the 128-byte swizzle, the keys as [64, D] and
+//              the values transposed, [D, 64], so that both are K-major wgmma
+//              operands; then it fences the async proxy and arrives;
+//   consumers: each holds its 64 queries as bf16 in shared memory, computes
+//              its 64 x 64 scores with wgmma m64n64k16 (f32 accumulate),
+//              masks them, updates its online softmax in registers, writes
+//              the probabilities as bf16 into its own swizzled P tile and
+//              accumulates P V with wgmma m64nDk16 into its f32 output.
+//
+// This call's K/V are first staged as bf16 by a kernel of their own (keys
+// [Hkv, R, D], values transposed [Hkv, D, R], R rows for the entry's most
+// tokens and a tile of zeros past them), so that the producer brings a tile
+// that lies wholly in this call by three TMA copies (the keys' two 64-dim
+// panels and the values), as the wgmma GEMMs bring theirs; tiles that reach
+// into the cache (chunked prefill) are loaded, converted and stored by the
+// producer's 128 threads.
+//
+// Arguments: q [T, Hq, D], k and v [T, Hkv, D] (this call's), the K and V
+// caches [slots, Hkv, D] (a ring of `window` slots on sliding layers), y [T,
+// Hq, D], all f32, the staged keys and values; T, past, the two tensor maps;
+// part, parts. The new K/V go into the cache after (the split attention's
+// append kernel).
+#pragma once
+
+#include "targets/common/KernelSpec.h"
+#include "targets/common/TargetHooks.h"
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace kiln::nvptx {
+
+struct WgmmaAttentionShape {
+  static constexpr int64_t kKeys = 64, kStages = 4, kPanel = 64;
+  int64_t qHeads = 0, kvHeads = 0, headDim = 0, window = 0;
+  double scale = 1;
+  int64_t group() const { return qHeads / kvHeads; }
+  // Two heads of a KV head a block (64 queries each) where the group is
+  // even, else one head's 128 queries.
+  bool pairHeads() const { return group() % 2 == 0; }
+  int64_t blockQueries() const { return pairHeads() ? 64 : 128; }
+  int64_t headUnits() const { return pairHeads() ? qHeads / 2 : qHeads; }
+  // 64-wide (128-byte) panels of the head dimension.
+  int64_t panels() const { return headDim / kPanel; }
+  int64_t sharedBytes() const;
+};
+
+// head_dim 64 or 128 (whole panels, wgmma n = head_dim), a whole group, a
+// sliding window of at least a tile, and the staging kernel's rows in whole
+// blocks (kvHeads * head_dim / 4 a multiple of 32).
+bool wgmmaAttentionFits(const WgmmaAttentionShape &shape);
+
+struct WgmmaAttentionKernels {
+  kernels::KernelLaunch stage, attend;
+  int64_t stagedRows = 0;
+  std::vector<std::string> attendScalars;
+};
+// The staging and the attention kernels for entries of up to `maxTokens`.
+// `dropLastTile`: an attention kernel broken on purpose that skips each
+// block's last key tile, for the check that must catch it.
+WgmmaAttentionKernels wgmmaAttention(const WgmmaAttentionShape &shape, int64_t maxTokens,
+                                     bool dropLastTile = false);
+
+} // namespace kiln::nvptx
