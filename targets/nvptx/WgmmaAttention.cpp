@@ -539,27 +539,64 @@ private:
     Value scaleLog2 =
         arith::ConstantFloatOp::create(b, f32, APFloat(float(s.scale / std::log(2.0))));
     Value col2t = arith::MulIOp::create(b, t, idx(2));
-    SmallVector<Value> p(count);
-    Value maxA = minusInf, maxB = minusInf;
-    for (int64_t i = 0; i < count; ++i) {
-      const int64_t j = i / 4, e = i % 4;
-      Value key = arith::AddIOp::create(b, tileStart,
-                                        arith::AddIOp::create(b, col2t, idx(8 * j + (e & 1))));
-      Value query = e < 2 ? posA : posB;
-      Value ok = arith::AndIOp::create(b, cmp(arith::CmpIPredicate::ult, key, keyEnd),
-                                       cmp(arith::CmpIPredicate::ule, key, query));
-      if (s.window > 0)
-        ok = arith::AndIOp::create(
-            b, ok,
-            cmp(arith::CmpIPredicate::ugt, arith::AddIOp::create(b, key, idx(s.window)), query));
-      Value v = arith::MulFOp::create(b, element(scores, i), scaleLog2);
-      v = arith::SelectOp::create(b, ok, v, minusInf);
-      p[i] = v;
-      if (e < 2)
-        maxA = arith::MaxNumFOp::create(b, maxA, v);
-      else
-        maxB = arith::MaxNumFOp::create(b, maxB, v);
+    // The tile's scores scaled by scale * log2(e), -inf where a key is not
+    // visible (masked), and each row's max.
+    auto scaled = [&](bool masked) {
+      SmallVector<Value> out(count);
+      Value maxA = minusInf, maxB = minusInf;
+      for (int64_t i = 0; i < count; ++i) {
+        const int64_t j = i / 4, e = i % 4;
+        Value v = arith::MulFOp::create(b, element(scores, i), scaleLog2);
+        if (masked) {
+          Value key = arith::AddIOp::create(b, tileStart,
+                                            arith::AddIOp::create(b, col2t, idx(8 * j + (e & 1))));
+          Value query = e < 2 ? posA : posB;
+          Value ok = arith::AndIOp::create(b, cmp(arith::CmpIPredicate::ult, key, keyEnd),
+                                           cmp(arith::CmpIPredicate::ule, key, query));
+          if (s.window > 0)
+            ok = arith::AndIOp::create(b, ok,
+                                       cmp(arith::CmpIPredicate::ugt,
+                                           arith::AddIOp::create(b, key, idx(s.window)), query));
+          v = arith::SelectOp::create(b, ok, v, minusInf);
+        }
+        out[i] = v;
+        if (e < 2)
+          maxA = arith::MaxNumFOp::create(b, maxA, v);
+        else
+          maxB = arith::MaxNumFOp::create(b, maxB, v);
+      }
+      out.push_back(maxA);
+      out.push_back(maxB);
+      return out;
+    };
+    // A tile every key of which each of the consumer's rows sees (most of a
+    // causal walk) skips the mask: its last key at or before the first row's
+    // position, within keyEnd (and not wrapped below 0), and, on a sliding
+    // layer, its first key within the last row's window.
+    Value firstRow = arith::AddIOp::create(b, past, qBase);
+    Value lastRow = arith::AddIOp::create(b, firstRow, idx(kRows - 1));
+    Value tileEnd = arith::AddIOp::create(b, tileStart, idx(S::kKeys));
+    Value interior = arith::AndIOp::create(
+        b,
+        cmp(arith::CmpIPredicate::ule, arith::AddIOp::create(b, tileStart, idx(S::kKeys - 1)),
+            firstRow),
+        arith::AndIOp::create(b, cmp(arith::CmpIPredicate::ule, tileEnd, keyEnd),
+                              cmp(arith::CmpIPredicate::ule, tileStart, keyEnd)));
+    if (s.window > 0)
+      interior =
+          arith::AndIOp::create(b, interior,
+                                cmp(arith::CmpIPredicate::ugt,
+                                    arith::AddIOp::create(b, tileStart, idx(s.window)), lastRow));
+    auto ifInterior = scf::IfOp::create(b, SmallVector<Type>(count + 2, f32), interior, true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifInterior.getThenRegion().front());
+      scf::YieldOp::create(b, scaled(false));
+      b.setInsertionPointToStart(&ifInterior.getElseRegion().front());
+      scf::YieldOp::create(b, scaled(true));
     }
+    SmallVector<Value> p(ifInterior.getResults().begin(), ifInterior.getResults().begin() + count);
+    Value maxA = ifInterior.getResult(count), maxB = ifInterior.getResult(count + 1);
     maxA = arith::MaxNumFOp::create(b, carried[0], quadReduce(maxA, true));
     maxB = arith::MaxNumFOp::create(b, carried[1], quadReduce(maxB, true));
     // A row that has seen no key yet keeps -inf: subtract 0 instead.
