@@ -11,6 +11,8 @@
 #include "targets/common/WarpSnippets.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -23,123 +25,144 @@ using namespace mlir;
 
 namespace {
 
-// Block-wide sum of f32 `%in` over the block's `warps` warps: warp sums,
-// then the warps' results through shared memory slots [slot, slot + warps)
-// of %smem, added in a fixed order so every thread gets the same,
-// deterministic total %out.
-std::string blockSum(const std::string &in, const std::string &out, int64_t slot, int64_t warps,
-                     const std::string &smemType) {
-  std::string text = warp::warpSum(in, out + "_w") +
-                     fillTemplate(R"(
-    %@@o@@_lead = arith.cmpi eq, %lane, %c0 : index
-    %@@o@@_slot = arith.constant @@slot@@ : index
-    %@@o@@_at = arith.addi %wid, %@@o@@_slot : index
-    scf.if %@@o@@_lead {
-      memref.store %@@o@@_w, %smem[%@@o@@_at] : @@st@@
+// The block-per-row kernels' shared pieces, built as typed IR: a block of
+// `threads` threads per row, each thread a strided quarter-vector of it; the
+// warps' sums combined through shared memory in a fixed order.
+class BlockRow {
+public:
+  BlockRow(KernelScope &k, const std::string &smemName, int64_t threads)
+      : k(k), b(k.b), threads(threads) {
+    FloatType f32 = b.getF32Type();
+    smemType =
+        MemRefType::get({2 * (threads / 32)}, f32, MemRefLayoutAttrInterface(),
+                        gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(k.func);
+      memref::GlobalOp::create(b, smemName, b.getStringAttr("private"), smemType, Attribute(),
+                               /*constant=*/false, IntegerAttr());
     }
-    gpu.barrier
-)",
-                                  {{"o", out}, {"slot", str(slot)}, {"st", smemType}});
-  std::string sum;
-  for (int64_t w = 0; w < warps; ++w) {
-    std::string v = "%" + out + "_p" + str(w);
-    text += "    %" + out + "_i" + str(w) + " = arith.constant " + str(slot + w) + " : index\n" +
-            "    " + v + " = memref.load %smem[%" + out + "_i" + str(w) + "] : " + smemType + "\n";
-    if (w == 0) {
-      sum = v;
-      continue;
-    }
-    std::string next = w + 1 == warps ? "%" + out : "%" + out + "_s" + str(w);
-    text += "    " + next + " = arith.addf " + sum + ", " + v + " : f32\n";
-    sum = next;
+    c0 = k.index(0);
+    k.index(1);
+    Value c4 = k.index(4), c32 = k.index(32);
+    stride = k.index(4 * threads);
+    tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    row = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    lane = arith::RemUIOp::create(b, tid, c32);
+    wid = arith::DivUIOp::create(b, tid, c32);
+    t4 = arith::MulIOp::create(b, tid, c4);
+    auto v4 = VectorType::get({4}, f32);
+    zeroV = arith::ConstantOp::create(b, v4, DenseElementsAttr::get(v4, 0.0f));
+    oneF = arith::ConstantFloatOp::create(b, f32, APFloat(1.0f));
+    smem = memref::GetGlobalOp::create(b, smemType, smemName);
   }
-  if (warps == 1)
-    text += "    %" + out + "_zero = arith.constant 0.0 : f32\n    %" + out + " = arith.addf " +
-            sum + ", %" + out + "_zero : f32\n";
-  return text;
-}
 
-// Shared memory of a block kernel: two slots a warp (two block sums in a row
-// need not wait for each other's readers).
-std::string smemType(int64_t threads) {
-  return "memref<" + str(2 * (threads / 32)) + "xf32, #gpu.address_space<workgroup>>";
-}
+  // The row's width, as the loops' bound and the mean's divisor.
+  void setWidth(int64_t w) {
+    width = k.index(w);
+    widthF = arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(float(w)));
+  }
 
-// The shared header of a block-per-row kernel: %row is the block.
-std::string blockIds(const std::string &smemName, int64_t threads) {
-  return fillTemplate(R"(
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c4 = arith.constant 4 : index
-  %c32 = arith.constant 32 : index
-  %stride = arith.constant @@stride@@ : index
-  %tid = gpu.thread_id x
-  %row = gpu.block_id x
-  %lane = arith.remui %tid, %c32 : index
-  %wid = arith.divui %tid, %c32 : index
-  %t4 = arith.muli %tid, %c4 : index
-  %zero_v = arith.constant dense<0.0> : vector<4xf32>
-  %one_f = arith.constant 1.0 : f32
-  %smem = memref.get_global @@@s@@ : @@st@@
-)",
-                      {{"s", smemName}, {"stride", str(4 * threads)}, {"st", smemType(threads)}});
-}
-
-std::string sharedSlots(const std::string &smemName, int64_t threads) {
-  return "memref.global \"private\" @" + smemName + " : " + smemType(threads) + "\n";
-}
-
-// Sum of squares of row %row of `src` (lanes 4 apart, threads 512 apart).
-std::string sumSquares(const std::string &src, const std::string &type, const std::string &out) {
-  return fillTemplate(R"(
-    %@@o@@_v = scf.for %c = %t4 to %width step %stride iter_args(%a = %zero_v) -> (vector<4xf32>) {
-      %v = vector.load @@src@@[%row, %c] {alignment = 16} : @@t@@, vector<4xf32>
-      %n = vector.fma %v, %v, %a : vector<4xf32>
-      scf.yield %n : vector<4xf32>
+  // A loop over this thread's quarter-vectors of the row, carrying one
+  // vector<4xf32> (`carried`) or none; the body gets the column.
+  Value forQuarters(Value carried, const std::function<Value(Value, Value)> &body) {
+    SmallVector<Value> init;
+    if (carried)
+      init.push_back(carried);
+    auto loop = scf::ForOp::create(b, t4, width, stride, init);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(loop.getBody());
+    Value next = body(loop.getInductionVar(), carried ? loop.getRegionIterArgs()[0] : Value());
+    if (carried) {
+      scf::YieldOp::create(b, next);
+      return loop.getResult(0);
     }
-    %@@o@@ = vector.reduction <add>, %@@o@@_v : vector<4xf32> into f32
-)",
-                      {{"o", out}, {"src", src}, {"t", type}});
-}
+    return Value();
+  }
+  Value load4(Type elem, Value src, ValueRange at, bool aligned = true) {
+    return vector::LoadOp::create(b, VectorType::get({4}, elem), src, at, false,
+                                  aligned ? llvm::MaybeAlign(16) : llvm::MaybeAlign());
+  }
+  Value extend(Value bf16x4) {
+    return arith::ExtFOp::create(b, VectorType::get({4}, b.getF32Type()), bf16x4);
+  }
+  Value reduce(Value v) { return vector::ReductionOp::create(b, vector::CombiningKind::ADD, v); }
 
-// dst[%row] = src[%row] * inv * weight, this thread's quarter-vectors.
-std::string scaleRow(const std::string &src, const std::string &dst, const std::string &type,
-                     const std::string &weight, const std::string &weightType,
-                     const std::string &inv) {
-  return fillTemplate(
-      R"(
-    scf.for %c = %t4 to %width step %stride {
-      %v = vector.load @@src@@[%row, %c] {alignment = 16} : @@t@@, vector<4xf32>
-      %wb = vector.load @@w@@[%c] : @@wt@@, vector<4xbf16>
-      %wf = arith.extf %wb : vector<4xbf16> to vector<4xf32>
-      %s = arith.mulf %v, @@inv@@ : vector<4xf32>
-      %o = arith.mulf %s, %wf : vector<4xf32>
-      vector.store %o, @@dst@@[%row, %c] {alignment = 16} : @@t@@, vector<4xf32>
+  // Sum of squares of `src`'s row (indexed by `rowAt` then the column).
+  Value sumSquares(Value src, ValueRange rowAt) {
+    Value sum = forQuarters(zeroV, [&](Value c, Value acc) {
+      SmallVector<Value> at(rowAt.begin(), rowAt.end());
+      at.push_back(c);
+      Value v = load4(b.getF32Type(), src, at);
+      return vector::FMAOp::create(b, v, v, acc).getResult();
+    });
+    return reduce(sum);
+  }
+
+  // The block's sum of each thread's `value`: warp sums, stored by each
+  // warp's first lane at slots [slot, slot + warps), then added in order.
+  Value blockSum(Value value, int64_t slot) {
+    const int64_t warps = threads / 32;
+    Value warpTotal = xorShuffleReduce(b, value, {1, 2, 4, 8, 16}, [&](Value own, Value other) {
+      return arith::AddFOp::create(b, own, other).getResult();
+    });
+    Value lead = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, lane, c0);
+    Value at = arith::AddIOp::create(b, wid, k.index(slot));
+    auto ifLead = scf::IfOp::create(b, lead, /*withElse=*/false);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifLead.getThenRegion().front());
+      memref::StoreOp::create(b, warpTotal, smem, ValueRange{at});
     }
-)",
-      {{"src", src}, {"dst", dst}, {"t", type}, {"w", weight}, {"wt", weightType}, {"inv", inv}});
-}
+    gpu::BarrierOp::create(b);
+    Value sum;
+    for (int64_t w = 0; w < warps; ++w) {
+      Value part = memref::LoadOp::create(b, smem, ValueRange{k.index(slot + w)});
+      sum = w == 0 ? part : arith::AddFOp::create(b, sum, part).getResult();
+    }
+    if (warps == 1)
+      sum = arith::AddFOp::create(b, sum,
+                                  arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(0.0f)));
+    return sum;
+  }
 
-// 1 / sqrt(sum / width + eps), as the CPU kernels compute it.
-std::string inverseRms(const std::string &sum, const std::string &eps, const std::string &out) {
-  return fillTemplate(R"(
-    %@@o@@_mean = arith.divf %@@s@@, %widthf : f32
-    %@@o@@_eps = arith.constant @@eps@@ : f32
-    %@@o@@_me = arith.addf %@@o@@_mean, %@@o@@_eps : f32
-    %@@o@@_rms = math.sqrt %@@o@@_me : f32
-    %@@o@@ = arith.divf %one_f, %@@o@@_rms : f32
-    %@@o@@_v = vector.broadcast %@@o@@ : f32 to vector<4xf32>
-)",
-                      {{"o", out}, {"s", sum}, {"eps", eps}});
-}
+  // 1 / sqrt(sum / width + eps), as the CPU kernels compute it, and its
+  // vector<4xf32> broadcast.
+  struct Inverse {
+    Value scalar, vector;
+  };
+  Inverse inverseRms(Value sum, double eps) {
+    FloatType f32 = b.getF32Type();
+    Value mean = arith::DivFOp::create(b, sum, widthF);
+    Value epsC = arith::ConstantFloatOp::create(b, f32, APFloat(float(eps)));
+    Value rms = math::SqrtOp::create(b, arith::AddFOp::create(b, mean, epsC));
+    Value inv = arith::DivFOp::create(b, oneF, rms);
+    return {inv, vector::BroadcastOp::create(b, VectorType::get({4}, f32), inv)};
+  }
 
-// The inverse RMS of row %row of `src` over the block: %<out> (f32) and
-// %<out>_v (its vector<4xf32> broadcast), through shared slots from `slot`.
-std::string blockInverseRms(const std::string &src, const std::string &type, const std::string &out,
-                            int64_t slot, double eps, int64_t threads) {
-  return sumSquares(src, type, out + "_ss") +
-         blockSum(out + "_ss", out + "_total", slot, threads / 32, smemType(threads)) +
-         inverseRms(out + "_total", floatLiteral(eps), out);
+  // dst[row] = src[row] * inv * weight, this thread's quarter-vectors.
+  void scaleRow(Value src, Value dst, Value weight, Value inv) {
+    forQuarters(Value(), [&](Value c, Value) {
+      Value v = load4(b.getF32Type(), src, ValueRange{row, c});
+      Value wf = extend(load4(b.getBF16Type(), weight, ValueRange{c}, /*aligned=*/false));
+      Value scaled = arith::MulFOp::create(b, v, inv);
+      Value out = arith::MulFOp::create(b, scaled, wf);
+      vector::StoreOp::create(b, out, dst, ValueRange{row, c}, false, llvm::MaybeAlign(16));
+      return Value();
+    });
+  }
+
+  KernelScope &k;
+  ImplicitLocOpBuilder &b;
+  int64_t threads;
+  MemRefType smemType;
+  Value c0, stride, tid, row, lane, wid, t4, zeroV, oneF, smem, width, widthF;
+};
+
+Tiling blockRowTiling(int64_t threads) {
+  Tiling tiling;
+  tiling.set("kind", "block-row").set("threads", threads);
+  return tiling;
 }
 
 } // namespace
@@ -150,83 +173,55 @@ int64_t rowBlockThreads(int64_t width) {
   return std::clamp<int64_t>(width / 4 / 32 * 32, 32, 1024);
 }
 
+// The block kernels, built as typed IR (KernelBuilder.h).
 KernelSpec rmsNormBlock(int64_t width, double eps) {
   int64_t threads = rowBlockThreads(width);
   std::string name = "rms_norm_block_" + str(width) + epsSuffix(eps);
-  std::string row = "memref<?x" + str(width) + "xf32>", wt = "memref<" + str(width) + "xbf16>";
-  std::string body = sharedSlots(name + "_smem", threads) +
-                     fillTemplate(R"(
-func.func @@@name@@(%x: @@row@@, %w: @@wt@@, %y: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "block-row", threads = @@threads@@ : i64}} {
-@@ids@@
-  %width = arith.constant @@W@@ : index
-  %widthf = arith.constant @@Wf@@ : f32
-@@inv@@
-@@out@@
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"row", row},
-                                   {"threads", str(threads)},
-                                   {"wt", wt},
-                                   {"ids", blockIds(name + "_smem", threads)},
-                                   {"W", str(width)},
-                                   {"Wf", floatLiteral(double(width))},
-                                   {"inv", blockInverseRms("%x", row, "inv", 0, eps, threads)},
-                                   {"out", scaleRow("%x", "%y", row, "%w", wt, "%inv_v")}});
-  return textKernel(name, "kiln.rms_norm", body);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    Type row = MemRefType::get({ShapedType::kDynamic, width}, b.getF32Type());
+    return {row, MemRefType::get({width}, b.getBF16Type()), row, b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.rms_norm", blockRowTiling(threads), args, [&](KernelScope &k) {
+    BlockRow r(k, name + "_smem", threads);
+    r.setWidth(width);
+    Value inv = r.inverseRms(r.blockSum(r.sumSquares(k.arg(0), r.row), 0), eps).vector;
+    r.scaleRow(k.arg(0), k.arg(2), k.arg(1), inv);
+  });
 }
 
 KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps) {
   int64_t threads = rowBlockThreads(width);
   std::string name = "norm_residual_block_" + str(width) + epsSuffix(postEps) + epsSuffix(nextEps);
-  std::string row = "memref<?x" + str(width) + "xf32>", wt = "memref<" + str(width) + "xbf16>";
   // new_res = res + gate * RMSNorm(upd; post); normed = RMSNorm(new_res; next).
-  std::string body =
-      sharedSlots(name + "_smem", threads) +
-      fillTemplate(R"(
-func.func @@@name@@(%res: @@row@@, %upd: @@row@@, %post: @@wt@@, %gate: @@wt@@, %next: @@wt@@,
-                    %new_res: @@row@@, %normed: @@row@@, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "block-row", threads = @@threads@@ : i64}} {
-@@ids@@
-  %width = arith.constant @@W@@ : index
-  %widthf = arith.constant @@Wf@@ : f32
-@@inv1@@
-    %hs_v = scf.for %c = %t4 to %width step %stride iter_args(%a = %zero_v) -> (vector<4xf32>) {
-      %u = vector.load %upd[%row, %c] {alignment = 16} : @@row@@, vector<4xf32>
-      %pb = vector.load %post[%c] : @@wt@@, vector<4xbf16>
-      %pf = arith.extf %pb : vector<4xbf16> to vector<4xf32>
-      %un = arith.mulf %u, %inv1_v : vector<4xf32>
-      %unw = arith.mulf %un, %pf : vector<4xf32>
-      %gb = vector.load %gate[%c] : @@wt@@, vector<4xbf16>
-      %gf = arith.extf %gb : vector<4xbf16> to vector<4xf32>
-      %r = vector.load %res[%row, %c] {alignment = 16} : @@row@@, vector<4xf32>
-      %gu = arith.mulf %gf, %unw : vector<4xf32>
-      %h = arith.addf %r, %gu : vector<4xf32>
-      vector.store %h, %new_res[%row, %c] {alignment = 16} : @@row@@, vector<4xf32>
-      %n = vector.fma %h, %h, %a : vector<4xf32>
-      scf.yield %n : vector<4xf32>
-    }
-    %hs = vector.reduction <add>, %hs_v : vector<4xf32> into f32
-@@sum2@@
-@@inv2@@
-@@out@@
-  return
-}
-)",
-                   {{"name", name},
-                    {"row", row},
-                    {"threads", str(threads)},
-                    {"wt", wt},
-                    {"ids", blockIds(name + "_smem", threads)},
-                    {"W", str(width)},
-                    {"Wf", floatLiteral(double(width))},
-                    {"inv1", blockInverseRms("%upd", row, "inv1", 0, postEps, threads)},
-                    {"sum2", blockSum("hs", "t2", threads / 32, threads / 32, smemType(threads))},
-                    {"inv2", inverseRms("t2", floatLiteral(nextEps), "inv2")},
-                    {"out", scaleRow("%new_res", "%normed", row, "%next", wt, "%inv2_v")}});
-  return textKernel(name, "kiln.norm_residual", body);
+  // Arguments: res, upd, post, gate, next, new_res, normed, rows.
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    Type row = MemRefType::get({ShapedType::kDynamic, width}, b.getF32Type());
+    Type w = MemRefType::get({width}, b.getBF16Type());
+    return {row, row, w, w, w, row, row, b.getI64Type()};
+  };
+  return buildKernel(
+      name, "kiln.norm_residual", blockRowTiling(threads), args, [&](KernelScope &k) {
+        ImplicitLocOpBuilder &b = k.b;
+        BlockRow r(k, name + "_smem", threads);
+        r.setWidth(width);
+        Value res = k.arg(0), upd = k.arg(1), post = k.arg(2), gate = k.arg(3), next = k.arg(4);
+        Value newRes = k.arg(5), normed = k.arg(6);
+        Value inv1 = r.inverseRms(r.blockSum(r.sumSquares(upd, r.row), 0), postEps).vector;
+        Value squares = r.forQuarters(r.zeroV, [&](Value c, Value acc) {
+          Value u = r.load4(b.getF32Type(), upd, ValueRange{r.row, c});
+          Value pf = r.extend(r.load4(b.getBF16Type(), post, ValueRange{c}, false));
+          Value un = arith::MulFOp::create(b, u, inv1);
+          Value unw = arith::MulFOp::create(b, un, pf);
+          Value gf = r.extend(r.load4(b.getBF16Type(), gate, ValueRange{c}, false));
+          Value old = r.load4(b.getF32Type(), res, ValueRange{r.row, c});
+          Value gu = arith::MulFOp::create(b, gf, unw);
+          Value h = arith::AddFOp::create(b, old, gu);
+          vector::StoreOp::create(b, h, newRes, ValueRange{r.row, c}, false, llvm::MaybeAlign(16));
+          return vector::FMAOp::create(b, h, h, acc).getResult();
+        });
+        Value inv2 = r.inverseRms(r.blockSum(r.reduce(squares), threads / 32), nextEps).vector;
+        r.scaleRow(newRes, normed, next, inv2);
+      });
 }
 
 // The thread kernels (typed IR): a thread per four elements of a row, launch
@@ -269,46 +264,27 @@ KernelSpec embedThreads(int64_t vocab, int64_t hidden) {
 KernelSpec expertScalesBlock(int64_t k, int64_t latent, double eps) {
   int64_t threads = rowBlockThreads(latent);
   std::string name = "expert_scales_block_top" + str(k) + "_" + str(latent) + epsSuffix(eps);
-  std::string yt = "memref<?x" + str(k) + "x" + str(latent) + "xf32>";
   // scale[t, j] = weight[t, j] / sqrt(mean(y[t, j]^2) + eps): a block per (t, j).
-  std::string body =
-      sharedSlots(name + "_smem", threads) +
-      fillTemplate(R"(
-func.func @@@name@@(%y: @@yt@@, %w: memref<?x@@K@@xf32>, %scales: memref<?x@@K@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "block-row", threads = @@threads@@ : i64}} {
-@@ids@@
-  %kk = arith.constant @@K@@ : index
-  %width = arith.constant @@L@@ : index
-  %widthf = arith.constant @@Lf@@ : f32
-  %t = arith.divui %row, %kk : index
-  %j = arith.remui %row, %kk : index
-    %sqv = scf.for %c = %t4 to %width step %stride iter_args(%s = %zero_v) -> (vector<4xf32>) {
-      %yv = vector.load %y[%t, %j, %c] {alignment = 16} : @@yt@@, vector<4xf32>
-      %n = vector.fma %yv, %yv, %s : vector<4xf32>
-      scf.yield %n : vector<4xf32>
-    }
-    %sq = vector.reduction <add>, %sqv : vector<4xf32> into f32
-@@sum@@
-@@inv@@
-    %first = arith.cmpi eq, %tid, %c0 : index
-    scf.if %first {
-      %wj = memref.load %w[%t, %j] : memref<?x@@K@@xf32>
-      %scale = arith.mulf %wj, %inv : f32
-      memref.store %scale, %scales[%t, %j] : memref<?x@@K@@xf32>
-    }
-  return
-}
-)",
-                   {{"name", name},
-                    {"yt", yt},
-                    {"K", str(k)},
-                    {"L", str(latent)},
-                    {"Lf", floatLiteral(double(latent))},
-                    {"threads", str(threads)},
-                    {"ids", blockIds(name + "_smem", threads)},
-                    {"sum", blockSum("sq", "ss", 0, threads / 32, smemType(threads))},
-                    {"inv", inverseRms("ss", floatLiteral(eps), "inv")}});
-  return textKernel(name, "kiln.megamoe", body);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    Type w = MemRefType::get({dynamic, k}, b.getF32Type());
+    return {MemRefType::get({dynamic, k, latent}, b.getF32Type()), w, w, b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.megamoe", blockRowTiling(threads), args, [&](KernelScope &s) {
+    ImplicitLocOpBuilder &b = s.b;
+    BlockRow r(s, name + "_smem", threads);
+    Value kk = s.index(k);
+    r.setWidth(latent);
+    Value t = arith::DivUIOp::create(b, r.row, kk);
+    Value j = arith::RemUIOp::create(b, r.row, kk);
+    Value inv = r.inverseRms(r.blockSum(r.sumSquares(s.arg(0), ValueRange{t, j}), 0), eps).scalar;
+    Value first = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, r.tid, r.c0);
+    auto ifFirst = scf::IfOp::create(b, first, /*withElse=*/false);
+    b.setInsertionPointToStart(&ifFirst.getThenRegion().front());
+    Value wj = memref::LoadOp::create(b, s.arg(1), ValueRange{t, j});
+    Value scale = arith::MulFOp::create(b, wj, inv);
+    memref::StoreOp::create(b, scale, s.arg(2), ValueRange{t, j});
+  });
 }
 
 bool routerWarpFits(int64_t experts) { return experts % 32 == 0 && experts <= 1024; }
