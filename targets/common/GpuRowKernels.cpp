@@ -289,161 +289,111 @@ KernelSpec expertScalesBlock(int64_t k, int64_t latent, double eps) {
 
 bool routerWarpFits(int64_t experts) { return experts % 32 == 0 && experts <= 1024; }
 
+// Built as typed IR (KernelBuilder.h).
 KernelSpec routerTopKWarp(int64_t experts, int64_t k) {
   // A warp per token: lane l holds logits l, l + 32, ...; softmax numerators
   // against the warp's max; k rounds of a warp argmax (ties to the lower
   // index, as the CPU kernel), the winner's lane retiring it; the weights
   // renormalised over the k chosen.
-  int64_t per = experts / 32;
+  const int64_t per = experts / 32;
   std::string name = "router_warp_top" + str(k) + "_of_" + str(experts);
-  std::string lt = "memref<?x" + str(experts) + "xf32>";
-  std::string loads, pinit, maxChain = "%neg_inf";
-  for (int64_t i = 0; i < per; ++i) {
-    std::string I = str(i);
-    loads += "    %ci" + I + " = arith.constant " + str(32 * i) +
-             " : index\n"
-             "    %e" +
-             I + " = arith.addi %lane, %ci" + I +
-             " : index\n"
-             "    %l" +
-             I + " = memref.load %logits[%t, %e" + I + "] : " + lt +
-             "\n"
-             "    %m" +
-             I + " = arith.maximumf " + maxChain + ", %l" + I + " : f32\n";
-    maxChain = "%m" + I;
-  }
-  std::string maxReduce;
-  std::string value = maxChain;
-  for (int offset = 1; offset < 32; offset *= 2) {
-    std::string o = str(offset);
-    maxReduce += "    %mo" + o + " = arith.constant " + o +
-                 " : i32\n"
-                 "    %mx" +
-                 o + ", %mok" + o + " = gpu.shuffle xor " + value + ", %mo" + o +
-                 ", %w32 : f32\n"
-                 "    %mr" +
-                 o + " = arith.maximumf " + value + ", %mx" + o + " : f32\n";
-    value = "%mr" + o;
-  }
-  std::string iterArgs, iterTypes, yieldsInit;
-  for (int64_t i = 0; i < per; ++i) {
-    std::string I = str(i);
-    pinit += "    %d" + I + " = arith.subf %l" + I + ", " + value +
-             " : f32\n"
-             "    %p" +
-             I + " = math.exp %d" + I + " : f32\n";
-    iterArgs += ", %q" + I + " = %p" + I;
-    iterTypes += ", f32";
-  }
-  // One round: this lane's best (value, expert), then the warp's.
-  std::string round =
-      "      %bv0 = arith.addf %taken, %zero_f : f32\n      %bi0 = arith.addi %c0, %c0 : index\n";
-  for (int64_t i = 0; i < per; ++i) {
-    std::string I = str(i), N = str(i + 1);
-    round += "      %better" + I + " = arith.cmpf ogt, %q" + I + ", %bv" + I +
-             " : f32\n"
-             "      %bv" +
-             N + " = arith.select %better" + I + ", %q" + I + ", %bv" + I +
-             " : f32\n"
-             "      %bi" +
-             N + " = arith.select %better" + I + ", %e" + I + ", %bi" + I + " : index\n";
-  }
-  std::string bv = "%bv" + str(per), bi = "%bi" + str(per);
-  round += "      %bi32 = arith.index_cast " + bi + " : index to i32\n";
-  std::string v = bv, ix = "%bi32";
-  for (int offset = 1; offset < 32; offset *= 2) {
-    std::string o = str(offset);
-    round += "      %ov" + o + ", %ovk" + o + " = gpu.shuffle xor " + v + ", %mo" + o +
-             ", %w32 : f32\n"
-             "      %oi" +
-             o + ", %oik" + o + " = gpu.shuffle xor " + ix + ", %mo" + o +
-             ", %w32 : i32\n"
-             "      %gt" +
-             o + " = arith.cmpf ogt, %ov" + o + ", " + v +
-             " : f32\n"
-             "      %eq" +
-             o + " = arith.cmpf oeq, %ov" + o + ", " + v +
-             " : f32\n"
-             "      %lt" +
-             o + " = arith.cmpi slt, %oi" + o + ", " + ix +
-             " : i32\n"
-             "      %tie" +
-             o + " = arith.andi %eq" + o + ", %lt" + o +
-             " : i1\n"
-             "      %take" +
-             o + " = arith.ori %gt" + o + ", %tie" + o +
-             " : i1\n"
-             "      %wv" +
-             o + " = arith.select %take" + o + ", %ov" + o + ", " + v +
-             " : f32\n"
-             "      %wi" +
-             o + " = arith.select %take" + o + ", %oi" + o + ", " + ix + " : i32\n";
-    v = "%wv" + o;
-    ix = "%wi" + o;
-  }
-  round += "      %win = arith.index_cast " + ix + " : i32 to index\n";
-  std::string retire, yields = "%nsum";
-  for (int64_t i = 0; i < per; ++i) {
-    std::string I = str(i);
-    retire += "      %hit" + I + " = arith.cmpi eq, %e" + I +
-              ", %win : index\n"
-              "      %r" +
-              I + " = arith.select %hit" + I + ", %taken, %q" + I + " : f32\n";
-    yields += ", %r" + I;
-  }
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%logits: @@lt@@, %weights: memref<?x@@K@@xf32>, %indices: memref<?x@@K@@xi32>,
-                    %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "warp-rows", parallel = "tokens"}} {
-@@ids@@
-  %k = arith.constant @@K@@ : index
-  %w32 = arith.constant 32 : i32
-  %neg_inf = arith.constant 0xFF800000 : f32
-  %zero_f = arith.constant 0.0 : f32
-  %taken = arith.constant -1.0 : f32
-  %rows = arith.index_cast %rows_i : i64 to index
-  %lead = arith.cmpi eq, %lane, %c0 : index
-  scf.for %t = %warp to %rows step %warps {
-@@loads@@
-@@maxr@@
-@@pinit@@
-    %res:@@R@@ = scf.for %j = %c0 to %k step %c1 iter_args(%sum = %zero_f@@iargs@@) -> (f32@@itypes@@) {
-@@round@@
-      scf.if %lead {
-        memref.store @@v@@, %weights[%t, %j] : memref<?x@@K@@xf32>
-        memref.store @@ix@@, %indices[%t, %j] : memref<?x@@K@@xi32>
-      }
-      %nsum = arith.addf %sum, @@v@@ : f32
-@@retire@@
-      scf.yield @@yields@@ : f32@@itypes@@
+  Tiling tiling;
+  tiling.set("kind", "warp-rows").set("parallel", "tokens");
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    return {MemRefType::get({dynamic, experts}, b.getF32Type()),
+            MemRefType::get({dynamic, k}, b.getF32Type()),
+            MemRefType::get({dynamic, k}, b.getI32Type()), b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.router_topk", tiling, args, [&](KernelScope &s) {
+    ImplicitLocOpBuilder &b = s.b;
+    FloatType f32 = b.getF32Type();
+    Value logits = s.arg(0), weights = s.arg(1), indices = s.arg(2);
+    // The warp of this launch part: lane, warp and warps from %part, %parts.
+    Value c0 = s.index(0), c1 = s.index(1), c32 = s.index(32);
+    Value partX = s.argIndex(4), partsX = s.argIndex(5);
+    Value lane = arith::RemUIOp::create(b, partX, c32);
+    Value warp = arith::DivUIOp::create(b, partX, c32);
+    Value warps = arith::DivUIOp::create(b, partsX, c32);
+    Value kC = s.index(k);
+    Value negInf =
+        arith::ConstantFloatOp::create(b, f32, APFloat::getInf(f32.getFloatSemantics(), true));
+    Value zeroF = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
+    Value taken = arith::ConstantFloatOp::create(b, f32, APFloat(-1.0f));
+    Value rows = s.argIndex(3);
+    Value lead = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, lane, c0);
+    auto tokens = scf::ForOp::create(b, warp, rows, warps);
+    b.setInsertionPointToStart(tokens.getBody());
+    Value t = tokens.getInductionVar();
+    SmallVector<Value> e, l;
+    Value max = negInf;
+    for (int64_t i = 0; i < per; ++i) {
+      e.push_back(arith::AddIOp::create(b, lane, s.index(32 * i)));
+      l.push_back(memref::LoadOp::create(b, logits, ValueRange{t, e[i]}));
+      max = arith::MaximumFOp::create(b, max, l[i]);
     }
-    scf.if %lead {
-      scf.for %j = %c0 to %k step %c1 {
-        %wj = memref.load %weights[%t, %j] : memref<?x@@K@@xf32>
-        %n = arith.divf %wj, %res#0 : f32
-        memref.store %n, %weights[%t, %j] : memref<?x@@K@@xf32>
+    max = xorShuffleReduce(b, max, {1, 2, 4, 8, 16}, [&](Value own, Value other) {
+      return arith::MaximumFOp::create(b, own, other).getResult();
+    });
+    SmallVector<Value> init = {zeroF};
+    for (int64_t i = 0; i < per; ++i)
+      init.push_back(math::ExpOp::create(b, arith::SubFOp::create(b, l[i], max)));
+    auto rounds = scf::ForOp::create(b, c0, kC, c1, init);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(rounds.getBody());
+      Value j = rounds.getInductionVar();
+      ValueRange carried = rounds.getRegionIterArgs();
+      Value sum = carried[0];
+      // This lane's best (value, expert), then the warp's.
+      Value bv = arith::AddFOp::create(b, taken, zeroF);
+      Value bi = arith::AddIOp::create(b, c0, c0);
+      for (int64_t i = 0; i < per; ++i) {
+        Value q = carried[1 + i];
+        Value better = arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, q, bv);
+        bv = arith::SelectOp::create(b, better, q, bv);
+        bi = arith::SelectOp::create(b, better, e[i], bi);
       }
+      Value v = bv;
+      Value ix = arith::IndexCastOp::create(b, b.getI32Type(), bi);
+      for (int32_t offset = 1; offset < 32; offset *= 2) {
+        Value ov =
+            gpu::ShuffleOp::create(b, v, offset, 32, gpu::ShuffleMode::XOR).getShuffleResult();
+        Value oi =
+            gpu::ShuffleOp::create(b, ix, offset, 32, gpu::ShuffleMode::XOR).getShuffleResult();
+        Value gt = arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, ov, v);
+        Value eq = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, ov, v);
+        Value lt = arith::CmpIOp::create(b, arith::CmpIPredicate::slt, oi, ix);
+        Value tie = arith::AndIOp::create(b, eq, lt);
+        Value take = arith::OrIOp::create(b, gt, tie);
+        v = arith::SelectOp::create(b, take, ov, v);
+        ix = arith::SelectOp::create(b, take, oi, ix);
+      }
+      Value win = arith::IndexCastOp::create(b, b.getIndexType(), ix);
+      {
+        auto ifLead = scf::IfOp::create(b, lead, /*withElse=*/false);
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPointToStart(&ifLead.getThenRegion().front());
+        memref::StoreOp::create(b, v, weights, ValueRange{t, j});
+        memref::StoreOp::create(b, ix, indices, ValueRange{t, j});
+      }
+      SmallVector<Value> next = {arith::AddFOp::create(b, sum, v)};
+      for (int64_t i = 0; i < per; ++i) {
+        Value hit = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, e[i], win);
+        next.push_back(arith::SelectOp::create(b, hit, taken, carried[1 + i]));
+      }
+      scf::YieldOp::create(b, next);
     }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"lt", lt},
-                                   {"K", str(k)},
-                                   {"R", str(per + 1)},
-                                   {"ids", warp::warpIds()},
-                                   {"loads", loads},
-                                   {"maxr", maxReduce},
-                                   {"pinit", pinit},
-                                   {"iargs", iterArgs},
-                                   {"itypes", iterTypes},
-                                   {"round", round},
-                                   {"v", v},
-                                   {"ix", ix},
-                                   {"retire", retire},
-                                   {"yields", yields}});
-  return textKernel(name, "kiln.router_topk", body);
+    // The chosen weights over their sum.
+    auto ifLead = scf::IfOp::create(b, lead, /*withElse=*/false);
+    b.setInsertionPointToStart(&ifLead.getThenRegion().front());
+    auto renorm = scf::ForOp::create(b, c0, kC, c1);
+    b.setInsertionPointToStart(renorm.getBody());
+    Value jj = renorm.getInductionVar();
+    Value wj = memref::LoadOp::create(b, weights, ValueRange{t, jj});
+    memref::StoreOp::create(b, arith::DivFOp::create(b, wj, rounds.getResult(0)), weights,
+                            ValueRange{t, jj});
+  });
 }
 
 KernelSpec expertCombineThreads(int64_t experts, int64_t k, int64_t latent) {
