@@ -309,12 +309,8 @@ KernelSpec routerTopKWarp(int64_t experts, int64_t k) {
     ImplicitLocOpBuilder &b = s.b;
     FloatType f32 = b.getF32Type();
     Value logits = s.arg(0), weights = s.arg(1), indices = s.arg(2);
-    // The warp of this launch part: lane, warp and warps from %part, %parts.
-    Value c0 = s.index(0), c1 = s.index(1), c32 = s.index(32);
-    Value partX = s.argIndex(4), partsX = s.argIndex(5);
-    Value lane = arith::RemUIOp::create(b, partX, c32);
-    Value warp = arith::DivUIOp::create(b, partX, c32);
-    Value warps = arith::DivUIOp::create(b, partsX, c32);
+    WarpOfPart w = warpOfPart(s);
+    Value c0 = w.c0, c1 = w.c1, lane = w.lane;
     Value kC = s.index(k);
     Value negInf =
         arith::ConstantFloatOp::create(b, f32, APFloat::getInf(f32.getFloatSemantics(), true));
@@ -322,7 +318,7 @@ KernelSpec routerTopKWarp(int64_t experts, int64_t k) {
     Value taken = arith::ConstantFloatOp::create(b, f32, APFloat(-1.0f));
     Value rows = s.argIndex(3);
     Value lead = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, lane, c0);
-    auto tokens = scf::ForOp::create(b, warp, rows, warps);
+    auto tokens = scf::ForOp::create(b, w.warp, rows, w.warps);
     b.setInsertionPointToStart(tokens.getBody());
     Value t = tokens.getInductionVar();
     SmallVector<Value> e, l;

@@ -141,4 +141,17 @@ Value forEachRowOfPart(KernelScope &k, Value count) {
   return loop.getInductionVar();
 }
 
+WarpOfPart warpOfPart(KernelScope &k) {
+  WarpOfPart w;
+  w.c0 = k.index(0);
+  w.c1 = k.index(1);
+  w.c32 = k.index(32);
+  unsigned n = k.func.getNumArguments();
+  Value part = k.argIndex(n - 2), parts = k.argIndex(n - 1);
+  w.lane = arith::RemUIOp::create(k.b, part, w.c32);
+  w.warp = arith::DivUIOp::create(k.b, part, w.c32);
+  w.warps = arith::DivUIOp::create(k.b, parts, w.c32);
+  return w;
+}
+
 } // namespace kiln::kernels

@@ -87,4 +87,12 @@ std::pair<mlir::Value, mlir::Value> partRange(mlir::ImplicitLocOpBuilder &b, mli
 // the row returned.
 mlir::Value forEachRowOfPart(KernelScope &k, mlir::Value count);
 
+// The warp of a warp-rows kernel's launch part (its %part the thread, its
+// %parts all threads): the index constants 0, 1 and 32 (made first, as the
+// warp kernels' shared header does), the lane, the warp and the warp count.
+struct WarpOfPart {
+  mlir::Value c0, c1, c32, lane, warp, warps;
+};
+WarpOfPart warpOfPart(KernelScope &k);
+
 } // namespace kiln::kernels

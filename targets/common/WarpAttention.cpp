@@ -13,9 +13,18 @@
 // conversations one after another, so conversation t's slots start at
 // t * slots (slots = the cache's rows / sequences).
 #include "targets/common/Generators.h"
+#include "targets/common/KernelBuilder.h"
 #include "targets/common/WarpSnippets.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
 namespace kiln::kernels {
+
+using namespace mlir;
 namespace {
 
 // Stored per (token, head, split): acc[0..D), then max and sum; D + 4 keeps
@@ -250,99 +259,66 @@ func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@k
   return textKernel(name, "kiln.attention", body);
 }
 
+// Built as typed IR (KernelBuilder.h).
 KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits) {
   std::string name =
       "attention_merge_warp_" + str(qHeads) + "x" + str(headDim) + "_s" + str(splits);
-  std::string pt =
-      "memref<?x" + str(qHeads) + "x" + str(splits) + "x" + str(partialWidth(headDim)) + "xf32>";
-  std::string ot = "memref<?x" + str(qHeads) + "x" + str(headDim) + "xf32>";
-  // Straight-line over the splits, so every load can be in flight at once:
-  // the splits' maxima, then their sums rescaled to the overall maximum, then
-  // each lane's 4 dims of the rescaled accumulators.
-  std::string stats, sums, accs;
-  std::string mx = "%floor", total = "%zero_f", acc = "%zero_v";
-  for (int64_t i = 0; i < splits; ++i) {
-    std::string I = str(i);
-    stats += "    %s" + I + " = arith.constant " + I +
-             " : index\n"
-             "    %m" +
-             I + " = memref.load %in[%t, %h, %s" + I + ", %dim] : " + pt +
-             "\n"
-             "    %sum" +
-             I + " = memref.load %in[%t, %h, %s" + I + ", %dim1] : " + pt +
-             "\n"
-             "    %mx" +
-             I + " = arith.maximumf " + mx + ", %m" + I + " : f32\n";
-    mx = "%mx" + I;
-  }
-  for (int64_t i = 0; i < splits; ++i) {
-    std::string I = str(i);
-    sums += "    %d" + I + " = arith.subf %m" + I + ", " + mx +
-            " : f32\n"
-            "    %f" +
-            I + " = math.exp %d" + I +
-            " : f32\n"
-            "    %tl" +
-            I + " = math.fma %sum" + I + ", %f" + I + ", " + total + " : f32\n";
-    total = "%tl" + I;
-  }
-  for (int64_t i = 0; i < splits; ++i) {
-    std::string I = str(i);
-    accs += "      %fi" + I + " = arith.mulf %f" + I +
-            ", %inv : f32\n"
-            "      %fv" +
-            I + " = vector.broadcast %fi" + I +
-            " : f32 to vector<4xf32>\n"
-            "      %av" +
-            I + " = vector.load %in[%t, %h, %s" + I + ", %c] {alignment = 16} : " + pt +
-            ", vector<4xf32>\n"
-            "      %a" +
-            I + " = vector.fma %av" + I + ", %fv" + I + ", " + acc + " : vector<4xf32>\n";
-    acc = "%a" + I;
-  }
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%in: @@pt@@, %out: @@ot@@, %tokens: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "warp-rows", parallel = "tokens*heads"}} {
-@@ids@@
-  %c4 = arith.constant 4 : index
-  %c128 = arith.constant 128 : index
-  %heads = arith.constant @@H@@ : index
-  %dim = arith.constant @@D@@ : index
-  %dim1 = arith.constant @@D1@@ : index
-  %floor = arith.constant -1.0e+30 : f32
-  %zero_f = arith.constant 0.0 : f32
-  %one_f = arith.constant 1.0 : f32
-  %zero_v = arith.constant dense<0.0> : vector<4xf32>
-  %t_count = arith.index_cast %tokens : i64 to index
-  %items = arith.muli %t_count, %heads : index
-  %l4 = arith.muli %lane, %c4 : index
-  scf.for %item = %warp to %items step %warps {
-    %t = arith.divui %item, %heads : index
-    %h = arith.remui %item, %heads : index
-@@stats@@
-@@sums@@
-    %inv = arith.divf %one_f, @@total@@ : f32
-    scf.for %c = %l4 to %dim step %c128 {
-@@accs@@
-      vector.store @@acc@@, %out[%t, %h, %c] {alignment = 16} : @@ot@@, vector<4xf32>
+  Tiling tiling;
+  tiling.set("kind", "warp-rows").set("parallel", "tokens*heads");
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    return {MemRefType::get({dynamic, qHeads, splits, partialWidth(headDim)}, b.getF32Type()),
+            MemRefType::get({dynamic, qHeads, headDim}, b.getF32Type()), b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.attention", tiling, args, [&](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    FloatType f32 = b.getF32Type();
+    auto v4 = VectorType::get({4}, f32);
+    Value in = k.arg(0), out = k.arg(1);
+    WarpOfPart w = warpOfPart(k);
+    Value c4 = k.index(4), c128 = k.index(128), heads = k.index(qHeads);
+    Value dim = k.index(headDim), dim1 = k.index(headDim + 1);
+    Value floor = arith::ConstantFloatOp::create(b, f32, APFloat(-1.0e+30f));
+    Value zeroF = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
+    Value oneF = arith::ConstantFloatOp::create(b, f32, APFloat(1.0f));
+    Value zeroV = arith::ConstantOp::create(b, v4, DenseElementsAttr::get(v4, 0.0f));
+    Value tCount = k.argIndex(2);
+    Value items = arith::MulIOp::create(b, tCount, heads);
+    Value l4 = arith::MulIOp::create(b, w.lane, c4);
+    auto loop = scf::ForOp::create(b, w.warp, items, w.warps);
+    b.setInsertionPointToStart(loop.getBody());
+    Value item = loop.getInductionVar();
+    Value t = arith::DivUIOp::create(b, item, heads);
+    Value h = arith::RemUIOp::create(b, item, heads);
+    // Straight-line over the splits, so every load can be in flight at
+    // once: the splits' maxima, then their sums rescaled to the overall
+    // maximum, then each lane's 4 dims of the rescaled accumulators.
+    SmallVector<Value> split, m, sum, f;
+    Value mx = floor;
+    for (int64_t i = 0; i < splits; ++i) {
+      split.push_back(k.index(i));
+      m.push_back(memref::LoadOp::create(b, in, ValueRange{t, h, split[i], dim}));
+      sum.push_back(memref::LoadOp::create(b, in, ValueRange{t, h, split[i], dim1}));
+      mx = arith::MaximumFOp::create(b, mx, m[i]);
     }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"pt", pt},
-                                   {"ot", ot},
-                                   {"ids", warp::warpIds()},
-                                   {"H", str(qHeads)},
-                                   {"D", str(headDim)},
-                                   {"D1", str(headDim + 1)},
-                                   {"stats", stats},
-                                   {"sums", sums},
-                                   {"total", total},
-                                   {"accs", accs},
-                                   {"acc", acc}});
-  return textKernel(name, "kiln.attention", body);
+    Value total = zeroF;
+    for (int64_t i = 0; i < splits; ++i) {
+      f.push_back(math::ExpOp::create(b, arith::SubFOp::create(b, m[i], mx)));
+      total = math::FmaOp::create(b, sum[i], f[i], total);
+    }
+    Value inv = arith::DivFOp::create(b, oneF, total);
+    auto dims = scf::ForOp::create(b, l4, dim, c128);
+    b.setInsertionPointToStart(dims.getBody());
+    Value c = dims.getInductionVar();
+    Value acc = zeroV;
+    for (int64_t i = 0; i < splits; ++i) {
+      Value fv = vector::BroadcastOp::create(b, v4, arith::MulFOp::create(b, f[i], inv));
+      Value av = vector::LoadOp::create(b, v4, in, ValueRange{t, h, split[i], c}, false,
+                                        llvm::MaybeAlign(16));
+      acc = vector::FMAOp::create(b, av, fv, acc);
+    }
+    vector::StoreOp::create(b, acc, out, ValueRange{t, h, c}, false, llvm::MaybeAlign(16));
+  });
 }
 
 KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim, int64_t sequences) {
