@@ -321,56 +321,94 @@ KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits) {
   });
 }
 
+namespace {
+
+// Where a batched entry's token t (a conversation of its own, `sequences`
+// of them, each with its slots of the caches) or a sequential entry's keeps
+// its keys: built as typed IR, as batchCacheSlots and batchTokenState write
+// them for the text kernels.
+Value cacheSlots(ImplicitLocOpBuilder &b, Value cache, Value c0, int64_t sequences) {
+  Value rows = memref::DimOp::create(b, cache, c0);
+  if (!sequences)
+    return rows;
+  return arith::DivUIOp::create(b, rows, arith::ConstantIndexOp::create(b, sequences));
+}
+struct TokenState {
+  Value past, position, base, row0;
+};
+TokenState tokenState(ImplicitLocOpBuilder &b, int64_t sequences, Value positions, Value past,
+                      Value t, Value slots, Value c0) {
+  TokenState s;
+  if (!sequences) {
+    s.past = arith::AddIOp::create(b, past, c0);
+    s.position = arith::AddIOp::create(b, past, t);
+    s.base = arith::AddIOp::create(b, c0, c0);
+    s.row0 = arith::AddIOp::create(b, c0, c0);
+    return s;
+  }
+  Value at = memref::LoadOp::create(b, positions, ValueRange{t});
+  s.past = arith::IndexCastOp::create(b, b.getIndexType(), at);
+  s.position = arith::AddIOp::create(b, s.past, c0);
+  s.base = arith::MulIOp::create(b, t, slots);
+  s.row0 = arith::AddIOp::create(b, t, c0);
+  return s;
+}
+
+} // namespace
+
+// Built as typed IR (KernelBuilder.h).
 KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim, int64_t sequences) {
   std::string name = "kv_append_warp_" + str(kvHeads) + "x" + str(headDim) + batchSuffix(sequences);
-  std::string kv = "memref<?x" + str(kvHeads) + "x" + str(headDim) + "xf32>";
+  Tiling tiling;
+  tiling.set("kind", "warp-rows").set("parallel", "tokens*kv_heads");
+  // k, v, the caches, [positions,] tokens, past.
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    Type kv = MemRefType::get({ShapedType::kDynamic, kvHeads, headDim}, b.getF32Type());
+    std::vector<Type> types = {kv, kv, kv, kv};
+    if (sequences)
+      types.push_back(MemRefType::get({ShapedType::kDynamic}, b.getI32Type()));
+    types.push_back(b.getI64Type());
+    types.push_back(b.getI64Type());
+    return types;
+  };
   // Token t goes to slot (past + t) % slots unless a later token of this call
   // lands on the same slot: the result is the ring a sequential append leaves.
-  std::string body =
-      fillTemplate(R"(
-func.func @@@name@@(%k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@@@positions@@, %tokens: i64, %past_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "warp-rows", parallel = "tokens*kv_heads"}} {
-@@ids@@
-  %c4 = arith.constant 4 : index
-  %c128 = arith.constant 128 : index
-  %heads = arith.constant @@H@@ : index
-  %dim = arith.constant @@D@@ : index
-  %t_count = arith.index_cast %tokens : i64 to index
-  %past = arith.index_cast %past_i : i64 to index
-@@slots@@
-  %items = arith.muli %t_count, %heads : index
-  %l4 = arith.muli %lane, %c4 : index
-  scf.for %item = %warp to %items step %warps {
-    %t = arith.divui %item, %heads : index
-    %h = arith.remui %item, %heads : index
-@@state@@
-    %later = arith.addi %t, %slots : index
-    %kept_seq = arith.cmpi uge, %later, %t_count : index
-    %kept = arith.ori %kept_seq, %batched : i1
-    scf.if %kept {
-      %ring = arith.remui %p, %slots : index
-      %slot = arith.addi %base_t, %ring : index
-      scf.for %c = %l4 to %dim step %c128 {
-        %kr = vector.load %k[%t, %h, %c] {alignment = 16} : @@kvt@@, vector<4xf32>
-        vector.store %kr, %kc[%slot, %h, %c] {alignment = 16} : @@kvt@@, vector<4xf32>
-        %vr = vector.load %v[%t, %h, %c] {alignment = 16} : @@kvt@@, vector<4xf32>
-        vector.store %vr, %vc[%slot, %h, %c] {alignment = 16} : @@kvt@@, vector<4xf32>
-      }
+  return buildKernel(name, "kiln.attention", tiling, args, [&](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    auto v4 = VectorType::get({4}, b.getF32Type());
+    const unsigned scalars = sequences ? 5 : 4;
+    Value keys = k.arg(0), values = k.arg(1), keyCache = k.arg(2), valueCache = k.arg(3);
+    Value positions = sequences ? k.arg(4) : Value();
+    WarpOfPart w = warpOfPart(k);
+    Value c4 = k.index(4), c128 = k.index(128), heads = k.index(kvHeads);
+    Value dim = k.index(headDim);
+    Value tCount = k.argIndex(scalars), past = k.argIndex(scalars + 1);
+    Value slots = cacheSlots(b, keyCache, w.c0, sequences);
+    Value batched = arith::ConstantIntOp::create(b, sequences ? 1 : 0, 1);
+    Value items = arith::MulIOp::create(b, tCount, heads);
+    Value l4 = arith::MulIOp::create(b, w.lane, c4);
+    auto loop = scf::ForOp::create(b, w.warp, items, w.warps);
+    b.setInsertionPointToStart(loop.getBody());
+    Value item = loop.getInductionVar();
+    Value t = arith::DivUIOp::create(b, item, heads);
+    Value h = arith::RemUIOp::create(b, item, heads);
+    TokenState state = tokenState(b, sequences, positions, past, t, slots, w.c0);
+    Value later = arith::AddIOp::create(b, t, slots);
+    Value keptInCall = arith::CmpIOp::create(b, arith::CmpIPredicate::uge, later, tCount);
+    Value kept = arith::OrIOp::create(b, keptInCall, batched);
+    auto ifKept = scf::IfOp::create(b, kept, /*withElse=*/false);
+    b.setInsertionPointToStart(&ifKept.getThenRegion().front());
+    Value ring = arith::RemUIOp::create(b, state.position, slots);
+    Value slot = arith::AddIOp::create(b, state.base, ring);
+    auto dims = scf::ForOp::create(b, l4, dim, c128);
+    b.setInsertionPointToStart(dims.getBody());
+    Value c = dims.getInductionVar();
+    for (auto [from, to] : {std::pair{keys, keyCache}, std::pair{values, valueCache}}) {
+      Value row =
+          vector::LoadOp::create(b, v4, from, ValueRange{t, h, c}, false, llvm::MaybeAlign(16));
+      vector::StoreOp::create(b, row, to, ValueRange{slot, h, c}, false, llvm::MaybeAlign(16));
     }
-  }
-  return
-}
-)",
-                   {{"name", name},
-                    {"kvt", kv},
-                    {"positions", batchPositionsArg(sequences)},
-                    {"slots", batchCacheSlots(sequences, kv) + "  %batched = arith.constant " +
-                                  (sequences ? "true" : "false") + "\n"},
-                    {"state", batchTokenState(sequences)},
-                    {"ids", warp::warpIds()},
-                    {"H", str(kvHeads)},
-                    {"D", str(headDim)}});
-  return textKernel(name, "kiln.attention", body);
+  });
 }
 
 } // namespace kiln::kernels
