@@ -17,18 +17,9 @@ namespace kiln::kernels {
 // The rows [begin, end) of `n` that this launch part owns, as MLIR text
 // defining %<prefix>begin and %<prefix>end from the %part/%parts arguments.
 std::string partRange(const std::string &n, const std::string &prefix);
-// Attention kernels of a batched entry (sequences > 0: token t continues
-// conversation t of `sequences`, at positions[t], in caches that hold every
-// conversation one after another), as text the CPU and GPU kernels share:
-// the positions argument (", %positions: memref<?xi32>" or nothing), the name
-// suffix ("_b8" or nothing), %slots (a conversation's slots, from %kc), and
-// per token %t: %past_t (positions before it in its conversation), %p (its
-// position), %base_t (its conversation's first slot) and %row0 (the row of
-// this call's K/V at position %past_t).
-std::string batchPositionsArg(int64_t sequences);
+// The name suffix of a batched entry's attention kernels ("_b8" for 8
+// conversations, nothing for sequential ones).
 std::string batchSuffix(int64_t sequences);
-std::string batchCacheSlots(int64_t sequences, const std::string &kvt);
-std::string batchTokenState(int64_t sequences);
 // "_eps10000" for eps 1e-5: a norm kernel's name suffix.
 std::string epsSuffix(double eps);
 // An f64/f32 literal MLIR parses back to the same value.

@@ -21,35 +21,8 @@ std::string partRange(const std::string &n, const std::string &p) {
 }
 
 // The pieces of batched attention kernels (Generators.h).
-std::string batchPositionsArg(int64_t sequences) {
-  return sequences ? ", %positions: memref<?xi32>" : "";
-}
 std::string batchSuffix(int64_t sequences) {
   return sequences ? "_b" + std::to_string(sequences) : "";
-}
-std::string batchTokenState(int64_t sequences) {
-  if (!sequences)
-    return R"(
-    %past_t = arith.addi %past, %c0 : index
-    %p = arith.addi %past, %t : index
-    %base_t = arith.addi %c0, %c0 : index
-    %row0 = arith.addi %c0, %c0 : index
-)";
-  return R"(
-    %pos_i = memref.load %positions[%t] : memref<?xi32>
-    %past_t = arith.index_cast %pos_i : i32 to index
-    %p = arith.addi %past_t, %c0 : index
-    %base_t = arith.muli %t, %slots : index
-    %row0 = arith.addi %t, %c0 : index
-)";
-}
-// %slots: a conversation's cache slots.
-std::string batchCacheSlots(int64_t sequences, const std::string &kvt) {
-  if (!sequences)
-    return "  %slots = memref.dim %kc, %c0 : " + kvt + "\n";
-  return "  %cache_rows = memref.dim %kc, %c0 : " + kvt + "\n  %sequences = arith.constant " +
-         std::to_string(sequences) +
-         " : index\n  %slots = arith.divui %cache_rows, %sequences : index\n";
 }
 
 std::string epsSuffix(double eps) {

@@ -17,6 +17,7 @@
 #include "targets/common/WarpSnippets.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -51,212 +52,233 @@ int64_t attentionHeadsPerWarp(int64_t qHeads, int64_t kvHeads) {
   return 1;
 }
 
+namespace {
+
+// Where a token's keys live. A batched entry's token t continues
+// conversation t of `sequences`, at positions[t], in caches that hold every
+// conversation one after another: the slots a conversation has (from the
+// key cache), and per token its positions before it (past), its position,
+// its conversation's first slot (base) and the row of this call's K/V at
+// position `past` (row0). A sequential entry's tokens share one.
+Value cacheSlots(ImplicitLocOpBuilder &b, Value cache, Value c0, int64_t sequences) {
+  Value rows = memref::DimOp::create(b, cache, c0);
+  if (!sequences)
+    return rows;
+  return arith::DivUIOp::create(b, rows, arith::ConstantIndexOp::create(b, sequences));
+}
+struct TokenState {
+  Value past, position, base, row0;
+};
+TokenState tokenState(ImplicitLocOpBuilder &b, int64_t sequences, Value positions, Value past,
+                      Value t, Value slots, Value c0) {
+  TokenState s;
+  if (!sequences) {
+    s.past = arith::AddIOp::create(b, past, c0);
+    s.position = arith::AddIOp::create(b, past, t);
+    s.base = arith::AddIOp::create(b, c0, c0);
+    s.row0 = arith::AddIOp::create(b, c0, c0);
+    return s;
+  }
+  Value at = memref::LoadOp::create(b, positions, ValueRange{t});
+  s.past = arith::IndexCastOp::create(b, b.getIndexType(), at);
+  s.position = arith::AddIOp::create(b, s.past, c0);
+  s.base = arith::MulIOp::create(b, t, slots);
+  s.row0 = arith::AddIOp::create(b, t, c0);
+  return s;
+}
+
+} // namespace
+
+// Built as typed IR (KernelBuilder.h).
 KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
                               double scale, int64_t splits, int64_t sequences) {
-  int64_t lanesPerKey = headDim / 16, keysPerStep = 32 / lanesPerKey;
-  int64_t perWarp = attentionHeadsPerWarp(qHeads, kvHeads);
+  const int64_t lanesPerKey = headDim / 16, keysPerStep = 32 / lanesPerKey;
+  const int64_t perWarp = attentionHeadsPerWarp(qHeads, kvHeads);
   std::string name = "attention_split_warp_" + str(qHeads) + "x" + str(kvHeads) + "x" +
                      str(headDim) + (window ? "_w" + str(window) : "_global") + "_s" + str(splits) +
                      (perWarp > 1 ? "_q" + str(perWarp) : "") + batchSuffix(sequences);
-  std::string q = "memref<?x" + str(qHeads) + "x" + str(headDim) + "xf32>";
-  std::string kv = "memref<?x" + str(kvHeads) + "x" + str(headDim) + "xf32>";
-  std::string pt =
-      "memref<?x" + str(qHeads) + "x" + str(splits) + "x" + str(partialWidth(headDim)) + "xf32>";
-  // Per query head i of the warp's: its query, its online softmax step for
-  // a key (each key read once for all of them), and at the end the merge of
-  // the warp's key groups (lanes lanesPerKey apart hold the same dims of
-  // different keys) and its stores.
-  std::string queries, carried, carriedTypes, steps, yields, merges;
-  for (int64_t i = 0; i < perWarp; ++i) {
-    std::string I = str(i);
-    queries += fillTemplate(R"(
-    %hi@@I@@ = arith.constant @@I@@ : index
-    %head@@I@@ = arith.addi %h_first, %hi@@I@@ : index
-    %qv@@I@@ = vector.load %q[%t, %head@@I@@, %d0] {alignment = 16} : @@qt@@, vector<16xf32>
-)",
-                            {{"I", I}, {"qt", q}});
-    std::string sep = i ? ", " : "";
-    carried += sep + "%m" + I + " = %floor, %l" + I + " = %zero_f, %acc" + I + " = %zero_v";
-    carriedTypes += sep + "f32, f32, vector<16xf32>";
-    yields += sep + "%m_new" + I + ", %l_new" + I + ", %acc_new" + I;
-    steps +=
-        fillTemplate(R"(
-      %prod@@I@@ = arith.mulf %kv#0, %qv@@I@@ : vector<16xf32>
-      %dpart@@I@@ = vector.reduction <add>, %prod@@I@@ : vector<16xf32> into f32
-@@keysum@@
-      %sc@@I@@ = arith.mulf %dot@@I@@, %scale : f32
-      %mc@@I@@ = arith.maximumf %m@@I@@, %sc@@I@@ : f32
-      %m_new@@I@@ = arith.select %valid, %mc@@I@@, %m@@I@@ : f32
-      %dm@@I@@ = arith.subf %m@@I@@, %m_new@@I@@ : f32
-      %corr@@I@@ = math.exp %dm@@I@@ : f32
-      %ds@@I@@ = arith.subf %sc@@I@@, %m_new@@I@@ : f32
-      %ew@@I@@ = math.exp %ds@@I@@ : f32
-      %pw@@I@@ = arith.select %valid, %ew@@I@@, %zero_f : f32
-      %lc@@I@@ = arith.mulf %l@@I@@, %corr@@I@@ : f32
-      %l_new@@I@@ = arith.addf %lc@@I@@, %pw@@I@@ : f32
-      %corr_v@@I@@ = vector.broadcast %corr@@I@@ : f32 to vector<16xf32>
-      %pw_v@@I@@ = vector.broadcast %pw@@I@@ : f32 to vector<16xf32>
-      %ac@@I@@ = arith.mulf %acc@@I@@, %corr_v@@I@@ : vector<16xf32>
-      %acc_new@@I@@ = vector.fma %kv#1, %pw_v@@I@@, %ac@@I@@ : vector<16xf32>
-)",
-                     {{"I", I}, {"keysum", warp::warpSum("dpart" + I, "dot" + I, 1, lanesPerKey)}});
-    // The merge across key groups: results 3i .. 3i + 2 of the loop.
-    std::string m = "%res#" + str(3 * i), l = "%res#" + str(3 * i + 1),
-                acc = "%res#" + str(3 * i + 2);
-    for (int64_t offset = lanesPerKey; offset < 32; offset *= 2) {
-      std::string o = str(offset) + "_" + I;
-      merges += fillTemplate(R"(
-    %mo@@o@@ = arith.constant @@off@@ : i32
-    %m_x@@o@@, %m_ok@@o@@ = gpu.shuffle xor @@m@@, %mo@@o@@, %w32 : f32
-    %l_x@@o@@, %l_ok@@o@@ = gpu.shuffle xor @@l@@, %mo@@o@@, %w32 : f32
-    %m_n@@o@@ = arith.maximumf @@m@@, %m_x@@o@@ : f32
-    %da@@o@@ = arith.subf @@m@@, %m_n@@o@@ : f32
-    %fa@@o@@ = math.exp %da@@o@@ : f32
-    %db@@o@@ = arith.subf %m_x@@o@@, %m_n@@o@@ : f32
-    %fb@@o@@ = math.exp %db@@o@@ : f32
-    %la@@o@@ = arith.mulf @@l@@, %fa@@o@@ : f32
-    %l_n@@o@@ = math.fma %l_x@@o@@, %fb@@o@@, %la@@o@@ : f32
-)",
-                             {{"o", o}, {"off", str(offset)}, {"m", m}, {"l", l}});
-      std::string elems;
-      for (int d = 0; d < 16; ++d) {
-        std::string e = "%ae" + o + "_" + str(d);
-        merges += "    " + e + " = vector.extract " + acc + "[" + str(d) +
-                  "] : f32 from vector<16xf32>\n" + "    " + e + "x, " + e +
-                  "ok = gpu.shuffle xor " + e + ", %mo" + o + ", %w32 : f32\n";
-        elems += (d ? ", " : "") + e + "x";
+  Tiling tiling;
+  tiling.set("kind", "warp-split-kv")
+      .set("parallel", "tokens*heads*splits")
+      .set("splits", splits)
+      .set("window", window)
+      .set("heads_per_warp", perWarp);
+  // q, k, v, the caches, [positions,] the partials, tokens, past.
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    Type kv = MemRefType::get({dynamic, kvHeads, headDim}, b.getF32Type());
+    std::vector<Type> types = {MemRefType::get({dynamic, qHeads, headDim}, b.getF32Type()), kv, kv,
+                               kv, kv};
+    if (sequences)
+      types.push_back(MemRefType::get({dynamic}, b.getI32Type()));
+    types.push_back(
+        MemRefType::get({dynamic, qHeads, splits, partialWidth(headDim)}, b.getF32Type()));
+    types.push_back(b.getI64Type());
+    types.push_back(b.getI64Type());
+    return types;
+  };
+  return buildKernel(name, "kiln.attention", tiling, args, [&](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    FloatType f32 = b.getF32Type();
+    auto v16 = VectorType::get({16}, f32);
+    const unsigned outArg = sequences ? 6 : 5;
+    Value q = k.arg(0), keys = k.arg(1), values = k.arg(2), keyCache = k.arg(3),
+          valueCache = k.arg(4), out = k.arg(outArg);
+    Value positions = sequences ? k.arg(5) : Value();
+    WarpOfPart w = warpOfPart(k);
+    Value c0 = w.c0, c1 = w.c1;
+    Value lpk = k.index(lanesPerKey), kps = k.index(keysPerStep), c16 = k.index(16);
+    Value group = k.index(qHeads / kvHeads), perWarpC = k.index(perWarp);
+    Value splitsC = k.index(splits), perToken = k.index(qHeads / perWarp * splits);
+    Value windowC = k.index(window), dim = k.index(headDim), dim1 = k.index(headDim + 1);
+    Value scaleC = arith::ConstantFloatOp::create(b, f32, APFloat(float(scale)));
+    Value floor = arith::ConstantFloatOp::create(b, f32, APFloat(-1.0e+30f));
+    Value zeroF = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
+    Value zeroV = arith::ConstantOp::create(b, v16, DenseElementsAttr::get(v16, 0.0f));
+    Value tCount = k.argIndex(outArg + 1), past = k.argIndex(outArg + 2);
+    Value slots = cacheSlots(b, keyCache, c0, sequences);
+    Value g = arith::DivUIOp::create(b, w.lane, lpk);
+    Value li = arith::RemUIOp::create(b, w.lane, lpk);
+    Value d0 = arith::MulIOp::create(b, li, c16);
+    Value firstGroup = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, w.lane, lpk);
+    Value lead = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, w.lane, c0);
+    Value items = arith::MulIOp::create(b, tCount, perToken);
+    auto loop = scf::ForOp::create(b, w.warp, items, w.warps);
+    b.setInsertionPointToStart(loop.getBody());
+    Value item = loop.getInductionVar();
+    Value t = arith::DivUIOp::create(b, item, perToken);
+    Value rest = arith::RemUIOp::create(b, item, perToken);
+    Value hg = arith::DivUIOp::create(b, rest, splitsC);
+    Value split = arith::RemUIOp::create(b, rest, splitsC);
+    // Query heads hFirst .. + perWarp - 1, all of KV head kvh.
+    Value hFirst = arith::MulIOp::create(b, hg, perWarpC);
+    Value kvh = arith::DivUIOp::create(b, hFirst, group);
+    TokenState state = tokenState(b, sequences, positions, past, t, slots, c0);
+    // Visible keys [lo, p]: p - window < j for sliding layers; this split's
+    // share [kb, ke) of them.
+    Value p1 = arith::AddIOp::create(b, state.position, c1);
+    Value isGlobal = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, windowC, c0);
+    Value fits = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, p1, windowC);
+    Value loW = arith::SubIOp::create(b, p1, windowC);
+    Value loS = arith::SelectOp::create(b, fits, c0, loW);
+    Value lo = arith::SelectOp::create(b, isGlobal, c0, loS);
+    Value n = arith::SubIOp::create(b, p1, lo);
+    Value n1 = arith::AddIOp::create(b, n, splitsC);
+    Value n2 = arith::SubIOp::create(b, n1, c1);
+    Value chunk = arith::DivUIOp::create(b, n2, splitsC);
+    Value off = arith::MulIOp::create(b, split, chunk);
+    Value kb0 = arith::AddIOp::create(b, lo, off);
+    Value kb = arith::MinUIOp::create(b, kb0, p1);
+    Value ke0 = arith::AddIOp::create(b, kb, chunk);
+    Value ke = arith::MinUIOp::create(b, ke0, p1);
+    SmallVector<Value> heads, queries, init;
+    for (int64_t i = 0; i < perWarp; ++i) {
+      heads.push_back(arith::AddIOp::create(b, hFirst, k.index(i)));
+      queries.push_back(vector::LoadOp::create(b, v16, q, ValueRange{t, heads[i], d0}, false,
+                                               llvm::MaybeAlign(16)));
+      init.append({floor, zeroF, zeroV});
+    }
+    // Per query head: its online softmax step for each key (each key read
+    // once for all the warp's heads).
+    auto keysLoop = scf::ForOp::create(b, kb, ke, kps, init);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(keysLoop.getBody());
+      ValueRange carried = keysLoop.getRegionIterArgs();
+      Value j = arith::AddIOp::create(b, keysLoop.getInductionVar(), g);
+      Value valid = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, j, ke);
+      Value jc = arith::SelectOp::create(b, valid, j, kb);
+      Value cached = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, jc, state.past);
+      auto kv = scf::IfOp::create(b, TypeRange{v16, v16}, cached, /*withElse=*/true);
+      auto loadPair = [&](Value k0, Value v0, Value row) {
+        Value kr = vector::LoadOp::create(b, v16, k0, ValueRange{row, kvh, d0}, false,
+                                          llvm::MaybeAlign(16));
+        Value vr = vector::LoadOp::create(b, v16, v0, ValueRange{row, kvh, d0}, false,
+                                          llvm::MaybeAlign(16));
+        scf::YieldOp::create(b, ValueRange{kr, vr});
+      };
+      {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPointToStart(&kv.getThenRegion().front());
+        Value ring = arith::RemUIOp::create(b, jc, slots);
+        loadPair(keyCache, valueCache, arith::AddIOp::create(b, state.base, ring));
+        b.setInsertionPointToStart(&kv.getElseRegion().front());
+        Value t1 = arith::SubIOp::create(b, jc, state.past);
+        loadPair(keys, values, arith::AddIOp::create(b, state.row0, t1));
       }
-      merges += fillTemplate(R"(
-    %acc_x@@o@@ = vector.from_elements @@elems@@ : vector<16xf32>
-    %fav@@o@@ = vector.broadcast %fa@@o@@ : f32 to vector<16xf32>
-    %fbv@@o@@ = vector.broadcast %fb@@o@@ : f32 to vector<16xf32>
-    %acc_a@@o@@ = arith.mulf @@acc@@, %fav@@o@@ : vector<16xf32>
-    %acc_n@@o@@ = vector.fma %acc_x@@o@@, %fbv@@o@@, %acc_a@@o@@ : vector<16xf32>
-)",
-                             {{"o", o}, {"elems", elems}, {"acc", acc}});
-      m = "%m_n" + o;
-      l = "%l_n" + o;
-      acc = "%acc_n" + o;
-    }
-    merges += fillTemplate(R"(
-    scf.if %first_group {
-      vector.store @@acc@@, %out[%t, %head@@I@@, %s, %d0] {alignment = 16} : @@pt@@, vector<16xf32>
-    }
-    scf.if %lead {
-      memref.store @@m@@, %out[%t, %head@@I@@, %s, %dim] : @@pt@@
-      memref.store @@l@@, %out[%t, %head@@I@@, %s, %dim1] : @@pt@@
-    }
-)",
-                           {{"I", I}, {"acc", acc}, {"m", m}, {"l", l}, {"pt", pt}});
-  }
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%q: @@qt@@, %k: @@kvt@@, %v: @@kvt@@, %kc: @@kvt@@, %vc: @@kvt@@@@positions@@, %out: @@pt@@,
-                    %tokens: i64, %past_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface,
-                kiln.tiling = {kind = "warp-split-kv", parallel = "tokens*heads*splits", splits = @@S@@ : i64, window = @@W@@ : i64, heads_per_warp = @@PW@@ : i64}} {
-@@ids@@
-  %lpk = arith.constant @@LPK@@ : index
-  %kps = arith.constant @@KPS@@ : index
-  %c16 = arith.constant 16 : index
-  %group = arith.constant @@G@@ : index
-  %per_warp = arith.constant @@PW@@ : index
-  %splits = arith.constant @@S@@ : index
-  %per_token = arith.constant @@HS@@ : index
-  %window = arith.constant @@W@@ : index
-  %dim = arith.constant @@D@@ : index
-  %dim1 = arith.constant @@D1@@ : index
-  %scale = arith.constant @@scale@@ : f32
-  %floor = arith.constant -1.0e+30 : f32
-  %zero_f = arith.constant 0.0 : f32
-  %zero_v = arith.constant dense<0.0> : vector<16xf32>
-  %w32 = arith.constant 32 : i32
-  %t_count = arith.index_cast %tokens : i64 to index
-  %past = arith.index_cast %past_i : i64 to index
-@@slots@@
-  %g = arith.divui %lane, %lpk : index
-  %li = arith.remui %lane, %lpk : index
-  %d0 = arith.muli %li, %c16 : index
-  %first_group = arith.cmpi ult, %lane, %lpk : index
-  %lead = arith.cmpi eq, %lane, %c0 : index
-  %items = arith.muli %t_count, %per_token : index
-  scf.for %item = %warp to %items step %warps {
-    %t = arith.divui %item, %per_token : index
-    %rest = arith.remui %item, %per_token : index
-    %hg = arith.divui %rest, %splits : index
-    %s = arith.remui %rest, %splits : index
-    // Query heads h_first .. + per_warp - 1, all of KV head kvh.
-    %h_first = arith.muli %hg, %per_warp : index
-    %kvh = arith.divui %h_first, %group : index
-@@state@@
-    // Visible keys [lo, p]: p - window < j for sliding layers.
-    %p1 = arith.addi %p, %c1 : index
-    %is_global = arith.cmpi eq, %window, %c0 : index
-    %fits = arith.cmpi ule, %p1, %window : index
-    %lo_w = arith.subi %p1, %window : index
-    %lo_s = arith.select %fits, %c0, %lo_w : index
-    %lo = arith.select %is_global, %c0, %lo_s : index
-    %n = arith.subi %p1, %lo : index
-    %n1 = arith.addi %n, %splits : index
-    %n2 = arith.subi %n1, %c1 : index
-    %chunk = arith.divui %n2, %splits : index
-    %off = arith.muli %s, %chunk : index
-    %kb0 = arith.addi %lo, %off : index
-    %kb = arith.minui %kb0, %p1 : index
-    %ke0 = arith.addi %kb, %chunk : index
-    %ke = arith.minui %ke0, %p1 : index
-@@queries@@
-    %res:@@NC@@ = scf.for %j0 = %kb to %ke step %kps iter_args(@@carried@@) -> (@@ctypes@@) {
-      %j = arith.addi %j0, %g : index
-      %valid = arith.cmpi ult, %j, %ke : index
-      %jc = arith.select %valid, %j, %kb : index
-      %cached = arith.cmpi ult, %jc, %past_t : index
-      %kv:2 = scf.if %cached -> (vector<16xf32>, vector<16xf32>) {
-        %ring = arith.remui %jc, %slots : index
-        %slot = arith.addi %base_t, %ring : index
-        %kr = vector.load %kc[%slot, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
-        %vr = vector.load %vc[%slot, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
-        scf.yield %kr, %vr : vector<16xf32>, vector<16xf32>
-      } else {
-        %t1 = arith.subi %jc, %past_t : index
-        %t2 = arith.addi %row0, %t1 : index
-        %kr = vector.load %k[%t2, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
-        %vr = vector.load %v[%t2, %kvh, %d0] {alignment = 16} : @@kvt@@, vector<16xf32>
-        scf.yield %kr, %vr : vector<16xf32>, vector<16xf32>
+      SmallVector<Value> next;
+      for (int64_t i = 0; i < perWarp; ++i) {
+        Value m = carried[3 * i], l = carried[3 * i + 1], acc = carried[3 * i + 2];
+        Value prod = arith::MulFOp::create(b, kv.getResult(0), queries[i]);
+        Value dot = vector::ReductionOp::create(b, vector::CombiningKind::ADD, prod);
+        // The key's lanes hold its 16-dim slices: their sum.
+        SmallVector<int32_t> offsets;
+        for (int32_t o = 1; o < lanesPerKey; o *= 2)
+          offsets.push_back(o);
+        if (offsets.empty())
+          dot =
+              arith::AddFOp::create(b, dot, arith::ConstantFloatOp::create(b, f32, APFloat(0.0f)));
+        else
+          dot = xorShuffleReduce(b, dot, offsets, [&](Value own, Value other) {
+            return arith::AddFOp::create(b, own, other).getResult();
+          });
+        Value sc = arith::MulFOp::create(b, dot, scaleC);
+        Value mc = arith::MaximumFOp::create(b, m, sc);
+        Value mNew = arith::SelectOp::create(b, valid, mc, m);
+        Value corr = math::ExpOp::create(b, arith::SubFOp::create(b, m, mNew));
+        Value ew = math::ExpOp::create(b, arith::SubFOp::create(b, sc, mNew));
+        Value pw = arith::SelectOp::create(b, valid, ew, zeroF);
+        Value lc = arith::MulFOp::create(b, l, corr);
+        Value lNew = arith::AddFOp::create(b, lc, pw);
+        Value corrV = vector::BroadcastOp::create(b, v16, corr);
+        Value pwV = vector::BroadcastOp::create(b, v16, pw);
+        Value ac = arith::MulFOp::create(b, acc, corrV);
+        Value accNew = vector::FMAOp::create(b, kv.getResult(1), pwV, ac);
+        next.append({mNew, lNew, accNew});
       }
-@@steps@@
-      scf.yield @@yields@@ : @@ctypes@@
+      scf::YieldOp::create(b, next);
     }
-@@merges@@
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"qt", q},
-                                   {"kvt", kv},
-                                   {"pt", pt},
-                                   {"positions", batchPositionsArg(sequences)},
-                                   {"slots", batchCacheSlots(sequences, kv)},
-                                   {"state", batchTokenState(sequences)},
-                                   {"ids", warp::warpIds()},
-                                   {"LPK", str(lanesPerKey)},
-                                   {"KPS", str(keysPerStep)},
-                                   {"G", str(qHeads / kvHeads)},
-                                   {"PW", str(perWarp)},
-                                   {"S", str(splits)},
-                                   {"HS", str(qHeads / perWarp * splits)},
-                                   {"W", str(window)},
-                                   {"D", str(headDim)},
-                                   {"D1", str(headDim + 1)},
-                                   {"scale", floatLiteral(scale)},
-                                   {"queries", queries},
-                                   {"carried", carried},
-                                   {"ctypes", carriedTypes},
-                                   {"NC", str(3 * perWarp)},
-                                   {"steps", steps},
-                                   {"yields", yields},
-                                   {"merges", merges}});
-  return textKernel(name, "kiln.attention", body);
+    // The merge of the warp's key groups (lanes lanesPerKey apart hold the
+    // same dims of different keys), then each head's stores.
+    for (int64_t i = 0; i < perWarp; ++i) {
+      Value m = keysLoop.getResult(3 * i), l = keysLoop.getResult(3 * i + 1);
+      Value acc = keysLoop.getResult(3 * i + 2);
+      for (int32_t offset = lanesPerKey; offset < 32; offset *= 2) {
+        auto shuffle = [&](Value v) {
+          return gpu::ShuffleOp::create(b, v, offset, 32, gpu::ShuffleMode::XOR).getShuffleResult();
+        };
+        Value mX = shuffle(m);
+        Value lX = shuffle(l);
+        Value mN = arith::MaximumFOp::create(b, m, mX);
+        Value fa = math::ExpOp::create(b, arith::SubFOp::create(b, m, mN));
+        Value fb = math::ExpOp::create(b, arith::SubFOp::create(b, mX, mN));
+        Value la = arith::MulFOp::create(b, l, fa);
+        Value lN = math::FmaOp::create(b, lX, fb, la);
+        SmallVector<Value> elems;
+        for (int64_t d = 0; d < 16; ++d)
+          elems.push_back(shuffle(vector::ExtractOp::create(b, acc, ArrayRef<int64_t>{d})));
+        Value accX = vector::FromElementsOp::create(b, v16, elems);
+        Value faV = vector::BroadcastOp::create(b, v16, fa);
+        Value fbV = vector::BroadcastOp::create(b, v16, fb);
+        Value accA = arith::MulFOp::create(b, acc, faV);
+        acc = vector::FMAOp::create(b, accX, fbV, accA);
+        m = mN;
+        l = lN;
+      }
+      {
+        auto ifFirst = scf::IfOp::create(b, firstGroup, /*withElse=*/false);
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(&ifFirst.getThenRegion().front());
+        vector::StoreOp::create(b, acc, out, ValueRange{t, heads[i], split, d0}, false,
+                                llvm::MaybeAlign(16));
+      }
+      auto ifLead = scf::IfOp::create(b, lead, /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifLead.getThenRegion().front());
+      memref::StoreOp::create(b, m, out, ValueRange{t, heads[i], split, dim});
+      memref::StoreOp::create(b, l, out, ValueRange{t, heads[i], split, dim1});
+    }
+  });
 }
 
 // Built as typed IR (KernelBuilder.h).
@@ -320,41 +342,6 @@ KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits) {
     vector::StoreOp::create(b, acc, out, ValueRange{t, h, c}, false, llvm::MaybeAlign(16));
   });
 }
-
-namespace {
-
-// Where a batched entry's token t (a conversation of its own, `sequences`
-// of them, each with its slots of the caches) or a sequential entry's keeps
-// its keys: built as typed IR, as batchCacheSlots and batchTokenState write
-// them for the text kernels.
-Value cacheSlots(ImplicitLocOpBuilder &b, Value cache, Value c0, int64_t sequences) {
-  Value rows = memref::DimOp::create(b, cache, c0);
-  if (!sequences)
-    return rows;
-  return arith::DivUIOp::create(b, rows, arith::ConstantIndexOp::create(b, sequences));
-}
-struct TokenState {
-  Value past, position, base, row0;
-};
-TokenState tokenState(ImplicitLocOpBuilder &b, int64_t sequences, Value positions, Value past,
-                      Value t, Value slots, Value c0) {
-  TokenState s;
-  if (!sequences) {
-    s.past = arith::AddIOp::create(b, past, c0);
-    s.position = arith::AddIOp::create(b, past, t);
-    s.base = arith::AddIOp::create(b, c0, c0);
-    s.row0 = arith::AddIOp::create(b, c0, c0);
-    return s;
-  }
-  Value at = memref::LoadOp::create(b, positions, ValueRange{t});
-  s.past = arith::IndexCastOp::create(b, b.getIndexType(), at);
-  s.position = arith::AddIOp::create(b, s.past, c0);
-  s.base = arith::MulIOp::create(b, t, slots);
-  s.row0 = arith::AddIOp::create(b, t, c0);
-  return s;
-}
-
-} // namespace
 
 // Built as typed IR (KernelBuilder.h).
 KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim, int64_t sequences) {
