@@ -14,6 +14,8 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <limits>
+#include <vector>
 
 namespace kiln::kernels {
 
@@ -139,6 +141,28 @@ Value forEachRowOfPart(KernelScope &k, Value count) {
   auto loop = scf::ForOp::create(k.b, begin, end, k.index(1));
   k.b.setInsertionPointToStart(loop.getBody());
   return loop.getInductionVar();
+}
+
+MemRefType constantTable(KernelScope &k, const std::string &name, ArrayRef<float> values) {
+  FloatType f32 = k.b.getF32Type();
+  const int64_t count = static_cast<int64_t>(values.size());
+  auto type = MemRefType::get({count}, f32);
+  OpBuilder::InsertionGuard guard(k.b);
+  k.b.setInsertionPoint(k.func);
+  memref::GlobalOp::create(k.b, name, k.b.getStringAttr("private"), type,
+                           DenseElementsAttr::get(RankedTensorType::get({count}, f32), values),
+                           /*constant=*/true, IntegerAttr());
+  return type;
+}
+
+MemRefType decodeTable(KernelScope &k, const std::string &name, int count,
+                       float (*decode)(uint8_t)) {
+  std::vector<float> values;
+  for (int code = 0; code < count; ++code) {
+    float v = decode(static_cast<uint8_t>(code));
+    values.push_back(v != v ? std::numeric_limits<float>::quiet_NaN() : v);
+  }
+  return constantTable(k, name, values);
 }
 
 WarpOfPart warpOfPart(KernelScope &k) {

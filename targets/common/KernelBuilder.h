@@ -87,6 +87,15 @@ std::pair<mlir::Value, mlir::Value> partRange(mlir::ImplicitLocOpBuilder &b, mli
 // the row returned.
 mlir::Value forEachRowOfPart(KernelScope &k, mlir::Value count);
 
+// A constant f32 table of the kernel's module (`name`, private), for lookup
+// by memref.get_global; returns its type.
+mlir::MemRefType constantTable(KernelScope &k, const std::string &name,
+                               llvm::ArrayRef<float> values);
+// The table of `decode` over codes 0 .. count - 1 (an E2M1 or E4M3 decoder),
+// NaN codes as the one positive quiet NaN.
+mlir::MemRefType decodeTable(KernelScope &k, const std::string &name, int count,
+                             float (*decode)(uint8_t));
+
 // The warp of a warp-rows kernel's launch part (its %part the thread, its
 // %parts all threads): the index constants 0, 1 and 32 (made first, as the
 // warp kernels' shared header does), the lane, the warp and the warp count.

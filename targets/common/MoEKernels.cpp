@@ -13,6 +13,7 @@
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 #include <cstdint>
 #include <limits>
@@ -99,212 +100,209 @@ KernelSpec routerTopK(int64_t experts, int64_t k) {
   });
 }
 
+// Built as typed IR (KernelBuilder.h): a loop over this part's tokens, each
+// of its k experts (an index of -1 is another rank's, skipped) as scalar
+// loops, the products 16 wide for bf16 weights, by 16-code blocks through
+// the E2M1/E4M3 tables for NVFP4.
 KernelSpec megaMoE(int64_t experts, int64_t k, int64_t intermediate, int64_t latent, double eps,
                    bool nvfp4) {
   std::string name = "megamoe_" + std::to_string(experts) + "e_top" + std::to_string(k) + "_" +
                      std::to_string(intermediate) + "x" + std::to_string(latent) +
                      (nvfp4 ? "_nvfp4" : "_bf16");
-  std::string E = std::to_string(experts), I = std::to_string(intermediate),
-              L = std::to_string(latent);
-  // Weight arguments and the product of row %o of one projection with a
-  // vector, for both formats. @@W@@ names the projection (gate, up, down),
-  // @@IN@@ its input width, @@OUT@@ its output width, @@X@@ the input memref.
-  std::string weightArgs, dot;
-  if (!nvfp4) {
-    weightArgs = "%gate: memref<@@E@@x@@I@@x@@L@@xbf16>, %up: memref<@@E@@x@@I@@x@@L@@xbf16>, "
-                 "%down: memref<@@E@@x@@L@@x@@I@@xbf16>";
-    dot = R"(
-          %zv_@@W@@ = arith.constant dense<0.0> : vector<16xf32>
-          %accv_@@W@@ = scf.for %c = %c0 to %in_@@W@@ step %c16 iter_args(%s = %zv_@@W@@) -> (vector<16xf32>) {
-            %xv = vector.load @@X@@[@@XI@@] : @@XT@@, vector<16xf32>
-            %wb = vector.load %@@W@@[%e, %o, %c] : memref<@@E@@x@@OUT@@x@@IN@@xbf16>, vector<16xbf16>
-            %wv = arith.extf %wb : vector<16xbf16> to vector<16xf32>
-            %pr = arith.mulf %xv, %wv : vector<16xf32>
-            %ns = arith.addf %s, %pr : vector<16xf32>
-            scf.yield %ns : vector<16xf32>
-          }
-          %dot_@@W@@ = vector.reduction <add>, %accv_@@W@@ : vector<16xf32> into f32
-)";
-  } else {
-    weightArgs = "%gate: memref<@@E@@x@@I@@x@@LH@@xi8>, %gate_s: memref<@@E@@x@@I@@x@@LS@@xi8>, "
-                 "%gate_g: memref<@@E@@xf32>, "
-                 "%up: memref<@@E@@x@@I@@x@@LH@@xi8>, %up_s: memref<@@E@@x@@I@@x@@LS@@xi8>, %up_g: "
-                 "memref<@@E@@xf32>, "
-                 "%down: memref<@@E@@x@@L@@x@@IH@@xi8>, %down_s: memref<@@E@@x@@L@@x@@IS@@xi8>, "
-                 "%down_g: memref<@@E@@xf32>";
-    dot = R"(
-          %glob_@@W@@ = memref.load %@@W@@_g[%e] : memref<@@E@@xf32>
-          %blocks_@@W@@ = arith.divui %in_@@W@@, %c16 : index
-          %dot_@@W@@ = scf.for %b = %c0 to %blocks_@@W@@ step %c1 iter_args(%s = %zero_f) -> (f32) {
-            %sb = memref.load %@@W@@_s[%e, %o, %b] : memref<@@E@@x@@OUT@@x@@INS@@xi8>
-            %sbi = arith.index_cast %sb : i8 to index
-            %sbu = arith.andi %sbi, %c255 : index
-            %scale = memref.load %e4m3[%sbu] : memref<256xf32>
-            %blk = scf.for %i = %c0 to %c8 step %c1 iter_args(%ps = %zero_f) -> (f32) {
-              %byte_col = arith.muli %b, %c8 : index
-              %col = arith.addi %byte_col, %i : index
-              %byte = memref.load %@@W@@[%e, %o, %col] : memref<@@E@@x@@OUT@@x@@INH@@xi8>
-              %bi = arith.index_cast %byte : i8 to index
-              %bu = arith.andi %bi, %c255 : index
-              %lo_i = arith.andi %bu, %c15 : index
-              %hi_i = arith.shrui %bu, %c4 : index
-              %lo = memref.load %e2m1[%lo_i] : memref<16xf32>
-              %hi = memref.load %e2m1[%hi_i] : memref<16xf32>
-              %x0i = arith.muli %col, %c2 : index
-              %x1i = arith.addi %x0i, %c1 : index
-              %x0 = memref.load @@X@@[@@XI0@@] : @@XT@@
-              %x1 = memref.load @@X@@[@@XI1@@] : @@XT@@
-              %a0 = arith.mulf %lo, %x0 : f32
-              %a1 = arith.mulf %hi, %x1 : f32
-              %a = arith.addf %a0, %a1 : f32
-              %n = arith.addf %ps, %a : f32
-              scf.yield %n : f32
-            }
-            %scaled = arith.mulf %blk, %scale : f32
-            %ns = arith.addf %s, %scaled : f32
-            scf.yield %ns : f32
-          }
-          %dotg_@@W@@ = arith.mulf %dot_@@W@@, %glob_@@W@@ : f32
-)";
-  }
-  auto product = [&](const std::string &w, const std::string &in, const std::string &out,
-                     const std::string &x, const std::string &xt, const std::string &xi,
-                     const std::string &xi0, const std::string &xi1) {
-    return fillTemplate(dot, {{"W", w},
-                              {"IN", in},
-                              {"OUT", out},
-                              {"INS", std::to_string(std::stoll(in) / 16)},
-                              {"INH", std::to_string(std::stoll(in) / 2)},
-                              {"X", x},
-                              {"XT", xt},
-                              {"XI", xi},
-                              {"XI0", xi0},
-                              {"XI1", xi1},
-                              {"E", E}});
+  Tiling tiling;
+  tiling.set("kind", nvfp4 ? "w4a16-nvfp4" : "vector-bf16")
+      .set("parallel", "tokens")
+      .set("experts_per_token", k);
+  // z, idx, w, the three projections (bf16 [E, out, in]; NVFP4 codes, block
+  // scales and global scales each), the experts' post norms, out, rows.
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    Type f32 = b.getF32Type();
+    std::vector<Type> types = {MemRefType::get({dynamic, latent}, f32),
+                               MemRefType::get({dynamic, k}, b.getI32Type()),
+                               MemRefType::get({dynamic, k}, f32)};
+    for (auto [out, in] : {std::pair{intermediate, latent}, std::pair{intermediate, latent},
+                           std::pair{latent, intermediate}}) {
+      if (!nvfp4) {
+        types.push_back(MemRefType::get({experts, out, in}, b.getBF16Type()));
+        continue;
+      }
+      types.push_back(MemRefType::get({experts, out, in / 2}, b.getI8Type()));
+      types.push_back(MemRefType::get({experts, out, in / 16}, b.getI8Type()));
+      types.push_back(MemRefType::get({experts}, f32));
+    }
+    types.push_back(MemRefType::get({experts, latent}, b.getBF16Type()));
+    types.push_back(MemRefType::get({dynamic, latent}, f32));
+    types.push_back(b.getI64Type());
+    return types;
   };
-  std::string zrow = "memref<?x" + L + "xf32>";
-  std::string gateDot = product("gate", L, I, "%z", zrow, "%t, %c", "%t, %x0i", "%t, %x1i");
-  std::string upDot = product("up", L, I, "%z", zrow, "%t, %c", "%t, %x0i", "%t, %x1i");
-  std::string downDot = product("down", I, L, "%h", "memref<" + I + "xf32>", "%c", "%x0i", "%x1i");
-  std::string result = nvfp4 ? "%dotg_" : "%dot_";
+  return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &s) {
+    ImplicitLocOpBuilder &b = s.b;
+    FloatType f32 = b.getF32Type();
+    MemRefType e2m1Type, e4m3Type;
+    if (nvfp4) {
+      e2m1Type = decodeTable(s, name + "_e2m1", 16, e2m1ToFloat);
+      e4m3Type = decodeTable(s, name + "_e4m3", 256, e4m3ToFloat);
+    }
+    const unsigned perMatrix = nvfp4 ? 3 : 1;
+    auto weightArg = [&](int64_t matrix) { return s.arg(3 + unsigned(matrix) * perMatrix); };
+    Value z = s.arg(0), idx = s.arg(1), w = s.arg(2);
+    Value postNorm = s.arg(3 + 3 * perMatrix), out = s.arg(4 + 3 * perMatrix);
+    Value c0 = s.index(0), c1 = s.index(1), c2 = s.index(2), c4 = s.index(4), c8 = s.index(8);
+    Value c15 = s.index(15), c16 = s.index(16), c255 = s.index(255);
+    Value c0i32 = arith::ConstantIntOp::create(b, 0, 32);
+    Value kC = s.index(k);
+    Value inputs[3] = {s.index(latent), s.index(latent), s.index(intermediate)};
+    Value inter = s.index(intermediate), latentC = s.index(latent);
+    Value latentF = arith::ConstantFloatOp::create(b, f32, APFloat(float(latent)));
+    Value epsC = arith::ConstantFloatOp::create(b, f32, APFloat(float(eps)));
+    Value zeroF = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
+    Value oneF = arith::ConstantFloatOp::create(b, f32, APFloat(1.0f));
+    Value rows = s.argIndex(5 + 3 * perMatrix);
+    Value h = memref::AllocaOp::create(b, MemRefType::get({intermediate}, f32));
+    Value y = memref::AllocaOp::create(b, MemRefType::get({latent}, f32));
+    Value e2m1, e4m3;
+    if (nvfp4) {
+      e2m1 = memref::GetGlobalOp::create(b, e2m1Type, name + "_e2m1");
+      e4m3 = memref::GetGlobalOp::create(b, e4m3Type, name + "_e4m3");
+    }
+    unsigned n = s.func.getNumArguments();
+    Value part = s.argIndex(n - 2);
+    Value parts = s.argIndex(n - 1);
+    auto [begin, end] = partRange(b, rows, part, parts);
+    auto tokens = scf::ForOp::create(b, begin, end, c1);
+    b.setInsertionPointToStart(tokens.getBody());
+    Value t = tokens.getInductionVar();
+    {
+      auto clear = scf::ForOp::create(b, c0, latentC, c1);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(clear.getBody());
+      memref::StoreOp::create(b, zeroF, out, ValueRange{t, clear.getInductionVar()});
+    }
+    auto choices = scf::ForOp::create(b, c0, kC, c1);
+    b.setInsertionPointToStart(choices.getBody());
+    Value j = choices.getInductionVar();
+    Value e32 = memref::LoadOp::create(b, idx, ValueRange{t, j});
+    Value e = arith::IndexCastOp::create(b, b.getIndexType(), e32);
+    // -1: another rank's expert (expert parallelism), skipped.
+    Value here = arith::CmpIOp::create(b, arith::CmpIPredicate::sge, e32, c0i32);
+    auto ifHere = scf::IfOp::create(b, here, /*withElse=*/false);
+    b.setInsertionPointToStart(&ifHere.getThenRegion().front());
+    Value weight = memref::LoadOp::create(b, w, ValueRange{t, j});
 
-  std::string luts = nvfp4 ? lookupTable(name + "_e2m1", 16, e2m1ToFloat) +
-                                 lookupTable(name + "_e4m3", 256, e4m3ToFloat)
-                           : "";
-  std::string lutLoads = nvfp4 ? "%e2m1 = memref.get_global @" + name +
-                                     "_e2m1 : memref<16xf32>\n"
-                                     "  %e4m3 = memref.get_global @" +
-                                     name + "_e4m3 : memref<256xf32>\n"
-                               : "";
-  std::string body =
-      luts + fillTemplate(
-                 R"(
-func.func @@@name@@(%z: memref<?x@@L@@xf32>, %idx: memref<?x@@K@@xi32>, %w: memref<?x@@K@@xf32>,
-                    @@wargs@@, %pn: memref<@@E@@x@@L@@xbf16>, %out: memref<?x@@L@@xf32>,
-                    %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface,
-                kiln.tiling = {kind = "@@kind@@", parallel = "tokens", experts_per_token = @@K@@ : i64}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %c4 = arith.constant 4 : index
-  %c8 = arith.constant 8 : index
-  %c15 = arith.constant 15 : index
-  %c16 = arith.constant 16 : index
-  %c255 = arith.constant 255 : index
-  %c0_i32 = arith.constant 0 : i32
-  %k = arith.constant @@K@@ : index
-  %in_gate = arith.constant @@L@@ : index
-  %in_up = arith.constant @@L@@ : index
-  %in_down = arith.constant @@I@@ : index
-  %inter = arith.constant @@I@@ : index
-  %latent = arith.constant @@L@@ : index
-  %latentf = arith.constant @@Lf@@ : f32
-  %eps = arith.constant @@eps@@ : f32
-  %zero_f = arith.constant 0.0 : f32
-  %one_f = arith.constant 1.0 : f32
-  %rows = arith.index_cast %rows_i : i64 to index
-  %h = memref.alloca() : memref<@@I@@xf32>
-  %y = memref.alloca() : memref<@@L@@xf32>
-  @@luts@@
-  @@range@@
-  scf.for %t = %tbegin to %tend step %c1 {
-    scf.for %c = %c0 to %latent step %c1 {
-      memref.store %zero_f, %out[%t, %c] : memref<?x@@L@@xf32>
+    // Row o of projection `matrix` times the vector `x` (z's row t, or h):
+    // `at(c)` its indices at column c.
+    auto product = [&](int64_t matrix, Value o, Value x,
+                       const std::function<SmallVector<Value>(Value)> &at) -> Value {
+      Value wm = weightArg(matrix);
+      Value in = inputs[matrix];
+      if (!nvfp4) {
+        auto v16 = VectorType::get({16}, f32);
+        Value zv = arith::ConstantOp::create(b, v16, DenseElementsAttr::get(v16, 0.0f));
+        auto loop = scf::ForOp::create(b, c0, in, c16, ValueRange{zv});
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(loop.getBody());
+          Value c = loop.getInductionVar();
+          Value xv = vector::LoadOp::create(b, v16, x, at(c));
+          Value wb = vector::LoadOp::create(b, VectorType::get({16}, b.getBF16Type()), wm,
+                                            ValueRange{e, o, c});
+          Value wv = arith::ExtFOp::create(b, v16, wb);
+          Value pr = arith::MulFOp::create(b, xv, wv);
+          scf::YieldOp::create(
+              b, ValueRange{arith::AddFOp::create(b, loop.getRegionIterArgs()[0], pr)});
+        }
+        return vector::ReductionOp::create(b, vector::CombiningKind::ADD, loop.getResult(0));
+      }
+      Value scales = s.arg(4 + unsigned(matrix) * perMatrix);
+      Value globals = s.arg(5 + unsigned(matrix) * perMatrix);
+      Value glob = memref::LoadOp::create(b, globals, ValueRange{e});
+      Value blocks = arith::DivUIOp::create(b, in, c16);
+      auto loop = scf::ForOp::create(b, c0, blocks, c1, ValueRange{zeroF});
+      {
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(loop.getBody());
+        Value blk = loop.getInductionVar();
+        Value sb = memref::LoadOp::create(b, scales, ValueRange{e, o, blk});
+        Value sbi = arith::IndexCastOp::create(b, b.getIndexType(), sb);
+        Value sbu = arith::AndIOp::create(b, sbi, c255);
+        Value scale = memref::LoadOp::create(b, e4m3, ValueRange{sbu});
+        auto inner = scf::ForOp::create(b, c0, c8, c1, ValueRange{zeroF});
+        {
+          OpBuilder::InsertionGuard guard2(b);
+          b.setInsertionPointToStart(inner.getBody());
+          Value byteCol = arith::MulIOp::create(b, blk, c8);
+          Value col = arith::AddIOp::create(b, byteCol, inner.getInductionVar());
+          Value byte = memref::LoadOp::create(b, wm, ValueRange{e, o, col});
+          Value bi = arith::IndexCastOp::create(b, b.getIndexType(), byte);
+          Value bu = arith::AndIOp::create(b, bi, c255);
+          Value loI = arith::AndIOp::create(b, bu, c15);
+          Value hiI = arith::ShRUIOp::create(b, bu, c4);
+          Value lo = memref::LoadOp::create(b, e2m1, ValueRange{loI});
+          Value hi = memref::LoadOp::create(b, e2m1, ValueRange{hiI});
+          Value x0i = arith::MulIOp::create(b, col, c2);
+          Value x1i = arith::AddIOp::create(b, x0i, c1);
+          Value x0 = memref::LoadOp::create(b, x, at(x0i));
+          Value x1 = memref::LoadOp::create(b, x, at(x1i));
+          Value a0 = arith::MulFOp::create(b, lo, x0);
+          Value a1 = arith::MulFOp::create(b, hi, x1);
+          Value a = arith::AddFOp::create(b, a0, a1);
+          scf::YieldOp::create(
+              b, ValueRange{arith::AddFOp::create(b, inner.getRegionIterArgs()[0], a)});
+        }
+        Value scaled = arith::MulFOp::create(b, inner.getResult(0), scale);
+        scf::YieldOp::create(
+            b, ValueRange{arith::AddFOp::create(b, loop.getRegionIterArgs()[0], scaled)});
+      }
+      return arith::MulFOp::create(b, loop.getResult(0), glob);
+    };
+    auto ofZ = [&](Value c) { return SmallVector<Value>{t, c}; };
+    auto ofH = [&](Value c) { return SmallVector<Value>{c}; };
+
+    // h = silu(gate_e z) * up_e z
+    {
+      auto rowsLoop = scf::ForOp::create(b, c0, inter, c1);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(rowsLoop.getBody());
+      Value o = rowsLoop.getInductionVar();
+      Value gateDot = product(0, o, z, ofZ);
+      Value upDot = product(1, o, z, ofZ);
+      Value g = arith::AddFOp::create(b, gateDot, zeroF);
+      Value u = arith::AddFOp::create(b, upDot, zeroF);
+      Value ex = math::ExpOp::create(b, arith::NegFOp::create(b, g));
+      Value den = arith::AddFOp::create(b, oneF, ex);
+      Value sig = arith::DivFOp::create(b, g, den);
+      memref::StoreOp::create(b, arith::MulFOp::create(b, sig, u), h, ValueRange{o});
     }
-    scf.for %j = %c0 to %k step %c1 {
-      // -1: another rank's expert (expert parallelism), skipped.
-      %e32 = memref.load %idx[%t, %j] : memref<?x@@K@@xi32>
-      %e = arith.index_cast %e32 : i32 to index
-      %here = arith.cmpi sge, %e32, %c0_i32 : i32
-      scf.if %here {
-      %weight = memref.load %w[%t, %j] : memref<?x@@K@@xf32>
-      // h = silu(gate_e z) * up_e z
-      scf.for %o = %c0 to %inter step %c1 {
-@@gate@@
-@@up@@
-        %g = arith.addf @@res@@gate, %zero_f : f32
-        %u = arith.addf @@res@@up, %zero_f : f32
-        %ng = arith.negf %g : f32
-        %ex = math.exp %ng : f32
-        %den = arith.addf %one_f, %ex : f32
-        %sig = arith.divf %g, %den : f32
-        %hv = arith.mulf %sig, %u : f32
-        memref.store %hv, %h[%o] : memref<@@I@@xf32>
-      }
-      // y = down_e h, then RMSNorm with the expert's own weight, then the
-      // weighted sum into the token's output.
-      %sumsq = scf.for %o = %c0 to %latent step %c1 iter_args(%ss = %zero_f) -> (f32) {
-@@down@@
-        %yv = arith.addf @@res@@down, %zero_f : f32
-        memref.store %yv, %y[%o] : memref<@@L@@xf32>
-        %sq = arith.mulf %yv, %yv : f32
-        %nss = arith.addf %ss, %sq : f32
-        scf.yield %nss : f32
-      }
-      %mean = arith.divf %sumsq, %latentf : f32
-      %me = arith.addf %mean, %eps : f32
-      %rms = math.sqrt %me : f32
-      %inv = arith.divf %one_f, %rms : f32
-      %scale = arith.mulf %inv, %weight : f32
-      scf.for %c = %c0 to %latent step %c1 {
-        %yv = memref.load %y[%c] : memref<@@L@@xf32>
-        %pb = memref.load %pn[%e, %c] : memref<@@E@@x@@L@@xbf16>
-        %pf = arith.extf %pb : bf16 to f32
-        %yn = arith.mulf %yv, %pf : f32
-        %ys = arith.mulf %yn, %scale : f32
-        %o0 = memref.load %out[%t, %c] : memref<?x@@L@@xf32>
-        %o1 = arith.addf %o0, %ys : f32
-        memref.store %o1, %out[%t, %c] : memref<?x@@L@@xf32>
-      }
-      }
+    // y = down_e h, then RMSNorm with the expert's own weight, then the
+    // weighted sum into the token's output.
+    auto downLoop = scf::ForOp::create(b, c0, latentC, c1, ValueRange{zeroF});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(downLoop.getBody());
+      Value o = downLoop.getInductionVar();
+      Value yv = arith::AddFOp::create(b, product(2, o, h, ofH), zeroF);
+      memref::StoreOp::create(b, yv, y, ValueRange{o});
+      Value sq = arith::MulFOp::create(b, yv, yv);
+      scf::YieldOp::create(
+          b, ValueRange{arith::AddFOp::create(b, downLoop.getRegionIterArgs()[0], sq)});
     }
-  }
-  return
-}
-)",
-                 {{"name", name},
-                  {"wargs", fillTemplate(weightArgs, {{"E", E},
-                                                      {"I", I},
-                                                      {"L", L},
-                                                      {"LH", std::to_string(latent / 2)},
-                                                      {"LS", std::to_string(latent / 16)},
-                                                      {"IH", std::to_string(intermediate / 2)},
-                                                      {"IS", std::to_string(intermediate / 16)}})},
-                  {"E", E},
-                  {"I", I},
-                  {"L", L},
-                  {"K", std::to_string(k)},
-                  {"Lf", floatLiteral(double(latent))},
-                  {"eps", floatLiteral(eps)},
-                  {"kind", nvfp4 ? "w4a16-nvfp4" : "vector-bf16"},
-                  {"luts", lutLoads},
-                  {"range", partRange("%rows", "t")},
-                  {"gate", gateDot},
-                  {"up", upDot},
-                  {"down", downDot},
-                  {"res", result}});
-  return textKernel(name, "kiln.megamoe", body);
+    Value mean = arith::DivFOp::create(b, downLoop.getResult(0), latentF);
+    Value me = arith::AddFOp::create(b, mean, epsC);
+    Value rms = math::SqrtOp::create(b, me);
+    Value inv = arith::DivFOp::create(b, oneF, rms);
+    Value scale = arith::MulFOp::create(b, inv, weight);
+    auto sum = scf::ForOp::create(b, c0, latentC, c1);
+    b.setInsertionPointToStart(sum.getBody());
+    Value c = sum.getInductionVar();
+    Value yv = memref::LoadOp::create(b, y, ValueRange{c});
+    Value pb = memref::LoadOp::create(b, postNorm, ValueRange{e, c});
+    Value pf = arith::ExtFOp::create(b, f32, pb);
+    Value yn = arith::MulFOp::create(b, yv, pf);
+    Value ys = arith::MulFOp::create(b, yn, scale);
+    Value o0 = memref::LoadOp::create(b, out, ValueRange{t, c});
+    memref::StoreOp::create(b, arith::AddFOp::create(b, o0, ys), out, ValueRange{t, c});
+  });
 }
 
 } // namespace kiln::kernels

@@ -236,27 +236,8 @@ KernelSpec nvfp4Dequant(int64_t matrices, int64_t rows, int64_t cols) {
     ImplicitLocOpBuilder &b = k.b;
     FloatType f32 = b.getF32Type();
     Type index = b.getIndexType();
-    // The codes' values, E2M1 and E4M3, as constant tables of the module.
-    auto table = [&](const std::string &suffix, int count, float (*decode)(uint8_t)) {
-      std::vector<float> values;
-      // NaN codes (E4M3's 0x7F, 0xFF) as the one positive quiet NaN.
-      for (int code = 0; code < count; ++code) {
-        float v = decode(static_cast<uint8_t>(code));
-        values.push_back(v != v ? std::numeric_limits<float>::quiet_NaN() : v);
-      }
-      auto type = MemRefType::get({count}, f32);
-      {
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPoint(k.func);
-        memref::GlobalOp::create(
-            b, name + suffix, b.getStringAttr("private"), type,
-            DenseElementsAttr::get(RankedTensorType::get({count}, f32), ArrayRef<float>(values)),
-            /*constant=*/true, IntegerAttr());
-      }
-      return type;
-    };
-    MemRefType e2m1Type = table("_e2m1", 16, e2m1ToFloat);
-    MemRefType e4m3Type = table("_e4m3", 256, e4m3ToFloat);
+    MemRefType e2m1Type = decodeTable(k, name + "_e2m1", 16, e2m1ToFloat);
+    MemRefType e4m3Type = decodeTable(k, name + "_e4m3", 256, e4m3ToFloat);
     Value packed = k.arg(0), scales = k.arg(1), global = k.arg(2), out = k.arg(3);
     Value c0 = k.index(0), c1 = k.index(1), c2 = k.index(2), c4 = k.index(4), c15 = k.index(15);
     Value c16 = k.index(16), c255 = k.index(255);
