@@ -24,8 +24,6 @@ std::string batchSuffix(int64_t sequences);
 std::string epsSuffix(double eps);
 // An f64/f32 literal MLIR parses back to the same value.
 std::string floatLiteral(double value);
-// A dense f32 lookup table of decode(0 .. count-1) as a memref.global.
-std::string lookupTable(const std::string &name, int count, float (*decode)(uint8_t));
 
 // Synthetic weights generated where they live, bit for bit the host's
 // (SynthesisKernels.cpp; the runtime launches them, no plan step does).

@@ -35,14 +35,4 @@ std::string floatLiteral(double value) {
   return text;
 }
 
-std::string lookupTable(const std::string &name, int count, float (*decode)(uint8_t)) {
-  std::string values;
-  for (int code = 0; code < count; ++code) {
-    float v = decode(static_cast<uint8_t>(code));
-    values += (code ? ", " : "") + (v != v ? std::string("0x7FC00000") : floatLiteral(v));
-  }
-  return "memref.global \"private\" constant @" + name + " : memref<" + std::to_string(count) +
-         "xf32> = dense<[" + values + "]>\n";
-}
-
 } // namespace kiln::kernels
