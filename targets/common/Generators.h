@@ -14,9 +14,6 @@
 
 namespace kiln::kernels {
 
-// The rows [begin, end) of `n` that this launch part owns, as MLIR text
-// defining %<prefix>begin and %<prefix>end from the %part/%parts arguments.
-std::string partRange(const std::string &n, const std::string &prefix);
 // The name suffix of a batched entry's attention kernels ("_b8" for 8
 // conversations, nothing for sequential ones).
 std::string batchSuffix(int64_t sequences);

@@ -1,5 +1,6 @@
 #include "targets/common/KernelBuilder.h"
 
+#include "mlir/Dialect/AMX/AMXDialect.h"
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -89,9 +90,10 @@ KernelSpec buildKernel(const std::string &name, const std::string &op, const Til
                        const std::function<std::vector<Type>(Builder &)> &args,
                        const std::function<void(KernelScope &)> &body) {
   MLIRContext context(MLIRContext::Threading::DISABLED);
-  context.loadDialect<arith::ArithDialect, func::FuncDialect, gpu::GPUDialect, LLVM::LLVMDialect,
-                      math::MathDialect, memref::MemRefDialect, NVVM::NVVMDialect, scf::SCFDialect,
-                      vector::VectorDialect, x86vector::X86VectorDialect>();
+  context
+      .loadDialect<amx::AMXDialect, arith::ArithDialect, func::FuncDialect, gpu::GPUDialect,
+                   LLVM::LLVMDialect, math::MathDialect, memref::MemRefDialect, NVVM::NVVMDialect,
+                   scf::SCFDialect, vector::VectorDialect, x86vector::X86VectorDialect>();
   ImplicitLocOpBuilder b(UnknownLoc::get(&context), &context);
   OwningOpRef<ModuleOp> module = ModuleOp::create(b);
   b.setInsertionPointToEnd(module->getBody());
