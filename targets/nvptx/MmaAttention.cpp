@@ -9,6 +9,7 @@
 #include "targets/nvptx/MmaAttention.h"
 
 #include "targets/common/KernelBuilder.h"
+#include "targets/nvptx/FlashSoftmax.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -131,14 +132,6 @@ private:
   }
   int64_t valuesBase() const { return S::kKeys * s.keyStride() * 2; }
 
-  // Two f32 as one register of two bf16 (the first in the low half).
-  Value packBf16(Value lo, Value hi) {
-    auto v2 = VectorType::get({2}, f32);
-    Value pair = vector::FromElementsOp::create(b, v2, ValueRange{lo, hi});
-    Value bf = arith::TruncFOp::create(b, VectorType::get({2}, b.getBF16Type()), pair);
-    return LLVM::BitcastOp::create(b, i32, bf);
-  }
-
   Value mma(ArrayRef<Value> a, ArrayRef<Value> bFrag, ArrayRef<Value> c) {
     return NVVM::MmaOp::create(
         b, acc, a, bFrag, c, ArrayRef<int64_t>{16, 8, 16}, std::nullopt, std::nullopt,
@@ -159,7 +152,7 @@ private:
     pair = arith::SelectOp::create(b, ok, pair, zeros);
     Value lo = vector::ExtractOp::create(b, pair, ArrayRef<int64_t>{0});
     Value hi = vector::ExtractOp::create(b, pair, ArrayRef<int64_t>{1});
-    return packBf16(lo, hi);
+    return flash::packBf16(b, lo, hi);
   }
 
   void loadQueries() {
@@ -243,14 +236,6 @@ private:
     return LLVM::LoadOp::create(b, i32, sharedAt(baseBytes, elements), /*alignment=*/4);
   }
 
-  // The sum (or max) over the four threads of a row.
-  Value quadReduce(Value v, bool max) {
-    return kernels::xorShuffleReduce(b, v, {1, 2}, [&](Value own, Value other) {
-      return max ? arith::MaxNumFOp::create(b, own, other).getResult()
-                 : arith::AddFOp::create(b, own, other).getResult();
-    });
-  }
-
   // One key tile: scores, the online softmax update and the output update.
   // carried: max A, max B, sum A, sum B, then the output accumulators (D/8
   // tiles of c0..c3). Returns the next carried values.
@@ -302,48 +287,32 @@ private:
         else
           maxB = arith::MaxNumFOp::create(b, maxB, v);
       }
-    maxA = arith::MaxNumFOp::create(b, carried[0], quadReduce(maxA, true));
-    maxB = arith::MaxNumFOp::create(b, carried[1], quadReduce(maxB, true));
-    // A row that has seen no key yet keeps -inf: subtract 0 instead.
-    auto base = [&](Value m) {
-      Value none = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, m, minusInf);
-      return arith::SelectOp::create(b, none, zero, m).getResult();
-    };
-    Value baseA = base(maxA), baseB = base(maxB);
-    Value alphaA = math::Exp2Op::create(b, arith::SubFOp::create(b, carried[0], baseA));
-    Value alphaB = math::Exp2Op::create(b, arith::SubFOp::create(b, carried[1], baseB));
-    Value sumA = arith::MulFOp::create(b, carried[2], alphaA);
-    Value sumB = arith::MulFOp::create(b, carried[3], alphaB);
-    for (int64_t i = 0; i < keyTiles * 4; ++i) {
-      bool rowIsA = (i % 4) < 2;
-      p[i] = math::Exp2Op::create(b, arith::SubFOp::create(b, p[i], rowIsA ? baseA : baseB));
-      if (rowIsA)
-        sumA = arith::AddFOp::create(b, sumA, p[i]);
-      else
-        sumB = arith::AddFOp::create(b, sumB, p[i]);
-    }
+    flash::SoftmaxStep step =
+        flash::softmaxStep(b, maxA, maxB, carried.take_front(4), p, minusInf, zero);
     // The output: rescaled, then += P V over the tile's 64 keys.
     SmallVector<Value> out(carried.begin() + 4, carried.end());
     for (size_t i = 0; i < out.size(); ++i)
-      out[i] = arith::MulFOp::create(b, out[i], (i % 4) < 2 ? alphaA : alphaB);
+      out[i] = arith::MulFOp::create(b, out[i], (i % 4) < 2 ? step.alphaA : step.alphaB);
     for (int64_t kk = 0; kk < S::kKeys / 16; ++kk) {
       const int64_t lo = 4 * (2 * kk), hi = 4 * (2 * kk + 1);
-      SmallVector<Value> a = {packBf16(p[lo], p[lo + 1]), packBf16(p[lo + 2], p[lo + 3]),
-                              packBf16(p[hi], p[hi + 1]), packBf16(p[hi + 2], p[hi + 3])};
+      SmallVector<Value> a = {
+          flash::packBf16(b, p[lo], p[lo + 1]), flash::packBf16(b, p[lo + 2], p[lo + 3]),
+          flash::packBf16(b, p[hi], p[hi + 1]), flash::packBf16(b, p[hi + 2], p[hi + 3])};
       for (int64_t jd = 0; jd < s.headDim / 8; ++jd) {
         Value sum = mma(a, valueFragments(kk, jd), ArrayRef<Value>(out).slice(4 * jd, 4));
         for (int64_t e = 0; e < 4; ++e)
           out[4 * jd + e] = element(sum, e);
       }
     }
-    SmallVector<Value> next = {maxA, maxB, sumA, sumB};
+    SmallVector<Value> next = {step.maxA, step.maxB, step.sumA, step.sumB};
     next.append(out.begin(), out.end());
     return next;
   }
 
   // y rows A and B (those below T): the output over the row's sum.
   void store(ValueRange carried) {
-    Value sumA = quadReduce(carried[2], false), sumB = quadReduce(carried[3], false);
+    Value sumA = flash::quadReduce(b, carried[2], false),
+          sumB = flash::quadReduce(b, carried[3], false);
     Value col2t = arith::MulIOp::create(b, t, idx(2));
     auto v2 = VectorType::get({2}, f32);
     for (auto [row, sum, first] : {std::tuple{rowA, sumA, 0}, std::tuple{rowB, sumB, 2}}) {

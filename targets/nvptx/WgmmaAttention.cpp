@@ -14,6 +14,7 @@
 #include "targets/nvptx/WgmmaAttention.h"
 
 #include "targets/common/KernelBuilder.h"
+#include "targets/nvptx/FlashSoftmax.h"
 #include "targets/nvptx/WgmmaPipeline.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -355,19 +356,6 @@ private:
   Value element(Value structValue, int64_t i) {
     return LLVM::ExtractValueOp::create(b, structValue, ArrayRef<int64_t>{i});
   }
-  Value packBf16(Value lo, Value hi) {
-    auto v2 = VectorType::get({2}, f32);
-    Value pair = vector::FromElementsOp::create(b, v2, ValueRange{lo, hi});
-    Value bf = arith::TruncFOp::create(b, VectorType::get({2}, b.getBF16Type()), pair);
-    return LLVM::BitcastOp::create(b, i32, bf);
-  }
-  // The sum (or max) over the four threads of a row.
-  Value quadReduce(Value v, bool max) {
-    return kernels::xorShuffleReduce(b, v, {1, 2}, [&](Value own, Value other) {
-      return max ? arith::MaxNumFOp::create(b, own, other).getResult()
-                 : arith::AddFOp::create(b, own, other).getResult();
-    });
-  }
   // The consumer warpgroup's barrier (ids 1 and 2; 0 is the block's).
   void syncWarpgroup(Value consumer) {
     Value id = arith::IndexCastOp::create(b, i32, arith::AddIOp::create(b, consumer, idx(1)));
@@ -497,14 +485,15 @@ private:
               b, probsAt,
               arith::AddIOp::create(b, arith::MulIOp::create(b, row, idx(wgmma::kRowBytes)),
                                     inChunk));
-          Value pair =
-              packBf16(probabilities[4 * j + 2 * half], probabilities[4 * j + 2 * half + 1]);
+          Value pair = flash::packBf16(b, probabilities[4 * j + 2 * half],
+                                       probabilities[4 * j + 2 * half + 1]);
           LLVM::StoreOp::create(b, pair, ring.at(at), /*alignment=*/4);
         }
       }
       Value out = carried[4];
       for (int64_t i = 0; i < s.headDim / 2; ++i) {
-        Value scaled = arith::MulFOp::create(b, element(out, i), (i % 4) < 2 ? next[4] : next[5]);
+        Value scaled =
+            arith::MulFOp::create(b, element(out, i), (i % 4) < 2 ? next.alphaA : next.alphaB);
         out = LLVM::InsertValueOp::create(b, out, scaled, ArrayRef<int64_t>{i});
       }
       publish(consumer);
@@ -522,15 +511,15 @@ private:
         NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), ring.empty(stage), Value(),
                                        NVVM::MemScopeKind::CTA, false);
       }
-      scf::YieldOp::create(b, ValueRange{next[0], next[1], next[2], next[3], out});
+      scf::YieldOp::create(b, ValueRange{next.maxA, next.maxB, next.sumA, next.sumB, out});
     }
     store(loop.getResults());
   }
 
   // The online softmax over one tile's scores: carried (max A, max B, sum
-  // A, sum B); returns the next (max A, max B, sum A, sum B, alpha A, alpha
-  // B) and the tile's probabilities, in the accumulators' order.
-  std::pair<SmallVector<Value>, SmallVector<Value>> softmax(Value scores, Value tileStart,
+  // A, sum B); returns its step and the tile's probabilities, in the
+  // accumulators' order.
+  std::pair<flash::SoftmaxStep, SmallVector<Value>> softmax(Value scores, Value tileStart,
                                                             ValueRange carried) {
     const int64_t count = kRows * S::kKeys / wgmma::kWarpgroup;
     const double inf = std::numeric_limits<double>::infinity();
@@ -597,32 +586,15 @@ private:
     }
     SmallVector<Value> p(ifInterior.getResults().begin(), ifInterior.getResults().begin() + count);
     Value maxA = ifInterior.getResult(count), maxB = ifInterior.getResult(count + 1);
-    maxA = arith::MaxNumFOp::create(b, carried[0], quadReduce(maxA, true));
-    maxB = arith::MaxNumFOp::create(b, carried[1], quadReduce(maxB, true));
-    // A row that has seen no key yet keeps -inf: subtract 0 instead.
-    auto base = [&](Value m) {
-      Value none = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, m, minusInf);
-      return arith::SelectOp::create(b, none, zero, m).getResult();
-    };
-    Value baseA = base(maxA), baseB = base(maxB);
-    Value alphaA = math::Exp2Op::create(b, arith::SubFOp::create(b, carried[0], baseA));
-    Value alphaB = math::Exp2Op::create(b, arith::SubFOp::create(b, carried[1], baseB));
-    Value sumA = arith::MulFOp::create(b, carried[2], alphaA);
-    Value sumB = arith::MulFOp::create(b, carried[3], alphaB);
-    for (int64_t i = 0; i < count; ++i) {
-      bool rowIsA = (i % 4) < 2;
-      p[i] = math::Exp2Op::create(b, arith::SubFOp::create(b, p[i], rowIsA ? baseA : baseB));
-      if (rowIsA)
-        sumA = arith::AddFOp::create(b, sumA, p[i]);
-      else
-        sumB = arith::AddFOp::create(b, sumB, p[i]);
-    }
-    return {{maxA, maxB, sumA, sumB, alphaA, alphaB}, p};
+    flash::SoftmaxStep step =
+        flash::softmaxStep(b, maxA, maxB, carried.take_front(4), p, minusInf, zero);
+    return {step, p};
   }
 
   // y rows A and B (those below T): the output over the row's sum.
   void store(ValueRange carried) {
-    Value sumA = quadReduce(carried[2], false), sumB = quadReduce(carried[3], false);
+    Value sumA = flash::quadReduce(b, carried[2], false),
+          sumB = flash::quadReduce(b, carried[3], false);
     Value out = carried[4];
     Value col2t = arith::MulIOp::create(b, t, idx(2));
     auto v2 = VectorType::get({2}, f32);
