@@ -129,24 +129,9 @@ public:
           b, arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, tiles, k.index(1)),
           arith::SubIOp::create(b, tiles, k.index(1)), tiles);
 
-    Value group = arith::DivUIOp::create(b, tid, k.index(wgmma::kWarpgroup));
-    Value inGroup = arith::RemUIOp::create(b, tid, k.index(wgmma::kWarpgroup));
-    Value producer = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, group, k.index(0));
-    auto roles = scf::IfOp::create(b, producer, /*withElse=*/true);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(&roles.getThenRegion().front());
-      NVVM::SetMaxRegisterOp::create(b, b.getLoc(), kProducerRegs,
-                                     NVVM::SetMaxRegisterAction::decrease);
-      produce(ring, inGroup);
-    }
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(&roles.getElseRegion().front());
-      NVVM::SetMaxRegisterOp::create(b, b.getLoc(), kConsumerRegs,
-                                     NVVM::SetMaxRegisterAction::increase);
-      consume(ring, arith::SubIOp::create(b, group, k.index(1)), inGroup);
-    }
+    wgmma::splitRoles(
+        k, tid, kProducerRegs, kConsumerRegs, [&](Value inGroup) { produce(ring, inGroup); },
+        [&](Value consumer, Value inGroup) { consume(ring, consumer, inGroup); });
   }
 
 private:

@@ -113,34 +113,22 @@ public:
     // Full: the issuer's expect_tx, plus each decoding thread's arrival.
     ring.initBarriers(tid, s.nvfp4 ? 1 + wgmma::kWarpgroup : 1, kConsumerWarps);
 
-    Value group = arith::DivUIOp::create(b, tid, k.index(wgmma::kWarpgroup));
-    Value inGroup = arith::RemUIOp::create(b, tid, k.index(wgmma::kWarpgroup));
-    Value producer = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, group, k.index(0));
-    auto roles = scf::IfOp::create(b, producer, /*withElse=*/true);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(&roles.getThenRegion().front());
-      NVVM::SetMaxRegisterOp::create(b, b.getLoc(),
-                                     s.nvfp4 ? kDecodeProducerRegs : kTmaProducerRegs,
-                                     NVVM::SetMaxRegisterAction::decrease);
-      if (s.nvfp4)
-        produceDecoding(ring, inGroup);
-      else
-        produceCopying(ring, inGroup);
-    }
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(&roles.getElseRegion().front());
-      NVVM::SetMaxRegisterOp::create(b, b.getLoc(),
-                                     s.nvfp4 ? kDecodeConsumerRegs : kTmaConsumerRegs,
-                                     NVVM::SetMaxRegisterAction::increase);
-      Value consumer = arith::SubIOp::create(b, group, k.index(1));
-      Value acc = ring.accumulate(consumer, kSteps, inGroup);
-      if (product == Product::GateUp)
-        storeGateUp(acc, consumer, inGroup);
-      else
-        storeDown(acc, consumer, inGroup);
-    }
+    wgmma::splitRoles(
+        k, tid, s.nvfp4 ? kDecodeProducerRegs : kTmaProducerRegs,
+        s.nvfp4 ? kDecodeConsumerRegs : kTmaConsumerRegs,
+        [&](Value inGroup) {
+          if (s.nvfp4)
+            produceDecoding(ring, inGroup);
+          else
+            produceCopying(ring, inGroup);
+        },
+        [&](Value consumer, Value inGroup) {
+          Value acc = ring.accumulate(consumer, kSteps, inGroup);
+          if (product == Product::GateUp)
+            storeGateUp(acc, consumer, inGroup);
+          else
+            storeDown(acc, consumer, inGroup);
+        });
   }
 
   wgmma::RingLayout layout() const {

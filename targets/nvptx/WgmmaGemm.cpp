@@ -56,28 +56,17 @@ public:
     // own wait for the tensor cores has returned.
     ring.initBarriers(tid, 1, kConsumerWarps);
 
-    Value group = arith::DivUIOp::create(b, tid, k.index(wgmma::kWarpgroup));
-    Value inGroup = arith::RemUIOp::create(b, tid, k.index(wgmma::kWarpgroup));
-    Value producer = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, group, k.index(0));
-    auto roles = scf::IfOp::create(b, producer, /*withElse=*/true);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(&roles.getThenRegion().front());
-      NVVM::SetMaxRegisterOp::create(b, b.getLoc(), kProducerRegs,
-                                     NVVM::SetMaxRegisterAction::decrease);
-      Value issuer = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, inGroup, k.index(0));
-      auto ifIssuer = scf::IfOp::create(b, issuer, false);
-      b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
-      produce(ring);
-    }
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(&roles.getElseRegion().front());
-      NVVM::SetMaxRegisterOp::create(b, b.getLoc(), kConsumerRegs,
-                                     NVVM::SetMaxRegisterAction::increase);
-      Value consumer = arith::SubIOp::create(b, group, k.index(1));
-      store(ring.accumulate(consumer, kSteps, inGroup), consumer, inGroup, rows);
-    }
+    wgmma::splitRoles(
+        k, tid, kProducerRegs, kConsumerRegs,
+        [&](Value inGroup) {
+          Value issuer = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, inGroup, k.index(0));
+          auto ifIssuer = scf::IfOp::create(b, issuer, false);
+          b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
+          produce(ring);
+        },
+        [&](Value consumer, Value inGroup) {
+          store(ring.accumulate(consumer, kSteps, inGroup), consumer, inGroup, rows);
+        });
   }
 
 private:

@@ -4,6 +4,8 @@
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <cassert>
+
 namespace kiln::nvptx::wgmma {
 
 using namespace mlir;
@@ -18,6 +20,27 @@ void declareKernel(kernels::KernelScope &k, const std::string &smemName, int64_t
   }
   k.func->setAttr("nvvm.maxntid", k.b.getDenseI32ArrayAttr({int32_t(threads), 1, 1}));
   k.func->setAttr("nvvm.minctasm", k.b.getI32IntegerAttr(1));
+}
+
+void splitRoles(kernels::KernelScope &k, Value tid, uint32_t producerRegs, uint32_t consumerRegs,
+                function_ref<void(Value)> produce, function_ref<void(Value, Value)> consume) {
+  assert(registersFit(producerRegs, consumerRegs) && "setmaxnreg counts past the block's share");
+  ImplicitLocOpBuilder &b = k.b;
+  Value group = arith::DivUIOp::create(b, tid, k.index(kWarpgroup));
+  Value inGroup = arith::RemUIOp::create(b, tid, k.index(kWarpgroup));
+  Value producer = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, group, k.index(0));
+  auto roles = scf::IfOp::create(b, producer, /*withElse=*/true);
+  {
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&roles.getThenRegion().front());
+    NVVM::SetMaxRegisterOp::create(b, b.getLoc(), producerRegs,
+                                   NVVM::SetMaxRegisterAction::decrease);
+    produce(inGroup);
+  }
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&roles.getElseRegion().front());
+  NVVM::SetMaxRegisterOp::create(b, b.getLoc(), consumerRegs, NVVM::SetMaxRegisterAction::increase);
+  consume(arith::SubIOp::create(b, group, k.index(1)), inGroup);
 }
 
 // Address >> 4 in bits 0-13, leading byte offset >> 4 in 16-29 (unused by

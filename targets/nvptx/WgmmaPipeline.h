@@ -36,6 +36,15 @@ constexpr bool registersFit(uint32_t producer, uint32_t consumer) {
   return producer % 8 == 0 && consumer % 8 == 0 && producer + 2 * consumer <= 3 * 168;
 }
 
+// Splits a block of three warpgroups into its roles: warpgroup 0 the
+// producer, its registers cut to `producerRegs`, and warpgroups 1 and 2 the
+// consumers, raised to `consumerRegs` (registersFit must hold). `produce`
+// gets the thread's index in its warpgroup, `consume` the consumer (0 or 1)
+// and that index; each builds its role's body.
+void splitRoles(kernels::KernelScope &k, mlir::Value tid, uint32_t producerRegs,
+                uint32_t consumerRegs, llvm::function_ref<void(mlir::Value)> produce,
+                llvm::function_ref<void(mlir::Value, mlir::Value)> consume);
+
 struct RingLayout {
   int64_t stages, aRows, bRows;
   int64_t aBytes() const { return aRows * kRowBytes; }
