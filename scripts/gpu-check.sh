@@ -21,7 +21,7 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   small-nvfp4.bf16tc-600.reference small-nvfp4.p512-experts-broken.sm_90.kiln \
   tiny-nvfp4.p512.sm_90.kiln tiny-nvfp4.bf16tc-24.reference tiny-nvfp4.bf16tc-100.reference \
   tiny-nvfp4.bf16tc-600.reference tiny-wide.p512.sm_90.kiln tiny-wide.bf16tc-24.reference \
-  tiny-wide.bf16tc-100.reference tiny-wide.bf16tc-600.reference; do
+  tiny-wide.bf16tc-100.reference tiny-wide.bf16tc-600.reference small-nvfp4.narrow-broken.sm_90.kiln small-nvfp4.b24.sm_90.kiln; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -56,10 +56,15 @@ echo "== tiny-bf16 without the fusions"
   --reference "$DATA/tiny-bf16.reference" || status=1
 check small-nvfp4 synthetic:3
 check small-bf16 synthetic:3
-# 64 conversations: the batched check steps them together (grouped expert
-# GEMVs, tensor-core head) against each alone.
+# 64 conversations: the batched check steps them together (the narrow expert
+# kernels, tensor-core tiles for the linears and head) against each alone.
 echo "== small-nvfp4, 64 conversations"
 "$BIN/kiln-check" "$DATA/small-nvfp4.b64.sm_90.kiln" --weights synthetic:3 \
+  --reference "$DATA/small-nvfp4.reference" || status=1
+# 24 conversations: the narrow tensor-core linears and head with three groups
+# of 8 tokens a warp.
+echo "== small-nvfp4, 24 conversations"
+"$BIN/kiln-check" "$DATA/small-nvfp4.b24.sm_90.kiln" --weights synthetic:3 \
   --reference "$DATA/small-nvfp4.reference" || status=1
 synthesis small-nvfp4
 synthesis small-bf16
@@ -117,12 +122,28 @@ broken small-nvfp4.p512-attn-broken small-nvfp4.bf16tc-600 \
   "attention broken on purpose (each block's last key tile dropped)"
 broken small-nvfp4.p512-experts-broken small-nvfp4.bf16tc-600 \
   "the experts' gate/up GEMM broken on purpose (its last k step dropped)"
+# The narrow expert kernels (a few items an expert: small's 64-token prefill
+# and its batched decode) with gate/up's last k step dropped, against the f32
+# reference with the default tolerance.
+echo "== small-nvfp4, the narrow expert gate/up broken on purpose (its last k step dropped): must fail"
+if "$BIN/kiln-check" "$DATA/small-nvfp4.narrow-broken.sm_90.kiln" --weights synthetic:3 \
+  --reference "$DATA/small-nvfp4.reference"; then
+  echo "(the broken kernel passed the check)"
+  status=1
+else
+  echo "(failed, as it must)"
+fi
 if command -v compute-sanitizer >/dev/null; then
   for format in bf16 nvfp4; do
     echo "== compute-sanitizer, tiny $format"
     compute-sanitizer --tool memcheck --error-exitcode 3 \
       "$BIN/kiln-run" "$DATA/tiny-$format.sm_90.kiln" --weights "$DATA/tiny-$format" \
       --prompt-ids 1,2,3,4,5,6,7,8,9,10,11,12 --max-new-tokens 8 2>&1 | tail -3 || status=1
+    # The batched entry (8 conversations: the narrow expert kernels).
+    echo "== compute-sanitizer, tiny $format, 8 conversations stepped together"
+    compute-sanitizer --tool memcheck --error-exitcode 3 \
+      "$BIN/kiln-check" "$DATA/tiny-$format.sm_90.kiln" --weights "$DATA/tiny-$format" \
+      --reference "$DATA/tiny-$format.reference" --batch-steps 4 2>&1 | tail -3 || status=1
   done
   # The wgmma pipeline (TMA, mbarriers, shared memory read by the tensor
   # cores): memory errors over small's several row tiles; races over tiny's

@@ -73,6 +73,10 @@ done
 kiln_log "small nvfp4, 64 conversations: sm_90 artifacts for 1 and 2 ranks"
 "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=64 \
   -o "$OUT/small-nvfp4.b64.sm_90.kiln"
+# 24 conversations: batched decode's narrow tensor-core linears in three
+# groups of 8 tokens.
+"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=24 \
+  -o "$OUT/small-nvfp4.b24.sm_90.kiln"
 "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=64 --tp=2 --ep=2 \
   -o "$OUT/small-nvfp4.b64.tp2ep2.sm_90.kiln"
 kiln_log "small nvfp4, prefill chunks of 512 (wgmma GEMMs), and one with a GEMM broken on purpose"
@@ -84,6 +88,8 @@ kiln_log "small nvfp4, prefill chunks of 512 (wgmma GEMMs), and one with a GEMM 
   --inject-fault=attention-drop-tile -o "$OUT/small-nvfp4.p512-attn-broken.sm_90.kiln"
 "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 \
   --inject-fault=expert-drop-k-step -o "$OUT/small-nvfp4.p512-experts-broken.sm_90.kiln"
+"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=8 \
+  --inject-fault=narrow-experts-drop-k-step -o "$OUT/small-nvfp4.narrow-broken.sm_90.kiln"
 kiln_log "tiny bf16 and nvfp4, prefill chunks of 512 (wgmma GEMMs and experts; racecheck runs them)"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --max-prefill-tokens=512 -o "$OUT/tiny-bf16.p512.sm_90.kiln"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 \

@@ -168,7 +168,8 @@ cl::opt<double> reserveMemory("reserve-memory",
 cl::opt<std::string> injectFault("inject-fault", cl::Hidden,
                                  cl::desc("Build one kernel family wrong on purpose "
                                           "(wgmma-drop-k-step, attention-drop-tile, "
-                                          "expert-drop-k-step), to test the checks"),
+                                          "expert-drop-k-step, narrow-experts-drop-k-step), "
+                                          "to test the checks"),
                                  cl::init(""), cl::cat(kilncCategory));
 
 cl::opt<bool> listConfigs("list-configs", cl::desc("List the built-in configs and exit"),
@@ -419,10 +420,10 @@ int main(int argc, char **argv) {
     request.target = chip ? kiln::TargetChoice::forChip(*chip) : kiln::TargetChoice::x86(*cpu);
     if (!injectFault.empty() &&
         !((injectFault == "wgmma-drop-k-step" || injectFault == "attention-drop-tile" ||
-           injectFault == "expert-drop-k-step") &&
+           injectFault == "expert-drop-k-step" || injectFault == "narrow-experts-drop-k-step") &&
           chip && chip->matrix == kiln::MatrixCores::Wgmma))
-      return fail("--inject-fault: the faults are wgmma-drop-k-step, attention-drop-tile and "
-                  "expert-drop-k-step, with --target=sm_90");
+      return fail("--inject-fault: the faults are wgmma-drop-k-step, attention-drop-tile, "
+                  "expert-drop-k-step and narrow-experts-drop-k-step, with --target=sm_90");
     request.target.fault = injectFault;
     return kiln::runBackend(*module, request);
   }

@@ -141,7 +141,7 @@ GpuTargetHooks::expertStage(int64_t experts, int64_t k, int64_t intermediate, in
   bool grouped = maxTokens > 1 && groupedExpertsFit(listShape) &&
                  maxTokens * k < kGroupedItemsPerExpert * experts * members;
   ExpertStage stage;
-  stage.listed = grouped         ? std::optional(groupedExperts(listShape))
+  stage.listed = grouped         ? std::optional(fewItemsExperts(listShape))
                  : maxTokens > 1 ? matrixExperts(experts, k, intermediate, latent, nvfp4, maxTokens)
                                  : std::nullopt;
   if (!stage.listed) {
@@ -157,6 +157,10 @@ GpuTargetHooks::expertStage(int64_t experts, int64_t k, int64_t intermediate, in
   stage.scales = {expertScalesBlock(k, latent, eps), Work{0, k * threads, threads}};
   stage.combine = {expertCombineThreads(experts, k, latent), Work{0, latent / 4}};
   return stage;
+}
+
+TargetHooks::MatrixExperts GpuTargetHooks::fewItemsExperts(const ExpertTileShape &shape) const {
+  return groupedExperts(shape);
 }
 
 std::optional<KernelSpec> GpuTargetHooks::greedyKernel() const { return greedyKeys(); }

@@ -5,6 +5,7 @@
 // matrix-core kernels and launch shapes.
 #pragma once
 
+#include "targets/common/ExpertLists.h"
 #include "targets/common/TargetHooks.h"
 
 namespace kiln::kernels {
@@ -29,6 +30,10 @@ public:
   std::optional<KernelSpec> greedyKernel() const override;
 
 protected:
+  // The expert stage of entries with a few items an expert (batched
+  // decode), given that the grouped warp kernels fit: those kernels
+  // (GroupedExperts.h) unless the target has better.
+  virtual MatrixExperts fewItemsExperts(const ExpertTileShape &shape) const;
   // The append of a call's new K/V to the caches after attention (the split
   // attention's, and a target's tiled attention's); head_dim must fit the
   // warp kernels (warpAttentionFits).

@@ -4,6 +4,8 @@
 #include "targets/nvptx/MmaAttention.h"
 #include "targets/nvptx/MmaExperts.h"
 #include "targets/nvptx/MmaGemm.h"
+#include "targets/nvptx/NarrowExperts.h"
+#include "targets/nvptx/NarrowLinear.h"
 #include "targets/nvptx/PeerMegaMoE.h"
 #include "targets/nvptx/WgmmaAttention.h"
 #include "targets/nvptx/WgmmaExperts.h"
@@ -24,7 +26,7 @@ constexpr int64_t kMatrixMinTokens = 32;
 std::optional<kernels::TargetHooks::MatrixGemm>
 NvptxHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens, bool exactInput) const {
   if (maxTokens < kMatrixMinTokens)
-    return std::nullopt;
+    return narrowGemm(n, k, maxTokens, exactInput);
   // Hopper's pipeline for prefill-sized products (more than one 128-row
   // tile; below that a GEMM reads each weight once whatever it runs on, and
   // the mma.sync tiles split k over the GPU), with bf16 activations unless
@@ -49,6 +51,23 @@ NvptxHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens, bool exactInput)
   return gemm;
 }
 
+// A batched step of a few conversations: every weight once for all of them,
+// on tensor cores with the rows as the narrow side (not for products that
+// pick experts: the router's logits stay f32 GEMVs, as one token's are).
+std::optional<kernels::TargetHooks::MatrixGemm>
+NvptxHooks::narrowGemm(int64_t n, int64_t k, int64_t maxTokens, bool exactInput) const {
+  if (exactInput || chip.matrix == MatrixCores::None || !narrowLinearFits(n, k, maxTokens))
+    return std::nullopt;
+  int64_t splits = narrowLinearSplits(n, k, chip.units);
+  MatrixGemm gemm{narrowLinear(n, k, maxTokens, splits), narrowLinearWork(n, splits)};
+  if (splits > 1) {
+    gemm.splits = splits;
+    gemm.sum = mmaGemmSum(n, splits);
+    gemm.sumWork = mmaGemmSumWork(n);
+  }
+  return gemm;
+}
+
 std::optional<kernels::TargetHooks::MatrixExperts>
 NvptxHooks::matrixExperts(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
                           bool nvfp4, int64_t maxTokens) const {
@@ -62,6 +81,15 @@ NvptxHooks::matrixExperts(int64_t experts, int64_t k, int64_t intermediate, int6
   return MatrixExperts{mmaExpertLists(s),     mmaExpertGateUp(s),     mmaExpertDown(s),
                        mmaExpertListsWork(s), mmaExpertGateUpWork(s), mmaExpertDownWork(s),
                        experts + 2,           2 * s.maxTiles(),       s.maxItems()};
+}
+
+// A few items an expert (batched decode): mma.sync with the items as the
+// narrow side, every chip having it.
+kernels::TargetHooks::MatrixExperts
+NvptxHooks::fewItemsExperts(const kernels::ExpertTileShape &shape) const {
+  if (chip.matrix == MatrixCores::None || !narrowExpertsFit(shape))
+    return GpuTargetHooks::fewItemsExperts(shape);
+  return narrowExperts(shape, fault == "narrow-experts-drop-k-step");
 }
 
 std::optional<kernels::TargetHooks::PeerMegaMoE>

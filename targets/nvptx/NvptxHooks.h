@@ -33,7 +33,12 @@ public:
                                              int64_t maxTokens) const override;
   kernels::LaunchShape shape(kernels::Work work, int64_t maxTokens) const override;
 
+protected:
+  MatrixExperts fewItemsExperts(const kernels::ExpertTileShape &shape) const override;
+
 private:
+  std::optional<MatrixGemm> narrowGemm(int64_t n, int64_t k, int64_t maxTokens,
+                                       bool exactInput) const;
   // wgmma, TMA and setmaxnreg: the arch-specific sm_90a.
   bool hopper() const { return chip.matrix == MatrixCores::Wgmma; }
   const Chip &chip;
