@@ -21,27 +21,42 @@ namespace {
 constexpr int64_t kBlock = 128;
 constexpr int64_t kMaxSplits = 32;
 constexpr int64_t kWarpsPerSM = 8;
+constexpr int64_t kMaxGroups = 8; // 64 rows: 64 accumulators a thread
+
+constexpr int64_t kWarpGroups = 4; // groups a warp carries: 32 accumulators a thread
 
 int64_t groupsOf(int64_t maxTokens) { return (maxTokens + kItems - 1) / kItems; }
+// More groups than a warp carries go to several warps over the same rows
+// (neighbours in the grid, so the second read of the weights hits the
+// caches): fewer registers, more warps an SM, more loads in flight.
+int64_t tokenParts(int64_t maxTokens) {
+  return (groupsOf(maxTokens) + kWarpGroups - 1) / kWarpGroups;
+}
+int64_t warpGroups(int64_t maxTokens) {
+  return (groupsOf(maxTokens) + tokenParts(maxTokens) - 1) / tokenParts(maxTokens);
+}
 // A split covers whole chunks.
 bool splitFits(int64_t k, int64_t splits) { return k % (splits * kChunk) == 0; }
 
 } // namespace
 
 bool narrowLinearFits(int64_t n, int64_t k, int64_t maxTokens) {
-  return n % kWarpRows == 0 && k % kChunk == 0 && maxTokens >= 2 && groupsOf(maxTokens) <= 4;
+  return n % kWarpRows == 0 && k % kChunk == 0 && maxTokens >= 2 && groupsOf(maxTokens) <= kMaxGroups;
 }
 
-int64_t narrowLinearSplits(int64_t n, int64_t k, int64_t sms) {
+int64_t narrowLinearSplits(int64_t n, int64_t k, int64_t maxTokens, int64_t sms) {
+  // The parts' sums cross memory twice (written, then added): at most a
+  // quarter of the weights' bytes, 4 x 2 x splits x T x n against 2 x n x k.
+  auto partsCheap = [&](int64_t splits) { return 16 * splits * maxTokens <= k; };
   int64_t splits = 1;
-  while (n / kWarpRows * splits < kWarpsPerSM * sms && splits < kMaxSplits &&
-         splitFits(k, 2 * splits))
+  while (n / kWarpRows * tokenParts(maxTokens) * splits < kWarpsPerSM * sms && splits < kMaxSplits &&
+         splitFits(k, 2 * splits) && partsCheap(2 * splits))
     splits *= 2;
   return splits;
 }
 
-kernels::Work narrowLinearWork(int64_t n, int64_t splits) {
-  int64_t threads = n / kWarpRows * splits * 32;
+kernels::Work narrowLinearWork(int64_t n, int64_t maxTokens, int64_t splits) {
+  int64_t threads = n / kWarpRows * tokenParts(maxTokens) * splits * 32;
   return kernels::Work{(threads + kBlock - 1) / kBlock * kBlock, 0, kBlock};
 }
 
@@ -49,7 +64,7 @@ kernels::KernelSpec narrowLinear(int64_t n, int64_t k, int64_t maxTokens, int64_
   const std::string name = "linear_narrow_" + (splits > 1 ? "split" + std::to_string(splits) + "_" : std::string()) +
                            "t" + std::to_string(maxTokens) + "_" + std::to_string(n) + "x" +
                            std::to_string(k);
-  const int64_t span = k / splits, groups = groupsOf(maxTokens);
+  const int64_t span = k / splits, groups = warpGroups(maxTokens), parts = tokenParts(maxTokens);
   const int64_t perStep = narrow::chunksPerStep(span, false);
   kernels::Tiling tiling;
   tiling.set("kind", "mma-narrow-linear")
@@ -58,7 +73,8 @@ kernels::KernelSpec narrowLinear(int64_t n, int64_t k, int64_t maxTokens, int64_
       .set("items", kItems)
       .set("chunk", kChunk)
       .set("chunks_per_step", perStep)
-      .set("splits", splits);
+      .set("splits", splits)
+      .set("token_parts", parts);
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     return {MemRefType::get({dynamic, k}, b.getF32Type()), MemRefType::get({n, k}, b.getBF16Type()),
@@ -76,11 +92,18 @@ kernels::KernelSpec narrowLinear(int64_t n, int64_t k, int64_t maxTokens, int64_
     Value lane = arith::RemUIOp::create(b, tid, s.index(32));
     Value rowWarps = s.index(n / kWarpRows);
     auto ifLive = scf::IfOp::create(
-        b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, warp, s.index(n / kWarpRows * splits)),
+        b,
+        arith::CmpIOp::create(b, arith::CmpIPredicate::ult, warp,
+                              s.index(n / kWarpRows * parts * splits)),
         /*withElse=*/false);
     b.setInsertionPointToStart(&ifLive.getThenRegion().front());
-    Value split = arith::DivUIOp::create(b, warp, rowWarps);
-    Value rowWarp = arith::RemUIOp::create(b, warp, rowWarps);
+    // Warp (split, row warp, token part), the token part fastest.
+    Value part = arith::RemUIOp::create(b, warp, s.index(parts));
+    Value rest = arith::DivUIOp::create(b, warp, s.index(parts));
+    Value split = arith::DivUIOp::create(b, rest, rowWarps);
+    Value rowWarp = arith::RemUIOp::create(b, rest, rowWarps);
+    // This warp's first token.
+    Value token0 = arith::MulIOp::create(b, part, s.index(kItems * groups));
     Value g = arith::DivUIOp::create(b, lane, s.index(4));
     Value t = arith::RemUIOp::create(b, lane, s.index(4));
     Value tokens = s.argIndex(3);
@@ -95,8 +118,9 @@ kernels::KernelSpec narrowLinear(int64_t n, int64_t k, int64_t maxTokens, int64_
     // Group j's B row: token 8 j + g (the last token where there are fewer).
     SmallVector<Value> sourceTokens;
     for (int64_t j = 0; j < groups; ++j)
-      sourceTokens.push_back(
-          arith::MinUIOp::create(b, arith::AddIOp::create(b, s.index(kItems * j), g), lastToken));
+      sourceTokens.push_back(arith::MinUIOp::create(
+          b, arith::AddIOp::create(b, token0, arith::AddIOp::create(b, s.index(kItems * j), g)),
+          lastToken));
 
     auto rowOf = [&](int64_t r, Value chunk, SmallVectorImpl<Value> &raw) {
       Value col = arith::AddIOp::create(
@@ -126,7 +150,9 @@ kernels::KernelSpec narrowLinear(int64_t n, int64_t k, int64_t maxTokens, int64_
     for (int64_t j = 0; j < groups; ++j)
       for (int64_t col = 0; col < 2; ++col) {
         Value token = arith::AddIOp::create(
-            b, arith::MulIOp::create(b, t, s.index(2)), s.index(kItems * j + col));
+            b, token0,
+            arith::AddIOp::create(b, arith::MulIOp::create(b, t, s.index(2)),
+                                  s.index(kItems * j + col)));
         auto ifToken = scf::IfOp::create(
             b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, token, tokens), false);
         OpBuilder::InsertionGuard guard(b);

@@ -1,5 +1,5 @@
 // The linear products of batched decode on tensor cores: y[T, n] = x[T, k] ·
-// Wᵀ for 2 to 31 rows (a step of a few conversations), bf16 weights [n, k]
+// Wᵀ for 2 to 64 rows (a step of a few dozen conversations), bf16 weights [n, k]
 // as the checkpoint has them, through the narrow k loop (NarrowMma.h): a
 // warp takes 32 output rows and every row of x (8 a group, each group one
 // MMA column block), so each weight is read from memory once for the whole
@@ -16,10 +16,11 @@
 namespace kiln::nvptx {
 
 bool narrowLinearFits(int64_t n, int64_t k, int64_t maxTokens);
-// Parts of the reduction for a chip of `sms` SMs: enough warps for about
-// eight an SM.
-int64_t narrowLinearSplits(int64_t n, int64_t k, int64_t sms);
+// Parts of the reduction for up to `maxTokens` rows on a chip of `sms` SMs:
+// enough warps for about eight an SM, while the parts' sums stay a small
+// share of the traffic.
+int64_t narrowLinearSplits(int64_t n, int64_t k, int64_t maxTokens, int64_t sms);
 kernels::KernelSpec narrowLinear(int64_t n, int64_t k, int64_t maxTokens, int64_t splits);
-kernels::Work narrowLinearWork(int64_t n, int64_t splits);
+kernels::Work narrowLinearWork(int64_t n, int64_t maxTokens, int64_t splits);
 
 } // namespace kiln::nvptx

@@ -20,13 +20,20 @@ namespace {
 // through the warp GEMVs: a 128-row tile that holds a handful of rows is
 // bound by its staging loop, not by the tensor cores.
 constexpr int64_t kMatrixMinTokens = 32;
+// Up to this many rows the linears stream each weight once on tensor cores
+// with the rows as the narrow side (NarrowLinear.h), where the 128-row tiles
+// would stage mostly padding.
+constexpr int64_t kNarrowMaxTokens = 64;
 
 } // namespace
 
 std::optional<kernels::TargetHooks::MatrixGemm>
 NvptxHooks::matrixGemm(int64_t n, int64_t k, int64_t maxTokens, bool exactInput) const {
+  if (maxTokens <= kNarrowMaxTokens)
+    if (std::optional<MatrixGemm> narrow = narrowGemm(n, k, maxTokens, exactInput))
+      return narrow;
   if (maxTokens < kMatrixMinTokens)
-    return narrowGemm(n, k, maxTokens, exactInput);
+    return std::nullopt;
   // Hopper's pipeline for prefill-sized products (more than one 128-row
   // tile; below that a GEMM reads each weight once whatever it runs on, and
   // the mma.sync tiles split k over the GPU), with bf16 activations unless
@@ -58,8 +65,8 @@ std::optional<kernels::TargetHooks::MatrixGemm>
 NvptxHooks::narrowGemm(int64_t n, int64_t k, int64_t maxTokens, bool exactInput) const {
   if (exactInput || chip.matrix == MatrixCores::None || !narrowLinearFits(n, k, maxTokens))
     return std::nullopt;
-  int64_t splits = narrowLinearSplits(n, k, chip.units);
-  MatrixGemm gemm{narrowLinear(n, k, maxTokens, splits), narrowLinearWork(n, splits)};
+  int64_t splits = narrowLinearSplits(n, k, maxTokens, chip.units);
+  MatrixGemm gemm{narrowLinear(n, k, maxTokens, splits), narrowLinearWork(n, maxTokens, splits)};
   if (splits > 1) {
     gemm.splits = splits;
     gemm.sum = mmaGemmSum(n, splits);
