@@ -7,377 +7,353 @@
 // scale per 16 values, E2M1 codes). The host passes what depends on names
 // (the stream's key, the distribution) as i64 scalars; doubles as their bits.
 // Every part takes elements part, part + parts, ...: on a GPU consecutive
-// threads write consecutive elements.
+// threads write consecutive elements. Built as typed IR (KernelBuilder.h).
 #include "targets/common/Generators.h"
+#include "targets/common/KernelBuilder.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 
 #include <cstdint>
-#include <cstdio>
-#include <cstring>
 
 namespace kiln::kernels {
+
+using namespace mlir;
+
 namespace {
 
-std::string i64Literal(uint64_t bits) { return std::to_string(static_cast<int64_t>(bits)); }
+// The constants every synthesis kernel uses, and the distribution's mean
+// and standard deviation from their bits.
+struct Stream {
+  Value key, golden, mixA, mixB, s16, s27, s30, s31, s32, s48, m16, one, two, centre, normalScale,
+      bf16Half, s16i32, one32, mean, stddev;
+};
 
-// An f64 constant by its exact bits ("0x3F23988E1409212E").
-std::string f64Hex(double value) {
-  uint64_t bits;
-  std::memcpy(&bits, &value, sizeof bits);
-  char text[24];
-  std::snprintf(text, sizeof text, "0x%016llX", static_cast<unsigned long long>(bits));
-  return text;
-}
-
-// Constants every synthesis kernel uses.
-std::string synthesisConstants() {
+Stream streamConstants(ImplicitLocOpBuilder &b, Value key, Value meanBits, Value stdBits) {
+  Type i64 = b.getI64Type(), i32 = b.getI32Type();
+  auto c64 = [&](uint64_t v) {
+    return arith::ConstantIntOp::create(b, i64, int64_t(v)).getResult();
+  };
+  auto c32 = [&](int64_t v) { return arith::ConstantIntOp::create(b, i32, v).getResult(); };
+  Stream s;
+  s.key = key;
+  s.golden = c64(0x9e3779b97f4a7c15ull);
+  s.mixA = c64(0xbf58476d1ce4e5b9ull);
+  s.mixB = c64(0x94d049bb133111ebull);
+  s.s16 = c64(16);
+  s.s27 = c64(27);
+  s.s30 = c64(30);
+  s.s31 = c64(31);
+  s.s32 = c64(32);
+  s.s48 = c64(48);
+  s.m16 = c64(65535);
+  s.one = c64(1);
+  s.two = c64(2);
+  s.centre = c64(524280);
   // The normal's scale: sqrt(1.5) / 2^17, as the host computes it in f64.
-  const double scale = 1.2247448713915890491 / 131072.0;
-  return fillTemplate(R"(
-  %golden = arith.constant @@golden@@ : i64
-  %mix_a = arith.constant @@mixa@@ : i64
-  %mix_b = arith.constant @@mixb@@ : i64
-  %s16 = arith.constant 16 : i64
-  %s27 = arith.constant 27 : i64
-  %s30 = arith.constant 30 : i64
-  %s31 = arith.constant 31 : i64
-  %s32 = arith.constant 32 : i64
-  %s48 = arith.constant 48 : i64
-  %m16 = arith.constant 65535 : i64
-  %one_i64 = arith.constant 1 : i64
-  %two_i64 = arith.constant 2 : i64
-  %centre = arith.constant 524280 : i64
-  %normal_scale = arith.constant @@scale@@ : f64
-  %bf16_half = arith.constant 32767 : i32
-  %s16_i32 = arith.constant 16 : i32
-  %one_i32 = arith.constant 1 : i32
-  %mean = arith.bitcast %mean_bits : i64 to f64
-  %stddev = arith.bitcast %std_bits : i64 to f64
-)",
-                      {{"golden", i64Literal(0x9e3779b97f4a7c15ull)},
-                       {"mixa", i64Literal(0xbf58476d1ce4e5b9ull)},
-                       {"mixb", i64Literal(0x94d049bb133111ebull)},
-                       {"scale", f64Hex(scale)}});
+  s.normalScale =
+      arith::ConstantFloatOp::create(b, b.getF64Type(), APFloat(1.2247448713915890491 / 131072.0));
+  s.bf16Half = c32(32767);
+  s.s16i32 = c32(16);
+  s.one32 = c32(1);
+  s.mean = arith::BitcastOp::create(b, b.getF64Type(), meanBits);
+  s.stddev = arith::BitcastOp::create(b, b.getF64Type(), stdBits);
+  return s;
 }
 
-// splitmix64's finaliser of i64 `in` into `%<p>`.
-std::string mix64(const std::string &p, const std::string &in) {
-  return fillTemplate(R"(
-      %@@p@@_a = arith.shrui @@in@@, %s30 : i64
-      %@@p@@_b = arith.xori @@in@@, %@@p@@_a : i64
-      %@@p@@_c = arith.muli %@@p@@_b, %mix_a : i64
-      %@@p@@_d = arith.shrui %@@p@@_c, %s27 : i64
-      %@@p@@_e = arith.xori %@@p@@_c, %@@p@@_d : i64
-      %@@p@@_f = arith.muli %@@p@@_e, %mix_b : i64
-      %@@p@@_g = arith.shrui %@@p@@_f, %s31 : i64
-      %@@p@@ = arith.xori %@@p@@_f, %@@p@@_g : i64
-)",
-                      {{"p", p}, {"in", in}});
+// splitmix64's finaliser.
+Value mix64(ImplicitLocOpBuilder &b, const Stream &s, Value in) {
+  Value x = arith::XOrIOp::create(b, in, arith::ShRUIOp::create(b, in, s.s30));
+  x = arith::MulIOp::create(b, x, s.mixA);
+  x = arith::XOrIOp::create(b, x, arith::ShRUIOp::create(b, x, s.s27));
+  x = arith::MulIOp::create(b, x, s.mixB);
+  return arith::XOrIOp::create(b, x, arith::ShRUIOp::create(b, x, s.s31));
 }
 
-// The sum of a word's four 16-bit lanes into `%<p>`.
-std::string lanes16(const std::string &p, const std::string &w) {
-  return fillTemplate(R"(
-      %@@p@@_0 = arith.andi @@w@@, %m16 : i64
-      %@@p@@_1s = arith.shrui @@w@@, %s16 : i64
-      %@@p@@_1 = arith.andi %@@p@@_1s, %m16 : i64
-      %@@p@@_2s = arith.shrui @@w@@, %s32 : i64
-      %@@p@@_2 = arith.andi %@@p@@_2s, %m16 : i64
-      %@@p@@_3 = arith.shrui @@w@@, %s48 : i64
-      %@@p@@_01 = arith.addi %@@p@@_0, %@@p@@_1 : i64
-      %@@p@@_23 = arith.addi %@@p@@_2, %@@p@@_3 : i64
-      %@@p@@ = arith.addi %@@p@@_01, %@@p@@_23 : i64
-)",
-                      {{"p", p}, {"w", w}});
+// The sum of a word's four 16-bit lanes.
+Value lanes16(ImplicitLocOpBuilder &b, const Stream &s, Value w) {
+  Value l0 = arith::AndIOp::create(b, w, s.m16);
+  Value l1 = arith::AndIOp::create(b, arith::ShRUIOp::create(b, w, s.s16), s.m16);
+  Value l2 = arith::AndIOp::create(b, arith::ShRUIOp::create(b, w, s.s32), s.m16);
+  Value l3 = arith::ShRUIOp::create(b, w, s.s48);
+  Value l01 = arith::AddIOp::create(b, l0, l1);
+  Value l23 = arith::AddIOp::create(b, l2, l3);
+  return arith::AddIOp::create(b, l01, l23);
 }
 
-// Element `index` (i64) of the stream %key: f32 mean + stddev * normal,
-// rounded to bf16 (RNE), as `%<p>_bits` (i32, the bf16 in the high half) and
-// `%<p>` (its f32 value).
-std::string sample(const std::string &p, const std::string &index) {
-  return fillTemplate(R"(
-      %@@p@@_i2 = arith.muli @@index@@, %two_i64 : i64
-      %@@p@@_i1 = arith.addi %@@p@@_i2, %one_i64 : i64
-      %@@p@@_i2b = arith.addi %@@p@@_i1, %one_i64 : i64
-      %@@p@@_k1 = arith.muli %@@p@@_i1, %golden : i64
-      %@@p@@_k2 = arith.muli %@@p@@_i2b, %golden : i64
-      %@@p@@_x1 = arith.addi %key, %@@p@@_k1 : i64
-      %@@p@@_x2 = arith.addi %key, %@@p@@_k2 : i64
-@@mix1@@@@mix2@@@@l1@@@@l2@@
-      %@@p@@_sum = arith.addi %@@p@@_l1, %@@p@@_l2 : i64
-      %@@p@@_twice = arith.muli %@@p@@_sum, %two_i64 : i64
-      %@@p@@_centred = arith.subi %@@p@@_twice, %centre : i64
-      %@@p@@_nf = arith.sitofp %@@p@@_centred : i64 to f64
-      %@@p@@_normal = arith.mulf %@@p@@_nf, %normal_scale : f64
-      %@@p@@_scaled = arith.mulf %stddev, %@@p@@_normal : f64
-      %@@p@@_d = arith.addf %mean, %@@p@@_scaled : f64
-      %@@p@@_f = arith.truncf %@@p@@_d : f64 to f32
-      %@@p@@_fb = arith.bitcast %@@p@@_f : f32 to i32
-      %@@p@@_lsb0 = arith.shrui %@@p@@_fb, %s16_i32 : i32
-      %@@p@@_lsb = arith.andi %@@p@@_lsb0, %one_i32 : i32
-      %@@p@@_r0 = arith.addi %@@p@@_fb, %bf16_half : i32
-      %@@p@@_r = arith.addi %@@p@@_r0, %@@p@@_lsb : i32
-      %@@p@@_hi = arith.shrui %@@p@@_r, %s16_i32 : i32
-      %@@p@@_bits = arith.shli %@@p@@_hi, %s16_i32 : i32
-      %@@p@@ = arith.bitcast %@@p@@_bits : i32 to f32
-)",
-                      {{"p", p},
-                       {"index", index},
-                       {"mix1", mix64(p + "_m1", "%" + p + "_x1")},
-                       {"mix2", mix64(p + "_m2", "%" + p + "_x2")},
-                       {"l1", lanes16(p + "_l1", "%" + p + "_m1")},
-                       {"l2", lanes16(p + "_l2", "%" + p + "_m2")}});
+// Element `index` (i64) of the stream: f32 mean + stddev * normal, rounded
+// to bf16 (RNE): the bf16's bits (i16 in an i32), the same in the high half
+// of an i32, and its f32 value.
+struct Sample {
+  Value high, bits, value;
+};
+
+Sample sample(ImplicitLocOpBuilder &b, const Stream &s, Value index) {
+  Type f32 = b.getF32Type(), f64 = b.getF64Type(), i32 = b.getI32Type();
+  Value i1 = arith::AddIOp::create(b, arith::MulIOp::create(b, index, s.two), s.one);
+  Value i2 = arith::AddIOp::create(b, i1, s.one);
+  Value k1 = arith::MulIOp::create(b, i1, s.golden);
+  Value k2 = arith::MulIOp::create(b, i2, s.golden);
+  Value x1 = arith::AddIOp::create(b, s.key, k1);
+  Value x2 = arith::AddIOp::create(b, s.key, k2);
+  Value m1 = mix64(b, s, x1);
+  Value m2 = mix64(b, s, x2);
+  Value l1 = lanes16(b, s, m1);
+  Value l2 = lanes16(b, s, m2);
+  Value sum = arith::AddIOp::create(b, l1, l2);
+  Value centred = arith::SubIOp::create(b, arith::MulIOp::create(b, sum, s.two), s.centre);
+  Value normal = arith::MulFOp::create(b, arith::SIToFPOp::create(b, f64, centred), s.normalScale);
+  Value scaled = arith::MulFOp::create(b, s.stddev, normal);
+  Value d = arith::AddFOp::create(b, s.mean, scaled);
+  Value fb = arith::BitcastOp::create(b, i32, arith::TruncFOp::create(b, f32, d));
+  Value lsb = arith::AndIOp::create(b, arith::ShRUIOp::create(b, fb, s.s16i32), s.one32);
+  Value r = arith::AddIOp::create(b, arith::AddIOp::create(b, fb, s.bf16Half), lsb);
+  Sample out;
+  out.high = arith::ShRUIOp::create(b, r, s.s16i32);
+  out.bits = arith::ShLIOp::create(b, out.high, s.s16i32);
+  out.value = arith::BitcastOp::create(b, f32, out.bits);
+  return out;
 }
 
-// The full-tensor index of element (%r, %c) of a piece at (%row0, %col0) of
-// a tensor %full_cols wide, into `%<p>`.
-std::string pieceIndex(const std::string &p, const std::string &r, const std::string &c) {
-  return fillTemplate(R"(
-      %@@p@@_r = arith.addi @@r@@, %row0 : i64
-      %@@p@@_rc = arith.muli %@@p@@_r, %full_cols : i64
-      %@@p@@_c = arith.addi @@c@@, %col0 : i64
-      %@@p@@ = arith.addi %@@p@@_rc, %@@p@@_c : i64
-)",
-                      {{"p", p}, {"r", r}, {"c", c}});
+// Where a piece at (row0, col0) of a tensor `fullCols` wide sits: the full
+// tensor's index of the piece's element (r, c).
+struct Piece {
+  Value fullCols, row0, col0;
+  Value index(ImplicitLocOpBuilder &b, Value r, Value c) const {
+    Value rc = arith::MulIOp::create(b, arith::AddIOp::create(b, r, row0), fullCols);
+    return arith::AddIOp::create(b, rc, arith::AddIOp::create(b, c, col0));
+  }
+};
+
+// A loop of this part's elements, part, part + parts, .. < count (i64), with
+// the builder left inside; returns the element.
+Value forEachOfPart(KernelScope &k, Value count, ValueRange init = {}) {
+  unsigned n = k.func.getNumArguments();
+  auto loop = scf::ForOp::create(k.b, k.arg(n - 2), count, k.arg(n - 1), init);
+  k.b.setInsertionPointToStart(loop.getBody());
+  return loop.getInductionVar();
+}
+
+Tiling synthesisTiling() {
+  Tiling tiling;
+  tiling.set("kind", "synthesis");
+  return tiling;
 }
 
 } // namespace
 
 KernelSpec synthesizeBf16() {
-  std::string body = fillTemplate(R"(
-func.func @synth_bf16(%out: memref<?xi16>, %key: i64, %rows: i64, %cols: i64, %full_cols: i64,
-                      %row0: i64, %col0: i64, %mean_bits: i64, %std_bits: i64, %part: i64,
-                      %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "synthesis"}} {
-@@consts@@
-  %count = arith.muli %rows, %cols : i64
-  scf.for %i = %part to %count step %parts : i64 {
-      %r = arith.divui %i, %cols : i64
-      %c = arith.remui %i, %cols : i64
-@@index@@@@sample@@
-      %h = arith.trunci %v_hi : i32 to i16
-      %ix = arith.index_cast %i : i64 to index
-      memref.store %h, %out[%ix] : memref<?xi16>
-  }
-  return
-}
-)",
-                                  {{"consts", synthesisConstants()},
-                                   {"index", pieceIndex("at", "%r", "%c")},
-                                   {"sample", sample("v", "%at")}});
-  return textKernel("synth_bf16", "kiln.synthesize", body);
+  auto args = [](Builder &b) -> std::vector<Type> {
+    Type i64 = b.getI64Type();
+    return {MemRefType::get({ShapedType::kDynamic}, b.getI16Type()),
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64};
+  };
+  // (out, key, rows, cols, full_cols, row0, col0, mean_bits, std_bits)
+  return buildKernel("synth_bf16", "kiln.synthesize", synthesisTiling(), args, [](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    Stream s = streamConstants(b, k.arg(1), k.arg(7), k.arg(8));
+    Piece piece{k.arg(4), k.arg(5), k.arg(6)};
+    Value cols = k.arg(3);
+    Value count = arith::MulIOp::create(b, k.arg(2), cols);
+    Value i = forEachOfPart(k, count);
+    Value r = arith::DivUIOp::create(b, i, cols);
+    Value c = arith::RemUIOp::create(b, i, cols);
+    Sample v = sample(b, s, piece.index(b, r, c));
+    Value h = arith::TruncIOp::create(b, b.getI16Type(), v.high);
+    Value at = arith::IndexCastOp::create(b, b.getIndexType(), i);
+    memref::StoreOp::create(b, h, k.arg(0), ValueRange{at});
+    b.setInsertionPointAfter(i.getParentBlock()->getParentOp());
+  });
 }
 
 KernelSpec synthesizeNvfp4Amax() {
   // The module's amax as f32 bits (non-negative floats order as their bits):
-  // each part's maximum, then an atomic max into %amax[0] (zeroed first).
-  std::string body =
-      fillTemplate(R"(
-func.func @synth_nvfp4_amax(%amax: memref<1xi32>, %key: i64, %count: i64, %mean_bits: i64,
-                            %std_bits: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "synthesis"}} {
-@@consts@@
-  %c0 = arith.constant 0 : index
-  %zero_i32 = arith.constant 0 : i32
-  %abs_mask = arith.constant 2147483647 : i32
-  %m = scf.for %i = %part to %count step %parts iter_args(%a = %zero_i32) -> (i32) : i64 {
-@@sample@@
-      %mag = arith.andi %v_bits, %abs_mask : i32
-      %n = arith.maxui %a, %mag : i32
-      scf.yield %n : i32
-  }
-  %old = memref.atomic_rmw maxu %m, %amax[%c0] : (i32, memref<1xi32>) -> i32
-  return
-}
-)",
-                   {{"consts", synthesisConstants()}, {"sample", sample("v", "%i")}});
-  return textKernel("synth_nvfp4_amax", "kiln.synthesize", body);
+  // each part's maximum, then an atomic max into amax[0] (zeroed first).
+  auto args = [](Builder &b) -> std::vector<Type> {
+    Type i64 = b.getI64Type();
+    return {MemRefType::get({1}, b.getI32Type()), i64, i64, i64, i64};
+  };
+  // (amax, key, count, mean_bits, std_bits)
+  return buildKernel(
+      "synth_nvfp4_amax", "kiln.synthesize", synthesisTiling(), args, [](KernelScope &k) {
+        ImplicitLocOpBuilder &b = k.b;
+        Type i32 = b.getI32Type();
+        Stream s = streamConstants(b, k.arg(1), k.arg(3), k.arg(4));
+        Value c0 = k.index(0);
+        Value zero = arith::ConstantIntOp::create(b, i32, 0);
+        Value absMask = arith::ConstantIntOp::create(b, i32, 2147483647);
+        Value i = forEachOfPart(k, k.arg(2), ValueRange{zero});
+        auto loop = llvm::cast<scf::ForOp>(i.getParentBlock()->getParentOp());
+        Sample v = sample(b, s, i);
+        Value mag = arith::AndIOp::create(b, v.bits, absMask);
+        scf::YieldOp::create(
+            b, ValueRange{arith::MaxUIOp::create(b, loop.getRegionIterArgs()[0], mag)});
+        b.setInsertionPointAfter(loop);
+        memref::AtomicRMWOp::create(b, arith::AtomicRMWKind::maxu, loop.getResult(0), k.arg(0),
+                                    ValueRange{c0});
+      });
 }
 
 KernelSpec synthesizeNvfp4Quant() {
   // Block b of 16 values of the piece: its E4M3 scale (blockAmax / 6 /
   // global, saturating RNE) and eight bytes of E2M1 codes (value / scale,
   // ties to even), low nibble first; part 0 also writes the global scale.
-  std::string values, maxChain = "%zero_f";
-  for (int k = 0; k < 16; ++k) {
-    std::string K = std::to_string(k);
-    values += "      %ck" + K + " = arith.constant " + K + " : i64\n" + "      %colk" + K +
-              " = arith.addi %cb16, %ck" + K + " : i64\n" +
-              pieceIndex("at" + K, "%r", "%colk" + K) + sample("v" + K, "%at" + K) + "      %av" +
-              K + " = math.absf %v" + K + " : f32\n" + "      %mx" + K + " = arith.maximumf " +
-              maxChain + ", %av" + K + " : f32\n";
-    maxChain = "%mx" + K;
-  }
-  std::string codes;
-  for (int k = 0; k < 16; ++k) {
-    std::string K = std::to_string(k);
-    codes += fillTemplate(R"(
-      %q@@k@@ = arith.divf %v@@k@@, %scale : f32
-      %qa@@k@@ = math.absf %q@@k@@ : f32
-      %qb@@k@@ = arith.bitcast %q@@k@@ : f32 to i32
-      %qs@@k@@ = arith.shrui %qb@@k@@, %s31_i32 : i32
-      %qs8_@@k@@ = arith.trunci %qs@@k@@ : i32 to i8
-      %qsign@@k@@ = arith.shli %qs8_@@k@@, %three_i8 : i8
-      %t0_@@k@@ = arith.cmpf ogt, %qa@@k@@, %e2_0 : f32
-      %t1_@@k@@ = arith.cmpf oge, %qa@@k@@, %e2_1 : f32
-      %t2_@@k@@ = arith.cmpf ogt, %qa@@k@@, %e2_2 : f32
-      %t3_@@k@@ = arith.cmpf oge, %qa@@k@@, %e2_3 : f32
-      %t4_@@k@@ = arith.cmpf ogt, %qa@@k@@, %e2_4 : f32
-      %t5_@@k@@ = arith.cmpf oge, %qa@@k@@, %e2_5 : f32
-      %t6_@@k@@ = arith.cmpf ogt, %qa@@k@@, %e2_6 : f32
-      %u0_@@k@@ = arith.extui %t0_@@k@@ : i1 to i8
-      %u1_@@k@@ = arith.extui %t1_@@k@@ : i1 to i8
-      %u2_@@k@@ = arith.extui %t2_@@k@@ : i1 to i8
-      %u3_@@k@@ = arith.extui %t3_@@k@@ : i1 to i8
-      %u4_@@k@@ = arith.extui %t4_@@k@@ : i1 to i8
-      %u5_@@k@@ = arith.extui %t5_@@k@@ : i1 to i8
-      %u6_@@k@@ = arith.extui %t6_@@k@@ : i1 to i8
-      %w01_@@k@@ = arith.addi %u0_@@k@@, %u1_@@k@@ : i8
-      %w23_@@k@@ = arith.addi %u2_@@k@@, %u3_@@k@@ : i8
-      %w45_@@k@@ = arith.addi %u4_@@k@@, %u5_@@k@@ : i8
-      %w03_@@k@@ = arith.addi %w01_@@k@@, %w23_@@k@@ : i8
-      %w46_@@k@@ = arith.addi %w45_@@k@@, %u6_@@k@@ : i8
-      %mag@@k@@ = arith.addi %w03_@@k@@, %w46_@@k@@ : i8
-      %code@@k@@ = arith.ori %mag@@k@@, %qsign@@k@@ : i8
-)",
-                          {{"k", K}});
-  }
-  std::string packs;
-  for (int k = 0; k < 16; k += 2) {
-    std::string K = std::to_string(k), K1 = std::to_string(k + 1), B = std::to_string(k / 2);
-    packs += fillTemplate(R"(
-      %hi@@b@@ = arith.shli %code@@k1@@, %four_i8 : i8
-      %byte@@b@@ = arith.ori %code@@k@@, %hi@@b@@ : i8
-      %kept@@b@@ = arith.select %live, %byte@@b@@, %zero_i8 : i8
-      %cb@@b@@ = arith.constant @@b@@ : index
-      %co@@b@@ = arith.addi %code_at, %cb@@b@@ : index
-      memref.store %kept@@b@@, %codes[%co@@b@@] : memref<?xi8>
-)",
-                          {{"k", K}, {"k1", K1}, {"b", B}});
-  }
-  std::string body = fillTemplate(
-      R"(
-func.func @synth_nvfp4_quant(%codes: memref<?xi8>, %scales: memref<?xi8>, %global: memref<1xf32>,
-                             %amax: memref<1xi32>, %key: i64, %rows: i64, %cols: i64,
-                             %full_cols: i64, %row0: i64, %col0: i64, %mean_bits: i64,
-                             %std_bits: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "synthesis"}} {
-@@consts@@
-  %c0 = arith.constant 0 : index
-  %c8 = arith.constant 8 : index
-  %zero_f = arith.constant 0.0 : f32
-  %one_f = arith.constant 1.0 : f32
-  %six = arith.constant 6.0 : f32
-  %e4m3_max = arith.constant 448.0 : f32
-  %grid_max = arith.constant 2688.0 : f32
-  %zero_i8 = arith.constant 0 : i8
-  %three_i8 = arith.constant 3 : i8
-  %four_i8 = arith.constant 4 : i8
-  %s31_i32 = arith.constant 31 : i32
-  %e2_0 = arith.constant 0.25 : f32
-  %e2_1 = arith.constant 0.75 : f32
-  %e2_2 = arith.constant 1.25 : f32
-  %e2_3 = arith.constant 1.75 : f32
-  %e2_4 = arith.constant 2.5 : f32
-  %e2_5 = arith.constant 3.5 : f32
-  %e2_6 = arith.constant 5.0 : f32
-  %c16_i64 = arith.constant 16 : i64
-  %zero_i64 = arith.constant 0 : i64
-  %s23 = arith.constant 23 : i32
-  %m8 = arith.constant 255 : i32
-  %bias = arith.constant 127 : i32
-  %min_exp = arith.constant -6 : i32
-  %three_i32 = arith.constant 3 : i32
-  %seven_i32 = arith.constant 7 : i32
-  %eight_i32 = arith.constant 8 : i32
-  %fifteen_i32 = arith.constant 15 : i32
-  %max_code = arith.constant 126 : i32
-  %zero_i32 = arith.constant 0 : i32
-  %f64_bias = arith.constant 1023 : i64
-  %s52 = arith.constant 52 : i64
-  %f32_bias_m10 = arith.constant 117 : i32
-  %two_m9 = arith.constant 0.001953125 : f32
-  // The module's global scale; an all-zero module (or an amax whose scale
-  // underflows) keeps 1 and zero codes, as the host's quantiser does.
-  %amax_bits = memref.load %amax[%c0] : memref<1xi32>
-  %amax_f = arith.bitcast %amax_bits : i32 to f32
-  %g0 = arith.divf %amax_f, %grid_max : f32
-  %amax_zero = arith.cmpf oeq, %amax_f, %zero_f : f32
-  %g_zero = arith.cmpf oeq, %g0, %zero_f : f32
-  %degenerate = arith.ori %amax_zero, %g_zero : i1
-  %glob = arith.select %degenerate, %one_f, %g0 : f32
-  %first = arith.cmpi eq, %part, %zero_i64 : i64
-  scf.if %first {
-    memref.store %glob, %global[%c0] : memref<1xf32>
-  }
-  %blocks_row = arith.divui %cols, %c16_i64 : i64
-  %blocks = arith.muli %rows, %blocks_row : i64
-  scf.for %b = %part to %blocks step %parts : i64 {
-      %r = arith.divui %b, %blocks_row : i64
-      %cbk = arith.remui %b, %blocks_row : i64
-      %cb16 = arith.muli %cbk, %c16_i64 : i64
-@@values@@
-      // E4M3 of blockAmax / 6 / global: saturating, ties to even.
-      %m0 = arith.divf %mx15, %six : f32
-      %m = arith.divf %m0, %glob : f32
-      %over = arith.cmpf ogt, %m, %e4m3_max : f32
-      %is_zero = arith.cmpf oeq, %m, %zero_f : f32
-      %mb = arith.bitcast %m : f32 to i32
-      %mbe = arith.shrui %mb, %s23 : i32
-      %be = arith.andi %mbe, %m8 : i32
-      %e0 = arith.subi %be, %bias : i32
-      %e = arith.maxsi %e0, %min_exp : i32
-      %shift = arith.subi %three_i32, %e : i32
-      %shift64 = arith.extsi %shift : i32 to i64
-      %pb = arith.addi %f64_bias, %shift64 : i64
-      %pbits = arith.shli %pb, %s52 : i64
-      %pow = arith.bitcast %pbits : i64 to f64
-      %md = arith.extf %m : f32 to f64
-      %scaled = arith.mulf %md, %pow : f64
-      %steps = math.roundeven %scaled : f64
-      %units = arith.fptoui %steps : f64 to i32
-      %at_min = arith.cmpi eq, %e, %min_exp : i32
-      %small = arith.cmpi ult, %units, %eight_i32 : i32
-      %sub = arith.andi %at_min, %small : i1
-      %eb = arith.addi %e, %seven_i32 : i32
-      %eb3 = arith.shli %eb, %three_i32 : i32
-      %um8 = arith.subi %units, %eight_i32 : i32
-      %normal_code = arith.addi %eb3, %um8 : i32
-      %sc0 = arith.select %sub, %units, %normal_code : i32
-      %sc1 = arith.minui %sc0, %max_code : i32
-      %sc2 = arith.select %is_zero, %zero_i32, %sc1 : i32
-      %sc3 = arith.select %over, %max_code, %sc2 : i32
-      %scode = arith.select %degenerate, %zero_i32, %sc3 : i32
-      // Its value times the global scale: the block's scale.
-      %sx0 = arith.shrui %scode, %three_i32 : i32
-      %sx = arith.andi %sx0, %fifteen_i32 : i32
-      %sm = arith.andi %scode, %seven_i32 : i32
-      %sm_f = arith.uitofp %sm : i32 to f32
-      %sub_v = arith.mulf %sm_f, %two_m9 : f32
-      %sm8 = arith.addi %sm, %eight_i32 : i32
-      %sm8_f = arith.uitofp %sm8 : i32 to f32
-      %pe = arith.addi %sx, %f32_bias_m10 : i32
-      %pe_bits = arith.shli %pe, %s23 : i32
-      %pe_f = arith.bitcast %pe_bits : i32 to f32
-      %norm_v = arith.mulf %sm8_f, %pe_f : f32
-      %sx_zero = arith.cmpi eq, %sx, %zero_i32 : i32
-      %sval = arith.select %sx_zero, %sub_v, %norm_v : f32
-      %scale = arith.mulf %sval, %glob : f32
-      %scale_zero = arith.cmpf oeq, %scale, %zero_f : f32
-      %live0 = arith.ori %scale_zero, %degenerate : i1
-      %true = arith.constant true
-      %live = arith.xori %live0, %true : i1
-      %scode8 = arith.trunci %scode : i32 to i8
-      %bx = arith.index_cast %b : i64 to index
-      memref.store %scode8, %scales[%bx] : memref<?xi8>
-@@codes@@
-      %code_at = arith.muli %bx, %c8 : index
-@@packs@@
-  }
-  return
-}
-)",
-      {{"consts", synthesisConstants()}, {"values", values}, {"codes", codes}, {"packs", packs}});
-  return textKernel("synth_nvfp4_quant", "kiln.synthesize", body);
+  auto args = [](Builder &b) -> std::vector<Type> {
+    Type i64 = b.getI64Type();
+    Type bytes = MemRefType::get({ShapedType::kDynamic}, b.getI8Type());
+    return {bytes,
+            bytes,
+            MemRefType::get({1}, b.getF32Type()),
+            MemRefType::get({1}, b.getI32Type()),
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64,
+            i64};
+  };
+  // (codes, scales, global, amax, key, rows, cols, full_cols, row0, col0,
+  // mean_bits, std_bits)
+  return buildKernel(
+      "synth_nvfp4_quant", "kiln.synthesize", synthesisTiling(), args, [](KernelScope &k) {
+        ImplicitLocOpBuilder &b = k.b;
+        Type i8 = b.getI8Type(), i32 = b.getI32Type(), i64 = b.getI64Type();
+        FloatType f32 = b.getF32Type(), f64 = b.getF64Type();
+        Stream s = streamConstants(b, k.arg(4), k.arg(10), k.arg(11));
+        Piece piece{k.arg(7), k.arg(8), k.arg(9)};
+        auto f = [&](float v) {
+          return arith::ConstantFloatOp::create(b, f32, APFloat(v)).getResult();
+        };
+        auto c8b = [&](int64_t v) { return arith::ConstantIntOp::create(b, i8, v).getResult(); };
+        auto c32 = [&](int64_t v) { return arith::ConstantIntOp::create(b, i32, v).getResult(); };
+        auto c64 = [&](int64_t v) { return arith::ConstantIntOp::create(b, i64, v).getResult(); };
+        Value c0 = k.index(0), c8 = k.index(8);
+        Value zeroF = f(0.0f), oneF = f(1.0f), six = f(6.0f), e4m3Max = f(448.0f),
+              gridMax = f(2688.0f);
+        Value zeroI8 = c8b(0), threeI8 = c8b(3), fourI8 = c8b(4);
+        Value s31 = c32(31);
+        // E2M1's rounding thresholds: codes 1 to 7 from these up (ties to
+        // even: strictly above for the odd codes' lower bounds).
+        Value e2[7] = {f(0.25f), f(0.75f), f(1.25f), f(1.75f), f(2.5f), f(3.5f), f(5.0f)};
+        Value c16 = c64(16), zeroI64 = c64(0);
+        Value s23 = c32(23), m8 = c32(255), bias = c32(127), minExp = c32(-6), three = c32(3),
+              seven = c32(7), eight = c32(8), fifteen = c32(15), maxCode = c32(126),
+              zeroI32 = c32(0);
+        Value f64Bias = c64(1023), s52 = c64(52);
+        Value f32BiasM10 = c32(117);
+        Value twoM9 = f(0.001953125f);
+        // The module's global scale; an all-zero module (or an amax whose
+        // scale underflows) keeps 1 and zero codes, as the host's quantiser
+        // does.
+        Value amaxF =
+            arith::BitcastOp::create(b, f32, memref::LoadOp::create(b, k.arg(3), ValueRange{c0}));
+        Value g0 = arith::DivFOp::create(b, amaxF, gridMax);
+        Value amaxZero = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, amaxF, zeroF);
+        Value gZero = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, g0, zeroF);
+        Value degenerate = arith::OrIOp::create(b, amaxZero, gZero);
+        Value glob = arith::SelectOp::create(b, degenerate, oneF, g0);
+        unsigned n = k.func.getNumArguments();
+        Value first = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, k.arg(n - 2), zeroI64);
+        {
+          auto ifFirst = scf::IfOp::create(b, first, /*withElse=*/false);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(&ifFirst.getThenRegion().front());
+          memref::StoreOp::create(b, glob, k.arg(2), ValueRange{c0});
+        }
+        Value blocksRow = arith::DivUIOp::create(b, k.arg(6), c16);
+        Value blocks = arith::MulIOp::create(b, k.arg(5), blocksRow);
+        Value block = forEachOfPart(k, blocks);
+        Value r = arith::DivUIOp::create(b, block, blocksRow);
+        Value cb16 = arith::MulIOp::create(b, arith::RemUIOp::create(b, block, blocksRow), c16);
+        Value values[16];
+        Value amax = zeroF;
+        for (int64_t j = 0; j < 16; ++j) {
+          Value col = arith::AddIOp::create(b, cb16, c64(j));
+          values[j] = sample(b, s, piece.index(b, r, col)).value;
+          amax = arith::MaximumFOp::create(b, amax, math::AbsFOp::create(b, values[j]));
+        }
+        // E4M3 of blockAmax / 6 / global: saturating, ties to even.
+        Value m = arith::DivFOp::create(b, arith::DivFOp::create(b, amax, six), glob);
+        Value over = arith::CmpFOp::create(b, arith::CmpFPredicate::OGT, m, e4m3Max);
+        Value isZero = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, m, zeroF);
+        Value mb = arith::BitcastOp::create(b, i32, m);
+        Value be = arith::AndIOp::create(b, arith::ShRUIOp::create(b, mb, s23), m8);
+        Value e = arith::MaxSIOp::create(b, arith::SubIOp::create(b, be, bias), minExp);
+        Value shift = arith::ExtSIOp::create(b, i64, arith::SubIOp::create(b, three, e));
+        Value pbits = arith::ShLIOp::create(b, arith::AddIOp::create(b, f64Bias, shift), s52);
+        Value pow = arith::BitcastOp::create(b, f64, pbits);
+        Value scaled = arith::MulFOp::create(b, arith::ExtFOp::create(b, f64, m), pow);
+        Value units = arith::FPToUIOp::create(b, i32, math::RoundEvenOp::create(b, scaled));
+        Value atMin = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, e, minExp);
+        Value small = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, units, eight);
+        Value sub = arith::AndIOp::create(b, atMin, small);
+        Value eb3 = arith::ShLIOp::create(b, arith::AddIOp::create(b, e, seven), three);
+        Value normalCode = arith::AddIOp::create(b, eb3, arith::SubIOp::create(b, units, eight));
+        Value sc = arith::SelectOp::create(b, sub, units, normalCode);
+        sc = arith::MinUIOp::create(b, sc, maxCode);
+        sc = arith::SelectOp::create(b, isZero, zeroI32, sc);
+        sc = arith::SelectOp::create(b, over, maxCode, sc);
+        Value scode = arith::SelectOp::create(b, degenerate, zeroI32, sc);
+        // Its value times the global scale: the block's scale.
+        Value sx = arith::AndIOp::create(b, arith::ShRUIOp::create(b, scode, three), fifteen);
+        Value sm = arith::AndIOp::create(b, scode, seven);
+        Value subV = arith::MulFOp::create(b, arith::UIToFPOp::create(b, f32, sm), twoM9);
+        Value sm8 = arith::UIToFPOp::create(b, f32, arith::AddIOp::create(b, sm, eight));
+        Value peBits = arith::ShLIOp::create(b, arith::AddIOp::create(b, sx, f32BiasM10), s23);
+        Value normV = arith::MulFOp::create(b, sm8, arith::BitcastOp::create(b, f32, peBits));
+        Value sxZero = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, sx, zeroI32);
+        Value scale =
+            arith::MulFOp::create(b, arith::SelectOp::create(b, sxZero, subV, normV), glob);
+        Value scaleZero = arith::CmpFOp::create(b, arith::CmpFPredicate::OEQ, scale, zeroF);
+        Value dead = arith::OrIOp::create(b, scaleZero, degenerate);
+        Value live =
+            arith::XOrIOp::create(b, dead, arith::ConstantIntOp::create(b, b.getI1Type(), 1));
+        Value scode8 = arith::TruncIOp::create(b, i8, scode);
+        Value bx = arith::IndexCastOp::create(b, b.getIndexType(), block);
+        memref::StoreOp::create(b, scode8, k.arg(1), ValueRange{bx});
+        Value codes[16];
+        const arith::CmpFPredicate above[7] = {arith::CmpFPredicate::OGT, arith::CmpFPredicate::OGE,
+                                               arith::CmpFPredicate::OGT, arith::CmpFPredicate::OGE,
+                                               arith::CmpFPredicate::OGT, arith::CmpFPredicate::OGE,
+                                               arith::CmpFPredicate::OGT};
+        for (int64_t j = 0; j < 16; ++j) {
+          Value q = arith::DivFOp::create(b, values[j], scale);
+          Value qa = math::AbsFOp::create(b, q);
+          Value qs = arith::ShRUIOp::create(b, arith::BitcastOp::create(b, i32, q), s31);
+          Value sign = arith::ShLIOp::create(b, arith::TruncIOp::create(b, i8, qs), threeI8);
+          Value t[7], u[7];
+          for (int64_t c = 0; c < 7; ++c)
+            t[c] = arith::CmpFOp::create(b, above[c], qa, e2[c]);
+          for (int64_t c = 0; c < 7; ++c)
+            u[c] = arith::ExtUIOp::create(b, i8, t[c]);
+          Value w01 = arith::AddIOp::create(b, u[0], u[1]);
+          Value w23 = arith::AddIOp::create(b, u[2], u[3]);
+          Value w45 = arith::AddIOp::create(b, u[4], u[5]);
+          Value w03 = arith::AddIOp::create(b, w01, w23);
+          Value w46 = arith::AddIOp::create(b, w45, u[6]);
+          codes[j] = arith::OrIOp::create(b, arith::AddIOp::create(b, w03, w46), sign);
+        }
+        Value codeAt = arith::MulIOp::create(b, bx, c8);
+        for (int64_t p = 0; p < 8; ++p) {
+          Value hi = arith::ShLIOp::create(b, codes[2 * p + 1], fourI8);
+          Value byte = arith::OrIOp::create(b, codes[2 * p], hi);
+          Value kept = arith::SelectOp::create(b, live, byte, zeroI8);
+          Value at = arith::AddIOp::create(b, codeAt, k.index(p));
+          memref::StoreOp::create(b, kept, k.arg(0), ValueRange{at});
+        }
+        b.setInsertionPointAfter(block.getParentBlock()->getParentOp());
+      });
 }
 
 } // namespace kiln::kernels
