@@ -1,8 +1,19 @@
 #include "targets/amdgcn/MfmaGemm.h"
 
+#include "targets/common/KernelBuilder.h"
 #include "targets/common/WarpSnippets.h"
 
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/ROCDLDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
 namespace kiln::amdgcn {
+
+using namespace mlir;
+
 namespace {
 
 using kernels::fillTemplate;
@@ -41,86 +52,91 @@ kernels::Work mfmaGemmWork(int64_t n, int64_t maxTokens) {
   return kernels::Work{tiles(maxTokens) * tiles(n) * kWave, 0, kWave};
 }
 
+// Built as typed IR (KernelBuilder.h).
 kernels::KernelSpec mfmaGemm(int64_t n, int64_t k) {
-  std::string name = "linear_mfma_" + str(n) + "x" + str(k);
-  std::string xt = "memref<?x" + str(k) + "xf32>",
-              wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
-  std::string yt = "memref<?x" + str(n) + "xf32>";
-  // The 16 results of lane l: rows 8 (j / 4) + 4 (l / 32) + j % 4 of the tile.
-  std::string stores;
-  for (int64_t j = 0; j < 16; ++j) {
-    std::string J = str(j);
-    stores += fillTemplate(R"(
-    %r@@j@@_off = arith.constant @@off@@ : index
-    %r@@j@@_in = arith.addi %half4, %r@@j@@_off : index
-    %r@@j@@ = arith.addi %m0, %r@@j@@_in : index
-    %r@@j@@_ok0 = arith.cmpi ult, %r@@j@@, %rows : index
-    %r@@j@@_ok = arith.andi %r@@j@@_ok0, %col_ok : i1
-    scf.if %r@@j@@_ok {
-      %v@@j@@ = vector.extract %acc[@@j@@] : f32 from vector<16xf32>
-      memref.store %v@@j@@, %y[%r@@j@@, %col] : @@yt@@
-    }
-)",
-                           {{"j", J}, {"off", str(8 * (j / 4) + j % 4)}, {"yt", yt}});
-  }
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: @@yt@@, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "mfma-gemm", tile = [32, 32, 8], block = 64 : i64}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c4 = arith.constant 4 : index
-  %c8 = arith.constant 8 : index
-  %c32 = arith.constant 32 : index
-  %kdim = arith.constant @@k@@ : index
-  %ndim = arith.constant @@n@@ : index
-  %n_last = arith.constant @@n_last@@ : index
-  %col_tiles = arith.constant @@col_tiles@@ : index
-  %zero_i32 = arith.constant 0 : i32
-  %zero_acc = arith.constant dense<0.0> : vector<16xf32>
-  %lane = gpu.thread_id x
-  %bid = gpu.block_id x
-  %rows = arith.index_cast %rows_i : i64 to index
-  %mt = arith.divui %bid, %col_tiles : index
-  %nt = arith.remui %bid, %col_tiles : index
-  %m0 = arith.muli %mt, %c32 : index
-  %n0 = arith.muli %nt, %c32 : index
-  %live = arith.cmpi ult, %m0, %rows : index
-  scf.if %live {
-    %l32 = arith.remui %lane, %c32 : index
-    %half = arith.divui %lane, %c32 : index
-    %half4 = arith.muli %half, %c4 : index
+  kernels::Tiling tiling;
+  tiling.set("kind", "mfma-gemm")
+      .set("tile", std::vector<int64_t>{kTile, kTile, kStepK})
+      .set("block", kWave);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    const int64_t dynamic = ShapedType::kDynamic;
+    return {MemRefType::get({dynamic, k}, b.getF32Type()), MemRefType::get({n, k}, b.getBF16Type()),
+            MemRefType::get({dynamic, n}, b.getF32Type()), b.getI64Type()};
+  };
+  const std::string name = "linear_mfma_" + str(n) + "x" + str(k);
+  return kernels::buildKernel(name, "kiln.linear", tiling, args, [&](kernels::KernelScope &s) {
+    ImplicitLocOpBuilder &b = s.b;
+    Value c0 = s.index(0), c1 = s.index(1), c4 = s.index(4), c8 = s.index(kStepK),
+          c32 = s.index(kTile);
+    Value kdim = s.index(k), ndim = s.index(n), nLast = s.index(n - 1),
+          colTiles = s.index(tiles(n));
+    Value zeroI32 = arith::ConstantIntOp::create(b, b.getI32Type(), 0);
+    auto accType = VectorType::get({16}, b.getF32Type());
+    Value zeroAcc = arith::ConstantOp::create(b, DenseElementsAttr::get(accType, 0.0f));
+    Value lane = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    Value bid = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    Value rows = s.argIndex(3);
+    Value mt = arith::DivUIOp::create(b, bid, colTiles);
+    Value nt = arith::RemUIOp::create(b, bid, colTiles);
+    Value m0 = arith::MulIOp::create(b, mt, c32);
+    Value n0 = arith::MulIOp::create(b, nt, c32);
+    auto ifLive =
+        scf::IfOp::create(b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, m0, rows),
+                          /*withElse=*/false);
+    b.setInsertionPointToStart(&ifLive.getThenRegion().front());
+    Value l32 = arith::RemUIOp::create(b, lane, c32);
+    Value half4 = arith::MulIOp::create(b, arith::DivUIOp::create(b, lane, c32), c4);
     // This lane's token and weight row; past T or n they repeat the last,
     // and their results are not stored.
-    %last_row = arith.subi %rows, %c1 : index
-    %arow_at = arith.addi %m0, %l32 : index
-    %arow = arith.minui %arow_at, %last_row : index
-    %col = arith.addi %n0, %l32 : index
-    %brow = arith.minui %col, %n_last : index
-    %col_ok = arith.cmpi ult, %col, %ndim : index
-    %acc = scf.for %kk = %c0 to %kdim step %c8 iter_args(%a = %zero_acc) -> (vector<16xf32>) {
-      %k0 = arith.addi %kk, %half4 : index
-@@a@@      %wv = vector.load %w[%brow, %k0] {alignment = 8} : @@wt@@, vector<4xbf16>
-      %w_i = vector.bitcast %wv : vector<4xbf16> to vector<4xi16>
-@@m1@@@@m2@@      scf.yield %a2 : vector<16xf32>
+    Value lastRow = arith::SubIOp::create(b, rows, c1);
+    Value arow = arith::MinUIOp::create(b, arith::AddIOp::create(b, m0, l32), lastRow);
+    Value col = arith::AddIOp::create(b, n0, l32);
+    Value brow = arith::MinUIOp::create(b, col, nLast);
+    Value colOk = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, col, ndim);
+    auto loop = scf::ForOp::create(b, c0, kdim, c8, ValueRange{zeroAcc});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(loop.getBody());
+      Value k0 = arith::AddIOp::create(b, loop.getInductionVar(), half4);
+      MfmaActivation a = mfmaActivation(b, s.arg(0), ValueRange{arow, k0});
+      Value wv = vector::LoadOp::create(b, VectorType::get({4}, b.getBF16Type()), s.arg(1),
+                                        ValueRange{brow, k0}, false, llvm::MaybeAlign(8));
+      Value wi = vector::BitCastOp::create(b, VectorType::get({4}, b.getI16Type()), wv);
+      Value a1 = mfmaStep(b, a.hi, wi, loop.getRegionIterArgs()[0], zeroI32);
+      scf::YieldOp::create(b, ValueRange{mfmaStep(b, a.lo, wi, a1, zeroI32)});
     }
-@@stores@@
-  }
-  return
+    // The 16 results of lane l: rows 8 (j / 4) + 4 (l / 32) + j % 4 of the tile.
+    for (int64_t j = 0; j < 16; ++j) {
+      Value off = s.index(8 * (j / 4) + j % 4);
+      Value r = arith::AddIOp::create(b, m0, arith::AddIOp::create(b, half4, off));
+      Value ok = arith::AndIOp::create(
+          b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, r, rows), colOk);
+      auto ifOk = scf::IfOp::create(b, ok, /*withElse=*/false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifOk.getThenRegion().front());
+      Value v = vector::ExtractOp::create(b, loop.getResult(0), ArrayRef<int64_t>{j});
+      memref::StoreOp::create(b, v, s.arg(2), ValueRange{r, col});
+    }
+  });
 }
-)",
-                                  {{"name", name},
-                                   {"xt", xt},
-                                   {"wt", wt},
-                                   {"yt", yt},
-                                   {"k", str(k)},
-                                   {"n", str(n)},
-                                   {"n_last", str(n - 1)},
-                                   {"col_tiles", str(tiles(n))},
-                                   {"a", mfmaActivation("%x", xt, "%arow", "%k0")},
-                                   {"m1", mfmaStep("%a1", "%a_hi", "%w_i", "%a")},
-                                   {"m2", mfmaStep("%a2", "%a_lo", "%w_i", "%a1")},
-                                   {"stores", stores}});
-  return kernels::textKernel(name, "kiln.linear", body);
+
+MfmaActivation mfmaActivation(ImplicitLocOpBuilder &b, Value x, ValueRange at) {
+  auto f32x4 = VectorType::get({4}, b.getF32Type());
+  auto bf16x4 = VectorType::get({4}, b.getBF16Type());
+  auto i16x4 = VectorType::get({4}, b.getI16Type());
+  Value xv = vector::LoadOp::create(b, f32x4, x, at, false, llvm::MaybeAlign(16));
+  Value hi = arith::TruncFOp::create(b, bf16x4, xv);
+  Value rest = arith::SubFOp::create(b, xv, arith::ExtFOp::create(b, f32x4, hi));
+  Value lo = arith::TruncFOp::create(b, bf16x4, rest);
+  MfmaActivation a;
+  a.hi = vector::BitCastOp::create(b, i16x4, hi);
+  a.lo = vector::BitCastOp::create(b, i16x4, lo);
+  return a;
+}
+
+Value mfmaStep(ImplicitLocOpBuilder &b, Value a, Value bOperand, Value c, Value zeroI32) {
+  return ROCDL::mfma_f32_32x32x8bf16_1k::create(
+      b, c.getType(), ValueRange{a, bOperand, c, zeroI32, zeroI32, zeroI32});
 }
 
 } // namespace kiln::amdgcn

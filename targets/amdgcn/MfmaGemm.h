@@ -16,6 +16,9 @@
 #include "targets/common/KernelSpec.h"
 #include "targets/common/TargetHooks.h"
 
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/IR/Value.h"
+
 #include <cstdint>
 #include <string>
 
@@ -25,7 +28,18 @@ bool mfmaGemmFits(int64_t n, int64_t k);
 kernels::KernelSpec mfmaGemm(int64_t n, int64_t k);
 kernels::Work mfmaGemmWork(int64_t n, int64_t maxTokens);
 
-// MLIR text the MFMA kernels share. The lane's A operand: 4 f32 activations
+// The pieces of the MFMA kernels, as typed IR. The lane's A operand: 4 f32
+// activations of `x` at `at`, split into bf16 parts (vector<4xi16> each).
+struct MfmaActivation {
+  mlir::Value hi, lo;
+};
+MfmaActivation mfmaActivation(mlir::ImplicitLocOpBuilder &b, mlir::Value x, mlir::ValueRange at);
+// a · b + c through v_mfma_f32_32x32x8_bf16 (its three modifiers zero).
+mlir::Value mfmaStep(mlir::ImplicitLocOpBuilder &b, mlir::Value a, mlir::Value bOperand,
+                     mlir::Value c, mlir::Value zeroI32);
+
+// The same as MLIR text, for the expert tiles (MfmaExperts.cpp) until they
+// are typed IR too. The lane's A operand: 4 f32 activations
 // of `x` (memref `type`) at row indices `row` and column index `k`, split
 // into bf16 parts %a_hi and %a_lo (vector<4xi16>).
 std::string mfmaActivation(const std::string &x, const std::string &type, const std::string &row,

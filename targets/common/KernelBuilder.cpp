@@ -5,6 +5,7 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/LLVMIR/ROCDLDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -32,13 +33,23 @@ Tiling &Tiling::set(const std::string &key, const std::string &value) {
   return *this;
 }
 
+Tiling &Tiling::set(const std::string &key, std::vector<int64_t> values) {
+  fields.emplace_back(key, std::move(values));
+  return *this;
+}
+
 DictionaryAttr Tiling::attr(Builder &b) const {
   SmallVector<NamedAttribute> named;
-  for (const auto &[key, value] : fields)
-    named.push_back(
-        b.getNamedAttr(key, std::holds_alternative<int64_t>(value)
-                                ? Attribute(b.getI64IntegerAttr(std::get<int64_t>(value)))
-                                : Attribute(b.getStringAttr(std::get<std::string>(value)))));
+  for (const auto &[key, value] : fields) {
+    Attribute attr;
+    if (const auto *i = std::get_if<int64_t>(&value))
+      attr = b.getI64IntegerAttr(*i);
+    else if (const auto *text = std::get_if<std::string>(&value))
+      attr = b.getStringAttr(*text);
+    else
+      attr = b.getI64ArrayAttr(std::get<std::vector<int64_t>>(value));
+    named.push_back(b.getNamedAttr(key, attr));
+  }
   return b.getDictionaryAttr(named);
 }
 
@@ -90,10 +101,10 @@ KernelSpec buildKernel(const std::string &name, const std::string &op, const Til
                        const std::function<std::vector<Type>(Builder &)> &args,
                        const std::function<void(KernelScope &)> &body) {
   MLIRContext context(MLIRContext::Threading::DISABLED);
-  context
-      .loadDialect<amx::AMXDialect, arith::ArithDialect, func::FuncDialect, gpu::GPUDialect,
-                   LLVM::LLVMDialect, math::MathDialect, memref::MemRefDialect, NVVM::NVVMDialect,
-                   scf::SCFDialect, vector::VectorDialect, x86vector::X86VectorDialect>();
+  context.loadDialect<amx::AMXDialect, arith::ArithDialect, func::FuncDialect, gpu::GPUDialect,
+                      LLVM::LLVMDialect, math::MathDialect, memref::MemRefDialect,
+                      NVVM::NVVMDialect, ROCDL::ROCDLDialect, scf::SCFDialect,
+                      vector::VectorDialect, x86vector::X86VectorDialect>();
   ImplicitLocOpBuilder b(UnknownLoc::get(&context), &context);
   OwningOpRef<ModuleOp> module = ModuleOp::create(b);
   b.setInsertionPointToEnd(module->getBody());

@@ -34,10 +34,12 @@ class Tiling {
 public:
   Tiling &set(const std::string &key, int64_t value);
   Tiling &set(const std::string &key, const std::string &value);
+  Tiling &set(const std::string &key, std::vector<int64_t> values); // an array
   mlir::DictionaryAttr attr(mlir::Builder &b) const;
 
 private:
-  std::vector<std::pair<std::string, std::variant<int64_t, std::string>>> fields;
+  std::vector<std::pair<std::string, std::variant<int64_t, std::string, std::vector<int64_t>>>>
+      fields;
 };
 
 // A kiln.tiling dictionary as the artifact's JSON, in the dictionary's
