@@ -1,167 +1,240 @@
 #include "targets/amdgcn/MfmaExperts.h"
 
 #include "targets/amdgcn/MfmaGemm.h"
+#include "targets/common/KernelBuilder.h"
 
-#include "targets/common/WarpSnippets.h"
-
-#include <functional>
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 namespace kiln::amdgcn {
-namespace {
 
+using namespace mlir;
 using kernels::ExpertTileShape;
-using kernels::fillTemplate;
-using kernels::str;
+
+namespace {
 
 constexpr int64_t kTile = 32, kWaves = 4, kThreads = 64 * kWaves;
 
-// An expert projection [E, out, in]: its arguments and, for NVFP4, its
-// codes' and scales' types.
-struct Projection {
-  std::string args, type, scalesType;
-};
-Projection projection(const std::string &w, const ExpertTileShape &s, int64_t out, int64_t in) {
-  std::string E = str(s.experts), O = str(out);
-  Projection p;
+enum class Product { GateUp, Down };
+
+// An expert projection's kernel arguments: bf16 [E, out, in], or NVFP4
+// codes [E, out, in / 2] i8, scales [E, out, in / 16] i8 (E4M3) and global
+// scales [E] f32.
+void projectionTypes(Builder &b, const ExpertTileShape &s, int64_t out, int64_t in,
+                     std::vector<Type> &types) {
   if (!s.nvfp4) {
-    p.type = "memref<" + E + "x" + O + "x" + str(in) + "xbf16>";
-    p.args = "%" + w + ": " + p.type;
-    return p;
+    types.push_back(MemRefType::get({s.experts, out, in}, b.getBF16Type()));
+    return;
   }
-  p.type = "memref<" + E + "x" + O + "x" + str(in / 2) + "xi8>";
-  p.scalesType = "memref<" + E + "x" + O + "x" + str(in / 16) + "xi8>";
-  p.args = "%" + w + ": " + p.type + ", %" + w + "_s: " + p.scalesType + ", %" + w + "_g: memref<" +
-           E + "xf32>";
-  return p;
+  types.push_back(MemRefType::get({s.experts, out, in / 2}, b.getI8Type()));
+  types.push_back(MemRefType::get({s.experts, out, in / 16}, b.getI8Type()));
+  types.push_back(MemRefType::get({s.experts}, b.getF32Type()));
 }
 
-// Lane's B operand for projection `w` at k step %kk: 4 weights of row %col
-// of expert %e, as vector<4xi16> `%<w>_b`. NVFP4: 2 bytes of codes and their
-// block's E4M3 scale, placed into f16 bits (code x 2^-14, scale x 2^-8) and
-// their product times 2^22, exact in bf16.
-std::string weightOperand(const std::string &w, const Projection &p, bool nvfp4) {
-  if (!nvfp4)
-    return fillTemplate(R"(
-      %@@w@@_v = vector.load %@@w@@[%e, %col, %kk] {alignment = 8} : @@t@@, vector<4xbf16>
-      %@@w@@_b = vector.bitcast %@@w@@_v : vector<4xbf16> to vector<4xi16>
-)",
-                        {{"w", w}, {"t", p.type}});
-  return fillTemplate(R"(
-      %@@w@@_kb = arith.divui %kk, %c2 : index
-      %@@w@@_codes = vector.load %@@w@@[%e, %col, %@@w@@_kb] {alignment = 2} : @@t@@, vector<2xi8>
-      %@@w@@_blk = arith.divui %kk, %c16 : index
-      %@@w@@_sc = memref.load %@@w@@_s[%e, %col, %@@w@@_blk] : @@st@@
-      %@@w@@_c16 = arith.extui %@@w@@_codes : vector<2xi8> to vector<2xi16>
-      %@@w@@_lo = arith.andi %@@w@@_c16, %nib_mask : vector<2xi16>
-      %@@w@@_hi = arith.shrui %@@w@@_c16, %nib_shift : vector<2xi16>
-      %@@w@@_all = vector.shuffle %@@w@@_lo, %@@w@@_hi [0, 2, 1, 3] : vector<2xi16>, vector<2xi16>
-      %@@w@@_sgn = arith.andi %@@w@@_all, %code_sign : vector<4xi16>
-      %@@w@@_sgns = arith.shli %@@w@@_sgn, %code_sign_shift : vector<4xi16>
-      %@@w@@_mag = arith.andi %@@w@@_all, %code_mag : vector<4xi16>
-      %@@w@@_mags = arith.shli %@@w@@_mag, %code_mag_shift : vector<4xi16>
-      %@@w@@_bits = arith.ori %@@w@@_sgns, %@@w@@_mags : vector<4xi16>
-      %@@w@@_half = arith.bitcast %@@w@@_bits : vector<4xi16> to vector<4xf16>
-      %@@w@@_vals = arith.extf %@@w@@_half : vector<4xf16> to vector<4xf32>
-      %@@w@@_s16 = arith.extui %@@w@@_sc : i8 to i16
-      %@@w@@_ssg = arith.andi %@@w@@_s16, %scale_sign : i16
-      %@@w@@_ssgs = arith.shli %@@w@@_ssg, %scale_sign_shift : i16
-      %@@w@@_smg = arith.andi %@@w@@_s16, %scale_mag : i16
-      %@@w@@_smgs = arith.shli %@@w@@_smg, %scale_mag_shift : i16
-      %@@w@@_sbits = arith.ori %@@w@@_ssgs, %@@w@@_smgs : i16
-      %@@w@@_sh = arith.bitcast %@@w@@_sbits : i16 to f16
-      %@@w@@_sf = arith.extf %@@w@@_sh : f16 to f32
-      %@@w@@_sfold = arith.mulf %@@w@@_sf, %fold : f32
-      %@@w@@_sv = vector.broadcast %@@w@@_sfold : f32 to vector<4xf32>
-      %@@w@@_wv = arith.mulf %@@w@@_vals, %@@w@@_sv : vector<4xf32>
-      %@@w@@_wb = arith.truncf %@@w@@_wv : vector<4xf32> to vector<4xbf16>
-      %@@w@@_b = vector.bitcast %@@w@@_wb : vector<4xbf16> to vector<4xi16>
-)",
-                      {{"w", w}, {"t", p.type}, {"st", p.scalesType}});
+// NVFP4's decoding constants: codes placed into f16 bits (code x 2^-14),
+// scales too (scale x 2^-8), their product times 2^22.
+struct Nvfp4Constants {
+  Value nibMask, nibShift, codeSign, codeSignShift, codeMag, codeMagShift, scaleSign,
+      scaleSignShift, scaleMag, scaleMagShift, fold;
+};
+
+Nvfp4Constants nvfp4Constants(ImplicitLocOpBuilder &b) {
+  Type i16 = b.getI16Type();
+  auto splat = [&](int64_t lanes, int64_t v) {
+    auto type = VectorType::get({lanes}, i16);
+    return arith::ConstantOp::create(b, DenseElementsAttr::get(type, b.getIntegerAttr(i16, v)))
+        .getResult();
+  };
+  auto c16 = [&](int64_t v) { return arith::ConstantIntOp::create(b, i16, v).getResult(); };
+  Nvfp4Constants c;
+  c.nibMask = splat(2, 15);
+  c.nibShift = splat(2, 4);
+  c.codeSign = splat(4, 8);
+  c.codeSignShift = splat(4, 12);
+  c.codeMag = splat(4, 7);
+  c.codeMagShift = splat(4, 9);
+  c.scaleSign = c16(128);
+  c.scaleSignShift = c16(8);
+  c.scaleMag = c16(127);
+  c.scaleMagShift = c16(7);
+  c.fold = arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(4194304.0f));
+  return c;
 }
 
-constexpr const char *kNvfp4Constants = R"(
-  %nib_mask = arith.constant dense<15> : vector<2xi16>
-  %nib_shift = arith.constant dense<4> : vector<2xi16>
-  %code_sign = arith.constant dense<8> : vector<4xi16>
-  %code_sign_shift = arith.constant dense<12> : vector<4xi16>
-  %code_mag = arith.constant dense<7> : vector<4xi16>
-  %code_mag_shift = arith.constant dense<9> : vector<4xi16>
-  %scale_sign = arith.constant 128 : i16
-  %scale_sign_shift = arith.constant 8 : i16
-  %scale_mag = arith.constant 127 : i16
-  %scale_mag_shift = arith.constant 7 : i16
-  %fold = arith.constant 4194304.0 : f32
-)";
+// A tile kernel's lane: from the lists, its block's tile of 128 items of
+// expert `e` and column tile; its wave's 32 items from `w0`; its item (token
+// `t`, choice `j`) and output column `col`. build() leaves the builder
+// inside the checks that the tile and the wave hold items.
+class TileLane {
+public:
+  TileLane(kernels::KernelScope &k, const ExpertTileShape &s, Product p)
+      : k(k), b(k.b), s(s), p(p) {}
 
-// Everything up to the k loop: the block's tile of 128 items of expert %e
-// (from the lists), column tile %nt of `colTiles`, this wave's 32 items from
-// %w0, and the lane's item (%t, %j: its token and choice) and column %col.
-std::string tileHead(const ExpertTileShape &s, int64_t colTiles) {
-  return fillTemplate(R"(
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %c4 = arith.constant 4 : index
-  %c8 = arith.constant 8 : index
-  %c16 = arith.constant 16 : index
-  %c32 = arith.constant 32 : index
-  %c64 = arith.constant 64 : index
-  %c128 = arith.constant 128 : index
-  %ck = arith.constant @@k@@ : index
-  %zero_i32 = arith.constant 0 : i32
-  %zero_acc = arith.constant dense<0.0> : vector<16xf32>
-  %tid = gpu.thread_id x
-  %bid = gpu.block_id x
-  %wave = arith.divui %tid, %c64 : index
-  %lane = arith.remui %tid, %c64 : index
-  %l32 = arith.remui %lane, %c32 : index
-  %half = arith.divui %lane, %c32 : index
-  %half4 = arith.muli %half, %c4 : index
-@@tile@@
-  scf.if %live {
-@@items@@    %w0 = arith.muli %wave, %c32 : index
-    %wave_live = arith.cmpi ult, %w0, %rows_in : index
-    scf.if %wave_live {
-    %lrow_at = arith.addi %w0, %l32 : index
-    %lrow = arith.minui %lrow_at, %last_in : index
-    %lpos = arith.addi %base, %lrow : index
-    %litem_i = memref.load %items[%lpos] : memref<@@mi@@xi32>
-    %litem = arith.index_cast %litem_i : i32 to index
-    %t = arith.divui %litem, %ck : index
-    %j = arith.remui %litem, %ck : index
-    %n0 = arith.muli %nt, %c32 : index
-    %col = arith.addi %n0, %l32 : index
-)",
-                      {{"k", str(s.k)},
-                       {"tile", kernels::expertTileOfBlock(s, colTiles)},
-                       {"items", kernels::expertTileItems(s)},
-                       {"mi", str(s.maxItems())}});
-}
-
-// The epilogue: for each of the lane's 16 results (row 8 (r / 4) + 4 (lane
-// / 32) + r % 4 of the wave's 32), the item's token %ot<r> and choice %oj<r>
-// and `store(r)`'s text, where the row holds an item.
-std::string forEachResult(const std::function<std::string(const std::string &)> &store,
-                          const std::string &mi) {
-  std::string text;
-  for (int64_t r = 0; r < 16; ++r) {
-    std::string R = str(r);
-    text += fillTemplate(R"(
-    %or@@r@@_off = arith.constant @@off@@ : index
-    %or@@r@@_in = arith.addi %half4, %or@@r@@_off : index
-    %or@@r@@ = arith.addi %w0, %or@@r@@_in : index
-    %ok@@r@@ = arith.cmpi ult, %or@@r@@, %rows_in : index
-    scf.if %ok@@r@@ {
-      %op@@r@@ = arith.addi %base, %or@@r@@ : index
-      %oi@@r@@_i = memref.load %items[%op@@r@@] : memref<@@mi@@xi32>
-      %oi@@r@@ = arith.index_cast %oi@@r@@_i : i32 to index
-      %ot@@r@@ = arith.divui %oi@@r@@, %ck : index
-      %oj@@r@@ = arith.remui %oi@@r@@, %ck : index
-)",
-                         {{"r", R}, {"off", str(8 * (r / 4) + r % 4)}, {"mi", mi}}) +
-            store(R) + "    }\n";
+  void build(int64_t colTiles) {
+    if (s.nvfp4)
+      nv = nvfp4Constants(b);
+    c0 = k.index(0);
+    c1 = k.index(1);
+    c2 = k.index(2);
+    Value c4 = k.index(4);
+    c8 = k.index(8);
+    c16 = k.index(16);
+    Value c32 = k.index(32), c64 = k.index(64), c128 = k.index(kernels::kExpertTileRows);
+    ck = k.index(s.k);
+    zeroI32 = arith::ConstantIntOp::create(b, b.getI32Type(), 0);
+    zeroAcc = arith::ConstantOp::create(
+        b, DenseElementsAttr::get(VectorType::get({16}, b.getF32Type()), 0.0f));
+    Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    Value bid = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    Value wave = arith::DivUIOp::create(b, tid, c64);
+    Value lane = arith::RemUIOp::create(b, tid, c64);
+    Value l32 = arith::RemUIOp::create(b, lane, c32);
+    half4 = arith::MulIOp::create(b, arith::DivUIOp::create(b, lane, c32), c4);
+    // The block's tile and column tile; the tile count in meta[E + 1].
+    Value tiles = k.index(colTiles), countAt = k.index(s.experts + 1);
+    Value tile = arith::DivUIOp::create(b, bid, tiles);
+    Value nt = arith::RemUIOp::create(b, bid, tiles);
+    Value count = loadIndex(k.arg(1), countAt);
+    ifThen(arith::CmpIOp::create(b, arith::CmpIPredicate::ult, tile, count));
+    Value at = arith::MulIOp::create(b, tile, c2);
+    Value at1 = arith::AddIOp::create(b, at, c1);
+    Value eI = memref::LoadOp::create(b, k.arg(2), ValueRange{at});
+    Value r0I = memref::LoadOp::create(b, k.arg(2), ValueRange{at1});
+    e = arith::IndexCastOp::create(b, b.getIndexType(), eI);
+    Value r0 = arith::IndexCastOp::create(b, b.getIndexType(), r0I);
+    Value e1 = arith::AddIOp::create(b, e, c1);
+    Value firstI = memref::LoadOp::create(b, k.arg(1), ValueRange{e});
+    Value endI = memref::LoadOp::create(b, k.arg(1), ValueRange{e1});
+    Value first = arith::IndexCastOp::create(b, b.getIndexType(), firstI);
+    Value end = arith::IndexCastOp::create(b, b.getIndexType(), endI);
+    base = arith::AddIOp::create(b, first, r0);
+    rowsIn = arith::MinUIOp::create(b, arith::SubIOp::create(b, end, base), c128);
+    Value lastIn = arith::SubIOp::create(b, rowsIn, c1);
+    w0 = arith::MulIOp::create(b, wave, c32);
+    ifThen(arith::CmpIOp::create(b, arith::CmpIPredicate::ult, w0, rowsIn));
+    Value lrow = arith::MinUIOp::create(b, arith::AddIOp::create(b, w0, l32), lastIn);
+    Item it = item(arith::AddIOp::create(b, base, lrow));
+    t = it.token;
+    j = it.choice;
+    col = arith::AddIOp::create(b, arith::MulIOp::create(b, nt, c32), l32);
   }
-  return text;
+
+  // The global scale of weight matrix `m` (1 for bf16 weights).
+  Value globalScale(int64_t m) {
+    if (!s.nvfp4)
+      return arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(1.0f));
+    return memref::LoadOp::create(b, k.arg(weightArg(m) + 2), ValueRange{e});
+  }
+
+  // The lane's B operand of weight matrix `m` at k `kk`: 4 weights of row
+  // `col` of expert `e` as vector<4xi16>.
+  Value weightOperand(int64_t m, Value kk) {
+    Type i16 = b.getI16Type();
+    auto i16x4 = VectorType::get({4}, i16);
+    Value w = k.arg(weightArg(m));
+    if (!s.nvfp4) {
+      Value v = vector::LoadOp::create(b, VectorType::get({4}, b.getBF16Type()), w,
+                                       ValueRange{e, col, kk}, false, llvm::MaybeAlign(8));
+      return vector::BitCastOp::create(b, i16x4, v);
+    }
+    Value kb = arith::DivUIOp::create(b, kk, c2);
+    Value codes = vector::LoadOp::create(b, VectorType::get({2}, b.getI8Type()), w,
+                                         ValueRange{e, col, kb}, false, llvm::MaybeAlign(2));
+    Value blk = arith::DivUIOp::create(b, kk, c16);
+    Value sc = memref::LoadOp::create(b, k.arg(weightArg(m) + 1), ValueRange{e, col, blk});
+    Value wide = arith::ExtUIOp::create(b, VectorType::get({2}, i16), codes);
+    Value lo = arith::AndIOp::create(b, wide, nv.nibMask);
+    Value hi = arith::ShRUIOp::create(b, wide, nv.nibShift);
+    Value all = vector::ShuffleOp::create(b, lo, hi, ArrayRef<int64_t>{0, 2, 1, 3});
+    Value signs =
+        arith::ShLIOp::create(b, arith::AndIOp::create(b, all, nv.codeSign), nv.codeSignShift);
+    Value mags =
+        arith::ShLIOp::create(b, arith::AndIOp::create(b, all, nv.codeMag), nv.codeMagShift);
+    Value bits = arith::OrIOp::create(b, signs, mags);
+    Value vals = arith::ExtFOp::create(
+        b, VectorType::get({4}, b.getF32Type()),
+        arith::BitcastOp::create(b, VectorType::get({4}, b.getF16Type()), bits).getResult());
+    Value s16 = arith::ExtUIOp::create(b, i16, sc);
+    Value ssign =
+        arith::ShLIOp::create(b, arith::AndIOp::create(b, s16, nv.scaleSign), nv.scaleSignShift);
+    Value smag =
+        arith::ShLIOp::create(b, arith::AndIOp::create(b, s16, nv.scaleMag), nv.scaleMagShift);
+    Value sbits = arith::OrIOp::create(b, ssign, smag);
+    Value sf = arith::ExtFOp::create(
+        b, b.getF32Type(), arith::BitcastOp::create(b, b.getF16Type(), sbits).getResult());
+    Value folded = arith::MulFOp::create(b, sf, nv.fold);
+    Value sv = vector::BroadcastOp::create(b, VectorType::get({4}, b.getF32Type()), folded);
+    Value wv = arith::MulFOp::create(b, vals, sv);
+    Value wb = arith::TruncFOp::create(b, VectorType::get({4}, b.getBF16Type()), wv);
+    return vector::BitCastOp::create(b, i16x4, wb);
+  }
+
+  // For each of the lane's 16 results (row 8 (r / 4) + 4 (lane / 32) + r %
+  // 4 of the wave's 32) whose row holds an item: `store(r, item)`.
+  struct Item {
+    Value token, choice;
+  };
+  void forEachResult(function_ref<void(int64_t, const Item &)> store) {
+    for (int64_t r = 0; r < 16; ++r) {
+      Value off = k.index(8 * (r / 4) + r % 4);
+      Value row = arith::AddIOp::create(b, w0, arith::AddIOp::create(b, half4, off));
+      auto ifRow = scf::IfOp::create(
+          b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row, rowsIn), false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifRow.getThenRegion().front());
+      store(r, item(arith::AddIOp::create(b, base, row)));
+    }
+  }
+
+  kernels::KernelScope &k;
+  ImplicitLocOpBuilder &b;
+  const ExpertTileShape &s;
+  Product p;
+  Nvfp4Constants nv{};
+  Value c0, c1, c2, c8, c16, ck, zeroI32, zeroAcc, half4, e, base, rowsIn, w0, t, j, col;
+
+private:
+  unsigned weightArg(int64_t m) const { return 4 + m * (s.nvfp4 ? 3 : 1); }
+  Value loadIndex(Value ref, Value at) {
+    Value v = memref::LoadOp::create(b, ref, ValueRange{at});
+    return arith::IndexCastOp::create(b, b.getIndexType(), v);
+  }
+  Item item(Value position) {
+    Value id = loadIndex(k.arg(3), position);
+    return {arith::DivUIOp::create(b, id, ck), arith::RemUIOp::create(b, id, ck)};
+  }
+  void ifThen(Value condition) {
+    auto ifOp = scf::IfOp::create(b, condition, /*withElse=*/false);
+    b.setInsertionPointToStart(&ifOp.getThenRegion().front());
+  }
+};
+
+std::vector<Type> tileArgs(Builder &b, const ExpertTileShape &s, Product p) {
+  const int64_t dynamic = ShapedType::kDynamic;
+  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  const int64_t in = p == Product::GateUp ? s.latent : s.intermediate;
+  const int64_t out = p == Product::GateUp ? s.intermediate : s.latent;
+  std::vector<Type> types = {p == Product::GateUp ? Type(MemRefType::get({dynamic, in}, f32))
+                                                  : Type(MemRefType::get({dynamic, s.k, in}, f32)),
+                             MemRefType::get({s.experts + 2}, i32),
+                             MemRefType::get({2 * s.maxTiles()}, i32),
+                             MemRefType::get({s.maxItems()}, i32)};
+  for (int64_t m = 0; m < (p == Product::GateUp ? 2 : 1); ++m)
+    projectionTypes(b, s, out, in, types);
+  types.push_back(MemRefType::get({dynamic, s.k, out}, f32));
+  return types;
+}
+
+kernels::Tiling tileTiling() {
+  kernels::Tiling tiling;
+  tiling.set("kind", "mfma-experts")
+      .set("tile", std::vector<int64_t>{kernels::kExpertTileRows, kTile, 8})
+      .set("block", kThreads);
+  return tiling;
 }
 
 } // namespace
@@ -178,119 +251,77 @@ kernels::Work mfmaExpertDownWork(const ExpertTileShape &s) {
   return kernels::Work{s.maxTiles() * (s.latent / kTile) * kThreads, 0, kThreads};
 }
 
+// Built as typed IR (KernelBuilder.h).
 kernels::KernelSpec mfmaExpertGateUp(const ExpertTileShape &s) {
-  std::string name = "expert_gateup_mfma_" + kernels::expertShapeSuffix(s);
-  std::string zt = "memref<?x" + str(s.latent) + "xf32>";
-  std::string ht = "memref<?x" + str(s.k) + "x" + str(s.intermediate) + "xf32>";
-  Projection gate = projection("gate", s, s.intermediate, s.latent);
-  Projection up = projection("up", s, s.intermediate, s.latent);
-  std::string globals =
-      s.nvfp4
-          ? "    %gate_glob = memref.load %gate_g[%e] : memref<" + str(s.experts) +
-                "xf32>\n    %up_glob = memref.load %up_g[%e] : memref<" + str(s.experts) + "xf32>\n"
-          : "    %gate_glob = arith.constant 1.0 : f32\n    %up_glob = arith.constant 1.0 : f32\n";
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%z: @@zt@@, @@lists@@, @@gargs@@, @@uargs@@, %h: @@ht@@, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "mfma-experts", tile = [128, 32, 8], block = 256 : i64}} {
-@@nvfp4@@@@head@@@@globals@@
-    %one_f = arith.constant 1.0 : f32
-    %kdim = arith.constant @@L@@ : index
-    %acc:2 = scf.for %k0 = %c0 to %kdim step %c8 iter_args(%ag = %zero_acc, %au = %zero_acc) -> (vector<16xf32>, vector<16xf32>) {
-      %kk = arith.addi %k0, %half4 : index
-@@a@@@@gb@@@@ub@@@@m1@@@@m2@@@@m3@@@@m4@@
-      scf.yield %ag2, %au2 : vector<16xf32>, vector<16xf32>
-    }
-@@stores@@
-    }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"zt", zt},
-                                   {"ht", ht},
-                                   {"L", str(s.latent)},
-                                   {"lists", kernels::expertListArgs(s)},
-                                   {"gargs", gate.args},
-                                   {"uargs", up.args},
-                                   {"nvfp4", s.nvfp4 ? kNvfp4Constants : ""},
-                                   {"head", tileHead(s, s.intermediate / kTile)},
-                                   {"globals", globals},
-                                   {"a", mfmaActivation("%z", zt, "%t", "%kk")},
-                                   {"gb", weightOperand("gate", gate, s.nvfp4)},
-                                   {"ub", weightOperand("up", up, s.nvfp4)},
-                                   {"m1", mfmaStep("%ag1", "%a_hi", "%gate_b", "%ag")},
-                                   {"m2", mfmaStep("%ag2", "%a_lo", "%gate_b", "%ag1")},
-                                   {"m3", mfmaStep("%au1", "%a_hi", "%up_b", "%au")},
-                                   {"m4", mfmaStep("%au2", "%a_lo", "%up_b", "%au1")},
-                                   {"stores", forEachResult(
-                                                  [&](const std::string &R) {
-                                                    return fillTemplate(R"(
-      %g@@r@@_raw = vector.extract %acc#0[@@r@@] : f32 from vector<16xf32>
-      %u@@r@@_raw = vector.extract %acc#1[@@r@@] : f32 from vector<16xf32>
-      %g@@r@@ = arith.mulf %g@@r@@_raw, %gate_glob : f32
-      %u@@r@@ = arith.mulf %u@@r@@_raw, %up_glob : f32
-      %ng@@r@@ = arith.negf %g@@r@@ : f32
-      %ex@@r@@ = math.exp %ng@@r@@ : f32
-      %den@@r@@ = arith.addf %one_f, %ex@@r@@ : f32
-      %sig@@r@@ = arith.divf %g@@r@@, %den@@r@@ : f32
-      %h@@r@@ = arith.mulf %sig@@r@@, %u@@r@@ : f32
-      memref.store %h@@r@@, %h[%ot@@r@@, %oj@@r@@, %col] : @@ht@@
-)",
-                                                                        {{"r", R}, {"ht", ht}});
-                                                  },
-                                                  str(s.maxItems()))}});
-  return kernels::textKernel(name, "kiln.megamoe", body);
+  auto args = [&](Builder &b) { return tileArgs(b, s, Product::GateUp); };
+  return kernels::buildKernel(
+      "expert_gateup_mfma_" + kernels::expertShapeSuffix(s), "kiln.megamoe", tileTiling(), args,
+      [&](kernels::KernelScope &k) {
+        ImplicitLocOpBuilder &b = k.b;
+        TileLane lane(k, s, Product::GateUp);
+        lane.build(s.intermediate / kTile);
+        Value gateScale = lane.globalScale(0);
+        Value upScale = lane.globalScale(1);
+        Value one = arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(1.0f));
+        Value kdim = k.index(s.latent);
+        auto loop =
+            scf::ForOp::create(b, lane.c0, kdim, lane.c8, ValueRange{lane.zeroAcc, lane.zeroAcc});
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(loop.getBody());
+          Value kk = arith::AddIOp::create(b, loop.getInductionVar(), lane.half4);
+          MfmaActivation a = mfmaActivation(b, k.arg(0), ValueRange{lane.t, kk});
+          Value gateB = lane.weightOperand(0, kk);
+          Value upB = lane.weightOperand(1, kk);
+          ValueRange acc = loop.getRegionIterArgs();
+          Value g1 = mfmaStep(b, a.hi, gateB, acc[0], lane.zeroI32);
+          Value g2 = mfmaStep(b, a.lo, gateB, g1, lane.zeroI32);
+          Value u1 = mfmaStep(b, a.hi, upB, acc[1], lane.zeroI32);
+          Value u2 = mfmaStep(b, a.lo, upB, u1, lane.zeroI32);
+          scf::YieldOp::create(b, ValueRange{g2, u2});
+        }
+        lane.forEachResult([&](int64_t r, const TileLane::Item &it) {
+          Value gRaw = vector::ExtractOp::create(b, loop.getResult(0), ArrayRef<int64_t>{r});
+          Value uRaw = vector::ExtractOp::create(b, loop.getResult(1), ArrayRef<int64_t>{r});
+          Value g = arith::MulFOp::create(b, gRaw, gateScale);
+          Value u = arith::MulFOp::create(b, uRaw, upScale);
+          // silu(g) * u, as the reference computes it.
+          Value den =
+              arith::AddFOp::create(b, one, math::ExpOp::create(b, arith::NegFOp::create(b, g)));
+          Value h = arith::MulFOp::create(b, arith::DivFOp::create(b, g, den), u);
+          memref::StoreOp::create(b, h, k.arg(lane.s.nvfp4 ? 10 : 6),
+                                  ValueRange{it.token, it.choice, lane.col});
+        });
+      });
 }
 
 kernels::KernelSpec mfmaExpertDown(const ExpertTileShape &s) {
-  std::string name = "expert_down_mfma_" + kernels::expertShapeSuffix(s);
-  std::string ht = "memref<?x" + str(s.k) + "x" + str(s.intermediate) + "xf32>";
-  std::string yt = "memref<?x" + str(s.k) + "x" + str(s.latent) + "xf32>";
-  Projection down = projection("down", s, s.latent, s.intermediate);
-  std::string globals =
-      s.nvfp4 ? "    %down_glob = memref.load %down_g[%e] : memref<" + str(s.experts) + "xf32>\n"
-              : "    %down_glob = arith.constant 1.0 : f32\n";
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%hin: @@ht@@, @@lists@@, @@dargs@@, %y: @@yt@@, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "mfma-experts", tile = [128, 32, 8], block = 256 : i64}} {
-@@nvfp4@@@@head@@@@globals@@
-    %kdim = arith.constant @@I@@ : index
-    %acc = scf.for %k0 = %c0 to %kdim step %c8 iter_args(%ad = %zero_acc) -> (vector<16xf32>) {
-      %kk = arith.addi %k0, %half4 : index
-@@a@@@@db@@@@m1@@@@m2@@
-      scf.yield %ad2 : vector<16xf32>
-    }
-@@stores@@
-    }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"ht", ht},
-                                   {"yt", yt},
-                                   {"I", str(s.intermediate)},
-                                   {"lists", kernels::expertListArgs(s)},
-                                   {"dargs", down.args},
-                                   {"nvfp4", s.nvfp4 ? kNvfp4Constants : ""},
-                                   {"head", tileHead(s, s.latent / kTile)},
-                                   {"globals", globals},
-                                   {"a", mfmaActivation("%hin", ht, "%t, %j", "%kk")},
-                                   {"db", weightOperand("down", down, s.nvfp4)},
-                                   {"m1", mfmaStep("%ad1", "%a_hi", "%down_b", "%ad")},
-                                   {"m2", mfmaStep("%ad2", "%a_lo", "%down_b", "%ad1")},
-                                   {"stores", forEachResult(
-                                                  [&](const std::string &R) {
-                                                    return fillTemplate(R"(
-      %d@@r@@_raw = vector.extract %acc[@@r@@] : f32 from vector<16xf32>
-      %d@@r@@ = arith.mulf %d@@r@@_raw, %down_glob : f32
-      memref.store %d@@r@@, %y[%ot@@r@@, %oj@@r@@, %col] : @@yt@@
-)",
-                                                                        {{"r", R}, {"yt", yt}});
-                                                  },
-                                                  str(s.maxItems()))}});
-  return kernels::textKernel(name, "kiln.megamoe", body);
+  auto args = [&](Builder &b) { return tileArgs(b, s, Product::Down); };
+  return kernels::buildKernel(
+      "expert_down_mfma_" + kernels::expertShapeSuffix(s), "kiln.megamoe", tileTiling(), args,
+      [&](kernels::KernelScope &k) {
+        ImplicitLocOpBuilder &b = k.b;
+        TileLane lane(k, s, Product::Down);
+        lane.build(s.latent / kTile);
+        Value scale = lane.globalScale(0);
+        Value kdim = k.index(s.intermediate);
+        auto loop = scf::ForOp::create(b, lane.c0, kdim, lane.c8, ValueRange{lane.zeroAcc});
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(loop.getBody());
+          Value kk = arith::AddIOp::create(b, loop.getInductionVar(), lane.half4);
+          MfmaActivation a = mfmaActivation(b, k.arg(0), ValueRange{lane.t, lane.j, kk});
+          Value downB = lane.weightOperand(0, kk);
+          Value d1 = mfmaStep(b, a.hi, downB, loop.getRegionIterArgs()[0], lane.zeroI32);
+          scf::YieldOp::create(b, ValueRange{mfmaStep(b, a.lo, downB, d1, lane.zeroI32)});
+        }
+        lane.forEachResult([&](int64_t r, const TileLane::Item &it) {
+          Value raw = vector::ExtractOp::create(b, loop.getResult(0), ArrayRef<int64_t>{r});
+          Value d = arith::MulFOp::create(b, raw, scale);
+          memref::StoreOp::create(b, d, k.arg(lane.s.nvfp4 ? 7 : 5),
+                                  ValueRange{it.token, it.choice, lane.col});
+        });
+      });
 }
 
 } // namespace kiln::amdgcn

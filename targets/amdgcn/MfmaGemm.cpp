@@ -1,7 +1,6 @@
 #include "targets/amdgcn/MfmaGemm.h"
 
 #include "targets/common/KernelBuilder.h"
-#include "targets/common/WarpSnippets.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -16,35 +15,11 @@ using namespace mlir;
 
 namespace {
 
-using kernels::fillTemplate;
-using kernels::str;
-
 constexpr int64_t kTile = 32, kWave = 64, kStepK = 8;
 
 int64_t tiles(int64_t n) { return (n + kTile - 1) / kTile; }
 
 } // namespace
-
-std::string mfmaActivation(const std::string &x, const std::string &type, const std::string &row,
-                           const std::string &k) {
-  return fillTemplate(R"(
-      %xv = vector.load @@x@@[@@row@@, @@k@@] {alignment = 16} : @@t@@, vector<4xf32>
-      %hi = arith.truncf %xv : vector<4xf32> to vector<4xbf16>
-      %hi_f = arith.extf %hi : vector<4xbf16> to vector<4xf32>
-      %rest = arith.subf %xv, %hi_f : vector<4xf32>
-      %lo = arith.truncf %rest : vector<4xf32> to vector<4xbf16>
-      %a_hi = vector.bitcast %hi : vector<4xbf16> to vector<4xi16>
-      %a_lo = vector.bitcast %lo : vector<4xbf16> to vector<4xi16>
-)",
-                      {{"x", x}, {"t", type}, {"row", row}, {"k", k}});
-}
-
-std::string mfmaStep(const std::string &out, const std::string &a, const std::string &b,
-                     const std::string &c) {
-  return "      " + out + " = rocdl.mfma.f32.32x32x8bf16.1k " + a + ", " + b + ", " + c +
-         ", %zero_i32, %zero_i32, %zero_i32 : (vector<4xi16>, vector<4xi16>, vector<16xf32>, i32, "
-         "i32, i32) -> vector<16xf32>\n";
-}
 
 bool mfmaGemmFits(int64_t n, int64_t k) { return k % kStepK == 0 && n >= 1; }
 
@@ -63,7 +38,7 @@ kernels::KernelSpec mfmaGemm(int64_t n, int64_t k) {
     return {MemRefType::get({dynamic, k}, b.getF32Type()), MemRefType::get({n, k}, b.getBF16Type()),
             MemRefType::get({dynamic, n}, b.getF32Type()), b.getI64Type()};
   };
-  const std::string name = "linear_mfma_" + str(n) + "x" + str(k);
+  const std::string name = "linear_mfma_" + std::to_string(n) + "x" + std::to_string(k);
   return kernels::buildKernel(name, "kiln.linear", tiling, args, [&](kernels::KernelScope &s) {
     ImplicitLocOpBuilder &b = s.b;
     Value c0 = s.index(0), c1 = s.index(1), c4 = s.index(4), c8 = s.index(kStepK),

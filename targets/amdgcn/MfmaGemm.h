@@ -20,7 +20,6 @@
 #include "mlir/IR/Value.h"
 
 #include <cstdint>
-#include <string>
 
 namespace kiln::amdgcn {
 
@@ -37,15 +36,5 @@ MfmaActivation mfmaActivation(mlir::ImplicitLocOpBuilder &b, mlir::Value x, mlir
 // a · b + c through v_mfma_f32_32x32x8_bf16 (its three modifiers zero).
 mlir::Value mfmaStep(mlir::ImplicitLocOpBuilder &b, mlir::Value a, mlir::Value bOperand,
                      mlir::Value c, mlir::Value zeroI32);
-
-// The same as MLIR text, for the expert tiles (MfmaExperts.cpp) until they
-// are typed IR too. The lane's A operand: 4 f32 activations
-// of `x` (memref `type`) at row indices `row` and column index `k`, split
-// into bf16 parts %a_hi and %a_lo (vector<4xi16>).
-std::string mfmaActivation(const std::string &x, const std::string &type, const std::string &row,
-                           const std::string &k);
-// `out` = a · b + c through v_mfma_f32_32x32x8_bf16 (needs %zero_i32).
-std::string mfmaStep(const std::string &out, const std::string &a, const std::string &b,
-                     const std::string &c);
 
 } // namespace kiln::amdgcn
