@@ -3,6 +3,8 @@
 //   <source>: field "<name>": expected <what>, got <what>
 #include "models/muse_spark/Config.h"
 
+#include "runtime/core/InputFile.h"
+
 #include <nlohmann/json.hpp>
 
 #include <cerrno>
@@ -319,8 +321,8 @@ Config loadConfig(const std::string &pathOrName) {
     throw ConfigError(pathOrName + ": cannot open: " + std::strerror(error) +
                       " (neither a config file nor a built-in config: " + known + ")");
   }
-  if (S_ISDIR(info.st_mode))
-    throw ConfigError(pathOrName + ": cannot open: " + std::strerror(EISDIR));
+  if (!S_ISREG(info.st_mode))
+    throw ConfigError(pathOrName + ": cannot open: " + inputFileProblem(pathOrName));
   std::ifstream in(pathOrName, std::ios::binary);
   if (!in)
     throw ConfigError(pathOrName + ": cannot open: " + std::strerror(errno));

@@ -1,5 +1,7 @@
 #include "runtime/artifact/Artifact.h"
 
+#include "runtime/core/InputFile.h"
+
 #include "runtime/core/Chip.h"
 
 #include <algorithm>
@@ -901,7 +903,9 @@ Artifact Artifact::fromBytes(std::vector<uint8_t> bytes, std::string source) {
 }
 
 Artifact Artifact::load(const std::string &path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO opens at once (and is refused below) instead of
+  // waiting for a writer.
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     fail(path, "cannot open: " + errnoText());
   std::vector<uint8_t> bytes;
@@ -910,7 +914,7 @@ Artifact Artifact::load(const std::string &path) {
     if (::fstat(fd, &info) != 0)
       fail(path, "cannot stat: " + errnoText());
     if (!S_ISREG(info.st_mode))
-      fail(path, "not a regular file");
+      fail(path, inputFileProblem(path));
     if (static_cast<uint64_t>(info.st_size) >= kMaxSize)
       fail(path, "too large to be a Kiln artifact (" + std::to_string(info.st_size) +
                      " bytes; flatbuffers stop at 2 GiB)");

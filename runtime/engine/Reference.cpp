@@ -1,5 +1,7 @@
 #include "runtime/engine/Reference.h"
 
+#include "runtime/core/InputFile.h"
+
 #include "runtime/core/AtomicFile.h"
 #include "runtime/cpu/RuntimeError.h"
 
@@ -52,6 +54,8 @@ void writeReference(const std::string &path, const Reference &reference) {
 }
 
 Reference readReference(const std::string &path) {
+  if (std::string problem = inputFileProblem(path); !problem.empty())
+    throw RuntimeError(path + ": cannot open the reference: " + problem);
   std::ifstream in(path);
   if (!in)
     throw RuntimeError(path + ": cannot open the reference");

@@ -1,5 +1,7 @@
 #include "runtime/safetensors/Checkpoint.h"
 
+#include "runtime/core/InputFile.h"
+
 #include "runtime/core/AtomicFile.h"
 
 #include <nlohmann/json.hpp>
@@ -44,6 +46,8 @@ bool isPlainFileName(const std::string &name) {
 }
 
 std::string readIndexFile(const std::string &path) {
+  if (std::string problem = inputFileProblem(path); !problem.empty())
+    throw SafetensorsError(path + ": cannot read: " + problem);
   std::error_code error;
   const uintmax_t size = fs::file_size(path, error);
   if (error)

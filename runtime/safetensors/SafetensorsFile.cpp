@@ -1,5 +1,7 @@
 #include "runtime/safetensors/SafetensorsFile.h"
 
+#include "runtime/core/InputFile.h"
+
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
@@ -266,7 +268,8 @@ json parseJsonRejectingDuplicates(std::string_view text, const std::string &sour
 }
 
 SafetensorsFile SafetensorsFile::open(const std::string &path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: a FIFO opens at once (and is refused below).
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
     throw SafetensorsError(path + ": cannot open: " + std::strerror(errno));
   FdGuard guard{fd};
@@ -274,7 +277,7 @@ SafetensorsFile SafetensorsFile::open(const std::string &path) {
   if (::fstat(fd, &status) != 0)
     throw SafetensorsError(path + ": cannot stat: " + std::strerror(errno));
   if (!S_ISREG(status.st_mode))
-    throw SafetensorsError(path + ": not a regular file");
+    throw SafetensorsError(path + ": " + inputFileProblem(path));
 
   SafetensorsFile file;
   file.path_ = path;

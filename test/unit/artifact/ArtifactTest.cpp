@@ -120,7 +120,7 @@ TEST(ArtifactTest, LoadsFromAFile) {
 TEST(ArtifactTest, UnreadableFilesNameThePath) {
   EXPECT_CONTAINS_ALL(errorOf([] { Artifact::load("/nonexistent/a.kiln"); }),
                       "/nonexistent/a.kiln: cannot open");
-  EXPECT_CONTAINS_ALL(errorOf([] { Artifact::load("/"); }), "/: not a regular file");
+  EXPECT_CONTAINS_ALL(errorOf([] { Artifact::load("/"); }), "/: a directory, not a regular file");
 }
 
 TEST(ArtifactTest, CollectivesLoadInAMultiRankArtifact) {

@@ -1,0 +1,16 @@
+// Files a user names as inputs (configs, checkpoints, artifacts, references)
+// are looked at before they are opened: open(2) on a FIFO blocks until some
+// writer appears, so a FIFO given where a file is expected would hang the
+// tool before any check. stat(2) does not block.
+#pragma once
+
+#include <string>
+
+namespace kiln {
+
+// Empty when `path` names a regular file (following symlinks); otherwise why
+// it is no input file, for an error message: "no such file or directory",
+// "a FIFO, not a regular file".
+std::string inputFileProblem(const std::string &path);
+
+} // namespace kiln
