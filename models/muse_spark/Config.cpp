@@ -4,6 +4,7 @@
 #include "models/muse_spark/Config.h"
 
 #include "runtime/core/InputFile.h"
+#include "runtime/core/StrictJson.h"
 
 #include <nlohmann/json.hpp>
 
@@ -18,6 +19,10 @@
 
 namespace kiln::muse_spark {
 namespace {
+
+// Configs are a few hundred bytes; anything past this is not one (and is not
+// read into memory whole).
+constexpr size_t kMaxConfigBytes = size_t(1) << 20;
 
 using nlohmann::json;
 
@@ -262,9 +267,15 @@ void validateConfig(const Config &config, const std::string &source) {
 }
 
 Config parseConfig(const std::string &jsonText, const std::string &source) {
+  if (jsonText.size() > kMaxConfigBytes)
+    throw ConfigError(source + ": " + std::to_string(jsonText.size()) +
+                      " bytes, larger than any config (" + std::to_string(kMaxConfigBytes) +
+                      " bytes at most)");
   json root;
   try {
-    root = json::parse(jsonText);
+    root = parseStrictJson(jsonText, source);
+  } catch (const StrictJsonError &error) {
+    throw ConfigError(error.what());
   } catch (const json::parse_error &error) {
     throw ConfigError(source + ": not valid JSON at byte " + std::to_string(error.byte) + ": " +
                       error.what());
@@ -323,6 +334,10 @@ Config loadConfig(const std::string &pathOrName) {
   }
   if (!S_ISREG(info.st_mode))
     throw ConfigError(pathOrName + ": cannot open: " + inputFileProblem(pathOrName));
+  if (static_cast<uint64_t>(info.st_size) > kMaxConfigBytes)
+    throw ConfigError(pathOrName + ": " + std::to_string(info.st_size) +
+                      " bytes, larger than any config (" + std::to_string(kMaxConfigBytes) +
+                      " bytes at most)");
   std::ifstream in(pathOrName, std::ios::binary);
   if (!in)
     throw ConfigError(pathOrName + ": cannot open: " + std::strerror(errno));

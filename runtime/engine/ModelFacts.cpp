@@ -1,6 +1,7 @@
 #include "runtime/engine/ModelFacts.h"
 
 #include "runtime/artifact/Artifact.h"
+#include "runtime/core/StrictJson.h"
 #include "runtime/cpu/RuntimeError.h"
 
 #include <nlohmann/json.hpp>
@@ -45,7 +46,9 @@ int64_t positive(const nlohmann::json &config, const std::string &source,
 ModelFacts readModelFacts(const std::string &configJson, const std::string &source) {
   nlohmann::json config;
   try {
-    config = nlohmann::json::parse(configJson);
+    config = parseStrictJson(configJson, source);
+  } catch (const StrictJsonError &error) {
+    throw RuntimeError(error.what());
   } catch (const nlohmann::json::parse_error &error) {
     throw RuntimeError(source + ": not JSON: " + error.what());
   }

@@ -1,6 +1,7 @@
 #include "runtime/safetensors/SafetensorsFile.h"
 
 #include "runtime/core/InputFile.h"
+#include "runtime/core/StrictJson.h"
 
 #include <nlohmann/json.hpp>
 
@@ -23,10 +24,6 @@ namespace kiln {
 namespace {
 
 using json = nlohmann::json;
-
-// Deeper nesting is never valid in a header or an index; the cap keeps a
-// hostile "[[[[..." from costing gigabytes in the DOM parser.
-constexpr int kMaxJsonDepth = 32;
 
 struct FdGuard {
   int fd;
@@ -216,52 +213,11 @@ int64_t TensorInfo::numElements() const {
   return std::accumulate(shape.begin(), shape.end(), int64_t{1}, std::multiplies<int64_t>());
 }
 
-std::string quoteName(std::string_view name) {
-  constexpr size_t kMaxShown = 200;
-  if (name.size() <= kMaxShown)
-    return "'" + std::string(name) + "'";
-  return "'" + std::string(name.substr(0, kMaxShown)) + "...' (" + std::to_string(name.size()) +
-         " bytes)";
-}
-
 json parseJsonRejectingDuplicates(std::string_view text, const std::string &source) {
-  // One key set per open object; `owner` names the key the object sits under.
-  struct OpenObject {
-    std::unordered_set<std::string> keys;
-    std::string owner;
-  };
-  std::vector<OpenObject> objects;
-  std::string lastKey;
-  json::parser_callback_t callback = [&](int depth, json::parse_event_t event, json &parsed) {
-    switch (event) {
-    case json::parse_event_t::object_start:
-    case json::parse_event_t::array_start:
-      if (depth >= kMaxJsonDepth)
-        throw SafetensorsError(source + ": JSON nesting deeper than " +
-                               std::to_string(kMaxJsonDepth) + " levels");
-      if (event == json::parse_event_t::object_start)
-        objects.push_back({{}, objects.empty() ? std::string() : lastKey});
-      break;
-    case json::parse_event_t::object_end:
-      objects.pop_back();
-      break;
-    case json::parse_event_t::key: {
-      lastKey = parsed.get<std::string>();
-      if (!objects.back().keys.insert(lastKey).second) {
-        const std::string &owner = objects.back().owner;
-        throw SafetensorsError(source + ": duplicate key " + quoteName(lastKey) +
-                               (objects.size() == 1 ? std::string(" in the top-level object")
-                                                    : " in the object of " + quoteName(owner)));
-      }
-      break;
-    }
-    default:
-      break;
-    }
-    return true;
-  };
   try {
-    return json::parse(text.begin(), text.end(), callback);
+    return parseStrictJson(text, source);
+  } catch (const StrictJsonError &error) {
+    throw SafetensorsError(error.what());
   } catch (const json::exception &error) {
     throw SafetensorsError(source + ": JSON parse error: " + error.what());
   }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include "runtime/core/DType.h"
+#include "runtime/core/QuoteName.h"
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -101,14 +102,10 @@ private:
   SafetensorsMetadata metadata_;
 };
 
-// Parses JSON like nlohmann::json::parse, but rejects duplicate object keys,
-// which nlohmann would silently collapse to the last one. Errors are
-// SafetensorsError messages starting with `source`. Shared with the index
+// parseStrictJson (runtime/core/StrictJson.h: bounded nesting, no duplicate
+// keys) with its errors and nlohmann's as SafetensorsError messages starting
+// with `source`. Shared with the index
 // reader of Checkpoint.
 nlohmann::json parseJsonRejectingDuplicates(std::string_view text, const std::string &source);
-
-// Quotes a tensor or file name for an error message, shortening very long
-// ones (a hostile header can hold a name of many megabytes).
-std::string quoteName(std::string_view name);
 
 } // namespace kiln

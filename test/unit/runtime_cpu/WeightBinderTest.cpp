@@ -352,10 +352,14 @@ TEST(ModelFactsTest, ReadsTheConfigsFieldsAndNamesWhatIsWrong) {
       "field 'max_position_embeddings': expected a positive integer, got nothing");
   EXPECT_HAS(runtimeErrorOf([] { readModelFacts("[1]", "c.json"); }),
              "expected a JSON object, got an array");
-  // A field deeply nested or long is named by kind or cut, not echoed whole.
+  // JSON nested deeper than any config is refused as it is parsed (printing
+  // it back would recurse 100,000 deep); a long field is cut, not echoed whole.
   const std::string deep = std::string(100000, '[') + std::string(100000, ']');
   EXPECT_HAS(runtimeErrorOf([&] { readModelFacts(R"({"model_type": )" + deep + "}", "c.json"); }),
-             "field 'model_type': expected a model family name, got an array");
+             "c.json: JSON nesting deeper than 32 levels");
+  EXPECT_HAS(
+      runtimeErrorOf([] { readModelFacts(R"({"model_type": "m", "model_type": "n"})", "c.json"); }),
+      "c.json: duplicate key 'model_type' in the top-level object");
   const std::string longName = std::string(1000, 'x');
   const std::string message = runtimeErrorOf([&] {
     readModelFacts(R"({"model_type": "m", "vocab_size": ")" + longName + R"("})", "c.json");
