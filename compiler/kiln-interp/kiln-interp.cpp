@@ -91,6 +91,17 @@ int main(int argc, char **argv) {
     }
     if (maxNewTokens < 0)
       return fail("--max-new-tokens must not be negative");
+    // The prompt and every generated token take a position.
+    const int64_t positionsLeft = config.maxPositionEmbeddings - int64_t(prompt.size());
+    if (positionsLeft < 0)
+      return fail("--prompt-ids: " + llvm::Twine(int64_t(prompt.size())) +
+                  " tokens, more than the model's max_position_embeddings (" +
+                  llvm::Twine(config.maxPositionEmbeddings) + ")");
+    if (maxNewTokens > positionsLeft)
+      return fail("--max-new-tokens " + llvm::Twine(int64_t(maxNewTokens)) + ": the prompt's " +
+                  llvm::Twine(int64_t(prompt.size())) + " tokens and these pass the model's " +
+                  "max_position_embeddings (" + llvm::Twine(config.maxPositionEmbeddings) +
+                  "); at most " + llvm::Twine(positionsLeft));
 
     mlir::MLIRContext context;
     context.loadDialect<KilnDialect, mlir::func::FuncDialect>();

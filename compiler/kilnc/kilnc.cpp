@@ -33,6 +33,8 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <chrono>
+#include <cmath>
+#include <cstdio>
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -153,6 +155,13 @@ cl::opt<bool> noFuse("no-fuse",
                               "the target as the model builder wrote it"),
                      cl::cat(kilncCategory));
 
+// A GiB count as given ("0.5", "nan", "inf").
+std::string gibText(double gib) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", gib);
+  return text;
+}
+constexpr double kMaxMemoryGiB = 1048576; // a PiB
 cl::opt<double> deviceMemory("device-memory", cl::init(141.0), cl::cat(kilncCategory));
 cl::opt<bool> progressLines("progress",
                             cl::desc("Print a line as each stage ends (on by default when "
@@ -295,6 +304,24 @@ int main(int argc, char **argv) {
                 "gathers the tokens of the ranks that share them");
   if (maxPrefillTokens < 1)
     return fail("--max-prefill-tokens must be at least 1");
+  if (tokens < 1)
+    return fail("--tokens must be at least 1, got " + std::to_string(tokens));
+  // Memory flags in GiB: finite, above zero (a reserve may be zero), below a
+  // PiB, so that bytes fit in 64 bits and the fit check cannot be skipped.
+  auto memoryProblem = [](const char *flag, double gib, bool zeroOk) -> std::string {
+    if (std::isfinite(gib) && (zeroOk ? gib >= 0 : gib > 0) && gib <= kMaxMemoryGiB)
+      return "";
+    return std::string(flag) + " must be a number of GiB " + (zeroOk ? "from 0" : "above 0") +
+           " to " + std::to_string(int64_t(kMaxMemoryGiB)) + ", got " + gibText(gib);
+  };
+  if (std::string problem = memoryProblem("--device-memory", deviceMemory, false); !problem.empty())
+    return fail(problem);
+  if (std::string problem = memoryProblem("--reserve-memory", reserveMemory, true);
+      !problem.empty())
+    return fail(problem);
+  if (deviceMemory.getNumOccurrences() > 0 && reserveMemory >= deviceMemory)
+    return fail("--reserve-memory " + gibText(reserveMemory) +
+                " GiB leaves nothing of --device-memory " + gibText(deviceMemory) + " GiB");
   if (decodeBatch < 1 || decodeBatch > 1024)
     return fail("--decode-batch must be 1 to 1024, got " + std::to_string(decodeBatch));
   if (what == Emit::Model && layout.devices() > 1)
@@ -306,6 +333,15 @@ int main(int argc, char **argv) {
   } catch (const ConfigError &error) {
     return fail(error.what());
   }
+  // A prefill call's tokens take positions: no more than the model has.
+  if (maxPrefillTokens > config.maxPositionEmbeddings)
+    return fail("--max-prefill-tokens " + std::to_string(maxPrefillTokens) +
+                ": more than the model's max_position_embeddings (" +
+                std::to_string(config.maxPositionEmbeddings) + ")");
+  if (!backend && tokens > config.maxPositionEmbeddings)
+    return fail("--tokens " + std::to_string(tokens) +
+                ": more than the model's max_position_embeddings (" +
+                std::to_string(config.maxPositionEmbeddings) + ")");
   WeightFormat format = quant == Quant::Nvfp4  ? WeightFormat::NVFP4
                         : quant == Quant::None ? WeightFormat::BF16
                         : config.quantization  ? WeightFormat::NVFP4
