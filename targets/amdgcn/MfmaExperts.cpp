@@ -21,20 +21,6 @@ constexpr int64_t kTile = 32, kWaves = 4, kThreads = 64 * kWaves;
 
 enum class Product { GateUp, Down };
 
-// An expert projection's kernel arguments: bf16 [E, out, in], or NVFP4
-// codes [E, out, in / 2] i8, scales [E, out, in / 16] i8 (E4M3) and global
-// scales [E] f32.
-void projectionTypes(Builder &b, const ExpertTileShape &s, int64_t out, int64_t in,
-                     std::vector<Type> &types) {
-  if (!s.nvfp4) {
-    types.push_back(MemRefType::get({s.experts, out, in}, b.getBF16Type()));
-    return;
-  }
-  types.push_back(MemRefType::get({s.experts, out, in / 2}, b.getI8Type()));
-  types.push_back(MemRefType::get({s.experts, out, in / 16}, b.getI8Type()));
-  types.push_back(MemRefType::get({s.experts}, b.getF32Type()));
-}
-
 // NVFP4's decoding constants: codes placed into f16 bits (code x 2^-14),
 // scales too (scale x 2^-8), their product times 2^22.
 struct Nvfp4Constants {
@@ -198,7 +184,7 @@ public:
   Value c0, c1, c2, c8, c16, ck, zeroI32, zeroAcc, half4, e, base, rowsIn, w0, t, j, col;
 
 private:
-  unsigned weightArg(int64_t m) const { return 4 + m * (s.nvfp4 ? 3 : 1); }
+  unsigned weightArg(int64_t m) const { return 4 + m * kernels::projectionArgCount(s); }
   Value loadIndex(Value ref, Value at) {
     Value v = memref::LoadOp::create(b, ref, ValueRange{at});
     return arith::IndexCastOp::create(b, b.getIndexType(), v);
@@ -215,16 +201,14 @@ private:
 
 std::vector<Type> tileArgs(Builder &b, const ExpertTileShape &s, Product p) {
   const int64_t dynamic = ShapedType::kDynamic;
-  Type i32 = b.getI32Type(), f32 = b.getF32Type();
+  Type f32 = b.getF32Type();
   const int64_t in = p == Product::GateUp ? s.latent : s.intermediate;
   const int64_t out = p == Product::GateUp ? s.intermediate : s.latent;
   std::vector<Type> types = {p == Product::GateUp ? Type(MemRefType::get({dynamic, in}, f32))
-                                                  : Type(MemRefType::get({dynamic, s.k, in}, f32)),
-                             MemRefType::get({s.experts + 2}, i32),
-                             MemRefType::get({2 * s.maxTiles()}, i32),
-                             MemRefType::get({s.maxItems()}, i32)};
+                                                  : Type(MemRefType::get({dynamic, s.k, in}, f32))};
+  kernels::appendExpertListTypes(b, s, types);
   for (int64_t m = 0; m < (p == Product::GateUp ? 2 : 1); ++m)
-    projectionTypes(b, s, out, in, types);
+    kernels::appendProjectionTypes(b, s, out, in, types);
   types.push_back(MemRefType::get({dynamic, s.k, out}, f32));
   return types;
 }

@@ -28,6 +28,24 @@ std::string expertListArgs(const ExpertTileShape &s) {
          "xi32>, %items: memref<" + str(s.maxItems()) + "xi32>";
 }
 
+void appendExpertListTypes(Builder &b, const ExpertTileShape &s, std::vector<Type> &types) {
+  Type i32 = b.getI32Type();
+  types.push_back(MemRefType::get({s.experts + 2}, i32));
+  types.push_back(MemRefType::get({2 * s.maxTiles()}, i32));
+  types.push_back(MemRefType::get({s.maxItems()}, i32));
+}
+
+void appendProjectionTypes(Builder &b, const ExpertTileShape &s, int64_t out, int64_t in,
+                           std::vector<Type> &types) {
+  if (!s.nvfp4) {
+    types.push_back(MemRefType::get({s.experts, out, in}, b.getBF16Type()));
+    return;
+  }
+  types.push_back(MemRefType::get({s.experts, out, in / 2}, b.getI8Type()));
+  types.push_back(MemRefType::get({s.experts, out, in / 16}, b.getI8Type()));
+  types.push_back(MemRefType::get({s.experts}, b.getF32Type()));
+}
+
 bool expertListsFit(const ExpertTileShape &s) { return s.experts <= kListThreads; }
 
 Work expertListsWork(const ExpertTileShape &) { return Work{kListThreads, 0, kListThreads}; }
@@ -77,9 +95,10 @@ KernelSpec expertLists(const ExpertTileShape &s) {
   tiling.set("kind", "expert-lists").set("block", kListThreads);
   auto args = [&](Builder &b) -> std::vector<Type> {
     Type i32 = b.getI32Type();
-    return {MemRefType::get({ShapedType::kDynamic, s.k}, i32),
-            MemRefType::get({s.experts + 2}, i32), MemRefType::get({2 * s.maxTiles()}, i32),
-            MemRefType::get({s.maxItems()}, i32), b.getI64Type()};
+    std::vector<Type> types = {MemRefType::get({ShapedType::kDynamic, s.k}, i32)};
+    appendExpertListTypes(b, s, types);
+    types.push_back(b.getI64Type());
+    return types;
   };
   return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k) {
     ImplicitLocOpBuilder &b = k.b;

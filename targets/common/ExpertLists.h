@@ -16,6 +16,12 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+namespace mlir {
+class Builder;
+class Type;
+} // namespace mlir
 
 namespace kiln::kernels {
 
@@ -35,6 +41,16 @@ constexpr int64_t kExpertTileRows = 128;
 std::string expertShapeSuffix(const ExpertTileShape &shape);
 // The lists as kernel arguments: "%meta: ..., %tiles: ..., %items: ...".
 std::string expertListArgs(const ExpertTileShape &shape);
+// The same as typed IR, appended to `types`: meta [E + 2], tiles
+// [2 maxTiles], items [maxItems], all i32.
+void appendExpertListTypes(mlir::Builder &b, const ExpertTileShape &shape,
+                           std::vector<mlir::Type> &types);
+// An expert projection [E, out, in] as kernel arguments, appended to
+// `types`: bf16, or NVFP4 codes [E, out, in / 2] i8, scales [E, out, in / 16]
+// i8 (E4M3) and global scales [E] f32; projectionArgCount of them.
+void appendProjectionTypes(mlir::Builder &b, const ExpertTileShape &shape, int64_t out, int64_t in,
+                           std::vector<mlir::Type> &types);
+inline int64_t projectionArgCount(const ExpertTileShape &shape) { return shape.nvfp4 ? 3 : 1; }
 // The lists kernel (one block of 1024 threads) and whether it fits.
 bool expertListsFit(const ExpertTileShape &shape);
 KernelSpec expertLists(const ExpertTileShape &shape);

@@ -5,7 +5,6 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
-#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -42,14 +41,13 @@ int64_t warpsPerTile(const ExpertTileShape &s, Product p) {
 // The lists' tiles an entry can have: each listed expert one, and one more
 // for every 128 items.
 int64_t tileBound(const ExpertTileShape &s) {
-  return std::min(s.experts, s.maxItems()) + (s.maxItems() + kernels::kExpertTileRows - 1) /
-                                                 kernels::kExpertTileRows;
+  return std::min(s.experts, s.maxItems()) +
+         (s.maxItems() + kernels::kExpertTileRows - 1) / kernels::kExpertTileRows;
 }
 int64_t chunksPerStep(const ExpertTileShape &s, Product p) {
   return narrow::chunksPerStep(inDim(s, p), s.nvfp4);
 }
 int64_t matrices(Product p) { return p == Product::GateUp ? 2 : 1; }
-int64_t projectionArgs(const ExpertTileShape &s) { return s.nvfp4 ? 3 : 1; }
 
 class NarrowBuilder {
 public:
@@ -85,8 +83,8 @@ public:
     for (int64_t tileOfWarp = 0; tileOfWarp < 2; ++tileOfWarp)
       for (int64_t half = 0; half < 2; ++half) {
         int64_t offset = 8 * half + (p == Product::GateUp ? 0 : kRows * tileOfWarp);
-        rows.push_back(
-            {p == Product::GateUp ? tileOfWarp : 0, arith::AddIOp::create(b, rowA, k.index(offset))});
+        rows.push_back({p == Product::GateUp ? tileOfWarp : 0,
+                        arith::AddIOp::create(b, rowA, k.index(offset))});
       }
     if (s.nvfp4)
       for (int64_t m = 0; m < matrices(p); ++m)
@@ -143,8 +141,8 @@ private:
             arith::RemUIOp::create(b, id, k.index(s.k))};
   }
   // The first argument of weight matrix m (gate 0, up 1; down 0).
-  unsigned weightArg(int64_t m) const { return 4 + m * projectionArgs(s); }
-  unsigned outArg() const { return 4 + matrices(p) * projectionArgs(s); }
+  unsigned weightArg(int64_t m) const { return 4 + m * kernels::projectionArgCount(s); }
+  unsigned outArg() const { return 4 + matrices(p) * kernels::projectionArgCount(s); }
 
   // Row `r`'s raw weights of chunk `chunk` for this thread: NVFP4 codes
   // (vector<2xi32>) and scale (i8), or bf16 (vector<8xi32>).
@@ -237,22 +235,12 @@ kernels::KernelSpec narrowGemm(const ExpertTileShape &s, Product p, bool dropLas
       .set("weights", s.nvfp4 ? "nvfp4" : "bf16");
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
-    Type i32 = b.getI32Type();
     std::vector<Type> types = {p == Product::GateUp
                                    ? Type(MemRefType::get({dynamic, in}, b.getF32Type()))
-                                   : Type(MemRefType::get({dynamic, s.k, in}, b.getF32Type())),
-                               MemRefType::get({s.experts + 2}, i32),
-                               MemRefType::get({2 * s.maxTiles()}, i32),
-                               MemRefType::get({s.maxItems()}, i32)};
-    for (int64_t m = 0; m < matrices(p); ++m) {
-      if (!s.nvfp4) {
-        types.push_back(MemRefType::get({s.experts, out, in}, b.getBF16Type()));
-        continue;
-      }
-      types.push_back(MemRefType::get({s.experts, out, in / 2}, b.getI8Type()));
-      types.push_back(MemRefType::get({s.experts, out, in / 16}, b.getI8Type()));
-      types.push_back(MemRefType::get({s.experts}, b.getF32Type()));
-    }
+                                   : Type(MemRefType::get({dynamic, s.k, in}, b.getF32Type()))};
+    kernels::appendExpertListTypes(b, s, types);
+    for (int64_t m = 0; m < matrices(p); ++m)
+      kernels::appendProjectionTypes(b, s, out, in, types);
     types.push_back(MemRefType::get({dynamic, s.k, out}, b.getF32Type()));
     return types;
   };

@@ -16,9 +16,10 @@
 namespace kiln::nvptx {
 namespace {
 
-// Entry points of fewer tokens (decode, batched decode) stream the weights
-// through the warp GEMVs: a 128-row tile that holds a handful of rows is
-// bound by its staging loop, not by the tensor cores.
+// The mma.sync tiles (GEMMs, expert tiles) start at this many tokens: a
+// 128-row tile that holds a handful of rows is bound by its staging loop, not
+// by the tensor cores, so fewer go to the warp GEMVs (decode) or the narrow
+// kernels (batched decode, below).
 constexpr int64_t kMatrixMinTokens = 32;
 // Up to this many rows the linears stream each weight once on tensor cores
 // with the rows as the narrow side (NarrowLinear.h), where the 128-row tiles

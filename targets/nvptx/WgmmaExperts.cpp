@@ -82,21 +82,6 @@ TileOfBlock tileOfBlock(kernels::KernelScope &k, const ExpertTileShape &s, Value
   return t;
 }
 
-// An expert projection's kernel arguments from `first`: bf16 [E, out, in],
-// or NVFP4 codes [E, out, in / 2] i8, scales [E, out, in / 16] i8 (E4M3),
-// global scales [E] f32.
-void projectionTypes(Builder &b, const ExpertTileShape &s, int64_t out, int64_t in,
-                     std::vector<Type> &types) {
-  if (!s.nvfp4) {
-    types.push_back(MemRefType::get({s.experts, out, in}, b.getBF16Type()));
-    return;
-  }
-  types.push_back(MemRefType::get({s.experts, out, in / 2}, b.getI8Type()));
-  types.push_back(MemRefType::get({s.experts, out, in / 16}, b.getI8Type()));
-  types.push_back(MemRefType::get({s.experts}, b.getF32Type()));
-}
-int64_t projectionArgs(const ExpertTileShape &s) { return s.nvfp4 ? 3 : 1; }
-
 class ExpertGemmBuilder {
 public:
   ExpertGemmBuilder(kernels::KernelScope &k, const ExpertTileShape &s, Product product,
@@ -139,7 +124,9 @@ public:
 private:
   // Argument positions: rows, meta, tiles, items, the projections, the
   // output, then the scalars (tensor maps).
-  unsigned weightArg(int64_t matrix) const { return 4 + unsigned(matrix * projectionArgs(s)); }
+  unsigned weightArg(int64_t matrix) const {
+    return 4 + unsigned(matrix * kernels::projectionArgCount(s));
+  }
   int64_t matrices() const { return product == Product::GateUp ? 2 : 1; }
   unsigned outArg() const { return weightArg(matrices()); }
   unsigned mapArg(int64_t which) const { return outArg() + 1 + unsigned(which); }
@@ -385,12 +372,11 @@ kernels::KernelSpec expertGemm(const ExpertTileShape &s, Product p, bool dropLas
   const int64_t in = inDim(s, p), out = outCols(s, p);
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
-    Type i32 = b.getI32Type(), i64 = b.getI64Type();
-    std::vector<Type> types = {
-        MemRefType::get({dynamic, in}, b.getBF16Type()), MemRefType::get({s.experts + 2}, i32),
-        MemRefType::get({2 * s.maxTiles()}, i32), MemRefType::get({s.maxItems()}, i32)};
+    Type i64 = b.getI64Type();
+    std::vector<Type> types = {MemRefType::get({dynamic, in}, b.getBF16Type())};
+    kernels::appendExpertListTypes(b, s, types);
     for (int64_t m = 0; m < (p == Product::GateUp ? 2 : 1); ++m)
-      projectionTypes(b, s, out, in, types);
+      kernels::appendProjectionTypes(b, s, out, in, types);
     types.push_back(p == Product::GateUp
                         ? Type(MemRefType::get({dynamic, out}, b.getBF16Type()))
                         : Type(MemRefType::get({dynamic, s.k, out}, b.getF32Type())));
@@ -432,11 +418,10 @@ kernels::KernelSpec expertRows(const ExpertTileShape &s) {
   tiling.set("kind", "expert-rows").set("block", kRowsThreads).set("vector", 8);
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
-    Type i32 = b.getI32Type();
-    return {MemRefType::get({dynamic, s.latent}, b.getF32Type()),
-            MemRefType::get({s.experts + 2}, i32), MemRefType::get({2 * s.maxTiles()}, i32),
-            MemRefType::get({s.maxItems()}, i32),
-            MemRefType::get({dynamic, s.latent}, b.getBF16Type())};
+    std::vector<Type> types = {MemRefType::get({dynamic, s.latent}, b.getF32Type())};
+    kernels::appendExpertListTypes(b, s, types);
+    types.push_back(MemRefType::get({dynamic, s.latent}, b.getBF16Type()));
+    return types;
   };
   return kernels::buildKernel(name, "kiln.megamoe", tiling, args, [&](kernels::KernelScope &k) {
     ImplicitLocOpBuilder &b = k.b;
