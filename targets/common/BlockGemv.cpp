@@ -7,7 +7,7 @@
 // fma chain per (row, token). Lanes are summed with shuffles at the end.
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
-#include "targets/common/WarpSnippets.h"
+#include "targets/common/KernelSpec.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"

@@ -1,7 +1,7 @@
 #include "targets/common/ExpertLists.h"
 
 #include "targets/common/KernelBuilder.h"
-#include "targets/common/WarpSnippets.h"
+#include "targets/common/KernelSpec.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -21,11 +21,6 @@ constexpr int64_t kListThreads = 1024;
 std::string expertShapeSuffix(const ExpertTileShape &s) {
   return str(s.experts) + "e_top" + str(s.k) + "_" + str(s.intermediate) + "x" + str(s.latent) +
          "_t" + str(s.maxTokens) + (s.nvfp4 ? "_nvfp4" : "_bf16");
-}
-
-std::string expertListArgs(const ExpertTileShape &s) {
-  return "%meta: memref<" + str(s.experts + 2) + "xi32>, %tiles: memref<" + str(2 * s.maxTiles()) +
-         "xi32>, %items: memref<" + str(s.maxItems()) + "xi32>";
 }
 
 void appendExpertListTypes(Builder &b, const ExpertTileShape &s, std::vector<Type> &types) {
@@ -49,42 +44,6 @@ void appendProjectionTypes(Builder &b, const ExpertTileShape &s, int64_t out, in
 bool expertListsFit(const ExpertTileShape &s) { return s.experts <= kListThreads; }
 
 Work expertListsWork(const ExpertTileShape &) { return Work{kListThreads, 0, kListThreads}; }
-
-std::string expertTileOfBlock(const ExpertTileShape &s, int64_t colTiles) {
-  return fillTemplate(R"(
-  %col_tiles = arith.constant @@col_tiles@@ : index
-  %tile_count_at = arith.constant @@count_at@@ : index
-  %tile = arith.divui %bid, %col_tiles : index
-  %nt = arith.remui %bid, %col_tiles : index
-  %tile_count_i = memref.load %meta[%tile_count_at] : memref<@@meta@@xi32>
-  %tile_count = arith.index_cast %tile_count_i : i32 to index
-  %live = arith.cmpi ult, %tile, %tile_count : index
-)",
-                      {{"col_tiles", str(colTiles)},
-                       {"count_at", str(s.experts + 1)},
-                       {"meta", str(s.experts + 2)}});
-}
-
-std::string expertTileItems(const ExpertTileShape &s) {
-  return fillTemplate(R"(
-    %tile2 = arith.muli %tile, %c2 : index
-    %tile2b = arith.addi %tile2, %c1 : index
-    %e_i = memref.load %tiles[%tile2] : memref<@@tw@@xi32>
-    %r0_i = memref.load %tiles[%tile2b] : memref<@@tw@@xi32>
-    %e = arith.index_cast %e_i : i32 to index
-    %r0 = arith.index_cast %r0_i : i32 to index
-    %e1 = arith.addi %e, %c1 : index
-    %first_i = memref.load %meta[%e] : memref<@@meta@@xi32>
-    %end_i = memref.load %meta[%e1] : memref<@@meta@@xi32>
-    %first = arith.index_cast %first_i : i32 to index
-    %end = arith.index_cast %end_i : i32 to index
-    %base = arith.addi %first, %r0 : index
-    %left = arith.subi %end, %base : index
-    %rows_in = arith.minui %left, %c128 : index
-    %last_in = arith.subi %rows_in, %c1 : index
-)",
-                      {{"tw", str(2 * s.maxTiles())}, {"meta", str(s.experts + 2)}});
-}
 
 // Built as typed IR (KernelBuilder.h): one block of 1024 threads, four
 // workgroup arrays of E counters (items, items placed, first position,

@@ -39,9 +39,7 @@ constexpr int64_t kExpertTileRows = 128;
 
 // "64e_top8_1024x1024_t64_nvfp4": the shape in kernel names.
 std::string expertShapeSuffix(const ExpertTileShape &shape);
-// The lists as kernel arguments: "%meta: ..., %tiles: ..., %items: ...".
-std::string expertListArgs(const ExpertTileShape &shape);
-// The same as typed IR, appended to `types`: meta [E + 2], tiles
+// The lists as kernel arguments, appended to `types`: meta [E + 2], tiles
 // [2 maxTiles], items [maxItems], all i32.
 void appendExpertListTypes(mlir::Builder &b, const ExpertTileShape &shape,
                            std::vector<mlir::Type> &types);
@@ -55,13 +53,5 @@ inline int64_t projectionArgCount(const ExpertTileShape &shape) { return shape.n
 bool expertListsFit(const ExpertTileShape &shape);
 KernelSpec expertLists(const ExpertTileShape &shape);
 Work expertListsWork(const ExpertTileShape &shape);
-
-// How a tile kernel reads the lists (MLIR text). Function level, with %bid
-// the block: its tile %tile and column tile %nt of `colTiles`, and %live
-// when the tile exists. Then inside %live (needs %c1, %c2, %c128): the
-// tile's expert %e, its first item position %base, its rows %rows_in and
-// %last_in.
-std::string expertTileOfBlock(const ExpertTileShape &shape, int64_t colTiles);
-std::string expertTileItems(const ExpertTileShape &shape);
 
 } // namespace kiln::kernels

@@ -11,6 +11,12 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
+
+namespace mlir {
+class Builder;
+class Type;
+} // namespace mlir
 
 namespace kiln::kernels {
 
@@ -60,6 +66,9 @@ KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t w
 
 // Latent MoE (MoEKernels.cpp).
 KernelSpec routerTopK(int64_t experts, int64_t k);
+// Every router kernel's arguments (before %part, %parts): logits [T, E] f32,
+// weights [T, k] f32, indices [T, k] i32, and T.
+std::vector<mlir::Type> routerTopKArgs(mlir::Builder &b, int64_t experts, int64_t k);
 KernelSpec megaMoE(int64_t experts, int64_t k, int64_t intermediate, int64_t latent, double eps,
                    bool nvfp4);
 

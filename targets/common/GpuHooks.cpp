@@ -6,7 +6,7 @@
 #include "targets/common/Generators.h"
 #include "targets/common/GroupedExperts.h"
 #include "targets/common/HeadRowKernels.h"
-#include "targets/common/WarpSnippets.h"
+#include "targets/common/WarpDot.h"
 
 #include <algorithm>
 

@@ -8,7 +8,7 @@
 // GEMVs around them.
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
-#include "targets/common/WarpSnippets.h"
+#include "targets/common/KernelSpec.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -299,12 +299,7 @@ KernelSpec routerTopKWarp(int64_t experts, int64_t k) {
   std::string name = "router_warp_top" + str(k) + "_of_" + str(experts);
   Tiling tiling;
   tiling.set("kind", "warp-rows").set("parallel", "tokens");
-  auto args = [&](Builder &b) -> std::vector<Type> {
-    const int64_t dynamic = ShapedType::kDynamic;
-    return {MemRefType::get({dynamic, experts}, b.getF32Type()),
-            MemRefType::get({dynamic, k}, b.getF32Type()),
-            MemRefType::get({dynamic, k}, b.getI32Type()), b.getI64Type()};
-  };
+  auto args = [&](Builder &b) { return routerTopKArgs(b, experts, k); };
   return buildKernel(name, "kiln.router_topk", tiling, args, [&](KernelScope &s) {
     ImplicitLocOpBuilder &b = s.b;
     FloatType f32 = b.getF32Type();

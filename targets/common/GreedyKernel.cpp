@@ -13,7 +13,7 @@
 // Built as typed IR (KernelBuilder.h).
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
-#include "targets/common/WarpSnippets.h"
+#include "targets/common/WarpDot.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"

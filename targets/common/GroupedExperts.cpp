@@ -1,209 +1,192 @@
+// Built as typed IR (KernelBuilder.h).
 #include "targets/common/GroupedExperts.h"
 
 #include "targets/common/Generators.h"
-#include "targets/common/WarpSnippets.h"
+#include "targets/common/KernelBuilder.h"
+#include "targets/common/WarpDot.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 
 namespace kiln::kernels {
+
+using namespace mlir;
+
 namespace {
 
 std::string formatSuffix(bool nvfp4) { return nvfp4 ? "_nvfp4" : "_bf16"; }
 
-// The head of a grouped kernel's loop: a warp per (expert %e, group %grp of
-// its output rows), then passes over the expert's items, kGroupedItems at a
-// time. Each pass defines, for item i, its token %t<i>, choice %j<i> and
-// whether it exists (%in<i>; a pass's missing items repeat the last one and
-// store nothing). The kernel closes both loops.
-std::string groupedLoop(const ExpertTileShape &s, int64_t groups) {
-  std::string text = fillTemplate(R"(
-  %ck = arith.constant @@k@@ : index
-  %groups = arith.constant @@groups@@ : index
-  %work = arith.constant @@work@@ : index
-  %pass = arith.constant @@G@@ : index
-  %lead = arith.cmpi eq, %lane, %c0 : index
-  scf.for %wk = %warp to %work step %warps {
-    %e = arith.divui %wk, %groups : index
-    %grp = arith.remui %wk, %groups : index
-    %e1 = arith.addi %e, %c1 : index
-    %first_i = memref.load %meta[%e] : memref<@@meta@@xi32>
-    %end_i = memref.load %meta[%e1] : memref<@@meta@@xi32>
-    %first = arith.index_cast %first_i : i32 to index
-    %end = arith.index_cast %end_i : i32 to index
-    %last = arith.subi %end, %c1 : index
-    scf.for %p0 = %first to %end step %pass {
-)",
-                                  {{"k", str(s.k)},
-                                   {"groups", str(groups)},
-                                   {"work", str(s.experts * groups)},
-                                   {"G", str(kGroupedItems)},
-                                   {"meta", str(s.experts + 2)}});
+// One pass's item i: its token t, choice j, and whether it exists (a pass's
+// missing items repeat the last one and store nothing).
+struct PassItem {
+  Value t, j, in;
+};
+
+// The loops of a grouped kernel: a warp per (expert e, group grp of its
+// output rows), then passes over the expert's items, kGroupedItems at a
+// time. Leaves the builder inside the pass loop.
+struct GroupedLoop {
+  Value lead, e, grp;
+  PassItem items[kGroupedItems];
+};
+
+GroupedLoop groupedLoop(ImplicitLocOpBuilder &b, const WarpOfPart &w, const ExpertTileShape &s,
+                        Value meta, Value items, int64_t groups) {
+  Value ck = arith::ConstantIndexOp::create(b, s.k);
+  Value groupCount = arith::ConstantIndexOp::create(b, groups);
+  Value work = arith::ConstantIndexOp::create(b, s.experts * groups);
+  Value pass = arith::ConstantIndexOp::create(b, kGroupedItems);
+  GroupedLoop g;
+  g.lead = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, w.lane, w.c0);
+  auto warps = scf::ForOp::create(b, w.warp, work, w.warps);
+  b.setInsertionPointToStart(warps.getBody());
+  g.e = arith::DivUIOp::create(b, warps.getInductionVar(), groupCount);
+  g.grp = arith::RemUIOp::create(b, warps.getInductionVar(), groupCount);
+  Value e1 = arith::AddIOp::create(b, g.e, w.c1);
+  Value firstWord = memref::LoadOp::create(b, meta, ValueRange{g.e});
+  Value endWord = memref::LoadOp::create(b, meta, ValueRange{e1});
+  Type index = b.getIndexType();
+  Value first = arith::IndexCastOp::create(b, index, firstWord);
+  Value end = arith::IndexCastOp::create(b, index, endWord);
+  Value last = arith::SubIOp::create(b, end, w.c1);
+  auto passes = scf::ForOp::create(b, first, end, pass);
+  b.setInsertionPointToStart(passes.getBody());
   for (int64_t i = 0; i < kGroupedItems; ++i) {
-    std::string I = str(i);
-    text += fillTemplate(R"(
-      %pi@@I@@ = arith.constant @@I@@ : index
-      %p_at@@I@@ = arith.addi %p0, %pi@@I@@ : index
-      %in@@I@@ = arith.cmpi ult, %p_at@@I@@, %end : index
-      %pos@@I@@ = arith.minui %p_at@@I@@, %last : index
-      %item_i@@I@@ = memref.load %items[%pos@@I@@] : memref<@@MI@@xi32>
-      %item@@I@@ = arith.index_cast %item_i@@I@@ : i32 to index
-      %t@@I@@ = arith.divui %item@@I@@, %ck : index
-      %j@@I@@ = arith.remui %item@@I@@, %ck : index
-)",
-                         {{"I", I}, {"MI", str(s.maxItems())}});
+    Value at =
+        arith::AddIOp::create(b, passes.getInductionVar(), arith::ConstantIndexOp::create(b, i));
+    PassItem &item = g.items[i];
+    item.in = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, at, end);
+    Value pos = arith::MinUIOp::create(b, at, last);
+    Value word = memref::LoadOp::create(b, items, ValueRange{pos});
+    Value flat = arith::IndexCastOp::create(b, index, word);
+    item.t = arith::DivUIOp::create(b, flat, ck);
+    item.j = arith::RemUIOp::create(b, flat, ck);
   }
-  return text;
+  return g;
 }
 
 // Every (weight row, item) product of a pass: each row of `rows` once per
-// item, reading the item's row of the vector (`xIdx` with %t<i>, %j<i>).
-std::vector<warp::WeightRow> perItem(const std::vector<warp::WeightRow> &rows, bool byChoice) {
-  std::vector<warp::WeightRow> out;
-  for (int64_t i = 0; i < kGroupedItems; ++i)
-    for (warp::WeightRow row : rows) {
-      row.xIdx = "%t" + str(i) + (byChoice ? ", %j" + str(i) : "");
+// item, reading the item's row of the vector (t, or t, j `byChoice`).
+SmallVector<warp::Row> perItem(ArrayRef<warp::Row> rows, const GroupedLoop &g, bool byChoice) {
+  SmallVector<warp::Row> out;
+  for (const PassItem &item : g.items)
+    for (warp::Row row : rows) {
+      row.xAt = {item.t};
+      if (byChoice)
+        row.xAt.push_back(item.j);
       out.push_back(row);
     }
   return out;
 }
 
+// The kernel's arguments: the vector (z or h), the lists, the projections,
+// the result (h or y).
+std::vector<Type> groupedArgs(Builder &b, const ExpertTileShape &s, Type in,
+                              ArrayRef<std::pair<int64_t, int64_t>> projections, Type out) {
+  std::vector<Type> types = {in};
+  appendExpertListTypes(b, s, types);
+  for (auto [rows, cols] : projections)
+    appendProjectionTypes(b, s, rows, cols, types);
+  types.push_back(out);
+  return types;
+}
+
 KernelSpec expertGateUpGrouped(const ExpertTileShape &s) {
-  // A warp: rows 2 %grp and 2 %grp + 1 of gate and of up, h = silu(gate z) *
+  // A warp: rows 2 grp and 2 grp + 1 of gate and of up, h = silu(gate z) *
   // (up z) per item.
   std::string name = "expert_gateup_grouped_" + expertShapeSuffix(s);
-  std::string zt = "memref<?x" + str(s.latent) + "xf32>";
-  std::string ht = "memref<?x" + str(s.k) + "x" + str(s.intermediate) + "xf32>";
-  warp::ExpertProjection gate =
-      warp::expertProjection("gate", s.experts, s.intermediate, s.latent, s.nvfp4, {"%o0", "%o1"});
-  warp::ExpertProjection up =
-      warp::expertProjection("up", s.experts, s.intermediate, s.latent, s.nvfp4, {"%o0", "%o1"});
-  std::vector<warp::WeightRow> rows = gate.rows;
-  rows.insert(rows.end(), up.rows.begin(), up.rows.end());
-  std::vector<std::string> outs;
-  std::string sums;
-  std::string stores;
-  // perItem's order: item 0's gate o0, o1, up o0, o1, then item 1's.
-  for (int64_t i = 0; i < kGroupedItems; ++i) {
-    std::string store;
-    for (const char *which : {"g", "u"})
-      for (int64_t r = 0; r < 2; ++r) {
-        std::string name = std::string(which) + str(r) + "_" + str(i);
-        outs.push_back(name + "d");
-        sums += warp::warpSum(name + "d", name);
-      }
-    for (int64_t r = 0; r < 2; ++r)
-      store +=
-          fillTemplate(R"(
-          %ng@@X@@ = arith.negf %g@@X@@ : f32
-          %ex@@X@@ = math.exp %ng@@X@@ : f32
-          %den@@X@@ = arith.addf %one_f, %ex@@X@@ : f32
-          %sig@@X@@ = arith.divf %g@@X@@, %den@@X@@ : f32
-          %h@@X@@ = arith.mulf %sig@@X@@, %u@@X@@ : f32
-          memref.store %h@@X@@, %h[%t@@I@@, %j@@I@@, %o@@R@@] : @@ht@@
-)",
-                       {{"X", str(r) + "_" + str(i)}, {"I", str(i)}, {"R", str(r)}, {"ht", ht}});
-    stores += "        scf.if %in" + str(i) + " {" + store + "        }\n";
-  }
-  std::string body =
-      fillTemplate(R"(
-func.func @@@name@@(%z: @@zt@@, @@lists@@, @@gargs@@, @@uargs@@, %h: @@ht@@, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface,
-                kiln.tiling = {kind = "warp-gemv-grouped@@fmt@@", parallel = "experts*intermediate", items_per_pass = @@G@@ : i64}} {
-@@ids@@
-  %one_f = arith.constant 1.0 : f32
-  %c2 = arith.constant 2 : index
-@@loop@@
-      %o0 = arith.muli %grp, %c2 : index
-      %o1 = arith.addi %o0, %c1 : index
-@@gglob@@
-@@uglob@@
-@@dot@@
-@@sums@@
-      scf.if %lead {
-@@stores@@      }
+  Tiling tiling;
+  tiling.set("kind", "warp-gemv-grouped" + formatSuffix(s.nvfp4))
+      .set("parallel", "experts*intermediate")
+      .set("items_per_pass", kGroupedItems);
+  auto args = [&](Builder &b) {
+    Type f32 = b.getF32Type();
+    return groupedArgs(b, s, MemRefType::get({ShapedType::kDynamic, s.latent}, f32),
+                       {{s.intermediate, s.latent}, {s.intermediate, s.latent}},
+                       MemRefType::get({ShapedType::kDynamic, s.k, s.intermediate}, f32));
+  };
+  return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    const unsigned p = projectionArgCount(s);
+    ValueRange all = k.func.getArguments();
+    Value z = all[0], meta = all[1], items = all[3], h = all[4 + 2 * p];
+    warp::ExpertProjection gate = warp::expertProjection(all, 4, s.nvfp4);
+    warp::ExpertProjection up = warp::expertProjection(all, 4 + p, s.nvfp4);
+    WarpOfPart wp = warpOfPart(k);
+    Value one = arith::ConstantOp::create(b, b.getF32FloatAttr(1.0f));
+    Value c2 = k.index(2);
+    GroupedLoop g = groupedLoop(b, wp, s, meta, items, s.intermediate / 2);
+    Value o0 = arith::MulIOp::create(b, g.grp, c2);
+    Value o1 = arith::AddIOp::create(b, o0, wp.c1);
+    Value gateGlobal = gate.loadGlobal(b, g.e), upGlobal = up.loadGlobal(b, g.e);
+    SmallVector<warp::Row> rows = gate.rows(g.e, {o0, o1}, gateGlobal);
+    rows.append(up.rows(g.e, {o0, o1}, upGlobal));
+    // perItem's order: item 0's gate o0, o1, up o0, o1, then item 1's.
+    SmallVector<Value> dots =
+        warp::rowsDot(b, wp, perItem(rows, g, false), s.nvfp4, z, g.items[0].t, s.latent, Value(),
+                      warp::Nvfp4Lanes::Grouped);
+    SmallVector<Value> sums;
+    for (Value dot : dots)
+      sums.push_back(warp::warpSum(b, dot));
+    auto lead = scf::IfOp::create(b, g.lead, /*withElseRegion=*/false);
+    b.setInsertionPointToStart(&lead.getThenRegion().front());
+    for (int64_t i = 0; i < kGroupedItems; ++i) {
+      OpBuilder::InsertionGuard guard(b);
+      auto in = scf::IfOp::create(b, g.items[i].in, /*withElseRegion=*/false);
+      b.setInsertionPointToStart(&in.getThenRegion().front());
+      Value o[2] = {o0, o1};
+      for (int64_t r = 0; r < 2; ++r)
+        memref::StoreOp::create(b, warp::swiGlu(b, sums[4 * i + r], sums[4 * i + 2 + r], one), h,
+                                ValueRange{g.items[i].t, g.items[i].j, o[r]});
     }
-  }
-  return
-}
-)",
-                   {{"name", name},
-                    {"zt", zt},
-                    {"ht", ht},
-                    {"lists", expertListArgs(s)},
-                    {"gargs", gate.args},
-                    {"uargs", up.args},
-                    {"fmt", formatSuffix(s.nvfp4)},
-                    {"G", str(kGroupedItems)},
-                    {"ids", warp::warpIds()},
-                    {"loop", groupedLoop(s, s.intermediate / 2)},
-                    {"gglob", gate.globalLoad},
-                    {"uglob", up.globalLoad},
-                    {"dot", warp::rowsDot(perItem(rows, false), s.nvfp4, "%z", zt, "%t0", s.latent,
-                                          outs, "", warp::Nvfp4Lanes::Grouped)},
-                    {"sums", sums},
-                    {"stores", stores}});
-  return textKernel(name, "kiln.megamoe", body);
+  });
 }
 
 KernelSpec expertDownGrouped(const ExpertTileShape &s) {
-  // A warp: rows 4 %grp .. 4 %grp + 3 of down, y = down h per item.
+  // A warp: rows 4 grp .. 4 grp + 3 of down, y = down h per item.
   std::string name = "expert_down_grouped_" + expertShapeSuffix(s);
-  std::string ht = "memref<?x" + str(s.k) + "x" + str(s.intermediate) + "xf32>";
-  std::string yt = "memref<?x" + str(s.k) + "x" + str(s.latent) + "xf32>";
-  warp::ExpertProjection down = warp::expertProjection("down", s.experts, s.latent, s.intermediate,
-                                                       s.nvfp4, {"%o0", "%o1", "%o2", "%o3"});
-  std::vector<std::string> outs;
-  std::string sums;
-  std::string stores;
-  for (int64_t i = 0; i < kGroupedItems; ++i) {
-    std::string I = str(i);
-    std::string store;
-    for (int64_t r = 0; r < 4; ++r) {
-      std::string R = str(r);
-      outs.push_back("yd" + R + "_" + I);
-      sums += warp::warpSum("yd" + R + "_" + I, "y" + R + "_" + I);
-      store += "          memref.store %y" + R + "_" + I + ", %y[%t" + I + ", %j" + I + ", %o" + R +
-               "] : " + yt + "\n";
+  Tiling tiling;
+  tiling.set("kind", "warp-gemv-grouped" + formatSuffix(s.nvfp4))
+      .set("parallel", "experts*latent")
+      .set("items_per_pass", kGroupedItems);
+  auto args = [&](Builder &b) {
+    Type f32 = b.getF32Type();
+    return groupedArgs(b, s, MemRefType::get({ShapedType::kDynamic, s.k, s.intermediate}, f32),
+                       {{s.latent, s.intermediate}},
+                       MemRefType::get({ShapedType::kDynamic, s.k, s.latent}, f32));
+  };
+  return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    const unsigned p = projectionArgCount(s);
+    ValueRange all = k.func.getArguments();
+    Value h = all[0], meta = all[1], items = all[3], y = all[4 + p];
+    warp::ExpertProjection down = warp::expertProjection(all, 4, s.nvfp4);
+    WarpOfPart wp = warpOfPart(k);
+    Value c2 = k.index(2), c3 = k.index(3), c4 = k.index(4);
+    GroupedLoop g = groupedLoop(b, wp, s, meta, items, s.latent / 4);
+    Value o0 = arith::MulIOp::create(b, g.grp, c4);
+    SmallVector<Value> o = {o0};
+    for (Value step : {wp.c1, c2, c3})
+      o.push_back(arith::AddIOp::create(b, o0, step));
+    Value global = down.loadGlobal(b, g.e);
+    SmallVector<Value> dots = warp::rowsDot(b, wp, perItem(down.rows(g.e, o, global), g, true),
+                                            s.nvfp4, h, ValueRange{g.items[0].t, g.items[0].j},
+                                            s.intermediate, Value(), warp::Nvfp4Lanes::Grouped);
+    SmallVector<Value> sums;
+    for (Value dot : dots)
+      sums.push_back(warp::warpSum(b, dot));
+    auto lead = scf::IfOp::create(b, g.lead, /*withElseRegion=*/false);
+    b.setInsertionPointToStart(&lead.getThenRegion().front());
+    for (int64_t i = 0; i < kGroupedItems; ++i) {
+      OpBuilder::InsertionGuard guard(b);
+      auto in = scf::IfOp::create(b, g.items[i].in, /*withElseRegion=*/false);
+      b.setInsertionPointToStart(&in.getThenRegion().front());
+      for (int64_t r = 0; r < 4; ++r)
+        memref::StoreOp::create(b, sums[4 * i + r], y,
+                                ValueRange{g.items[i].t, g.items[i].j, o[r]});
     }
-    stores += "        scf.if %in" + I + " {\n" + store + "        }\n";
-  }
-  std::string body =
-      fillTemplate(R"(
-func.func @@@name@@(%h: @@ht@@, @@lists@@, @@dargs@@, %y: @@yt@@, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface,
-                kiln.tiling = {kind = "warp-gemv-grouped@@fmt@@", parallel = "experts*latent", items_per_pass = @@G@@ : i64}} {
-@@ids@@
-  %c2 = arith.constant 2 : index
-  %c3 = arith.constant 3 : index
-  %c4 = arith.constant 4 : index
-@@loop@@
-      %o0 = arith.muli %grp, %c4 : index
-      %o1 = arith.addi %o0, %c1 : index
-      %o2 = arith.addi %o0, %c2 : index
-      %o3 = arith.addi %o0, %c3 : index
-@@glob@@
-@@dot@@
-@@sums@@
-      scf.if %lead {
-@@stores@@      }
-    }
-  }
-  return
-}
-)",
-                   {{"name", name},
-                    {"ht", ht},
-                    {"yt", yt},
-                    {"lists", expertListArgs(s)},
-                    {"dargs", down.args},
-                    {"fmt", formatSuffix(s.nvfp4)},
-                    {"G", str(kGroupedItems)},
-                    {"ids", warp::warpIds()},
-                    {"loop", groupedLoop(s, s.latent / 4)},
-                    {"glob", down.globalLoad},
-                    {"dot", warp::rowsDot(perItem(down.rows, true), s.nvfp4, "%h", ht, "%t0, %j0",
-                                          s.intermediate, outs, "", warp::Nvfp4Lanes::Grouped)},
-                    {"sums", sums},
-                    {"stores", stores}});
-  return textKernel(name, "kiln.megamoe", body);
+  });
 }
 
 } // namespace

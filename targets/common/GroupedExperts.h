@@ -6,7 +6,7 @@
 // Both kernels read the expert lists (ExpertLists.h) and give a warp one
 // expert's weight rows: gate/up two rows of each, down four. The warp
 // streams its rows once for kGroupedItems of the expert's items at a time
-// (NVFP4 with Grouped lanes, WarpSnippets.h: each load of an item's vector
+// (NVFP4 with Grouped lanes, WarpDot.h: each load of an item's vector
 // is contiguous across the warp),
 // so an expert with at most that many items is read from memory once;
 // experts without items cost a warp two loads of the lists. Results go where

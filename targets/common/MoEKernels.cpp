@@ -23,6 +23,13 @@ namespace kiln::kernels {
 
 using namespace mlir;
 
+std::vector<Type> routerTopKArgs(Builder &b, int64_t experts, int64_t k) {
+  const int64_t dynamic = ShapedType::kDynamic;
+  return {MemRefType::get({dynamic, experts}, b.getF32Type()),
+          MemRefType::get({dynamic, k}, b.getF32Type()),
+          MemRefType::get({dynamic, k}, b.getI32Type()), b.getI64Type()};
+}
+
 // The router, built as typed IR (KernelBuilder.h): per token, the softmax
 // numerators, then k rounds of argmax (ties to the lower index; chosen
 // entries become -1), then the chosen weights renormalised.
@@ -30,12 +37,7 @@ KernelSpec routerTopK(int64_t experts, int64_t k) {
   std::string name = "router_top" + std::to_string(k) + "_of_" + std::to_string(experts);
   Tiling tiling;
   tiling.set("kind", "rows").set("parallel", "tokens");
-  auto args = [&](Builder &b) -> std::vector<Type> {
-    const int64_t dynamic = ShapedType::kDynamic;
-    return {MemRefType::get({dynamic, experts}, b.getF32Type()),
-            MemRefType::get({dynamic, k}, b.getF32Type()),
-            MemRefType::get({dynamic, k}, b.getI32Type()), b.getI64Type()};
-  };
+  auto args = [&](Builder &b) { return routerTopKArgs(b, experts, k); };
   return buildKernel(name, "kiln.router_topk", tiling, args, [&](KernelScope &s) {
     ImplicitLocOpBuilder &b = s.b;
     FloatType f32 = b.getF32Type();

@@ -14,7 +14,7 @@
 // t * slots (slots = the cache's rows / sequences).
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
-#include "targets/common/WarpSnippets.h"
+#include "targets/common/KernelSpec.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"

@@ -4,40 +4,73 @@
 // the weighted sum).
 // Decode reads every weight once, so these kernels are built to stream
 // weights: each lane loads its own 16 contiguous bytes of a row per step,
-// NVFP4 codes are decoded in registers (WarpSnippets.h), and the warp sums
-// its lanes with shuffles. Rows of the input beyond the first re-read the
+// NVFP4 codes are decoded in registers (WarpDot.h), and the warp sums its
+// lanes with shuffles. Rows of the input beyond the first re-read the
 // weights from cache; prefill-shaped products belong to tensor-core kernels.
+// Built as typed IR (KernelBuilder.h).
+#include "targets/common/ExpertLists.h"
 #include "targets/common/Generators.h"
-#include "targets/common/WarpSnippets.h"
+#include "targets/common/KernelBuilder.h"
+#include "targets/common/KernelSpec.h"
+#include "targets/common/WarpDot.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
 
 namespace kiln::kernels {
+
+using namespace mlir;
+
 namespace {
 
-// The head of an expert-stage loop: a warp per (token t, selected expert j,
-// group of `rowsPerWarp` output rows %o0 ..), %e the expert. The kernel
-// defines %groups (groups a selected expert), %per_token and the index
-// constants %c1 .. %c<rowsPerWarp>, and closes the loop.
-std::string expertItemLoop(int64_t rowsPerWarp, int64_t k) {
-  std::string text = R"(
-  %rows = arith.index_cast %rows_i : i64 to index
-  %items = arith.muli %rows, %per_token : index
-  scf.for %item = %warp to %items step %warps {
-    %t = arith.divui %item, %per_token : index
-    %rest = arith.remui %item, %per_token : index
-    %j = arith.divui %rest, %groups : index
-    %group = arith.remui %rest, %groups : index
-)";
-  text += "    %o0 = arith.muli %group, %c" + str(rowsPerWarp) + " : index\n";
-  for (int64_t r = 1; r < rowsPerWarp; ++r)
-    text += "    %o" + str(r) + " = arith.addi %o0, %c" + str(r) + " : index\n";
+// An expert-stage item of a warp: token %t, selected expert j, its expert
+// e, and the warp's `rowsPerWarp` output rows o0 ...
+struct ExpertItem {
+  Value t, j, e;
+  SmallVector<Value, 4> o;
+};
+
+// The loop over expert-stage items, a warp per (token t, selected expert j,
+// group of `rowsPerWarp` output rows): `rows` tokens of `perToken` items,
+// `groups` groups a selected expert; `rowSteps`[r] is the constant r for
+// r = 1 .. rowsPerWarp (index rowsPerWarp: the group's stride). Leaves the
+// builder inside the loop.
+ExpertItem expertItemLoop(ImplicitLocOpBuilder &b, const WarpOfPart &w, Value idx, Value rowsArg,
+                          Value perToken, Value groups, ArrayRef<Value> rowSteps) {
+  Value rows = arith::IndexCastOp::create(b, b.getIndexType(), rowsArg);
+  Value items = arith::MulIOp::create(b, rows, perToken);
+  auto loop = scf::ForOp::create(b, w.warp, items, w.warps);
+  b.setInsertionPointToStart(loop.getBody());
+  Value item = loop.getInductionVar();
+  ExpertItem it;
+  it.t = arith::DivUIOp::create(b, item, perToken);
+  Value rest = arith::RemUIOp::create(b, item, perToken);
+  it.j = arith::DivUIOp::create(b, rest, groups);
+  Value group = arith::RemUIOp::create(b, rest, groups);
+  const size_t rowsPerWarp = rowSteps.size() - 1;
+  it.o.push_back(arith::MulIOp::create(b, group, rowSteps[rowsPerWarp]));
+  for (size_t r = 1; r < rowsPerWarp; ++r)
+    it.o.push_back(arith::AddIOp::create(b, it.o[0], rowSteps[r]));
   // An index of -1 (another rank's expert, weight 0) reads expert 0.
-  return text + "    %e32r = memref.load %idx[%t, %j] : memref<?x" + str(k) +
-         "xi32>\n    %e0_i32 = arith.constant 0 : i32\n"
-         "    %e32 = arith.maxsi %e32r, %e0_i32 : i32\n"
-         "    %e = arith.index_cast %e32 : i32 to index\n";
+  Value chosen = memref::LoadOp::create(b, idx, ValueRange{it.t, it.j});
+  Value clamped = arith::MaxSIOp::create(b, chosen, arith::ConstantIntOp::create(b, 0, 32));
+  it.e = arith::IndexCastOp::create(b, b.getIndexType(), clamped);
+  return it;
 }
 
 std::string formatSuffix(bool nvfp4) { return nvfp4 ? "_nvfp4" : "_bf16"; }
+
+// The builder inside `scf.if cond`.
+void enterIf(ImplicitLocOpBuilder &b, Value cond) {
+  auto branch = scf::IfOp::create(b, cond, /*withElseRegion=*/false);
+  b.setInsertionPointToStart(&branch.getThenRegion().front());
+}
+
+Value isZero(ImplicitLocOpBuilder &b, Value v, Value zero) {
+  return arith::CmpIOp::create(b, arith::CmpIPredicate::eq, v, zero);
+}
 
 } // namespace
 
@@ -48,98 +81,76 @@ bool warpMoEFits(int64_t intermediate, int64_t latent) {
 
 KernelSpec linearWarp(int64_t n, int64_t k) {
   std::string name = "linear_warp_" + str(n) + "x" + str(k);
-  std::string xt = "memref<?x" + str(k) + "xf32>",
-              wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
-  std::string body = fillTemplate(
-      R"(
-func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %first_i: i64, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "warp-gemv", parallel = "n"}} {
-@@ids@@
-  %ndim = arith.constant @@n@@ : index
-  %rows = arith.index_cast %rows_i : i64 to index
-  %first = arith.index_cast %first_i : i64 to index
-  scf.for %o = %warp to %ndim step %warps {
-    scf.for %r = %c0 to %rows step %c1 {
-      %xr = arith.addi %first, %r : index
-@@dot@@
-@@sum@@
-      %lead = arith.cmpi eq, %lane, %c0 : index
-      scf.if %lead {
-        memref.store %y_sum, %y[%r, %o] : memref<?x@@n@@xf32>
-      }
-    }
-  }
-  return
-}
-)",
-      {{"name", name},
-       {"xt", xt},
-       {"wt", wt},
-       {"n", str(n)},
-       {"ids", warp::warpIds()},
-       {"dot", warp::rowsDot({{"%w", wt, "%o", "", "", ""}}, false, "%x", xt, "%xr", k, {"y_dot"})},
-       {"sum", warp::warpSum("y_dot", "y_sum")}});
-  return textKernel(name, "kiln.linear", body);
+  Tiling tiling;
+  tiling.set("kind", "warp-gemv").set("parallel", "n");
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    Type f32 = b.getF32Type(), i64 = b.getI64Type();
+    return {MemRefType::get({ShapedType::kDynamic, k}, f32),
+            MemRefType::get({n, k}, b.getBF16Type()),
+            MemRefType::get({ShapedType::kDynamic, n}, f32), i64, i64};
+  };
+  return buildKernel(name, "kiln.linear", tiling, args, [&](KernelScope &k_) {
+    ImplicitLocOpBuilder &b = k_.b;
+    Value x = k_.arg(0), w = k_.arg(1), y = k_.arg(2);
+    WarpOfPart wp = warpOfPart(k_);
+    Value ndim = k_.index(n), rows = k_.argIndex(4), first = k_.argIndex(3);
+    auto outs = scf::ForOp::create(b, wp.warp, ndim, wp.warps);
+    b.setInsertionPointToStart(outs.getBody());
+    Value o = outs.getInductionVar();
+    auto tokens = scf::ForOp::create(b, wp.c0, rows, wp.c1);
+    b.setInsertionPointToStart(tokens.getBody());
+    Value r = tokens.getInductionVar();
+    Value xr = arith::AddIOp::create(b, first, r);
+    Value dot = warp::rowsDot(b, wp, {warp::Row{w, {o}}}, false, x, xr, k)[0];
+    Value sum = warp::warpSum(b, dot);
+    enterIf(b, isZero(b, wp.lane, wp.c0));
+    memref::StoreOp::create(b, sum, y, ValueRange{r, o});
+  });
 }
 
 KernelSpec linearWarpTokens(int64_t n, int64_t k, int64_t tokens) {
   // A warp per output row, `tokens` rows of x at a time: each weight load
   // serves them all (batched decode reads the weights once, not per token).
   std::string name = "linear_warp_tokens" + str(tokens) + "_" + str(n) + "x" + str(k);
-  std::string xt = "memref<?x" + str(k) + "xf32>",
-              wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
-  std::vector<warp::WeightRow> rows;
-  std::vector<std::string> outs;
-  std::string rowIdx, stores;
-  for (int64_t i = 0; i < tokens; ++i) {
-    std::string I = str(i);
-    rows.push_back({"%w", wt, "%o", "", "", "", "%xr" + I});
-    outs.push_back("y_dot" + I);
-    rowIdx += "      %r_at" + I + " = arith.addi %r0, %c" + I + "_i : index\n" + "      %xr" + I +
-              " = arith.minui %r_at" + I + ", %last : index\n";
-    stores += warp::warpSum("y_dot" + I, "y_sum" + I) + fillTemplate(R"(
-      %in@@I@@ = arith.cmpi ult, %r_at@@I@@, %rows : index
-      %st@@I@@ = arith.andi %lead, %in@@I@@ : i1
-      scf.if %st@@I@@ {
-        memref.store %y_sum@@I@@, %y[%r_at@@I@@, %o] : memref<?x@@n@@xf32>
-      }
-)",
-                                                                     {{"I", I}, {"n", str(n)}});
-  }
-  std::string consts;
-  for (int64_t i = 0; i < tokens; ++i)
-    consts += "  %c" + str(i) + "_i = arith.constant " + str(i) + " : index\n";
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "warp-gemv-tokens", parallel = "n", tokens = @@T@@ : i64}} {
-@@ids@@
-@@consts@@
-  %group = arith.constant @@T@@ : index
-  %ndim = arith.constant @@n@@ : index
-  %rows = arith.index_cast %rows_i : i64 to index
-  %last = arith.subi %rows, %c1 : index
-  %lead = arith.cmpi eq, %lane, %c0 : index
-  scf.for %o = %warp to %ndim step %warps {
-    scf.for %r0 = %c0 to %rows step %group {
-@@rowIdx@@
-@@dot@@
-@@stores@@
+  Tiling tiling;
+  tiling.set("kind", "warp-gemv-tokens").set("parallel", "n").set("tokens", tokens);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    Type f32 = b.getF32Type();
+    return {MemRefType::get({ShapedType::kDynamic, k}, f32),
+            MemRefType::get({n, k}, b.getBF16Type()),
+            MemRefType::get({ShapedType::kDynamic, n}, f32), b.getI64Type()};
+  };
+  return buildKernel(name, "kiln.linear", tiling, args, [&](KernelScope &k_) {
+    ImplicitLocOpBuilder &b = k_.b;
+    Value x = k_.arg(0), w = k_.arg(1), y = k_.arg(2);
+    WarpOfPart wp = warpOfPart(k_);
+    SmallVector<Value> offsets;
+    for (int64_t i = 0; i < tokens; ++i)
+      offsets.push_back(k_.index(i));
+    Value group = k_.index(tokens), ndim = k_.index(n), rows = k_.argIndex(3);
+    Value last = arith::SubIOp::create(b, rows, wp.c1);
+    Value lead = isZero(b, wp.lane, wp.c0);
+    auto outs = scf::ForOp::create(b, wp.warp, ndim, wp.warps);
+    b.setInsertionPointToStart(outs.getBody());
+    Value o = outs.getInductionVar();
+    auto groups = scf::ForOp::create(b, wp.c0, rows, group);
+    b.setInsertionPointToStart(groups.getBody());
+    SmallVector<Value> at, xr;
+    SmallVector<warp::Row> dotRows;
+    for (int64_t i = 0; i < tokens; ++i) {
+      at.push_back(arith::AddIOp::create(b, groups.getInductionVar(), offsets[i]));
+      xr.push_back(arith::MinUIOp::create(b, at.back(), last));
+      dotRows.push_back(warp::Row{w, {o}, Value(), Value(), {xr.back()}});
     }
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"xt", xt},
-                                   {"wt", wt},
-                                   {"n", str(n)},
-                                   {"T", str(tokens)},
-                                   {"ids", warp::warpIds()},
-                                   {"consts", consts},
-                                   {"rowIdx", rowIdx},
-                                   {"dot", warp::rowsDot(rows, false, "%x", xt, "%xr0", k, outs)},
-                                   {"stores", stores}});
-  return textKernel(name, "kiln.linear", body);
+    SmallVector<Value> dots = warp::rowsDot(b, wp, dotRows, false, x, xr[0], k);
+    for (int64_t i = 0; i < tokens; ++i) {
+      Value sum = warp::warpSum(b, dots[i]);
+      Value in = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, at[i], rows);
+      OpBuilder::InsertionGuard guard(b);
+      enterIf(b, arith::AndIOp::create(b, lead, in));
+      memref::StoreOp::create(b, sum, y, ValueRange{at[i], o});
+    }
+  });
 }
 
 bool splitGemvFits(int64_t n, int64_t k) { return n < 4096 && k % 1024 == 0; }
@@ -148,62 +159,65 @@ KernelSpec linearSplitBlock(int64_t n, int64_t k) {
   // A block of four warps per output row, each warp a quarter of k; the
   // quarters summed through shared memory in order.
   std::string name = "linear_split_block_" + str(n) + "x" + str(k);
-  std::string xt = "memref<?x" + str(k) + "xf32>",
-              wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
-  std::string body =
-      "memref.global \"private\" @" + name +
-      "_smem : memref<4xf32, #gpu.address_space<workgroup>>\n" +
-      fillTemplate(R"(
-func.func @@@name@@(%x: @@xt@@, %w: @@wt@@, %y: memref<?x@@n@@xf32>, %first_i: i64, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "split-k-gemv", splits = 4 : i64, parallel = "n"}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %c3 = arith.constant 3 : index
-  %c32 = arith.constant 32 : index
-  %quarter = arith.constant @@k4@@ : index
-  %tid = gpu.thread_id x
-  %o = gpu.block_id x
-  %lane = arith.remui %tid, %c32 : index
-  %wid = arith.divui %tid, %c32 : index
-  %col = arith.muli %wid, %quarter : index
-  %smem = memref.get_global @@@name@@_smem : memref<4xf32, #gpu.address_space<workgroup>>
-  %rows = arith.index_cast %rows_i : i64 to index
-  %first = arith.index_cast %first_i : i64 to index
-  %lead = arith.cmpi eq, %lane, %c0 : index
-  %first_thread = arith.cmpi eq, %tid, %c0 : index
-  scf.for %r = %c0 to %rows step %c1 {
-    %xr = arith.addi %first, %r : index
-@@dot@@
-@@sum@@
-    scf.if %lead {
-      memref.store %part_sum, %smem[%wid] : memref<4xf32, #gpu.address_space<workgroup>>
+  Tiling tiling;
+  tiling.set("kind", "split-k-gemv").set("splits", 4).set("parallel", "n");
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    Type f32 = b.getF32Type(), i64 = b.getI64Type();
+    return {MemRefType::get({ShapedType::kDynamic, k}, f32),
+            MemRefType::get({n, k}, b.getBF16Type()),
+            MemRefType::get({ShapedType::kDynamic, n}, f32), i64, i64};
+  };
+  return buildKernel(name, "kiln.linear", tiling, args, [&](KernelScope &k_) {
+    ImplicitLocOpBuilder &b = k_.b;
+    Value x = k_.arg(0), w = k_.arg(1), y = k_.arg(2);
+    auto shared =
+        MemRefType::get({4}, b.getF32Type(), MemRefLayoutAttrInterface(),
+                        gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPoint(k_.func);
+      memref::GlobalOp::create(b, name + "_smem", b.getStringAttr("private"), shared, Attribute(),
+                               /*constant=*/false, IntegerAttr());
     }
-    gpu.barrier
-    scf.if %first_thread {
-      %p0 = memref.load %smem[%c0] : memref<4xf32, #gpu.address_space<workgroup>>
-      %p1 = memref.load %smem[%c1] : memref<4xf32, #gpu.address_space<workgroup>>
-      %p2 = memref.load %smem[%c2] : memref<4xf32, #gpu.address_space<workgroup>>
-      %p3 = memref.load %smem[%c3] : memref<4xf32, #gpu.address_space<workgroup>>
-      %s01 = arith.addf %p0, %p1 : f32
-      %s012 = arith.addf %s01, %p2 : f32
-      %s = arith.addf %s012, %p3 : f32
-      memref.store %s, %y[%r, %o] : memref<?x@@n@@xf32>
+    WarpOfPart wp;
+    wp.c0 = k_.index(0);
+    wp.c1 = k_.index(1);
+    Value c2 = k_.index(2), c3 = k_.index(3);
+    wp.c32 = k_.index(32);
+    Value quarter = k_.index(k / 4);
+    Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    Value o = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    wp.lane = arith::RemUIOp::create(b, tid, wp.c32);
+    Value wid = arith::DivUIOp::create(b, tid, wp.c32);
+    Value col = arith::MulIOp::create(b, wid, quarter);
+    Value smem = memref::GetGlobalOp::create(b, shared, name + "_smem");
+    Value rows = k_.argIndex(4), first = k_.argIndex(3);
+    Value lead = isZero(b, wp.lane, wp.c0), firstThread = isZero(b, tid, wp.c0);
+    auto tokens = scf::ForOp::create(b, wp.c0, rows, wp.c1);
+    b.setInsertionPointToStart(tokens.getBody());
+    Value r = tokens.getInductionVar();
+    Value xr = arith::AddIOp::create(b, first, r);
+    Value dot = warp::rowsDot(b, wp, {warp::Row{w, {o}}}, false, x, xr, k / 4, col)[0];
+    Value partSum = warp::warpSum(b, dot);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      enterIf(b, lead);
+      memref::StoreOp::create(b, partSum, smem, ValueRange{wid});
     }
-    gpu.barrier
-  }
-  return
-}
-)",
-                   {{"name", name},
-                    {"xt", xt},
-                    {"wt", wt},
-                    {"n", str(n)},
-                    {"k4", str(k / 4)},
-                    {"dot", warp::rowsDot({{"%w", wt, "%o", "", "", ""}}, false, "%x", xt, "%xr",
-                                          k / 4, {"q_dot"}, "%col")},
-                    {"sum", warp::warpSum("q_dot", "part_sum")}});
-  return textKernel(name, "kiln.linear", body);
+    gpu::BarrierOp::create(b);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      enterIf(b, firstThread);
+      Value p[4];
+      Value at[4] = {wp.c0, wp.c1, c2, c3};
+      for (int q = 0; q < 4; ++q)
+        p[q] = memref::LoadOp::create(b, smem, ValueRange{at[q]});
+      Value s = arith::AddFOp::create(
+          b, arith::AddFOp::create(b, arith::AddFOp::create(b, p[0], p[1]), p[2]), p[3]);
+      memref::StoreOp::create(b, s, y, ValueRange{r, o});
+    }
+    gpu::BarrierOp::create(b);
+  });
 }
 
 KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
@@ -212,60 +226,46 @@ KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, in
   // sharing each load of z.
   std::string name = "expert_gateup_warp_" + str(experts) + "e_top" + str(k) + "_" +
                      str(intermediate) + "x" + str(latent) + formatSuffix(nvfp4);
-  std::string zt = "memref<?x" + str(latent) + "xf32>";
-  warp::ExpertProjection gate =
-      warp::expertProjection("gate", experts, intermediate, latent, nvfp4, {"%o0", "%o1"});
-  warp::ExpertProjection up =
-      warp::expertProjection("up", experts, intermediate, latent, nvfp4, {"%o0", "%o1"});
-  std::vector<warp::WeightRow> rows = gate.rows;
-  rows.insert(rows.end(), up.rows.begin(), up.rows.end());
-  std::string body = fillTemplate(
-      R"(
-func.func @@@name@@(%z: @@zt@@, %idx: memref<?x@@K@@xi32>, @@gargs@@, @@uargs@@,
-                    %h: memref<?x@@K@@x@@I@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface,
-                kiln.tiling = {kind = "warp-gemv@@fmt@@", parallel = "tokens*experts_per_token*intermediate", rows_per_warp = 2 : i64}} {
-@@ids@@
-  %c2 = arith.constant 2 : index
-  %groups = arith.constant @@I2@@ : index
-  %per_token = arith.constant @@KI2@@ : index
-  %one_f = arith.constant 1.0 : f32
-@@loop@@@@gglob@@
-@@uglob@@
-@@dot@@
-@@s0@@
-@@s1@@
-@@s2@@
-@@s3@@
-    %lead = arith.cmpi eq, %lane, %c0 : index
-    scf.if %lead {
-      // h = silu(gate z) * (up z)
-@@swiglu@@    }
-  }
-  return
-}
-)",
-      {{"name", name},
-       {"zt", zt},
-       {"K", str(k)},
-       {"I", str(intermediate)},
-       {"I2", str(intermediate / 2)},
-       {"loop", expertItemLoop(2, k)},
-       {"KI2", str(k * intermediate / 2)},
-       {"fmt", formatSuffix(nvfp4)},
-       {"gargs", gate.args},
-       {"uargs", up.args},
-       {"ids", warp::warpIds()},
-       {"gglob", gate.globalLoad},
-       {"uglob", up.globalLoad},
-       {"dot", warp::rowsDot(rows, nvfp4, "%z", zt, "%t", latent, {"gd0", "gd1", "ud0", "ud1"})},
-       {"s0", warp::warpSum("gd0", "g0")},
-       {"s1", warp::warpSum("gd1", "g1")},
-       {"s2", warp::warpSum("ud0", "u0")},
-       {"s3", warp::warpSum("ud1", "u1")},
-       {"swiglu",
-        warp::swiGluStore("%h", "memref<?x" + str(k) + "x" + str(intermediate) + "xf32>")}});
-  return textKernel(name, "kiln.megamoe", body);
+  const ExpertTileShape shape{experts, k, intermediate, latent, nvfp4, 0};
+  Tiling tiling;
+  tiling.set("kind", "warp-gemv" + formatSuffix(nvfp4))
+      .set("parallel", "tokens*experts_per_token*intermediate")
+      .set("rows_per_warp", 2);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    Type f32 = b.getF32Type();
+    std::vector<Type> types = {MemRefType::get({ShapedType::kDynamic, latent}, f32),
+                               MemRefType::get({ShapedType::kDynamic, k}, b.getI32Type())};
+    appendProjectionTypes(b, shape, intermediate, latent, types); // gate
+    appendProjectionTypes(b, shape, intermediate, latent, types); // up
+    types.push_back(MemRefType::get({ShapedType::kDynamic, k, intermediate}, f32));
+    types.push_back(b.getI64Type());
+    return types;
+  };
+  return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k_) {
+    ImplicitLocOpBuilder &b = k_.b;
+    const unsigned p = projectionArgCount(shape);
+    ValueRange all = k_.func.getArguments();
+    Value z = all[0], idx = all[1], h = all[2 + 2 * p], rowsArg = all[3 + 2 * p];
+    warp::ExpertProjection gate = warp::expertProjection(all, 2, nvfp4);
+    warp::ExpertProjection up = warp::expertProjection(all, 2 + p, nvfp4);
+    WarpOfPart wp = warpOfPart(k_);
+    Value c2 = k_.index(2);
+    Value groups = k_.index(intermediate / 2), perToken = k_.index(k * intermediate / 2);
+    Value one = arith::ConstantOp::create(b, b.getF32FloatAttr(1.0f));
+    ExpertItem it = expertItemLoop(b, wp, idx, rowsArg, perToken, groups, {wp.c0, wp.c1, c2});
+    Value gateGlobal = gate.loadGlobal(b, it.e), upGlobal = up.loadGlobal(b, it.e);
+    SmallVector<warp::Row> rows = gate.rows(it.e, it.o, gateGlobal);
+    rows.append(up.rows(it.e, it.o, upGlobal));
+    SmallVector<Value> dots = warp::rowsDot(b, wp, rows, nvfp4, z, it.t, latent);
+    SmallVector<Value> sums;
+    for (Value dot : dots)
+      sums.push_back(warp::warpSum(b, dot));
+    enterIf(b, isZero(b, wp.lane, wp.c0));
+    // h = silu(gate z) * (up z)
+    for (int r = 0; r < 2; ++r)
+      memref::StoreOp::create(b, warp::swiGlu(b, sums[r], sums[2 + r], one), h,
+                              ValueRange{it.t, it.j, it.o[r]});
+  });
 }
 
 KernelSpec expertDownWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
@@ -273,57 +273,41 @@ KernelSpec expertDownWarp(int64_t experts, int64_t k, int64_t intermediate, int6
   // A warp computes rows o0 .. o0 + 3: four weight rows sharing each load of h.
   std::string name = "expert_down_warp_" + str(experts) + "e_top" + str(k) + "_" + str(latent) +
                      "x" + str(intermediate) + formatSuffix(nvfp4);
-  std::string ht = "memref<?x" + str(k) + "x" + str(intermediate) + "xf32>";
-  warp::ExpertProjection down = warp::expertProjection("down", experts, latent, intermediate, nvfp4,
-                                                       {"%o0", "%o1", "%o2", "%o3"});
-  std::string stores;
-  for (int r = 0; r < 4; ++r)
-    stores += "      memref.store %y" + std::to_string(r) + ", %y[%t, %j, %o" + std::to_string(r) +
-              "] : memref<?x" + str(k) + "x" + str(latent) + "xf32>\n";
-  std::string body =
-      fillTemplate(R"(
-func.func @@@name@@(%h: @@ht@@, %idx: memref<?x@@K@@xi32>, @@dargs@@,
-                    %y: memref<?x@@K@@x@@L@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface,
-                kiln.tiling = {kind = "warp-gemv@@fmt@@", parallel = "tokens*experts_per_token*latent", rows_per_warp = 4 : i64}} {
-@@ids@@
-  %c2 = arith.constant 2 : index
-  %c3 = arith.constant 3 : index
-  %c4 = arith.constant 4 : index
-  %groups = arith.constant @@L4@@ : index
-  %per_token = arith.constant @@KL4@@ : index
-@@loop@@@@glob@@
-@@dot@@
-@@s0@@
-@@s1@@
-@@s2@@
-@@s3@@
-    %lead = arith.cmpi eq, %lane, %c0 : index
-    scf.if %lead {
-@@stores@@    }
-  }
-  return
-}
-)",
-                   {{"name", name},
-                    {"ht", ht},
-                    {"K", str(k)},
-                    {"L", str(latent)},
-                    {"L4", str(latent / 4)},
-                    {"loop", expertItemLoop(4, k)},
-                    {"KL4", str(k * latent / 4)},
-                    {"fmt", formatSuffix(nvfp4)},
-                    {"dargs", down.args},
-                    {"ids", warp::warpIds()},
-                    {"glob", down.globalLoad},
-                    {"dot", warp::rowsDot(down.rows, nvfp4, "%h", ht, "%t, %j", intermediate,
-                                          {"yd0", "yd1", "yd2", "yd3"})},
-                    {"s0", warp::warpSum("yd0", "y0")},
-                    {"s1", warp::warpSum("yd1", "y1")},
-                    {"s2", warp::warpSum("yd2", "y2")},
-                    {"s3", warp::warpSum("yd3", "y3")},
-                    {"stores", stores}});
-  return textKernel(name, "kiln.megamoe", body);
+  const ExpertTileShape shape{experts, k, intermediate, latent, nvfp4, 0};
+  Tiling tiling;
+  tiling.set("kind", "warp-gemv" + formatSuffix(nvfp4))
+      .set("parallel", "tokens*experts_per_token*latent")
+      .set("rows_per_warp", 4);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    Type f32 = b.getF32Type();
+    std::vector<Type> types = {MemRefType::get({ShapedType::kDynamic, k, intermediate}, f32),
+                               MemRefType::get({ShapedType::kDynamic, k}, b.getI32Type())};
+    appendProjectionTypes(b, shape, latent, intermediate, types);
+    types.push_back(MemRefType::get({ShapedType::kDynamic, k, latent}, f32));
+    types.push_back(b.getI64Type());
+    return types;
+  };
+  return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k_) {
+    ImplicitLocOpBuilder &b = k_.b;
+    const unsigned p = projectionArgCount(shape);
+    ValueRange all = k_.func.getArguments();
+    Value h = all[0], idx = all[1], y = all[2 + p], rowsArg = all[3 + p];
+    warp::ExpertProjection down = warp::expertProjection(all, 2, nvfp4);
+    WarpOfPart wp = warpOfPart(k_);
+    Value c2 = k_.index(2), c3 = k_.index(3), c4 = k_.index(4);
+    Value groups = k_.index(latent / 4), perToken = k_.index(k * latent / 4);
+    ExpertItem it =
+        expertItemLoop(b, wp, idx, rowsArg, perToken, groups, {wp.c0, wp.c1, c2, c3, c4});
+    Value global = down.loadGlobal(b, it.e);
+    SmallVector<Value> dots = warp::rowsDot(b, wp, down.rows(it.e, it.o, global), nvfp4, h,
+                                            ValueRange{it.t, it.j}, intermediate);
+    SmallVector<Value> sums;
+    for (Value dot : dots)
+      sums.push_back(warp::warpSum(b, dot));
+    enterIf(b, isZero(b, wp.lane, wp.c0));
+    for (int r = 0; r < 4; ++r)
+      memref::StoreOp::create(b, sums[r], y, ValueRange{it.t, it.j, it.o[r]});
+  });
 }
 
 } // namespace kiln::kernels

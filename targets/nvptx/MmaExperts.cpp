@@ -1,169 +1,220 @@
+// Built as typed IR (KernelBuilder.h).
 #include "targets/nvptx/MmaExperts.h"
 
-#include "targets/common/ExpertLists.h"
-
-#include "targets/common/WarpSnippets.h"
 #include "targets/nvptx/MmaTile.h"
 
-#include <functional>
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+#include <memory>
 
 namespace kiln::nvptx {
-namespace {
 
-using kernels::fillTemplate;
+using namespace mlir;
 using kernels::str;
+
+namespace {
 
 // gate/up: a tile's 128 weight rows are 64 columns of gate and the same 64
 // of up, interleaved 16 and 16 so that each warp holds both for its columns.
 constexpr int64_t kGateUpCols = kMmaTileN / 2;
 
-// An expert projection [E, out, in]: its kernel arguments, and for NVFP4 the
-// load of its global scale as f32 %<w>_glob.
+// An expert projection [E, out, in] among the kernel's arguments: bf16
+// weights, or NVFP4 codes, E4M3 block scales and per-expert global scales.
 struct Projection {
-  std::string args, type, scalesType, globalLoad;
+  Value w, scales, globals;
 };
-Projection projection(const std::string &w, const MmaExpertsShape &s, int64_t out, int64_t in) {
-  std::string E = str(s.experts), O = str(out);
-  Projection p;
-  if (!s.nvfp4) {
-    p.type = "memref<" + E + "x" + O + "x" + str(in) + "xbf16>";
-    p.args = "%" + w + ": " + p.type;
-    return p;
-  }
-  p.type = "memref<" + E + "x" + O + "x" + str(in / 2) + "xi8>";
-  p.scalesType = "memref<" + E + "x" + O + "x" + str(in / 16) + "xi8>";
-  p.args = "%" + w + ": " + p.type + ", %" + w + "_s: " + p.scalesType + ", %" + w + "_g: memref<" +
-           E + "xf32>";
-  p.globalLoad = "    %" + w + "_glob = memref.load %" + w + "_g[%e] : memref<" + E + "xf32>\n";
-  return p;
+Projection projection(kernels::KernelScope &k, unsigned first, bool nvfp4) {
+  return nvfp4 ? Projection{k.arg(first), k.arg(first + 1), k.arg(first + 2)}
+               : Projection{k.arg(first), Value(), Value()};
 }
 
-// The weight row's raw loads for the k step at `at`, into
-// `out`0, `out`1 (bf16: 16 weights; NVFP4: 8 bytes of codes and their E4M3
-// scale).
-std::string weightLoad(const std::string &w, const Projection &p, bool nvfp4, const std::string &at,
-                       const std::string &out) {
-  std::string text = "        " + out + "k = arith.addi " + at + ", %lk : index\n";
+// The constants of the NVFP4 staging: E2M1 codes and their E4M3 scale
+// placed into f16 bits (as in WarpDot.cpp); 2^22 undoes the placement.
+struct Nvfp4Staging {
+  Value nibMask, nibShift, codeSign, codeSignShift, codeMag, codeMagShift;
+  Value scaleSign, scaleSignShift, scaleMag, scaleMagShift, fold;
+
+  explicit Nvfp4Staging(ImplicitLocOpBuilder &b) {
+    auto splat = [&](int64_t lanes, int64_t value) -> Value {
+      auto type = VectorType::get({lanes}, b.getI16Type());
+      return arith::ConstantOp::create(b, type,
+                                       DenseElementsAttr::get(type, b.getI16IntegerAttr(value)));
+    };
+    auto i16 = [&](int64_t value) -> Value { return arith::ConstantIntOp::create(b, value, 16); };
+    nibMask = splat(8, 15);
+    nibShift = splat(8, 4);
+    codeSign = splat(16, 8);
+    codeSignShift = splat(16, 12);
+    codeMag = splat(16, 7);
+    codeMagShift = splat(16, 9);
+    scaleSign = i16(128);
+    scaleSignShift = i16(8);
+    scaleMag = i16(127);
+    scaleMagShift = i16(7);
+    fold = arith::ConstantOp::create(b, b.getF32FloatAttr(4194304.0f));
+  }
+
+  // The 16 E2M1 codes (vector<8xi8>) times their E4M3 scale (i8), in bf16
+  // (exact), as two vector<8xbf16>.
+  std::pair<Value, Value> decode(ImplicitLocOpBuilder &b, Value codes, Value scale) const {
+    auto v8i16 = VectorType::get({8}, b.getI16Type());
+    auto v16f = VectorType::get({16}, b.getF32Type());
+    Value wide = arith::ExtUIOp::create(b, v8i16, codes);
+    Value lo = arith::AndIOp::create(b, wide, nibMask);
+    Value hi = arith::ShRUIOp::create(b, wide, nibShift);
+    Value all = vector::ShuffleOp::create(
+        b, lo, hi, ArrayRef<int64_t>{0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15});
+    Value sign = arith::ShLIOp::create(b, arith::AndIOp::create(b, all, codeSign), codeSignShift);
+    Value mag = arith::ShLIOp::create(b, arith::AndIOp::create(b, all, codeMag), codeMagShift);
+    Value bits = arith::OrIOp::create(b, sign, mag);
+    Value half = arith::BitcastOp::create(b, VectorType::get({16}, b.getF16Type()), bits);
+    Value vals = arith::ExtFOp::create(b, v16f, half);
+    Value s16 = arith::ExtUIOp::create(b, b.getI16Type(), scale);
+    Value ssign =
+        arith::ShLIOp::create(b, arith::AndIOp::create(b, s16, scaleSign), scaleSignShift);
+    Value smag = arith::ShLIOp::create(b, arith::AndIOp::create(b, s16, scaleMag), scaleMagShift);
+    Value sbits = arith::OrIOp::create(b, ssign, smag);
+    Value sh = arith::BitcastOp::create(b, b.getF16Type(), sbits);
+    Value sf = arith::ExtFOp::create(b, b.getF32Type(), sh);
+    Value sv = vector::BroadcastOp::create(b, v16f, arith::MulFOp::create(b, sf, fold));
+    Value wb = arith::TruncFOp::create(b, VectorType::get({16}, b.getBF16Type()),
+                                       arith::MulFOp::create(b, vals, sv));
+    Value b0 = vector::ShuffleOp::create(b, wb, wb, ArrayRef<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+    Value b1 =
+        vector::ShuffleOp::create(b, wb, wb, ArrayRef<int64_t>{8, 9, 10, 11, 12, 13, 14, 15});
+    return {b0, b1};
+  }
+};
+
+// What a tile kernel reads of the expert lists (ExpertLists.h), shared by
+// its callbacks.
+struct ExpertTile {
+  // Function level: the block's tile and column tile.
+  Value tile, nt;
+  // Inside the live region: the tile's expert, its first item position,
+  // its rows and the last; k (choices a token); this thread's staging item
+  // (token lt, slot lj) and weight row.
+  Value e, base, rowsIn, lastIn, ck, lt, lj, brow;
+  std::optional<Nvfp4Staging> nvfp4;
+};
+
+// Function level, with the block: its tile and column tile of `colTiles`;
+// returns whether the tile exists (meta[E + 1] tiles).
+Value tileOfBlock(MmaTileScope &s, const MmaExpertsShape &shape, int64_t colTiles, ExpertTile &t) {
+  ImplicitLocOpBuilder &b = s.b;
+  Value cols = s.k.index(colTiles), countAt = s.k.index(shape.experts + 1);
+  t.tile = arith::DivUIOp::create(b, s.bid, cols);
+  t.nt = arith::RemUIOp::create(b, s.bid, cols);
+  Value count = arith::IndexCastOp::create(
+      b, b.getIndexType(), memref::LoadOp::create(b, s.k.arg(1), ValueRange{countAt}));
+  return arith::CmpIOp::create(b, arith::CmpIPredicate::ult, t.tile, count);
+}
+
+// Inside the live region: the tile's expert and items, this thread's
+// staging item, and (NVFP4) the staging constants.
+void tileItems(MmaTileScope &s, const MmaExpertsShape &shape, ExpertTile &t) {
+  ImplicitLocOpBuilder &b = s.b;
+  Type index = b.getIndexType();
+  Value meta = s.k.arg(1), tiles = s.k.arg(2), items = s.k.arg(3);
+  auto load = [&](Value ref, Value at) -> Value {
+    return arith::IndexCastOp::create(b, index, memref::LoadOp::create(b, ref, ValueRange{at}));
+  };
+  t.ck = s.k.index(shape.k);
+  Value at = arith::MulIOp::create(b, t.tile, s.c2);
+  Value atRow = arith::AddIOp::create(b, at, s.c1);
+  Value eWord = memref::LoadOp::create(b, tiles, ValueRange{at});
+  Value r0Word = memref::LoadOp::create(b, tiles, ValueRange{atRow});
+  t.e = arith::IndexCastOp::create(b, index, eWord);
+  Value r0 = arith::IndexCastOp::create(b, index, r0Word);
+  Value e1 = arith::AddIOp::create(b, t.e, s.c1);
+  Value firstWord = memref::LoadOp::create(b, meta, ValueRange{t.e});
+  Value endWord = memref::LoadOp::create(b, meta, ValueRange{e1});
+  Value first = arith::IndexCastOp::create(b, index, firstWord);
+  Value end = arith::IndexCastOp::create(b, index, endWord);
+  t.base = arith::AddIOp::create(b, first, r0);
+  t.rowsIn = arith::MinUIOp::create(b, arith::SubIOp::create(b, end, t.base), s.c128);
+  t.lastIn = arith::SubIOp::create(b, t.rowsIn, s.c1);
+  Value lrowIn = arith::MinUIOp::create(b, s.lrow, t.lastIn);
+  Value litem = load(items, arith::AddIOp::create(b, t.base, lrowIn));
+  t.lt = arith::DivUIOp::create(b, litem, t.ck);
+  t.lj = arith::RemUIOp::create(b, litem, t.ck);
+  if (shape.nvfp4)
+    t.nvfp4.emplace(b);
+}
+
+// The weight row's raw loads for the k step at `at`: bf16, 16 weights;
+// NVFP4, 8 bytes of codes and their E4M3 scale.
+std::pair<Value, Value> weightLoad(MmaTileScope &s, const ExpertTile &t, const Projection &p,
+                                   bool nvfp4, Value at) {
+  ImplicitLocOpBuilder &b = s.b;
+  Value col = arith::AddIOp::create(b, at, s.lk);
   if (!nvfp4) {
-    text += "        " + out + "k8 = arith.addi " + out + "k, %c8 : index\n";
-    text += "        " + out + "0 = vector.load %" + w + "[%e, %brow, " + out +
-            "k] {alignment = 16} : " + p.type + ", vector<8xbf16>\n";
-    text += "        " + out + "1 = vector.load %" + w + "[%e, %brow, " + out +
-            "k8] {alignment = 16} : " + p.type + ", vector<8xbf16>\n";
-    return text;
+    Value col8 = arith::AddIOp::create(b, col, s.c8);
+    auto v8bf = VectorType::get({8}, b.getBF16Type());
+    Value w0 = vector::LoadOp::create(b, v8bf, p.w, ValueRange{t.e, t.brow, col}, false,
+                                      llvm::MaybeAlign(16));
+    Value w1 = vector::LoadOp::create(b, v8bf, p.w, ValueRange{t.e, t.brow, col8}, false,
+                                      llvm::MaybeAlign(16));
+    return {w0, w1};
   }
-  text += "        " + out + "byte = arith.divui " + out + "k, %c2 : index\n";
-  text += "        " + out + "blk = arith.divui " + out + "k, %c16 : index\n";
-  text += "        " + out + "0 = vector.load %" + w + "[%e, %brow, " + out +
-          "byte] {alignment = 8} : " + p.type + ", vector<8xi8>\n";
-  text += "        " + out + "1 = memref.load %" + w + "_s[%e, %brow, " + out +
-          "blk] : " + p.scalesType + "\n";
-  return text;
+  Value byte = arith::DivUIOp::create(b, col, s.c2);
+  Value block = arith::DivUIOp::create(b, col, s.c16);
+  Value codes = vector::LoadOp::create(b, VectorType::get({8}, b.getI8Type()), p.w,
+                                       ValueRange{t.e, t.brow, byte}, false, llvm::MaybeAlign(8));
+  Value scale = memref::LoadOp::create(b, p.scales, ValueRange{t.e, t.brow, block});
+  return {codes, scale};
 }
 
-std::string stagedTypes(bool nvfp4) {
-  return nvfp4 ? "vector<8xi8>, i8" : "vector<8xbf16>, vector<8xbf16>";
-}
-
-// NVFP4 staging: the 16 E2M1 codes times their E4M3 scale, in bf16 (exact),
-// from `P`w0 (codes) and `P`w1 (scale) into `P`b0, `P`b1. The codes and the
-// scale are placed into f16 bits (as in WarpSnippets.h); 2^22 undoes the
-// placement.
-std::string nvfp4Finish(const std::string &P) {
-  return fillTemplate(R"(
-      @@P@@c16 = arith.extui @@P@@w0 : vector<8xi8> to vector<8xi16>
-      @@P@@lo = arith.andi @@P@@c16, %nib_mask : vector<8xi16>
-      @@P@@hi = arith.shrui @@P@@c16, %nib_shift : vector<8xi16>
-      @@P@@all = vector.shuffle @@P@@lo, @@P@@hi [0, 8, 1, 9, 2, 10, 3, 11, 4, 12, 5, 13, 6, 14, 7, 15] : vector<8xi16>, vector<8xi16>
-      @@P@@sgn = arith.andi @@P@@all, %code_sign : vector<16xi16>
-      @@P@@sgns = arith.shli @@P@@sgn, %code_sign_shift : vector<16xi16>
-      @@P@@mag = arith.andi @@P@@all, %code_mag : vector<16xi16>
-      @@P@@mags = arith.shli @@P@@mag, %code_mag_shift : vector<16xi16>
-      @@P@@bits = arith.ori @@P@@sgns, @@P@@mags : vector<16xi16>
-      @@P@@half = arith.bitcast @@P@@bits : vector<16xi16> to vector<16xf16>
-      @@P@@vals = arith.extf @@P@@half : vector<16xf16> to vector<16xf32>
-      @@P@@s16 = arith.extui @@P@@w1 : i8 to i16
-      @@P@@ssg = arith.andi @@P@@s16, %scale_sign : i16
-      @@P@@ssgs = arith.shli @@P@@ssg, %scale_sign_shift : i16
-      @@P@@smg = arith.andi @@P@@s16, %scale_mag : i16
-      @@P@@smgs = arith.shli @@P@@smg, %scale_mag_shift : i16
-      @@P@@sbits = arith.ori @@P@@ssgs, @@P@@smgs : i16
-      @@P@@sh = arith.bitcast @@P@@sbits : i16 to f16
-      @@P@@sf = arith.extf @@P@@sh : f16 to f32
-      @@P@@sfold = arith.mulf @@P@@sf, %fold : f32
-      @@P@@sv = vector.broadcast @@P@@sfold : f32 to vector<16xf32>
-      @@P@@wv = arith.mulf @@P@@vals, @@P@@sv : vector<16xf32>
-      @@P@@wb = arith.truncf @@P@@wv : vector<16xf32> to vector<16xbf16>
-      @@P@@b0 = vector.shuffle @@P@@wb, @@P@@wb [0, 1, 2, 3, 4, 5, 6, 7] : vector<16xbf16>, vector<16xbf16>
-      @@P@@b1 = vector.shuffle @@P@@wb, @@P@@wb [8, 9, 10, 11, 12, 13, 14, 15] : vector<16xbf16>, vector<16xbf16>
-)",
-                      {{"P", P}});
-}
-
-constexpr const char *kNvfp4Constants = R"(
-    %nib_mask = arith.constant dense<15> : vector<8xi16>
-    %nib_shift = arith.constant dense<4> : vector<8xi16>
-    %code_sign = arith.constant dense<8> : vector<16xi16>
-    %code_sign_shift = arith.constant dense<12> : vector<16xi16>
-    %code_mag = arith.constant dense<7> : vector<16xi16>
-    %code_mag_shift = arith.constant dense<9> : vector<16xi16>
-    %scale_sign = arith.constant 128 : i16
-    %scale_sign_shift = arith.constant 8 : i16
-    %scale_mag = arith.constant 127 : i16
-    %scale_mag_shift = arith.constant 7 : i16
-    %fold = arith.constant 4194304.0 : f32
-)";
-
-// Inside the live region (after kernels::expertTileItems): this thread's
-// staging item (token %lt, slot %lj).
-std::string stagingItem(const MmaExpertsShape &s) {
-  return fillTemplate(R"(
-    %lrow_in = arith.minui %lrow, %last_in : index
-    %lpos = arith.addi %base, %lrow_in : index
-    %litem_i = memref.load %items[%lpos] : memref<@@mi@@xi32>
-    %litem = arith.index_cast %litem_i : i32 to index
-    %lt = arith.divui %litem, %ck : index
-    %lj = arith.remui %litem, %ck : index
-)",
-                      {{"mi", str(s.maxItems())}});
-}
-
-// The epilogue's row: for mma row `row` of the tile, whether it holds an
-// item (`R`ok) and the item's token `R`t and slot `R`j.
-std::string itemOfRow(const std::string &R, const std::string &row, const MmaExpertsShape &s) {
-  return fillTemplate(R"(
-    @@R@@ok = arith.cmpi ult, @@row@@, %rows_in : index
-    @@R@@r = arith.minui @@row@@, %last_in : index
-    @@R@@pos = arith.addi %base, @@R@@r : index
-    @@R@@item_i = memref.load %items[@@R@@pos] : memref<@@mi@@xi32>
-    @@R@@item = arith.index_cast @@R@@item_i : i32 to index
-    @@R@@t = arith.divui @@R@@item, %ck : index
-    @@R@@j = arith.remui @@R@@item, %ck : index
-)",
-                      {{"R", R}, {"row", row}, {"mi", str(s.maxItems())}});
+std::pair<Value, Value> finishWeights(MmaTileScope &s, const ExpertTile &t,
+                                      const MmaStaged &staged) {
+  if (t.nvfp4)
+    return t.nvfp4->decode(s.b, staged.w0, staged.w1);
+  return {staged.w0, staged.w1}; // bf16 loads are the weights already
 }
 
 // The epilogue's walk over the warp's 8 tile rows (mma row tile i, half 0
-// for c0 c1 or 1 for c2 c3): each row that holds an item gets `body`'s text
-// (given the row's prefix R, with R t and R j its token and slot, i and half)
-// inside an scf.if.
-std::string
-forEachItemRow(const MmaExpertsShape &s,
-               const std::function<std::string(const std::string &, int64_t, int64_t)> &body) {
-  std::string text;
+// for c0 c1 or 1 for c2 c3): each row that holds an item gets `body` (its
+// token and slot, i and half) inside an scf.if.
+void forEachItemRow(MmaTileScope &s, const ExpertTile &t,
+                    llvm::function_ref<void(Value, Value, int64_t, int64_t)> body) {
+  ImplicitLocOpBuilder &b = s.b;
   for (int64_t i = 0; i < 4; ++i)
     for (int64_t half = 0; half < 2; ++half) {
-      std::string R = "%r" + str(i) + "_" + str(half) + "_";
-      text += itemOfRow(R, half ? "%ra8_" + str(i) : "%ra" + str(i), s) + "    scf.if " + R +
-              "ok {\n" + body(R, i, half) + "    }\n";
+      Value row = half ? s.ra8[i] : s.ra[i];
+      Value ok = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row, t.rowsIn);
+      Value r = arith::MinUIOp::create(b, row, t.lastIn);
+      Value pos = arith::AddIOp::create(b, t.base, r);
+      Value word = memref::LoadOp::create(b, s.k.arg(3), ValueRange{pos});
+      Value item = arith::IndexCastOp::create(b, b.getIndexType(), word);
+      Value token = arith::DivUIOp::create(b, item, t.ck);
+      Value slot = arith::RemUIOp::create(b, item, t.ck);
+      OpBuilder::InsertionGuard guard(b);
+      auto branch = scf::IfOp::create(b, ok, /*withElseRegion=*/false);
+      b.setInsertionPointToStart(&branch.getThenRegion().front());
+      body(token, slot, i, half);
     }
-  return text;
 }
 
-std::string finishWeights(bool nvfp4, const std::string &P) {
-  if (nvfp4)
-    return nvfp4Finish(P);
-  return ""; // bf16 loads land as `P`b0, `P`b1 already
+Value loadGlobal(ImplicitLocOpBuilder &b, const Projection &p, const ExpertTile &t) {
+  return p.globals ? memref::LoadOp::create(b, p.globals, ValueRange{t.e}).getResult() : Value();
+}
+
+// The kernel arguments: the activations, the lists, the projections [E, out,
+// in] and the results.
+std::vector<Type> tileArgs(Builder &b, const MmaExpertsShape &s, Type in,
+                           std::initializer_list<std::pair<int64_t, int64_t>> projections,
+                           Type out) {
+  std::vector<Type> types = {in};
+  kernels::appendExpertListTypes(b, s, types);
+  for (auto [rows, cols] : projections)
+    kernels::appendProjectionTypes(b, s, rows, cols, types);
+  types.push_back(out);
+  return types;
 }
 
 } // namespace
@@ -184,138 +235,153 @@ kernels::Work mmaExpertDownWork(const MmaExpertsShape &s) {
 kernels::KernelSpec mmaExpertLists(const MmaExpertsShape &s) { return kernels::expertLists(s); }
 
 kernels::KernelSpec mmaExpertGateUp(const MmaExpertsShape &s) {
-  Projection gate = projection("gate", s, s.intermediate, s.latent);
-  Projection up = projection("up", s, s.intermediate, s.latent);
-  std::string zt = "memref<?x" + str(s.latent) + "xf32>";
-  std::string ht = "memref<?x" + str(s.k) + "x" + str(s.intermediate) + "xf32>";
   MmaTileKernel kernel;
   kernel.name = "expert_gateup_mma_" + kernels::expertShapeSuffix(s);
-  kernel.args = "%z: " + zt + ", " + kernels::expertListArgs(s) + ", " + gate.args + ", " +
-                up.args + ", %h: " + ht;
-  kernel.tiling = "kind = \"mma-expert-gateup\", tile = [128, 128, 32], block = 256 : i64";
-  kernel.k = s.latent;
-  kernel.setup = kernels::expertTileOfBlock(s, s.intermediate / kGateUpCols);
-  // Tile row r: gate (r % 32 < 16) or up, column 64 nt + 16 (r / 32) + r % 16.
-  kernel.rows = "\n    %ck = arith.constant " + str(s.k) + " : index" +
-                kernels::expertTileItems(s) + stagingItem(s) + (s.nvfp4 ? kNvfp4Constants : "") +
-                R"(
-    %bw = arith.divui %lrow, %c32 : index
-    %bin = arith.remui %lrow, %c32 : index
-    %is_up = arith.cmpi uge, %bin, %c16 : index
-    %bsub = arith.remui %bin, %c16 : index
-    %bcol0 = arith.muli %nt, %c64 : index
-    %bw16 = arith.muli %bw, %c16 : index
-    %bcol = arith.addi %bcol0, %bw16 : index
-    %brow = arith.addi %bcol, %bsub : index
-)";
-  bool nvfp4 = s.nvfp4;
-  kernel.load = [=](const std::string &P, const std::string &at) {
-    std::string types = stagedTypes(nvfp4);
-    std::string text = mmaActivationLoad("%z", zt, "%lt", P, at);
-    std::string staged = nvfp4 ? P + "w0, " + P + "w1" : P + "b0, " + P + "b1";
-    text += "      " + staged + " = scf.if %is_up -> (" + types + ") {\n" +
-            weightLoad("up", up, nvfp4, at, P + "u") + "        scf.yield " + P + "u0, " + P +
-            "u1 : " + types + "\n      } else {\n" + weightLoad("gate", gate, nvfp4, at, P + "g") +
-            "        scf.yield " + P + "g0, " + P + "g1 : " + types + "\n      }\n";
-    return text;
+  kernel.op = "kiln.megamoe";
+  kernel.tiling.set("kind", "mma-expert-gateup")
+      .set("tile", std::vector<int64_t>{kMmaTileM, kMmaTileN, kMmaTileK})
+      .set("block", kMmaThreads);
+  kernel.args = [=](Builder &b) {
+    Type f32 = b.getF32Type();
+    return tileArgs(b, s, MemRefType::get({ShapedType::kDynamic, s.latent}, f32),
+                    {{s.intermediate, s.latent}, {s.intermediate, s.latent}},
+                    MemRefType::get({ShapedType::kDynamic, s.k, s.intermediate}, f32));
   };
-  kernel.finish = [=](const std::string &P) { return finishWeights(nvfp4, P); };
+  kernel.k = s.latent;
+  const unsigned np = kernels::projectionArgCount(s), hArg = 4 + 2 * np;
+  auto t = std::make_shared<ExpertTile>();
+  auto isUp = std::make_shared<Value>();
+  kernel.setup = [=](MmaTileScope &m) {
+    return tileOfBlock(m, s, s.intermediate / kGateUpCols, *t);
+  };
+  // Tile row r: gate (r % 32 < 16) or up, column 64 nt + 16 (r / 32) + r % 16.
+  kernel.rows = [=](MmaTileScope &m) {
+    ImplicitLocOpBuilder &b = m.b;
+    tileItems(m, s, *t);
+    Value group = arith::DivUIOp::create(b, m.lrow, m.c32);
+    Value inGroup = arith::RemUIOp::create(b, m.lrow, m.c32);
+    *isUp = arith::CmpIOp::create(b, arith::CmpIPredicate::uge, inGroup, m.c16);
+    Value sub = arith::RemUIOp::create(b, inGroup, m.c16);
+    Value col0 = arith::MulIOp::create(b, t->nt, m.c64);
+    Value col = arith::AddIOp::create(b, col0, arith::MulIOp::create(b, group, m.c16));
+    t->brow = arith::AddIOp::create(b, col, sub);
+  };
+  kernel.load = [=](MmaTileScope &m, Value at) {
+    ImplicitLocOpBuilder &b = m.b;
+    MmaStaged staged;
+    staged.a = mmaActivationLoad(m, m.k.arg(0), t->lt, at);
+    auto v8 = [&](Type elem) -> Type { return VectorType::get({8}, elem); };
+    Type i8 = b.getI8Type(), bf16 = b.getBF16Type();
+    SmallVector<Type, 2> rawTypes = {v8(s.nvfp4 ? i8 : bf16), s.nvfp4 ? i8 : v8(bf16)};
+    auto pick = scf::IfOp::create(b, rawTypes, *isUp, /*withElseRegion=*/true);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&pick.getThenRegion().front());
+      auto [u0, u1] = weightLoad(m, *t, projection(m.k, 4 + np, s.nvfp4), s.nvfp4, at);
+      scf::YieldOp::create(b, ValueRange{u0, u1});
+      b.setInsertionPointToStart(&pick.getElseRegion().front());
+      auto [g0, g1] = weightLoad(m, *t, projection(m.k, 4, s.nvfp4), s.nvfp4, at);
+      scf::YieldOp::create(b, ValueRange{g0, g1});
+    }
+    staged.w0 = pick.getResult(0);
+    staged.w1 = pick.getResult(1);
+    return staged;
+  };
+  kernel.finish = [=](MmaTileScope &m, const MmaStaged &staged) {
+    return finishWeights(m, *t, staged);
+  };
   // Warp wn's mma tiles j = 0, 1 are gate columns 64 nt + 16 wn + 8 j + 2 t
   // (and the next); tiles j + 2 are up for the same columns.
-  std::string epilogue = gate.globalLoad + up.globalLoad +
-                         "    %ecol0 = arith.muli %nt, %c64 : index\n"
-                         "    %ewn = arith.muli %wn, %c16 : index\n"
-                         "    %ecol1 = arith.addi %ecol0, %ewn : index\n"
-                         "    %et2 = arith.muli %t, %c2 : index\n"
-                         "    %ecol = arith.addi %ecol1, %et2 : index\n"
-                         "    %ecol8 = arith.addi %ecol, %c8 : index\n"
-                         "    %one_f = arith.constant 1.0 : f32\n";
-  epilogue += forEachItemRow(s, [&](const std::string &R, int64_t i, int64_t half) {
-    std::string text;
-    for (int64_t j = 0; j < 2; ++j) {
-      std::string hs;
-      for (int64_t e = 0; e < 2; ++e) {
-        std::string V = R + str(j) + "_" + str(e);
-        std::string g = "%res#" + str(4 * i + j), u = "%res#" + str(4 * i + j + 2);
-        std::string at = str(2 * half + e);
-        text += "      " + V + "g0 = llvm.extractvalue " + g + "[" + at +
-                "] : !llvm.struct<(f32, f32, f32, f32)>\n" + "      " + V +
-                "u0 = llvm.extractvalue " + u + "[" + at +
-                "] : !llvm.struct<(f32, f32, f32, f32)>\n";
-        std::string gv = V + "g0", uv = V + "u0";
-        if (s.nvfp4) {
-          text += "      " + V + "g = arith.mulf " + V + "g0, %gate_glob : f32\n" + "      " + V +
-                  "u = arith.mulf " + V + "u0, %up_glob : f32\n";
-          gv = V + "g";
-          uv = V + "u";
+  kernel.epilogue = [=](MmaTileScope &m, ValueRange res) {
+    ImplicitLocOpBuilder &b = m.b;
+    Value gateGlobal = loadGlobal(b, projection(m.k, 4, s.nvfp4), *t);
+    Value upGlobal = loadGlobal(b, projection(m.k, 4 + np, s.nvfp4), *t);
+    Value col0 = arith::MulIOp::create(b, t->nt, m.c64);
+    Value col1 = arith::AddIOp::create(b, col0, arith::MulIOp::create(b, m.wn, m.c16));
+    Value col = arith::AddIOp::create(b, col1, arith::MulIOp::create(b, m.t, m.c2));
+    Value col8 = arith::AddIOp::create(b, col, m.c8);
+    Value one = arith::ConstantOp::create(b, b.getF32FloatAttr(1.0f));
+    forEachItemRow(m, *t, [&](Value token, Value slot, int64_t i, int64_t half) {
+      for (int64_t j = 0; j < 2; ++j) {
+        Value hs[2];
+        for (int64_t e = 0; e < 2; ++e) {
+          const int64_t at = 2 * half + e;
+          Value g = LLVM::ExtractValueOp::create(b, res[4 * i + j], ArrayRef<int64_t>{at});
+          Value u = LLVM::ExtractValueOp::create(b, res[4 * i + j + 2], ArrayRef<int64_t>{at});
+          if (s.nvfp4) {
+            g = arith::MulFOp::create(b, g, gateGlobal);
+            u = arith::MulFOp::create(b, u, upGlobal);
+          }
+          // h = silu(g) * u, as the reference computes it.
+          Value e1 = math::ExpOp::create(b, arith::NegFOp::create(b, g));
+          Value sig = arith::DivFOp::create(b, g, arith::AddFOp::create(b, one, e1));
+          hs[e] = arith::MulFOp::create(b, sig, u);
         }
-        // h = silu(g) * u, as the reference computes it.
-        text += "      " + V + "ng = arith.negf " + gv + " : f32\n" + "      " + V +
-                "ex = math.exp " + V + "ng : f32\n" + "      " + V + "den = arith.addf %one_f, " +
-                V + "ex : f32\n" + "      " + V + "sig = arith.divf " + gv + ", " + V +
-                "den : f32\n" + "      " + V + "h = arith.mulf " + V + "sig, " + uv + " : f32\n";
-        hs += (e ? ", " : "") + V + "h";
+        Value v = vector::FromElementsOp::create(b, VectorType::get({2}, b.getF32Type()),
+                                                 ValueRange{hs[0], hs[1]});
+        vector::StoreOp::create(b, v, m.k.arg(hArg), ValueRange{token, slot, j ? col8 : col}, false,
+                                llvm::MaybeAlign(8));
       }
-      std::string H = R + str(j);
-      text += "      " + H + "v = vector.from_elements " + hs + " : vector<2xf32>\n" +
-              "      vector.store " + H + "v, %h[" + R + "t, " + R + "j, " +
-              (j ? "%ecol8" : "%ecol") + "] {alignment = 8} : " + ht + ", vector<2xf32>\n";
-    }
-    return text;
-  });
-  kernel.epilogue = epilogue;
-  return kernels::textKernel(kernel.name, "kiln.megamoe", mmaTileKernelText(kernel));
+    });
+  };
+  return buildMmaTileKernel(kernel);
 }
 
 kernels::KernelSpec mmaExpertDown(const MmaExpertsShape &s) {
-  Projection down = projection("down", s, s.latent, s.intermediate);
-  std::string ht = "memref<?x" + str(s.k) + "x" + str(s.intermediate) + "xf32>";
-  std::string yt = "memref<?x" + str(s.k) + "x" + str(s.latent) + "xf32>";
   MmaTileKernel kernel;
   kernel.name = "expert_down_mma_" + kernels::expertShapeSuffix(s);
-  kernel.args =
-      "%hin: " + ht + ", " + kernels::expertListArgs(s) + ", " + down.args + ", %y: " + yt;
-  kernel.tiling = "kind = \"mma-expert-down\", tile = [128, 128, 32], block = 256 : i64";
-  kernel.k = s.intermediate;
-  kernel.setup = kernels::expertTileOfBlock(s, s.latent / kMmaTileN);
-  kernel.rows = "\n    %ck = arith.constant " + str(s.k) + " : index" +
-                kernels::expertTileItems(s) + stagingItem(s) + (s.nvfp4 ? kNvfp4Constants : "") +
-                R"(
-    %bcol0 = arith.muli %nt, %c128 : index
-    %brow = arith.addi %bcol0, %lrow : index
-)";
-  bool nvfp4 = s.nvfp4;
-  kernel.load = [=](const std::string &P, const std::string &at) {
-    return mmaActivationLoad("%hin", ht, "%lt, %lj", P, at) +
-           weightLoad("down", down, nvfp4, at, nvfp4 ? P + "w" : P + "b");
+  kernel.op = "kiln.megamoe";
+  kernel.tiling.set("kind", "mma-expert-down")
+      .set("tile", std::vector<int64_t>{kMmaTileM, kMmaTileN, kMmaTileK})
+      .set("block", kMmaThreads);
+  kernel.args = [=](Builder &b) {
+    Type f32 = b.getF32Type();
+    return tileArgs(b, s, MemRefType::get({ShapedType::kDynamic, s.k, s.intermediate}, f32),
+                    {{s.latent, s.intermediate}},
+                    MemRefType::get({ShapedType::kDynamic, s.k, s.latent}, f32));
   };
-  kernel.finish = [=](const std::string &P) { return finishWeights(nvfp4, P); };
-  std::string epilogue = down.globalLoad + "    %ecol0 = arith.muli %nt, %c128 : index\n"
-                                           "    %et2 = arith.muli %t, %c2 : index\n";
-  for (int64_t j = 0; j < 4; ++j)
-    epilogue += "    %ecol" + str(j + 1) + "_w = arith.addi %ecol0, %rb" + str(j) + "_w : index\n" +
-                "    %ecol" + str(j + 1) + " = arith.addi %ecol" + str(j + 1) +
-                "_w, %et2 : index\n";
-  epilogue += forEachItemRow(s, [&](const std::string &R, int64_t i, int64_t half) {
-    std::string text;
-    for (int64_t j = 0; j < 4; ++j) {
-      std::string V = R + str(j) + "_", res = "%res#" + str(4 * i + j), ys;
-      for (int64_t e = 0; e < 2; ++e) {
-        std::string X = V + str(e);
-        text += "      " + X + "a = llvm.extractvalue " + res + "[" + str(2 * half + e) +
-                "] : !llvm.struct<(f32, f32, f32, f32)>\n";
-        if (s.nvfp4)
-          text += "      " + X + " = arith.mulf " + X + "a, %down_glob : f32\n";
-        ys += (e ? ", " : "") + X + (s.nvfp4 ? "" : "a");
+  kernel.k = s.intermediate;
+  const unsigned yArg = 4 + kernels::projectionArgCount(s);
+  auto t = std::make_shared<ExpertTile>();
+  kernel.setup = [=](MmaTileScope &m) { return tileOfBlock(m, s, s.latent / kMmaTileN, *t); };
+  kernel.rows = [=](MmaTileScope &m) {
+    ImplicitLocOpBuilder &b = m.b;
+    tileItems(m, s, *t);
+    t->brow = arith::AddIOp::create(b, arith::MulIOp::create(b, t->nt, m.c128), m.lrow);
+  };
+  kernel.load = [=](MmaTileScope &m, Value at) {
+    MmaStaged staged;
+    staged.a = mmaActivationLoad(m, m.k.arg(0), ValueRange{t->lt, t->lj}, at);
+    std::tie(staged.w0, staged.w1) = weightLoad(m, *t, projection(m.k, 4, s.nvfp4), s.nvfp4, at);
+    return staged;
+  };
+  kernel.finish = [=](MmaTileScope &m, const MmaStaged &staged) {
+    return finishWeights(m, *t, staged);
+  };
+  kernel.epilogue = [=](MmaTileScope &m, ValueRange res) {
+    ImplicitLocOpBuilder &b = m.b;
+    Value global = loadGlobal(b, projection(m.k, 4, s.nvfp4), *t);
+    Value col0 = arith::MulIOp::create(b, t->nt, m.c128);
+    Value t2 = arith::MulIOp::create(b, m.t, m.c2);
+    Value col[4];
+    for (int64_t j = 0; j < 4; ++j)
+      col[j] = arith::AddIOp::create(b, arith::AddIOp::create(b, col0, m.rbWarp[j]), t2);
+    forEachItemRow(m, *t, [&](Value token, Value slot, int64_t i, int64_t half) {
+      for (int64_t j = 0; j < 4; ++j) {
+        Value ys[2];
+        for (int64_t e = 0; e < 2; ++e) {
+          ys[e] = LLVM::ExtractValueOp::create(b, res[4 * i + j], ArrayRef<int64_t>{2 * half + e});
+          if (s.nvfp4)
+            ys[e] = arith::MulFOp::create(b, ys[e], global);
+        }
+        Value v = vector::FromElementsOp::create(b, VectorType::get({2}, b.getF32Type()),
+                                                 ValueRange{ys[0], ys[1]});
+        vector::StoreOp::create(b, v, m.k.arg(yArg), ValueRange{token, slot, col[j]}, false,
+                                llvm::MaybeAlign(8));
       }
-      text += "      " + V + "v = vector.from_elements " + ys + " : vector<2xf32>\n" +
-              "      vector.store " + V + "v, %y[" + R + "t, " + R + "j, %ecol" + str(j + 1) +
-              "] {alignment = 8} : " + yt + ", vector<2xf32>\n";
-    }
-    return text;
-  });
-  kernel.epilogue = epilogue;
-  return kernels::textKernel(kernel.name, "kiln.megamoe", mmaTileKernelText(kernel));
+    });
+  };
+  return buildMmaTileKernel(kernel);
 }
 
 } // namespace kiln::nvptx

@@ -1,13 +1,23 @@
+// Built as typed IR (KernelBuilder.h).
 #include "targets/nvptx/MmaGemm.h"
 
-#include "targets/common/WarpSnippets.h"
 #include "targets/nvptx/MmaTile.h"
 
-namespace kiln::nvptx {
-namespace {
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
-using kernels::fillTemplate;
+#include <memory>
+
+namespace kiln::nvptx {
+
+using namespace mlir;
 using kernels::str;
+
+namespace {
 
 // Row tiles that run over the same weight columns one after another.
 constexpr int64_t kGroupM = 8;
@@ -43,155 +53,148 @@ kernels::KernelSpec mmaGemm(int64_t n, int64_t k, int64_t splits) {
   MmaTileKernel kernel;
   kernel.name = "linear_mma_" + (splits > 1 ? "split" + str(splits) + "_" : std::string()) +
                 str(n) + "x" + str(k);
-  std::string xt = "memref<?x" + str(k) + "xf32>",
-              wt = "memref<" + str(n) + "x" + str(k) + "xbf16>";
+  kernel.op = "kiln.linear";
+  kernel.tiling.set("kind", "mma-gemm")
+      .set("tile", std::vector<int64_t>{kMmaTileM, kMmaTileN, kMmaTileK})
+      .set("block", kMmaThreads);
+  if (splits > 1)
+    kernel.tiling.set("splits", splits);
   // Split-K writes each split's sums to its own slice; mmaGemmSum adds them.
-  std::string yt = splits > 1 ? "memref<" + str(splits) + "x?x" + str(n) + "xf32>"
-                              : "memref<?x" + str(n) + "xf32>";
-  kernel.args = "%x: " + xt + ", %w: " + wt + ", %y: " + yt + ", %rows_i: i64";
-  kernel.tiling = "kind = \"mma-gemm\", tile = [128, 128, 32], block = 256 : i64" +
-                  (splits > 1 ? ", splits = " + str(splits) + " : i64" : std::string());
+  kernel.args = [=](Builder &b) -> std::vector<Type> {
+    Type f32 = b.getF32Type();
+    const int64_t dyn = ShapedType::kDynamic;
+    Type y = splits > 1 ? MemRefType::get({splits, dyn, n}, f32) : MemRefType::get({dyn, n}, f32);
+    return {MemRefType::get({dyn, k}, f32), MemRefType::get({n, k}, b.getBF16Type()), y,
+            b.getI64Type()};
+  };
   kernel.k = k;
   kernel.kRange = splits > 1;
-  // Split s of the reduction is blocks s * tiles .. (s + 1) * tiles - 1.
-  std::string split =
-      splits == 1
-          ? std::string("  %tile_bid = arith.addi %bid, %c0 : index\n  %blocks = gpu.grid_dim x\n")
-          : fillTemplate(R"(
-  %splits = arith.constant @@splits@@ : index
-  %k_span = arith.constant @@span@@ : index
-  %all_blocks = gpu.grid_dim x
-  %blocks = arith.divui %all_blocks, %splits : index
-  %split = arith.divui %bid, %blocks : index
-  %tile_bid = arith.remui %bid, %blocks : index
-  %k_begin = arith.muli %split, %k_span : index
-  %k_end = arith.addi %k_begin, %k_span : index
-  %k_final = arith.subi %k_end, %c32 : index
-)",
-                         {{"splits", str(splits)}, {"span", str(k / splits)}});
-  // Groups of row tiles over the same weight columns; the row tile changes
-  // fastest inside a group.
-  kernel.setup = split + fillTemplate(R"(
-  %col_tiles = arith.constant @@col_tiles@@ : index
-  %group_m = arith.constant @@group_m@@ : index
-  %group_blocks = arith.constant @@group_blocks@@ : index
-  %ndim = arith.constant @@n@@ : index
-  %n_last = arith.constant @@n_last@@ : index
-  %row_tiles = arith.divui %blocks, %col_tiles : index
-  %rows = arith.index_cast %rows_i : i64 to index
-  %group = arith.divui %tile_bid, %group_blocks : index
-  %in_group = arith.remui %tile_bid, %group_blocks : index
-  %group_first = arith.muli %group, %group_m : index
-  %group_left = arith.subi %row_tiles, %group_first : index
-  %group_size = arith.minui %group_left, %group_m : index
-  %mt_in = arith.remui %in_group, %group_size : index
-  %nt = arith.divui %in_group, %group_size : index
-  %mt = arith.addi %group_first, %mt_in : index
-  %m0 = arith.muli %mt, %c128 : index
-  %n0 = arith.muli %nt, %c128 : index
-  %live = arith.cmpi ult, %m0, %rows : index
-)",
-                                      {{"col_tiles", str(colTiles(n))},
-                                       {"group_m", str(kGroupM)},
-                                       {"group_blocks", str(kGroupM * colTiles(n))},
-                                       {"n", str(n)},
-                                       {"n_last", str(n - 1)}});
-  // Rows past T or n repeat the last one; their results are dropped.
-  kernel.rows = R"(
-    %last_row = arith.subi %rows, %c1 : index
-    %arow_at = arith.addi %m0, %lrow : index
-    %arow = arith.minui %arow_at, %last_row : index
-    %brow_at = arith.addi %n0, %lrow : index
-    %brow = arith.minui %brow_at, %n_last : index
-)";
-  kernel.load = [xt, wt](const std::string &P, const std::string &at) {
-    std::string text = mmaActivationLoad("%x", xt, "%arow", P, at);
-    for (int64_t i = 0; i < 2; ++i) {
-      std::string K = P + "kb" + str(i);
-      text += "      " + K + "_off = arith.constant " + str(8 * i) + " : index\n" + "      " + K +
-              "_in = arith.addi %lk, " + K + "_off : index\n" + "      " + K + " = arith.addi " +
-              at + ", " + K + "_in : index\n" + "      " + P + "b" + str(i) +
-              " = vector.load %w[%brow, " + K + "] {alignment = 16} : " + wt + ", vector<8xbf16>\n";
-    }
-    return text;
+  // What setup and rows define for the loads and the epilogue.
+  struct Tile {
+    Value split, ndim, nLast, rows, m0, n0, arow, brow;
   };
-  kernel.finish = [](const std::string &) { return std::string(); };
-  // c0 c1 at row %ra<i>, c2 c3 at %ra8_<i>, columns %col<j> and the next.
-  std::string epilogue;
-  for (int64_t j = 0; j < 4; ++j) {
-    std::string J = str(j);
-    epilogue += "    %col_base" + J + " = arith.addi %n0, %rb" + J + "_w : index\n" +
-                "    %col_ok" + J + " = arith.cmpi ult, %col_base" + J + ", %ndim : index\n" +
-                "    %t2_" + J + " = arith.muli %t, %c2 : index\n" + "    %col" + J +
-                " = arith.addi %col_base" + J + ", %t2_" + J + " : index\n";
-  }
-  for (int64_t i = 0; i < 4; ++i)
-    for (int64_t j = 0; j < 4; ++j)
-      for (int64_t half = 0; half < 2; ++half) {
-        std::string I = str(i), J = str(j), H = "%o" + I + "_" + J + "_" + str(half);
-        std::string row = half ? "%ra8_" + I : "%ra" + I, res = "%res#" + str(4 * i + j);
-        epilogue += fillTemplate(R"(
-    @@H@@_e0 = llvm.extractvalue @@res@@[@@e0@@] : !llvm.struct<(f32, f32, f32, f32)>
-    @@H@@_e1 = llvm.extractvalue @@res@@[@@e1@@] : !llvm.struct<(f32, f32, f32, f32)>
-    @@H@@_row = arith.addi %m0, @@row@@ : index
-    @@H@@_in = arith.cmpi ult, @@H@@_row, %rows : index
-    @@H@@_ok = arith.andi @@H@@_in, %col_ok@@J@@ : i1
-    scf.if @@H@@_ok {
-      @@H@@_v = vector.from_elements @@H@@_e0, @@H@@_e1 : vector<2xf32>
-      vector.store @@H@@_v, %y[@@at@@@@H@@_row, %col@@J@@] {alignment = 8} : @@yt@@, vector<2xf32>
+  auto tile = std::make_shared<Tile>();
+  kernel.setup = [=](MmaTileScope &s) -> Value {
+    ImplicitLocOpBuilder &b = s.b;
+    Value blocks, tileBid;
+    if (splits == 1) {
+      tileBid = arith::AddIOp::create(b, s.bid, s.c0);
+      blocks = gpu::GridDimOp::create(b, gpu::Dimension::x);
+    } else {
+      // Split s of the reduction is blocks s * tiles .. (s + 1) * tiles - 1.
+      Value count = s.k.index(splits), span = s.k.index(k / splits);
+      Value all = gpu::GridDimOp::create(b, gpu::Dimension::x);
+      blocks = arith::DivUIOp::create(b, all, count);
+      tile->split = arith::DivUIOp::create(b, s.bid, blocks);
+      tileBid = arith::RemUIOp::create(b, s.bid, blocks);
+      s.kBegin = arith::MulIOp::create(b, tile->split, span);
+      s.kEnd = arith::AddIOp::create(b, s.kBegin, span);
+      s.kFinal = arith::SubIOp::create(b, s.kEnd, s.c32);
     }
-)",
-                                 {{"H", H},
-                                  {"res", res},
-                                  {"e0", str(2 * half)},
-                                  {"e1", str(2 * half + 1)},
-                                  {"row", row},
-                                  {"J", J},
-                                  {"at", splits > 1 ? "%split, " : ""},
-                                  {"yt", yt}});
-      }
-  kernel.epilogue = epilogue;
-  return kernels::textKernel(kernel.name, "kiln.linear", mmaTileKernelText(kernel));
+    // Groups of row tiles over the same weight columns; the row tile
+    // changes fastest inside a group.
+    Value cols = s.k.index(colTiles(n)), groupM = s.k.index(kGroupM);
+    Value groupBlocks = s.k.index(kGroupM * colTiles(n));
+    tile->ndim = s.k.index(n);
+    tile->nLast = s.k.index(n - 1);
+    Value rowTiles = arith::DivUIOp::create(b, blocks, cols);
+    tile->rows = s.k.argIndex(3);
+    Value group = arith::DivUIOp::create(b, tileBid, groupBlocks);
+    Value inGroup = arith::RemUIOp::create(b, tileBid, groupBlocks);
+    Value groupFirst = arith::MulIOp::create(b, group, groupM);
+    Value groupSize =
+        arith::MinUIOp::create(b, arith::SubIOp::create(b, rowTiles, groupFirst), groupM);
+    Value mtIn = arith::RemUIOp::create(b, inGroup, groupSize);
+    Value nt = arith::DivUIOp::create(b, inGroup, groupSize);
+    Value mt = arith::AddIOp::create(b, groupFirst, mtIn);
+    tile->m0 = arith::MulIOp::create(b, mt, s.c128);
+    tile->n0 = arith::MulIOp::create(b, nt, s.c128);
+    return arith::CmpIOp::create(b, arith::CmpIPredicate::ult, tile->m0, tile->rows);
+  };
+  // Rows past T or n repeat the last one; their results are dropped.
+  kernel.rows = [=](MmaTileScope &s) {
+    ImplicitLocOpBuilder &b = s.b;
+    Value lastRow = arith::SubIOp::create(b, tile->rows, s.c1);
+    tile->arow = arith::MinUIOp::create(b, arith::AddIOp::create(b, tile->m0, s.lrow), lastRow);
+    tile->brow = arith::MinUIOp::create(b, arith::AddIOp::create(b, tile->n0, s.lrow), tile->nLast);
+  };
+  kernel.load = [=](MmaTileScope &s, Value at) {
+    ImplicitLocOpBuilder &b = s.b;
+    MmaStaged staged;
+    staged.a = mmaActivationLoad(s, s.k.arg(0), tile->arow, at);
+    Value w[2];
+    for (int64_t i = 0; i < 2; ++i) {
+      Value in = arith::AddIOp::create(b, s.lk, s.k.index(8 * i));
+      w[i] = vector::LoadOp::create(b, VectorType::get({8}, b.getBF16Type()), s.k.arg(1),
+                                    ValueRange{tile->brow, arith::AddIOp::create(b, at, in)}, false,
+                                    llvm::MaybeAlign(16));
+    }
+    staged.w0 = w[0];
+    staged.w1 = w[1];
+    return staged;
+  };
+  kernel.finish = [](MmaTileScope &, const MmaStaged &staged) {
+    return std::make_pair(staged.w0, staged.w1);
+  };
+  // c0 c1 at row ra[i], c2 c3 at ra8[i], columns col[j] and the next.
+  kernel.epilogue = [=](MmaTileScope &s, ValueRange res) {
+    ImplicitLocOpBuilder &b = s.b;
+    Value colOk[4], col[4];
+    for (int64_t j = 0; j < 4; ++j) {
+      Value base = arith::AddIOp::create(b, tile->n0, s.rbWarp[j]);
+      colOk[j] = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, base, tile->ndim);
+      col[j] = arith::AddIOp::create(b, base, arith::MulIOp::create(b, s.t, s.c2));
+    }
+    for (int64_t i = 0; i < 4; ++i)
+      for (int64_t j = 0; j < 4; ++j)
+        for (int64_t half = 0; half < 2; ++half) {
+          Value e0 = LLVM::ExtractValueOp::create(b, res[4 * i + j], ArrayRef<int64_t>{2 * half});
+          Value e1 =
+              LLVM::ExtractValueOp::create(b, res[4 * i + j], ArrayRef<int64_t>{2 * half + 1});
+          Value row = arith::AddIOp::create(b, tile->m0, half ? s.ra8[i] : s.ra[i]);
+          Value in = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row, tile->rows);
+          auto ok = scf::IfOp::create(b, arith::AndIOp::create(b, in, colOk[j]), false);
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(&ok.getThenRegion().front());
+          Value v = vector::FromElementsOp::create(b, VectorType::get({2}, b.getF32Type()),
+                                                   ValueRange{e0, e1});
+          SmallVector<Value> at;
+          if (splits > 1)
+            at.push_back(tile->split);
+          at.push_back(row);
+          at.push_back(col[j]);
+          vector::StoreOp::create(b, v, s.k.arg(2), at, false, llvm::MaybeAlign(8));
+        }
+  };
+  return buildMmaTileKernel(kernel);
 }
 
 kernels::KernelSpec mmaGemmSum(int64_t n, int64_t splits) {
   std::string name = "linear_mma_sum" + str(splits) + "_" + str(n);
-  std::string pt = "memref<" + str(splits) + "x?x" + str(n) + "xf32>";
-  std::string sums;
-  std::string value = "%p0";
-  for (int64_t s = 0; s < splits; ++s) {
-    std::string S = str(s);
-    sums += "    %s" + S + " = arith.constant " + S + " : index\n" + "    %p" + S +
-            " = memref.load %partial[%s" + S + ", %t, %c] : " + pt + "\n";
-    if (s) {
-      sums += "    %sum" + S + " = arith.addf " + value + ", %p" + S + " : f32\n";
-      value = "%sum" + S;
+  kernels::Tiling tiling;
+  tiling.set("kind", "split-k-sum").set("splits", splits);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    Type f32 = b.getF32Type();
+    return {MemRefType::get({splits, ShapedType::kDynamic, n}, f32),
+            MemRefType::get({ShapedType::kDynamic, n}, f32), b.getI64Type()};
+  };
+  return kernels::buildKernel(name, "kiln.linear", tiling, args, [&](kernels::KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    Value ndim = k.index(n), rows = k.argIndex(2);
+    Value count = arith::MulIOp::create(b, rows, ndim);
+    Value first = k.argIndex(3), step = k.argIndex(4);
+    auto loop = scf::ForOp::create(b, first, count, step);
+    b.setInsertionPointToStart(loop.getBody());
+    Value t = arith::DivUIOp::create(b, loop.getInductionVar(), ndim);
+    Value c = arith::RemUIOp::create(b, loop.getInductionVar(), ndim);
+    Value sum;
+    for (int64_t s = 0; s < splits; ++s) {
+      Value at = k.index(s);
+      Value part = memref::LoadOp::create(b, k.arg(0), ValueRange{at, t, c});
+      sum = s ? arith::AddFOp::create(b, sum, part).getResult() : part;
     }
-  }
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%partial: @@pt@@, %y: memref<?x@@n@@xf32>, %rows_i: i64, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {kind = "split-k-sum", splits = @@S@@ : i64}} {
-  %ndim = arith.constant @@n@@ : index
-  %rows = arith.index_cast %rows_i : i64 to index
-  %count = arith.muli %rows, %ndim : index
-  %first = arith.index_cast %part : i64 to index
-  %step = arith.index_cast %parts : i64 to index
-  scf.for %i = %first to %count step %step {
-    %t = arith.divui %i, %ndim : index
-    %c = arith.remui %i, %ndim : index
-@@sums@@
-    memref.store @@value@@, %y[%t, %c] : memref<?x@@n@@xf32>
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"pt", pt},
-                                   {"n", str(n)},
-                                   {"S", str(splits)},
-                                   {"sums", sums},
-                                   {"value", value}});
-  return kernels::textKernel(name, "kiln.linear", body);
+    memref::StoreOp::create(b, sum, k.arg(1), ValueRange{t, c});
+  });
 }
 
 kernels::Work mmaGemmSumWork(int64_t n) { return kernels::Work{0, (n + 127) / 128 * 128}; }

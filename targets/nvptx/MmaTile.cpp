@@ -1,13 +1,19 @@
+// Built as typed IR (KernelBuilder.h).
 #include "targets/nvptx/MmaTile.h"
 
-#include "targets/common/KernelSpec.h"
-#include "targets/common/WarpSnippets.h"
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 namespace kiln::nvptx {
-namespace {
 
-using kernels::fillTemplate;
-using kernels::str;
+using namespace mlir;
+
+namespace {
 
 // Words (bf16 pairs) a shared-memory tile row holds: the k step's 16 words
 // and 4 of padding, which puts the 8 rows a fragment load touches on
@@ -16,236 +22,197 @@ constexpr int64_t kRowWords = kMmaTileK / 2 + 4;
 // The warp grid of a block: 2 x 4 warps, each 64 x 32 of the tile, which is
 // 4 x 4 mma tiles of 16 x 8.
 constexpr int64_t kSubM = 4, kSubN = 4;
-constexpr const char *kAccType = "!llvm.struct<(f32, f32, f32, f32)>";
 
-std::string tileName(const std::string &prefix, int64_t i, int64_t j) {
-  return prefix + str(i) + "_" + str(j);
-}
+class MmaTileBuilder {
+public:
+  MmaTileBuilder(MmaTileScope &s, Type acc) : s(s), b(s.b), acc(acc) {}
 
-// The staged registers `P`a0..3 (f32) and `P`b0..1 (bf16) into the shared
-// tiles: activations as a bf16 high part (%sa) and remainder (%sl).
-std::string stageStores(const std::string &P) {
-  std::string text;
-  for (int64_t i = 0; i < 4; ++i) {
-    std::string I = str(i), S = "%st_a" + I;
-    text += "      " + S + "h = arith.truncf " + P + "a" + I +
-            " : vector<4xf32> to vector<4xbf16>\n" + "      " + S + "hf = arith.extf " + S +
-            "h : vector<4xbf16> to vector<4xf32>\n" + "      " + S + "r = arith.subf " + P + "a" +
-            I + ", " + S + "hf : vector<4xf32>\n" + "      " + S + "l = arith.truncf " + S +
-            "r : vector<4xf32> to vector<4xbf16>\n" + "      " + S + "hw = vector.bitcast " + S +
-            "h : vector<4xbf16> to vector<2xi32>\n" + "      " + S + "lw = vector.bitcast " + S +
-            "l : vector<4xbf16> to vector<2xi32>\n" + "      vector.store " + S +
-            "hw, %sa[%lrow, %wa" + I + "] {alignment = 8} : @@st@@, vector<2xi32>\n" +
-            "      vector.store " + S + "lw, %sl[%lrow, %wa" + I +
-            "] {alignment = 8} : @@st@@, vector<2xi32>\n";
+  // The staged registers (f32 activations, bf16 weights) into the shared
+  // tiles: activations as a bf16 high part (sa) and remainder (sl).
+  void stageStores(ValueRange a, ValueRange w) {
+    auto v4bf = VectorType::get({4}, b.getBF16Type()), v4f = VectorType::get({4}, b.getF32Type());
+    auto v2i = VectorType::get({2}, b.getI32Type()), v4i = VectorType::get({4}, b.getI32Type());
+    for (int64_t i = 0; i < 4; ++i) {
+      Value high = arith::TruncFOp::create(b, v4bf, a[i]);
+      Value rest = arith::SubFOp::create(b, a[i], arith::ExtFOp::create(b, v4f, high));
+      Value low = arith::TruncFOp::create(b, v4bf, rest);
+      Value highWords = vector::BitCastOp::create(b, v2i, high);
+      Value lowWords = vector::BitCastOp::create(b, v2i, low);
+      vector::StoreOp::create(b, highWords, sa, ValueRange{s.lrow, wa[i]}, false,
+                              llvm::MaybeAlign(8));
+      vector::StoreOp::create(b, lowWords, sl, ValueRange{s.lrow, wa[i]}, false,
+                              llvm::MaybeAlign(8));
+    }
+    for (int64_t i = 0; i < 2; ++i) {
+      Value words = vector::BitCastOp::create(b, v4i, w[i]);
+      vector::StoreOp::create(b, words, sb, ValueRange{s.lrow, wb[i]}, false, llvm::MaybeAlign(16));
+    }
   }
-  for (int64_t i = 0; i < 2; ++i) {
-    std::string I = str(i);
-    text += "      %st_b" + I + "w = vector.bitcast " + P + "b" + I +
-            " : vector<8xbf16> to vector<4xi32>\n" + "      vector.store %st_b" + I +
-            "w, %sb[%lrow, %wb" + I + "] {alignment = 16} : @@st@@, vector<4xi32>\n";
-  }
-  return text;
-}
 
-std::string fragmentLoad(const std::string &name, const std::string &tile, const std::string &row,
-                         const std::string &col) {
-  return "      " + name + " = memref.load " + tile + "[" + row + ", " + col + "] : @@st@@\n";
-}
-
-// The 16 mma of one k16 slice of activation tile `tile` (words `kk` * 8 .. +
-// 8 of its rows) with the B fragments %fb<kk>_<j>_*, from the accumulators
-// `in`<i>_<j> into `out`<i>_<j>.
-std::string mmaPass(int64_t kk, const std::string &tile, const std::string &in,
-                    const std::string &out) {
-  std::string K = str(kk), T = tile.substr(1), text;
-  std::string lo = "%fc" + str(kk * 8), hi = "%fc" + str(kk * 8 + 4);
-  for (int64_t i = 0; i < kSubM; ++i) {
-    std::string F = "%fa" + T + K + "_" + str(i) + "_", I = str(i);
-    text +=
-        fragmentLoad(F + "0", tile, "%ra" + I, lo) + fragmentLoad(F + "1", tile, "%ra8_" + I, lo) +
-        fragmentLoad(F + "2", tile, "%ra" + I, hi) + fragmentLoad(F + "3", tile, "%ra8_" + I, hi);
-  }
-  for (int64_t i = 0; i < kSubM; ++i)
-    for (int64_t j = 0; j < kSubN; ++j) {
-      std::string C = tileName(in, i, j), D = tileName(out, i, j);
-      std::string A = "%fa" + T + K + "_" + str(i) + "_", B = "%fb" + K + "_" + str(j) + "_";
-      std::string cs;
-      for (int64_t e = 0; e < 4; ++e) {
-        std::string ce = C + "_" + T + K + "e" + str(e);
-        text +=
-            "      " + ce + " = llvm.extractvalue " + C + "[" + str(e) + "] : " + kAccType + "\n";
-        cs += (e ? ", " : "") + ce;
+  // A whole k step: for each k16 slice, the B fragments, then the high and
+  // the remainder passes.
+  SmallVector<Value> step(ValueRange in) {
+    SmallVector<Value> accs(in.begin(), in.end());
+    for (int64_t kk = 0; kk < 2; ++kk) {
+      Value lo = fc[2 * kk], hi = fc[2 * kk + 1];
+      Value fb[kSubN][2];
+      for (int64_t j = 0; j < kSubN; ++j) {
+        fb[j][0] = memref::LoadOp::create(b, sb, ValueRange{s.rb[j], lo});
+        fb[j][1] = memref::LoadOp::create(b, sb, ValueRange{s.rb[j], hi});
       }
-      text += "      " + D + " = nvvm.mma.sync A[" + A + "0, " + A + "1, " + A + "2, " + A +
-              "3] B[" + B + "0, " + B + "1] C[" + cs +
-              "] {layoutA = #nvvm.mma_layout<row>, layoutB = #nvvm.mma_layout<col>, "
-              "multiplicandAPtxType = #nvvm.mma_type<bf16>, multiplicandBPtxType = "
-              "#nvvm.mma_type<bf16>, shape = #nvvm.shape<m = 16, n = 8, k = 16>} : (i32, i32, "
-              "f32) -> " +
-              kAccType + "\n";
+      accs = pass(sa, lo, hi, fb, accs);
+      accs = pass(sl, lo, hi, fb, accs);
     }
-  return text;
-}
-
-// A whole k step: for each k16 slice, the B fragments, then the high and
-// the remainder passes. Accumulators %acc -> %fin.
-std::string mmaStep() {
-  std::string text, in = "%acc";
-  for (int64_t kk = 0; kk < 2; ++kk) {
-    std::string lo = "%fc" + str(kk * 8), hi = "%fc" + str(kk * 8 + 4);
-    for (int64_t j = 0; j < kSubN; ++j) {
-      std::string F = "%fb" + str(kk) + "_" + str(j) + "_";
-      text += fragmentLoad(F + "0", "%sb", "%rb" + str(j), lo) +
-              fragmentLoad(F + "1", "%sb", "%rb" + str(j), hi);
-    }
-    std::string mid = "%hi" + str(kk) + "_", out = kk == 1 ? std::string("%fin") : "%lo0_";
-    text += mmaPass(kk, "%sa", in, mid) + mmaPass(kk, "%sl", mid, out);
-    in = out;
+    return accs;
   }
-  return text;
-}
+
+  // The 16 mma of one k16 slice (words lo and hi of the rows) of activation
+  // tile `tile` with the B fragments `fb`.
+  SmallVector<Value> pass(Value tile, Value lo, Value hi, Value (&fb)[kSubN][2], ValueRange in) {
+    Value fa[kSubM][4];
+    for (int64_t i = 0; i < kSubM; ++i) {
+      fa[i][0] = memref::LoadOp::create(b, tile, ValueRange{s.ra[i], lo});
+      fa[i][1] = memref::LoadOp::create(b, tile, ValueRange{s.ra8[i], lo});
+      fa[i][2] = memref::LoadOp::create(b, tile, ValueRange{s.ra[i], hi});
+      fa[i][3] = memref::LoadOp::create(b, tile, ValueRange{s.ra8[i], hi});
+    }
+    SmallVector<Value> out;
+    for (int64_t i = 0; i < kSubM; ++i)
+      for (int64_t j = 0; j < kSubN; ++j) {
+        SmallVector<Value> c;
+        for (int64_t e = 0; e < 4; ++e)
+          c.push_back(LLVM::ExtractValueOp::create(b, in[kSubN * i + j], ArrayRef<int64_t>{e}));
+        out.push_back(NVVM::MmaOp::create(
+            b, acc, ArrayRef<Value>(fa[i]), ValueRange{fb[j][0], fb[j][1]}, c,
+            ArrayRef<int64_t>{16, 8, 16}, std::nullopt, std::nullopt,
+            std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16, NVVM::MMATypes::bf16},
+            std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col}));
+      }
+    return out;
+  }
+
+  MmaTileScope &s;
+  ImplicitLocOpBuilder &b;
+  Type acc;
+  Value sa, sl, sb;
+  Value wa[4], wb[2];
+  Value fc[4]; // t + 0, 4, 8, 12: the words of a fragment
+};
 
 } // namespace
 
-std::string mmaActivationLoad(const std::string &x, const std::string &xType,
-                              const std::string &rowIdx, const std::string &P,
-                              const std::string &at) {
-  std::string text;
+std::array<Value, 4> mmaActivationLoad(MmaTileScope &s, Value x, ValueRange rowIdx, Value at) {
+  ImplicitLocOpBuilder &b = s.b;
+  std::array<Value, 4> a;
   for (int64_t i = 0; i < 4; ++i) {
-    std::string K = P + "k" + str(i);
-    text += "      " + K + "_off = arith.constant " + str(4 * i) + " : index\n" + "      " + K +
-            "_in = arith.addi %lk, " + K + "_off : index\n" + "      " + K + " = arith.addi " + at +
-            ", " + K + "_in : index\n" + "      " + P + "a" + str(i) + " = vector.load " + x + "[" +
-            rowIdx + ", " + K + "] {alignment = 16} : " + xType + ", vector<4xf32>\n";
+    Value in = arith::AddIOp::create(b, s.lk, arith::ConstantIndexOp::create(b, 4 * i));
+    SmallVector<Value> idx(rowIdx.begin(), rowIdx.end());
+    idx.push_back(arith::AddIOp::create(b, at, in));
+    a[i] = vector::LoadOp::create(b, VectorType::get({4}, b.getF32Type()), x, idx, false,
+                                  llvm::MaybeAlign(16));
   }
-  return text;
+  return a;
 }
 
-std::string mmaTileKernelText(const MmaTileKernel &kernel) {
-  std::string st =
-      "memref<" + str(kMmaTileM) + "x" + str(kRowWords) + "xi32, #gpu.address_space<workgroup>>";
-  std::string fragments;
-  for (int64_t i = 0; i < kSubM; ++i) {
-    std::string I = str(i);
-    fragments += "    %ra" + I + "_off = arith.constant " + str(i * 16) + " : index\n" + "    %ra" +
-                 I + "_w = arith.addi %wrow, %ra" + I + "_off : index\n" + "    %ra" + I +
-                 " = arith.addi %ra" + I + "_w, %g : index\n" + "    %ra8_" + I +
-                 " = arith.addi %ra" + I + ", %c8 : index\n";
-  }
-  for (int64_t j = 0; j < kSubN; ++j) {
-    std::string J = str(j);
-    fragments += "    %rb" + J + "_off = arith.constant " + str(j * 8) + " : index\n" + "    %rb" +
-                 J + "_w = arith.addi %wcol, %rb" + J + "_off : index\n" + "    %rb" + J +
-                 " = arith.addi %rb" + J + "_w, %g : index\n";
-  }
-  for (int64_t w = 0; w < 16; w += 4)
-    fragments += "    %fc" + str(w) + "_off = arith.constant " + str(w) + " : index\n" + "    %fc" +
-                 str(w) + " = arith.addi %t, %fc" + str(w) + "_off : index\n";
+kernels::KernelSpec buildMmaTileKernel(const MmaTileKernel &kernel) {
+  return kernels::buildKernel(
+      kernel.name, kernel.op, kernel.tiling, kernel.args, [&](kernels::KernelScope &k) {
+        ImplicitLocOpBuilder &b = k.b;
+        Type acc =
+            LLVM::LLVMStructType::getLiteral(b.getContext(), SmallVector<Type>(4, b.getF32Type()));
+        auto tileType = MemRefType::get(
+            {kMmaTileM, kRowWords}, b.getI32Type(), MemRefLayoutAttrInterface(),
+            gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPoint(k.func);
+          for (const char *tile : {"a", "l", "b"})
+            memref::GlobalOp::create(b, kernel.name + "_" + tile, b.getStringAttr("private"),
+                                     tileType, Attribute(), /*constant=*/false, IntegerAttr());
+        }
+        MmaTileScope s{k, b};
+        s.c0 = k.index(0);
+        s.c1 = k.index(1);
+        s.c2 = k.index(2);
+        s.c4 = k.index(4);
+        s.c6 = k.index(6);
+        s.c8 = k.index(8);
+        s.c12 = k.index(12);
+        s.c16 = k.index(16);
+        s.c32 = k.index(32);
+        s.c64 = k.index(64);
+        s.c128 = k.index(128);
+        Value kdim = k.index(kernel.k), kLast = k.index(kernel.k - kMmaTileK);
+        s.tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+        s.bid = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+        Value live = kernel.setup(s);
+        auto liveIf = scf::IfOp::create(b, live, /*withElseRegion=*/false);
+        b.setInsertionPointToStart(&liveIf.getThenRegion().front());
 
-  std::string accArgs, accTypes, accYield;
-  for (int64_t i = 0; i < kSubM; ++i)
-    for (int64_t j = 0; j < kSubN; ++j) {
-      std::string sep = accArgs.empty() ? "" : ", ";
-      accArgs += sep + tileName("%acc", i, j) + " = %zero";
-      accTypes += sep + kAccType;
-      accYield += sep + tileName("%fin", i, j);
-    }
-  std::string staged = "vector<4xf32>, vector<4xf32>, vector<4xf32>, vector<4xf32>, "
-                       "vector<8xbf16>, vector<8xbf16>";
+        MmaTileBuilder t(s, acc);
+        t.sa = memref::GetGlobalOp::create(b, tileType, kernel.name + "_a");
+        t.sl = memref::GetGlobalOp::create(b, tileType, kernel.name + "_l");
+        t.sb = memref::GetGlobalOp::create(b, tileType, kernel.name + "_b");
+        s.warp = arith::DivUIOp::create(b, s.tid, s.c32);
+        s.lane = arith::RemUIOp::create(b, s.tid, s.c32);
+        Value wm = arith::DivUIOp::create(b, s.warp, s.c4);
+        s.wn = arith::RemUIOp::create(b, s.warp, s.c4);
+        s.g = arith::DivUIOp::create(b, s.lane, s.c4);
+        s.t = arith::RemUIOp::create(b, s.lane, s.c4);
+        // This thread stages half a k step of tile row lrow: activations and
+        // weights.
+        s.lrow = arith::DivUIOp::create(b, s.tid, s.c2);
+        Value half = arith::RemUIOp::create(b, s.tid, s.c2);
+        s.lk = arith::MulIOp::create(b, half, s.c16);
+        Value word = arith::MulIOp::create(b, half, s.c8);
+        Value waStep[4] = {s.c0, s.c2, s.c4, s.c6}, wbStep[2] = {s.c0, s.c4};
+        for (int64_t i = 0; i < 4; ++i)
+          t.wa[i] = arith::AddIOp::create(b, word, waStep[i]);
+        for (int64_t i = 0; i < 2; ++i)
+          t.wb[i] = arith::AddIOp::create(b, word, wbStep[i]);
+        Value wrow = arith::MulIOp::create(b, wm, s.c64);
+        Value wcol = arith::MulIOp::create(b, s.wn, s.c32);
+        kernel.rows(s);
+        for (int64_t i = 0; i < kSubM; ++i) {
+          Value at = arith::AddIOp::create(b, wrow, k.index(i * 16));
+          s.ra[i] = arith::AddIOp::create(b, at, s.g);
+          s.ra8[i] = arith::AddIOp::create(b, s.ra[i], s.c8);
+        }
+        for (int64_t j = 0; j < kSubN; ++j) {
+          s.rbWarp[j] = arith::AddIOp::create(b, wcol, k.index(j * 8));
+          s.rb[j] = arith::AddIOp::create(b, s.rbWarp[j], s.g);
+        }
+        for (int64_t w = 0; w < 4; ++w)
+          t.fc[w] = arith::AddIOp::create(b, s.t, k.index(4 * w));
 
-  std::string text;
-  for (const char *tile : {"a", "l", "b"})
-    text += "memref.global \"private\" @" + kernel.name + "_" + tile + " : " + st + "\n";
-  text += R"(
-func.func @@@name@@(@@args@@, %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface, kiln.tiling = {@@tiling@@}} {
-  %c0 = arith.constant 0 : index
-  %c1 = arith.constant 1 : index
-  %c2 = arith.constant 2 : index
-  %c4 = arith.constant 4 : index
-  %c6 = arith.constant 6 : index
-  %c8 = arith.constant 8 : index
-  %c12 = arith.constant 12 : index
-  %c16 = arith.constant 16 : index
-  %c32 = arith.constant 32 : index
-  %c64 = arith.constant 64 : index
-  %c128 = arith.constant 128 : index
-  %kdim = arith.constant @@k@@ : index
-  %k_last = arith.constant @@k_last@@ : index
-  %tid = gpu.thread_id x
-  %bid = gpu.block_id x
-@@setup@@
-  scf.if %live {
-    %sa = memref.get_global @@@name@@_a : @@st@@
-    %sl = memref.get_global @@@name@@_l : @@st@@
-    %sb = memref.get_global @@@name@@_b : @@st@@
-    %warp = arith.divui %tid, %c32 : index
-    %lane = arith.remui %tid, %c32 : index
-    %wm = arith.divui %warp, %c4 : index
-    %wn = arith.remui %warp, %c4 : index
-    %g = arith.divui %lane, %c4 : index
-    %t = arith.remui %lane, %c4 : index
-    // This thread stages half a k step of tile row %lrow: activations and weights.
-    %lrow = arith.divui %tid, %c2 : index
-    %lhalf = arith.remui %tid, %c2 : index
-    %lk = arith.muli %lhalf, %c16 : index
-    %lword = arith.muli %lhalf, %c8 : index
-    %wa0 = arith.addi %lword, %c0 : index
-    %wa1 = arith.addi %lword, %c2 : index
-    %wa2 = arith.addi %lword, %c4 : index
-    %wa3 = arith.addi %lword, %c6 : index
-    %wb0 = arith.addi %lword, %c0 : index
-    %wb1 = arith.addi %lword, %c4 : index
-    %wrow = arith.muli %wm, %c64 : index
-    %wcol = arith.muli %wn, %c32 : index
-@@rows@@
-@@fragments@@
-@@prologue@@
-    %zero = llvm.mlir.zero : @@acc_type@@
-    %res:@@carried@@ = scf.for %k0 = @@k_begin@@ to @@k_end@@ step %c32 iter_args(@@acc_args@@, %pa0 = %p0_a0, %pa1 = %p0_a1, %pa2 = %p0_a2, %pa3 = %p0_a3, %pb0 = %p0_b0, %pb1 = %p0_b1) -> (@@acc_types@@, @@staged@@) {
-@@stores@@
-      gpu.barrier
-      %k_after = arith.addi %k0, %c32 : index
-      %k_next = arith.minui %k_after, @@k_final@@ : index
-@@load_next@@
-@@step@@
-@@finish_next@@
-      gpu.barrier
-      scf.yield @@acc_yield@@, %nx_a0, %nx_a1, %nx_a2, %nx_a3, %nx_b0, %nx_b1 : @@acc_types@@, @@staged@@
-    }
-@@epilogue@@
-  }
-  return
-}
-)";
-  // Two fills: the snippets' own @@st@@ resolves in the second.
-  text = fillTemplate(text, {{"name", kernel.name},
-                             {"args", kernel.args},
-                             {"tiling", kernel.tiling},
-                             {"setup", kernel.setup},
-                             {"rows", kernel.rows},
-                             {"fragments", fragments},
-                             {"prologue", kernel.load("%p0_", kernel.kRange ? "%k_begin" : "%c0") +
-                                              kernel.finish("%p0_")},
-                             {"stores", stageStores("%p")},
-                             {"load_next", kernel.load("%nx_", "%k_next")},
-                             {"step", mmaStep()},
-                             {"finish_next", kernel.finish("%nx_")},
-                             {"epilogue", kernel.epilogue},
-                             {"acc_args", accArgs},
-                             {"acc_types", accTypes},
-                             {"acc_yield", accYield},
-                             {"acc_type", kAccType},
-                             {"staged", staged},
-                             {"carried", str(kSubM * kSubN + 6)},
-                             {"st", "@@st@@"},
-                             {"k", str(kernel.k)},
-                             {"k_last", str(kernel.k - kMmaTileK)},
-                             {"k_begin", kernel.kRange ? "%k_begin" : "%c0"},
-                             {"k_end", kernel.kRange ? "%k_end" : "%kdim"},
-                             {"k_final", kernel.kRange ? "%k_final" : "%k_last"}});
-  return fillTemplate(text, {{"st", st}});
+        Value kBegin = kernel.kRange ? s.kBegin : s.c0;
+        MmaStaged first = kernel.load(s, kBegin);
+        auto [b0, b1] = kernel.finish(s, first);
+        Value zero = LLVM::ZeroOp::create(b, acc);
+        SmallVector<Value> init(kSubM * kSubN, zero);
+        init.append(first.a.begin(), first.a.end());
+        init.push_back(b0);
+        init.push_back(b1);
+        auto loop = scf::ForOp::create(b, kBegin, kernel.kRange ? s.kEnd : kdim, s.c32, init);
+        {
+          OpBuilder::InsertionGuard guard(b);
+          b.setInsertionPointToStart(loop.getBody());
+          ValueRange carried = loop.getRegionIterArgs();
+          t.stageStores(carried.slice(kSubM * kSubN, 4), carried.slice(kSubM * kSubN + 4, 2));
+          gpu::BarrierOp::create(b);
+          Value after = arith::AddIOp::create(b, loop.getInductionVar(), s.c32);
+          Value next = arith::MinUIOp::create(b, after, kernel.kRange ? s.kFinal : kLast);
+          MmaStaged staged = kernel.load(s, next);
+          SmallVector<Value> yield = t.step(carried.take_front(kSubM * kSubN));
+          auto [n0, n1] = kernel.finish(s, staged);
+          gpu::BarrierOp::create(b);
+          yield.append(staged.a.begin(), staged.a.end());
+          yield.push_back(n0);
+          yield.push_back(n1);
+          scf::YieldOp::create(b, yield);
+        }
+        kernel.epilogue(s, loop.getResults().take_front(kSubM * kSubN));
+      });
 }
 
 } // namespace kiln::nvptx

@@ -1,16 +1,28 @@
+// Built as typed IR (KernelBuilder.h).
 #include "targets/nvptx/PeerMegaMoE.h"
 
+#include "targets/common/ExpertLists.h"
 #include "targets/common/Generators.h"
-#include "targets/common/WarpSnippets.h"
+#include "targets/common/KernelBuilder.h"
+#include "targets/common/WarpDot.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/Math/IR/Math.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 #include <algorithm>
 
 namespace kiln::nvptx {
-namespace {
 
-using kernels::fillTemplate;
+using namespace mlir;
 using kernels::str;
 namespace warp = kernels::warp;
+
+namespace {
 
 constexpr int64_t kThreads = 128; // four warps a block
 constexpr int64_t kWarps = kThreads / 32;
@@ -20,101 +32,114 @@ int64_t align256(int64_t n) { return (n + 255) / 256 * 256; }
 // PTX through llvm.inline_asm: the memory-model operations MLIR's memref
 // ops do not spell (scoped atomics, acquire loads, release stores, fences)
 // and the volatile accesses of peer-written slots. Addresses are i64.
-std::string asmLoad64(const std::string &out, const std::string &address,
-                      const std::string &semantics) {
-  return "    " + out + " = llvm.inline_asm has_side_effects \"ld." + semantics +
-         ".global.u64 $0, [$1];\", \"=l,l,~{memory}\" " + address + " : (i64) -> i64\n";
+Value inlineAsm(ImplicitLocOpBuilder &b, TypeRange results, ValueRange operands,
+                const std::string &text, StringRef constraints) {
+  auto op = LLVM::InlineAsmOp::create(b, results, operands, text, constraints,
+                                      /*has_side_effects=*/true, /*is_align_stack=*/false,
+                                      LLVM::tailcallkind::TailCallKind::None,
+                                      LLVM::AsmDialectAttr(), ArrayAttr());
+  return op->getNumResults() ? op->getResult(0) : Value();
 }
 
-std::string asmStore64(const std::string &address, const std::string &value,
-                       const std::string &semantics) {
-  return "    llvm.inline_asm has_side_effects \"st." + semantics +
-         ".global.u64 [$0], $1;\", \"l,l,~{memory}\" " + address + ", " + value +
-         " : (i64, i64) -> ()\n";
+Value asmLoad64(ImplicitLocOpBuilder &b, Value address, const std::string &semantics) {
+  return inlineAsm(b, b.getI64Type(), address, "ld." + semantics + ".global.u64 $0, [$1];",
+                   "=l,l,~{memory}");
 }
 
-std::string asmAdd64(const std::string &out, const std::string &address,
-                     const std::string &semantics) {
-  return "    " + out + " = llvm.inline_asm has_side_effects \"atom." + semantics +
-         ".global.add.u64 $0, [$1], $2;\", \"=l,l,l,~{memory}\" " + address +
-         ", %c1_i64 : (i64, i64) -> i64\n";
+void asmStore64(ImplicitLocOpBuilder &b, Value address, Value value, const std::string &semantics) {
+  inlineAsm(b, {}, ValueRange{address, value}, "st." + semantics + ".global.u64 [$0], $1;",
+            "l,l,~{memory}");
 }
 
-std::string asmFence(const std::string &scope) {
-  return "    llvm.inline_asm has_side_effects \"fence.acq_rel." + scope +
-         ";\", \"~{memory}\" : () -> ()\n";
+Value asmAdd64(ImplicitLocOpBuilder &b, Value address, Value one, const std::string &semantics) {
+  return inlineAsm(b, b.getI64Type(), ValueRange{address, one},
+                   "atom." + semantics + ".global.add.u64 $0, [$1], $2;", "=l,l,l,~{memory}");
 }
 
-std::string asmWarpSync() {
-  return "    llvm.inline_asm has_side_effects \"bar.warp.sync 0xffffffff;\", \"~{memory}\" : () "
-         "-> "
-         "()\n";
+void asmFence(ImplicitLocOpBuilder &b, const std::string &scope) {
+  inlineAsm(b, {}, {}, "fence.acq_rel." + scope + ";", "~{memory}");
 }
 
-// %<out> (vector<4xf32>) from the 16 bytes at i64 `address`, bypassing L1.
-std::string loadVolatile4(const std::string &out, const std::string &address) {
-  return fillTemplate(R"(
-    @@o@@_s = llvm.inline_asm has_side_effects "ld.volatile.global.v4.f32 {$0, $1, $2, $3}, [$4];", "=f,=f,=f,=f,l,~{memory}" @@a@@ : (i64) -> !llvm.struct<(f32, f32, f32, f32)>
-    @@o@@_0 = llvm.extractvalue @@o@@_s[0] : !llvm.struct<(f32, f32, f32, f32)>
-    @@o@@_1 = llvm.extractvalue @@o@@_s[1] : !llvm.struct<(f32, f32, f32, f32)>
-    @@o@@_2 = llvm.extractvalue @@o@@_s[2] : !llvm.struct<(f32, f32, f32, f32)>
-    @@o@@_3 = llvm.extractvalue @@o@@_s[3] : !llvm.struct<(f32, f32, f32, f32)>
-    @@o@@ = vector.from_elements @@o@@_0, @@o@@_1, @@o@@_2, @@o@@_3 : vector<4xf32>
-)",
-                      {{"o", out}, {"a", address}});
+// A vector<4xf32> from the 16 bytes at i64 `address`, bypassing L1.
+Value loadVolatile4(ImplicitLocOpBuilder &b, Value address) {
+  Type f32 = b.getF32Type();
+  Type parts = LLVM::LLVMStructType::getLiteral(b.getContext(), {f32, f32, f32, f32});
+  Value loaded = inlineAsm(b, parts, address, "ld.volatile.global.v4.f32 {$0, $1, $2, $3}, [$4];",
+                           "=f,=f,=f,=f,l,~{memory}");
+  SmallVector<Value> elems;
+  for (int64_t i = 0; i < 4; ++i)
+    elems.push_back(LLVM::ExtractValueOp::create(b, loaded, ArrayRef<int64_t>{i}));
+  return vector::FromElementsOp::create(b, VectorType::get({4}, f32), elems);
 }
 
-// %<out> (f32) from the 4 bytes at i64 `address`, bypassing L1.
-std::string loadVolatile1(const std::string &out, const std::string &address) {
-  return "    " + out +
-         " = llvm.inline_asm has_side_effects \"ld.volatile.global.f32 $0, [$1];\", " +
-         "\"=f,l,~{memory}\" " + address + " : (i64) -> f32\n";
+// An f32 from the 4 bytes at i64 `address`, bypassing L1.
+Value loadVolatile1(ImplicitLocOpBuilder &b, Value address) {
+  return inlineAsm(b, b.getF32Type(), address, "ld.volatile.global.f32 $0, [$1];",
+                   "=f,l,~{memory}");
 }
 
-// Waits until the u64 at `address` reaches `target` (acquire at `scope`).
-std::string spinUntil(const std::string &name, const std::string &address,
-                      const std::string &target, const std::string &scope) {
-  return fillTemplate(R"(
-    @@n@@_done = scf.while (@@n@@_arg = %c0_i64) : (i64) -> i64 {
-@@load@@      @@n@@_more = arith.cmpi ult, @@n@@_v, @@target@@ : i64
-      scf.condition(@@n@@_more) @@n@@_v : i64
-    } do {
-    ^bb0(@@n@@_x: i64):
-      scf.yield @@n@@_x : i64
-    }
-)",
-                      {{"n", name},
-                       {"load", asmLoad64(name + "_v", address, "acquire." + scope)},
-                       {"target", target}});
+// Waits until the u64 at `address` reaches `target` (acquire at `scope`);
+// `zero` is the loop's (unused) initial value.
+void spinUntil(ImplicitLocOpBuilder &b, Value address, Value target, const std::string &scope,
+               Value zero) {
+  Type i64 = b.getI64Type();
+  Location loc = b.getLoc();
+  auto before = [&](OpBuilder &nested, Location, ValueRange) {
+    ImplicitLocOpBuilder ib(loc, nested);
+    Value seen = asmLoad64(ib, address, "acquire." + scope);
+    Value more = arith::CmpIOp::create(ib, arith::CmpIPredicate::ult, seen, target);
+    scf::ConditionOp::create(ib, more, ValueRange{seen});
+  };
+  auto after = [&](OpBuilder &nested, Location, ValueRange args) {
+    scf::YieldOp::create(nested, loc, args);
+  };
+  scf::WhileOp::create(b, TypeRange{i64}, ValueRange{zero}, before, after);
 }
 
-// The head of a warp loop over (token, choice, group of `rowsPerWarp` rows)
-// items of this rank's pairs: defines %t, %j, %o0.., %e (the local expert)
-// inside `scf.if %mine`, which the caller closes twice (if, for).
-std::string pairItemLoop(const std::string &items, const std::string &perToken,
-                         const std::string &groups, int64_t rowsPerWarp, int64_t k) {
-  std::string text = fillTemplate(
-      R"(
-  scf.for %item = %warp to @@items@@ step %warps {
-    %t = arith.divui %item, @@per@@ : index
-    %rest = arith.remui %item, @@per@@ : index
-    %j = arith.divui %rest, @@groups@@ : index
-    %group = arith.remui %rest, @@groups@@ : index
-    %o0 = arith.muli %group, %c@@R@@ : index
-)",
-      {{"items", items}, {"per", perToken}, {"groups", groups}, {"R", str(rowsPerWarp)}});
-  for (int64_t r = 1; r < rowsPerWarp; ++r)
-    text += "    %o" + str(r) + " = arith.addi %o0, %c" + str(r) + " : index\n";
-  return text + fillTemplate(R"(
-    %eg = memref.load %idx[%t, %j] : memref<?x@@K@@xi32>
-    %el = arith.subi %eg, %first_e : i32
-    %low = arith.cmpi sge, %el, %c0_i32 : i32
-    %high = arith.cmpi slt, %el, %experts_i32 : i32
-    %mine = arith.andi %low, %high : i1
-    scf.if %mine {
-    %e = arith.index_cast %el : i32 to index
-)",
-                             {{"K", str(k)}});
+// The constants and values the phases share.
+struct PeerScope {
+  kernels::WarpOfPart w;
+  Value c2, c3, c4;
+  Value c0i32, expertsI32, firstExpert;
+};
+
+// A warp's (token, choice, group of rows) item of this rank's pairs: token
+// t, choice j, row group, rows o0 .., the local expert e.
+struct PairItem {
+  Value t, j, group, e;
+  SmallVector<Value, 4> o;
+};
+
+// The loop over `items` items of `perToken` a token and `groups` groups a
+// choice, `rowSteps`[r] the constant r (index rowsPerWarp: the group's
+// stride). Leaves the builder inside `scf.if` the pair's expert is this
+// rank's.
+PairItem pairItemLoop(ImplicitLocOpBuilder &b, const PeerScope &p, Value idx, Value items,
+                      Value perToken, Value groups, ArrayRef<Value> rowSteps) {
+  auto loop = scf::ForOp::create(b, p.w.warp, items, p.w.warps);
+  b.setInsertionPointToStart(loop.getBody());
+  Value item = loop.getInductionVar();
+  PairItem it;
+  it.t = arith::DivUIOp::create(b, item, perToken);
+  Value rest = arith::RemUIOp::create(b, item, perToken);
+  it.j = arith::DivUIOp::create(b, rest, groups);
+  it.group = arith::RemUIOp::create(b, rest, groups);
+  const size_t rowsPerWarp = rowSteps.size() - 1;
+  it.o.push_back(arith::MulIOp::create(b, it.group, rowSteps[rowsPerWarp]));
+  for (size_t r = 1; r < rowsPerWarp; ++r)
+    it.o.push_back(arith::AddIOp::create(b, it.o[0], rowSteps[r]));
+  Value global = memref::LoadOp::create(b, idx, ValueRange{it.t, it.j});
+  Value local = arith::SubIOp::create(b, global, p.firstExpert);
+  Value low = arith::CmpIOp::create(b, arith::CmpIPredicate::sge, local, p.c0i32);
+  Value high = arith::CmpIOp::create(b, arith::CmpIPredicate::slt, local, p.expertsI32);
+  auto mine = scf::IfOp::create(b, arith::AndIOp::create(b, low, high), false);
+  b.setInsertionPointToStart(&mine.getThenRegion().front());
+  it.e = arith::IndexCastOp::create(b, b.getIndexType(), local);
+  return it;
+}
+
+void enterThen(ImplicitLocOpBuilder &b, scf::IfOp op) {
+  b.setInsertionPointToStart(&op.getThenRegion().front());
 }
 
 } // namespace
@@ -149,290 +174,258 @@ kernels::KernelSpec peerMegaMoE(const kernels::PeerMegaMoEShape &s) {
                            str(L) + "_m" + str(s.members) + "_r" + str(R) +
                            kernels::epsSuffix(s.eps) + fmt;
   const PeerSiteLayout layout = peerSiteLayout(s);
-  const std::string zt = "memref<?x" + str(L) + "xf32>", it = "memref<?x" + str(K) + "xi32>";
-  const std::string ht = "memref<?x" + str(K) + "x" + str(I) + "xf32>";
-  const std::string sqt = "memref<?x" + str(K) + "x" + str(L / 4) + "xf32>";
-  const std::string pnt = "memref<" + str(E) + "x" + str(L) + "xbf16>";
-  warp::ExpertProjection gate = warp::expertProjection("gate", E, I, L, s.nvfp4, {"%o0", "%o1"});
-  warp::ExpertProjection up = warp::expertProjection("up", E, I, L, s.nvfp4, {"%o0", "%o1"});
-  warp::ExpertProjection down =
-      warp::expertProjection("down", E, L, I, s.nvfp4, {"%o0", "%o1", "%o2", "%o3"});
-  std::vector<warp::WeightRow> gateUpRows = gate.rows;
-  gateUpRows.insert(gateUpRows.end(), up.rows.begin(), up.rows.end());
+  const kernels::ExpertTileShape shape{E, K, I, L, s.nvfp4, 0};
+  kernels::Tiling tiling;
+  tiling.set("kind", "persistent")
+      .set("exchange", "peer")
+      .set("members", s.members)
+      .set("site_bytes", layout.bytes);
+  auto args = [&](Builder &b) -> std::vector<Type> {
+    Type f32 = b.getF32Type(), i64 = b.getI64Type();
+    const int64_t dyn = ShapedType::kDynamic;
+    std::vector<Type> types = {MemRefType::get({dyn, L}, f32),
+                               MemRefType::get({dyn, K}, b.getI32Type()),
+                               MemRefType::get({dyn, K}, f32)};
+    kernels::appendProjectionTypes(b, shape, I, L, types); // gate
+    kernels::appendProjectionTypes(b, shape, I, L, types); // up
+    kernels::appendProjectionTypes(b, shape, L, I, types); // down
+    types.push_back(MemRefType::get({E, L}, b.getBF16Type()));
+    types.push_back(MemRefType::get({dyn, K, I}, f32));
+    types.push_back(MemRefType::get({dyn, K, L / 4}, f32));
+    types.push_back(MemRefType::get({s.members}, i64));
+    types.push_back(MemRefType::get({dyn, L}, f32));
+    types.push_back(i64); // rows
+    types.push_back(i64); // member
+    return types;
+  };
+  return kernels::buildKernel(name, "kiln.megamoe", tiling, args, [&](kernels::KernelScope &k) {
+    ImplicitLocOpBuilder &b = k.b;
+    const unsigned np = kernels::projectionArgCount(shape);
+    ValueRange all = k.func.getArguments();
+    Value z = all[0], idx = all[1], wts = all[2];
+    warp::ExpertProjection gate = warp::expertProjection(all, 3, s.nvfp4);
+    warp::ExpertProjection up = warp::expertProjection(all, 3 + np, s.nvfp4);
+    warp::ExpertProjection down = warp::expertProjection(all, 3 + 2 * np, s.nvfp4);
+    Value pn = all[3 + 3 * np], h = all[4 + 3 * np], ssq = all[5 + 3 * np];
+    Value peers = all[6 + 3 * np], y = all[7 + 3 * np];
+    Value rowsArg = all[8 + 3 * np], member = all[9 + 3 * np];
+    Type f32 = b.getF32Type(), i32 = b.getI32Type(), i64 = b.getI64Type(), index = b.getIndexType();
+    auto f32c = [&](double v) -> Value {
+      return arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(float(v)));
+    };
 
-  std::string body = fillTemplate(R"(
-func.func @@@name@@(%z: @@zt@@, %idx: @@it@@, %wts: memref<?x@@K@@xf32>, @@gargs@@, @@uargs@@,
-                    @@dargs@@, %pn: @@pnt@@, %h: @@ht@@, %ssq: @@sqt@@,
-                    %peers: memref<@@M@@xi64>, %y: @@zt@@, %rows_i: i64, %member: i64,
-                    %part: i64, %parts: i64)
-    attributes {llvm.emit_c_interface,
-                kiln.tiling = {kind = "persistent", exchange = "peer", members = @@M@@ : i64, site_bytes = @@site@@ : i64}} {
-@@ids@@
-  %c2 = arith.constant 2 : index
-  %c3 = arith.constant 3 : index
-  %c4 = arith.constant 4 : index
-  %c128 = arith.constant 128 : index
-  %kk = arith.constant @@K@@ : index
-  %mm = arith.constant @@M@@ : index
-  %width = arith.constant @@L@@ : index
-  %chunks = arith.constant @@L128@@ : index
-  %per1 = arith.constant @@KI2@@ : index
-  %groups1 = arith.constant @@I2@@ : index
-  %per2 = arith.constant @@KL4@@ : index
-  %groups2 = arith.constant @@L4@@ : index
-  %groups2_i64 = arith.constant @@L4@@ : i64
-  %one_f = arith.constant 1.0 : f32
-  %widthf = arith.constant @@Lf@@ : f32
-  %eps = arith.constant @@eps@@ : f32
-  %zero_v = arith.constant dense<0.0> : vector<4xf32>
-  %zero_f = arith.constant 0.0 : f32
-  %c0_i32 = arith.constant 0 : i32
-  %w32 = arith.constant 32 : i32
-  %c0_i64 = arith.constant 0 : i64
-  %c1_i64 = arith.constant 1 : i64
-  %c2_i64 = arith.constant 2 : i64
-  %c4_i64 = arith.constant 4 : i64
-  %c8_i64 = arith.constant 8 : i64
-  %pairs_off = arith.constant @@pairs@@ : i64
-  %flags_off = arith.constant @@flags@@ : i64
-  %coefs_off = arith.constant @@coefs@@ : i64
-  %data_off = arith.constant @@data@@ : i64
-  %flags_parity = arith.constant @@flagsParity@@ : i64
-  %coefs_parity = arith.constant @@coefsParity@@ : i64
-  %data_parity = arith.constant @@dataParity@@ : i64
-  %experts_i32 = arith.constant @@E@@ : i32
-  %tid = gpu.thread_id x
-  %nblocks = gpu.grid_dim x
-  %lead = arith.cmpi eq, %lane, %c0 : index
-  %thread0 = arith.cmpi eq, %tid, %c0 : index
-  %lane4 = arith.muli %lane, %c4 : index
-  %rows = arith.index_cast %rows_i : i64 to index
-  %member_x = arith.index_cast %member : i64 to index
-  %member_i32 = arith.trunci %member : i64 to i32
-  %first_e = arith.muli %member_i32, %experts_i32 : i32
-  %site = memref.load %peers[%member_x] : memref<@@M@@xi64>
-  %pairs_at = arith.addi %site, %pairs_off : i64
-  %ssq_x = memref.extract_aligned_pointer_as_index %ssq : @@sqt@@ -> index
-  %ssq_at = arith.index_cast %ssq_x : index to i64
-  // This site's launches so far: its grid-barrier count over the grid,
-  // which no block of this launch can have completed yet.
-@@seen@@  %blocks_i64 = arith.index_cast %nblocks : index to i64
-  %epoch = arith.divui %seen, %blocks_i64 : i64
-  %stamp = arith.addi %epoch, %c1_i64 : i64
-  %parity = arith.remui %epoch, %c2_i64 : i64
-  %flags_p = arith.muli %parity, %flags_parity : i64
-  %flags_base = arith.addi %flags_off, %flags_p : i64
-  %coefs_p = arith.muli %parity, %coefs_parity : i64
-  %coefs_base = arith.addi %coefs_off, %coefs_p : i64
-  %data_p = arith.muli %parity, %data_parity : i64
-  %data_base = arith.addi %data_off, %data_p : i64
-  %items1 = arith.muli %rows, %per1 : index
-  %items2 = arith.muli %rows, %per2 : index
-  %items3 = arith.muli %rows, %chunks : index
+    PeerScope p;
+    p.w = kernels::warpOfPart(k);
+    const kernels::WarpOfPart &w = p.w;
+    p.c2 = k.index(2);
+    p.c3 = k.index(3);
+    p.c4 = k.index(4);
+    Value c128 = k.index(128), kk = k.index(K), mm = k.index(s.members), width = k.index(L);
+    Value chunks = k.index(L / 128), per1 = k.index(K * I / 2), groups1 = k.index(I / 2);
+    Value per2 = k.index(K * L / 4), groups2 = k.index(L / 4), groups2I64 = k.i64(L / 4);
+    Value one = f32c(1.0), widthF = f32c(double(L)), eps = f32c(s.eps);
+    auto v4f = VectorType::get({4}, f32);
+    Value zeroV = arith::ConstantOp::create(b, v4f, DenseElementsAttr::get(v4f, 0.0f));
+    Value zeroF = f32c(0.0);
+    p.c0i32 = k.i32(0);
+    Value w32 = k.i32(32), c0i64 = k.i64(0), c1i64 = k.i64(1), c2i64 = k.i64(2);
+    Value c4i64 = k.i64(4), c8i64 = k.i64(8);
+    Value pairsOff = k.i64(layout.pairs), flagsOff = k.i64(layout.flags);
+    Value coefsOff = k.i64(layout.coefs), dataOff = k.i64(layout.data);
+    Value flagsParity = k.i64(R * K * 8), coefsParity = k.i64(R * K * 4);
+    Value dataParity = k.i64(R * K * L * 4);
+    p.expertsI32 = k.i32(E);
+    Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
+    Value nblocks = gpu::GridDimOp::create(b, gpu::Dimension::x);
+    auto eq = [&](Value a, Value c) {
+      return arith::CmpIOp::create(b, arith::CmpIPredicate::eq, a, c).getResult();
+    };
+    Value lead = eq(w.lane, w.c0), thread0 = eq(tid, w.c0);
+    Value lane4 = arith::MulIOp::create(b, w.lane, p.c4);
+    Value rows = arith::IndexCastOp::create(b, index, rowsArg);
+    Value memberX = arith::IndexCastOp::create(b, index, member);
+    Value memberI32 = arith::TruncIOp::create(b, i32, member);
+    p.firstExpert = arith::MulIOp::create(b, memberI32, p.expertsI32);
+    Value site = memref::LoadOp::create(b, peers, ValueRange{memberX});
+    Value pairsAt = arith::AddIOp::create(b, site, pairsOff);
+    Value ssqX = memref::ExtractAlignedPointerAsIndexOp::create(b, ssq);
+    Value ssqAt = arith::IndexCastOp::create(b, i64, ssqX);
+    // This site's launches so far: its grid-barrier count over the grid,
+    // which no block of this launch can have completed yet.
+    Value seen = asmLoad64(b, site, "relaxed.gpu");
+    Value blocksI64 = arith::IndexCastOp::create(b, i64, nblocks);
+    Value epoch = arith::DivUIOp::create(b, seen, blocksI64);
+    Value stamp = arith::AddIOp::create(b, epoch, c1i64);
+    Value parity = arith::RemUIOp::create(b, epoch, c2i64);
+    auto base = [&](Value offset, Value stride) -> Value {
+      return arith::AddIOp::create(b, offset, arith::MulIOp::create(b, parity, stride));
+    };
+    Value flagsBase = base(flagsOff, flagsParity), coefsBase = base(coefsOff, coefsParity);
+    Value dataBase = base(dataOff, dataParity);
+    Value items1 = arith::MulIOp::create(b, rows, per1);
+    Value items2 = arith::MulIOp::create(b, rows, per2);
+    Value items3 = arith::MulIOp::create(b, rows, chunks);
+    // base + element x bytes, the element an i64 or an index.
+    auto byteAt = [&](Value baseAt, Value element, Value bytes) -> Value {
+      if (element.getType().isIndex())
+        element = arith::IndexCastOp::create(b, i64, element);
+      return arith::AddIOp::create(b, baseAt, arith::MulIOp::create(b, element, bytes));
+    };
+    // The loop over the members, its peer's site base the argument.
+    auto forEachMember = [&](llvm::function_ref<void(Value)> body) {
+      OpBuilder::InsertionGuard guard(b);
+      auto loop = scf::ForOp::create(b, w.c0, mm, w.c1);
+      b.setInsertionPointToStart(loop.getBody());
+      body(memref::LoadOp::create(b, peers, ValueRange{loop.getInductionVar()}));
+    };
 
-  // 1. h = silu(gate z) * (up z) for this rank's pairs.
-@@loop1@@@@gglob@@@@uglob@@@@dot1@@@@s0@@@@s1@@@@s2@@@@s3@@
-    scf.if %lead {
-@@swiglu@@    }
+    // 1. h = silu(gate z) * (up z) for this rank's pairs.
+    {
+      OpBuilder::InsertionGuard guard(b);
+      PairItem it = pairItemLoop(b, p, idx, items1, per1, groups1, {w.c0, w.c1, p.c2});
+      Value gateGlobal = gate.loadGlobal(b, it.e), upGlobal = up.loadGlobal(b, it.e);
+      SmallVector<warp::Row> rowList = gate.rows(it.e, it.o, gateGlobal);
+      rowList.append(up.rows(it.e, it.o, upGlobal));
+      SmallVector<Value> sums;
+      for (Value dot : warp::rowsDot(b, w, rowList, s.nvfp4, z, it.t, L))
+        sums.push_back(warp::warpSum(b, dot));
+      auto leader = scf::IfOp::create(b, lead, false);
+      enterThen(b, leader);
+      for (int r = 0; r < 2; ++r)
+        memref::StoreOp::create(b, warp::swiGlu(b, sums[r], sums[2 + r], one), h,
+                                ValueRange{it.t, it.j, it.o[r]});
     }
-  }
 
-  // 2. Every block's h is written.
-  gpu.barrier
-  scf.if %thread0 {
-@@arrive@@    %target = arith.muli %stamp, %blocks_i64 : i64
-@@barrier@@  }
-  gpu.barrier
-
-  // 3. Down rows, four a warp, each sent to every member as soon as it is
-  // computed (times the expert's post-norm); the warp that completes a pair
-  // adds its rows' sums of squares and sends the pair's coefficient
-  // (routing weight / RMS) and flag.
-@@loop2@@@@dglob@@@@dot2@@@@d0@@@@d1@@@@d2@@@@d3@@
-    %pair = arith.muli %t, %kk : index
-    %pair_j = arith.addi %pair, %j : index
-    %pair_i64 = arith.index_cast %pair_j : index to i64
-    %last = scf.if %lead -> (i32) {
-      %pb = vector.load %pn[%e, %o0] {alignment = 8} : @@pnt@@, vector<4xbf16>
-      %pf = arith.extf %pb : vector<4xbf16> to vector<4xf32>
-      %u0_p = vector.extract %pf[0] : f32 from vector<4xf32>
-      %u1_p = vector.extract %pf[1] : f32 from vector<4xf32>
-      %u2_p = vector.extract %pf[2] : f32 from vector<4xf32>
-      %u3_p = vector.extract %pf[3] : f32 from vector<4xf32>
-      %u0 = arith.mulf %y0, %u0_p : f32
-      %u1 = arith.mulf %y1, %u1_p : f32
-      %u2 = arith.mulf %y2, %u2_p : f32
-      %u3 = arith.mulf %y3, %u3_p : f32
-      %q0 = arith.mulf %y0, %y0 : f32
-      %q01 = math.fma %y1, %y1, %q0 : f32
-      %q012 = math.fma %y2, %y2, %q01 : f32
-      %q = math.fma %y3, %y3, %q012 : f32
-      memref.store %q, %ssq[%t, %j, %group] : @@sqt@@
-      %row_at = arith.muli %pair_j, %width : index
-      %el_at = arith.addi %row_at, %o0 : index
-      %el_i64 = arith.index_cast %el_at : index to i64
-      %el_b = arith.muli %el_i64, %c4_i64 : i64
-      %to = arith.addi %data_base, %el_b : i64
-      scf.for %m = %c0 to %mm step %c1 {
-        %peer = memref.load %peers[%m] : memref<@@M@@xi64>
-        %pa = arith.addi %peer, %to : i64
-        llvm.inline_asm has_side_effects "st.global.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f,~{memory}" %pa, %u0, %u1, %u2, %u3 : (i64, f32, f32, f32, f32) -> ()
-      }
-      %pair_b = arith.muli %pair_i64, %c8_i64 : i64
-      %pair_at = arith.addi %pairs_at, %pair_b : i64
-      // System scope: the rows just stored to the members come first.
-@@count@@      %count = arith.addi %old, %c1_i64 : i64
-      %full = arith.cmpi eq, %count, %groups2_i64 : i64
-      scf.if %full {
-@@reset@@      }
-      %full_i32 = arith.extui %full : i1 to i32
-      scf.yield %full_i32 : i32
-    } else {
-      scf.yield %c0_i32 : i32
+    // 2. Every block's h is written.
+    gpu::BarrierOp::create(b);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      auto first = scf::IfOp::create(b, thread0, false);
+      enterThen(b, first);
+      asmAdd64(b, site, c1i64, "release.gpu");
+      spinUntil(b, site, arith::MulIOp::create(b, stamp, blocksI64), "gpu", c0i64);
     }
-    %last_w, %last_ok = gpu.shuffle idx %last, %c0_i32, %w32 : i32
-    %is_last = arith.cmpi ne, %last_w, %c0_i32 : i32
-    scf.if %is_last {
-@@fenceGpu@@
-      %sq_row = arith.muli %pair_j, %groups2 : index
-      %sqs = scf.for %g = %lane to %groups2 step %c32 iter_args(%s = %zero_f) -> (f32) {
-        %ge = arith.addi %sq_row, %g : index
-        %ge_i64 = arith.index_cast %ge : index to i64
-        %gb = arith.muli %ge_i64, %c4_i64 : i64
-        %ga = arith.addi %ssq_at, %gb : i64
-@@loadSq@@
-        %n = arith.addf %s, %v : f32
-        scf.yield %n : f32
-      }
-@@sumSq@@
-      %mean = arith.divf %ss, %widthf : f32
-      %me = arith.addf %mean, %eps : f32
-      %rms = math.sqrt %me : f32
-      %inv = arith.divf %one_f, %rms : f32
-      %wj = memref.load %wts[%t, %j] : memref<?x@@K@@xf32>
-      %coef = arith.mulf %wj, %inv : f32
-      scf.if %lead {
-        %coef_b = arith.muli %pair_i64, %c4_i64 : i64
-        %coef_o = arith.addi %coefs_base, %coef_b : i64
-        scf.for %m = %c0 to %mm step %c1 {
-          %peer = memref.load %peers[%m] : memref<@@M@@xi64>
-          %ca = arith.addi %peer, %coef_o : i64
-          llvm.inline_asm has_side_effects "st.global.f32 [$0], $1;", "l,f,~{memory}" %ca, %coef : (i64, f32) -> ()
+    gpu::BarrierOp::create(b);
+
+    // 3. Down rows, four a warp, each sent to every member as soon as it is
+    // computed (times the expert's post-norm); the warp that completes a pair
+    // adds its rows' sums of squares and sends the pair's coefficient
+    // (routing weight / RMS) and flag.
+    {
+      OpBuilder::InsertionGuard guard(b);
+      PairItem it = pairItemLoop(b, p, idx, items2, per2, groups2, {w.c0, w.c1, p.c2, p.c3, p.c4});
+      Value global = down.loadGlobal(b, it.e);
+      SmallVector<Value> ys;
+      for (Value dot : warp::rowsDot(b, w, down.rows(it.e, it.o, global), s.nvfp4, h,
+                                     ValueRange{it.t, it.j}, I))
+        ys.push_back(warp::warpSum(b, dot));
+      Value pairJ = arith::AddIOp::create(b, arith::MulIOp::create(b, it.t, kk), it.j);
+      Value pairI64 = arith::IndexCastOp::create(b, i64, pairJ);
+      auto last = scf::IfOp::create(b, TypeRange{i32}, lead, /*withElseRegion=*/true);
+      {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPointToStart(&last.getThenRegion().front());
+        Value postNorm =
+            vector::LoadOp::create(b, VectorType::get({4}, b.getBF16Type()), pn,
+                                   ValueRange{it.e, it.o[0]}, false, llvm::MaybeAlign(8));
+        Value pf = arith::ExtFOp::create(b, v4f, postNorm);
+        Value scale[4], u[4];
+        for (int64_t r = 0; r < 4; ++r)
+          scale[r] = vector::ExtractOp::create(b, pf, ArrayRef<int64_t>{r});
+        for (int r = 0; r < 4; ++r)
+          u[r] = arith::MulFOp::create(b, ys[r], scale[r]);
+        Value q = arith::MulFOp::create(b, ys[0], ys[0]);
+        for (int r = 1; r < 4; ++r)
+          q = math::FmaOp::create(b, ys[r], ys[r], q);
+        memref::StoreOp::create(b, q, ssq, ValueRange{it.t, it.j, it.group});
+        Value element = arith::AddIOp::create(b, arith::MulIOp::create(b, pairJ, width), it.o[0]);
+        Value to = byteAt(dataBase, element, c4i64);
+        forEachMember([&](Value peer) {
+          Value at = arith::AddIOp::create(b, peer, to);
+          inlineAsm(b, {}, ValueRange{at, u[0], u[1], u[2], u[3]},
+                    "st.global.v4.f32 [$0], {$1, $2, $3, $4};", "l,f,f,f,f,~{memory}");
+        });
+        Value pairAt = byteAt(pairsAt, pairI64, c8i64);
+        // System scope: the rows just stored to the members come first.
+        Value old = asmAdd64(b, pairAt, c1i64, "acq_rel.sys");
+        Value count = arith::AddIOp::create(b, old, c1i64);
+        Value full = eq(count, groups2I64);
+        {
+          OpBuilder::InsertionGuard reset(b);
+          enterThen(b, scf::IfOp::create(b, full, false));
+          asmStore64(b, pairAt, c0i64, "relaxed.gpu");
         }
-@@fenceSys@@
-        %flag_b = arith.muli %pair_i64, %c8_i64 : i64
-        %flag_o = arith.addi %flags_base, %flag_b : i64
-        scf.for %m = %c0 to %mm step %c1 {
-          %peer = memref.load %peers[%m] : memref<@@M@@xi64>
-          %fa = arith.addi %peer, %flag_o : i64
-@@flag@@        }
+        scf::YieldOp::create(b, ValueRange{arith::ExtUIOp::create(b, i32, full)});
+        b.setInsertionPointToStart(&last.getElseRegion().front());
+        scf::YieldOp::create(b, ValueRange{p.c0i32});
       }
+      Value lastW =
+          gpu::ShuffleOp::create(b, last.getResult(0), p.c0i32, w32, gpu::ShuffleMode::IDX)
+              .getShuffleResult();
+      Value isLast = arith::CmpIOp::create(b, arith::CmpIPredicate::ne, lastW, p.c0i32);
+      enterThen(b, scf::IfOp::create(b, isLast, false));
+      asmFence(b, "gpu");
+      Value sqRow = arith::MulIOp::create(b, pairJ, groups2);
+      auto squares = scf::ForOp::create(b, w.lane, groups2, w.c32, ValueRange{zeroF});
+      {
+        OpBuilder::InsertionGuard inner(b);
+        b.setInsertionPointToStart(squares.getBody());
+        Value g = arith::AddIOp::create(b, sqRow, squares.getInductionVar());
+        Value v = loadVolatile1(b, byteAt(ssqAt, g, c4i64));
+        scf::YieldOp::create(
+            b, ValueRange{arith::AddFOp::create(b, squares.getRegionIterArgs()[0], v)});
+      }
+      Value ss = warp::warpSum(b, squares.getResult(0));
+      Value mean = arith::DivFOp::create(b, ss, widthF);
+      Value rms = math::SqrtOp::create(b, arith::AddFOp::create(b, mean, eps));
+      Value inv = arith::DivFOp::create(b, one, rms);
+      Value wj = memref::LoadOp::create(b, wts, ValueRange{it.t, it.j});
+      Value coef = arith::MulFOp::create(b, wj, inv);
+      enterThen(b, scf::IfOp::create(b, lead, false));
+      Value coefAt = byteAt(coefsBase, pairI64, c4i64);
+      forEachMember([&](Value peer) {
+        Value at = arith::AddIOp::create(b, peer, coefAt);
+        inlineAsm(b, {}, ValueRange{at, coef}, "st.global.f32 [$0], $1;", "l,f,~{memory}");
+      });
+      asmFence(b, "sys");
+      Value flagAt = byteAt(flagsBase, pairI64, c8i64);
+      forEachMember([&](Value peer) {
+        asmStore64(b, arith::AddIOp::create(b, peer, flagAt), stamp, "relaxed.sys");
+      });
     }
-    }
-  }
 
-  // 4. y = sum over a token's k choices, in order, of coefficient x rows.
-  scf.for %item = %warp to %items3 step %warps {
-    %t = arith.divui %item, %chunks : index
-    %chunk = arith.remui %item, %chunks : index
-    %cc = arith.muli %chunk, %c128 : index
-    %c = arith.addi %cc, %lane4 : index
-    %tk = arith.muli %t, %kk : index
-    scf.if %lead {
-      scf.for %j = %c0 to %kk step %c1 {
-        %pj = arith.addi %tk, %j : index
-        %pj_i64 = arith.index_cast %pj : index to i64
-        %fb = arith.muli %pj_i64, %c8_i64 : i64
-        %fo = arith.addi %flags_base, %fb : i64
-        %fa = arith.addi %site, %fo : i64
-@@wait@@      }
+    // 4. y = sum over a token's k choices, in order, of coefficient x rows.
+    auto outs = scf::ForOp::create(b, w.warp, items3, w.warps);
+    b.setInsertionPointToStart(outs.getBody());
+    Value t = arith::DivUIOp::create(b, outs.getInductionVar(), chunks);
+    Value chunk = arith::RemUIOp::create(b, outs.getInductionVar(), chunks);
+    Value c = arith::AddIOp::create(b, arith::MulIOp::create(b, chunk, c128), lane4);
+    Value tk = arith::MulIOp::create(b, t, kk);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      enterThen(b, scf::IfOp::create(b, lead, false));
+      auto choices = scf::ForOp::create(b, w.c0, kk, w.c1);
+      b.setInsertionPointToStart(choices.getBody());
+      Value pj = arith::AddIOp::create(b, tk, choices.getInductionVar());
+      Value flag = arith::AddIOp::create(b, site, byteAt(flagsBase, pj, c8i64));
+      spinUntil(b, flag, stamp, "sys", c0i64);
     }
-@@warpSync@@
-    %acc = scf.for %j = %c0 to %kk step %c1 iter_args(%a = %zero_v) -> (vector<4xf32>) {
-      %pj = arith.addi %tk, %j : index
-      %pj_i64 = arith.index_cast %pj : index to i64
-      %cb = arith.muli %pj_i64, %c4_i64 : i64
-      %co = arith.addi %coefs_base, %cb : i64
-      %ca = arith.addi %site, %co : i64
-@@loadCoef@@
-      %cv = vector.broadcast %v : f32 to vector<4xf32>
-      %pw = arith.muli %pj, %width : index
-      %pc = arith.addi %pw, %c : index
-      %pc_i64 = arith.index_cast %pc : index to i64
-      %pb = arith.muli %pc_i64, %c4_i64 : i64
-      %po = arith.addi %data_base, %pb : i64
-      %pa = arith.addi %site, %po : i64
-@@loadRows@@
-      %n = vector.fma %rv, %cv, %a : vector<4xf32>
-      scf.yield %n : vector<4xf32>
+    inlineAsm(b, {}, {}, "bar.warp.sync 0xffffffff;", "~{memory}");
+    auto sum = scf::ForOp::create(b, w.c0, kk, w.c1, ValueRange{zeroV});
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(sum.getBody());
+      Value pj = arith::AddIOp::create(b, tk, sum.getInductionVar());
+      Value coefAt = arith::AddIOp::create(b, site, byteAt(coefsBase, pj, c4i64));
+      Value cv = vector::BroadcastOp::create(b, v4f, loadVolatile1(b, coefAt));
+      Value element = arith::AddIOp::create(b, arith::MulIOp::create(b, pj, width), c);
+      Value rowAt = arith::AddIOp::create(b, site, byteAt(dataBase, element, c4i64));
+      Value rv = loadVolatile4(b, rowAt);
+      scf::YieldOp::create(
+          b, ValueRange{vector::FMAOp::create(b, rv, cv, sum.getRegionIterArgs()[0])});
     }
-    vector.store %acc, %y[%t, %c] {alignment = 16} : @@zt@@, vector<4xf32>
-  }
-  return
-}
-)",
-                                  {{"name", name},
-                                   {"zt", zt},
-                                   {"it", it},
-                                   {"ht", ht},
-                                   {"sqt", sqt},
-                                   {"pnt", pnt},
-                                   {"K", str(K)},
-                                   {"E", str(E)},
-                                   {"M", str(s.members)},
-                                   {"L", str(L)},
-                                   {"L128", str(L / 128)},
-                                   {"L4", str(L / 4)},
-                                   {"KL4", str(K * L / 4)},
-                                   {"I2", str(I / 2)},
-                                   {"KI2", str(K * I / 2)},
-                                   {"Lf", kernels::floatLiteral(double(L))},
-                                   {"eps", kernels::floatLiteral(s.eps)},
-                                   {"site", str(layout.bytes)},
-                                   {"pairs", str(layout.pairs)},
-                                   {"flags", str(layout.flags)},
-                                   {"data", str(layout.data)},
-                                   {"coefs", str(layout.coefs)},
-                                   {"flagsParity", str(R * K * 8)},
-                                   {"coefsParity", str(R * K * 4)},
-                                   {"dataParity", str(R * K * L * 4)},
-                                   {"gargs", gate.args},
-                                   {"uargs", up.args},
-                                   {"dargs", down.args},
-                                   {"ids", warp::warpIds()},
-                                   {"seen", asmLoad64("%seen", "%site", "relaxed.gpu")},
-                                   {"loop1", pairItemLoop("%items1", "%per1", "%groups1", 2, K)},
-                                   {"gglob", gate.globalLoad},
-                                   {"uglob", up.globalLoad},
-                                   {"dot1", warp::rowsDot(gateUpRows, s.nvfp4, "%z", zt, "%t", L,
-                                                          {"gd0", "gd1", "ud0", "ud1"})},
-                                   {"s0", warp::warpSum("gd0", "g0")},
-                                   {"s1", warp::warpSum("gd1", "g1")},
-                                   {"s2", warp::warpSum("ud0", "u0")},
-                                   {"s3", warp::warpSum("ud1", "u1")},
-                                   {"swiglu", warp::swiGluStore("%h", ht)},
-                                   {"arrive", asmAdd64("%arrived", "%site", "release.gpu")},
-                                   {"barrier", spinUntil("%grid", "%site", "%target", "gpu")},
-                                   {"loop2", pairItemLoop("%items2", "%per2", "%groups2", 4, K)},
-                                   {"dglob", down.globalLoad},
-                                   {"dot2", warp::rowsDot(down.rows, s.nvfp4, "%h", ht, "%t, %j", I,
-                                                          {"yd0", "yd1", "yd2", "yd3"})},
-                                   {"d0", warp::warpSum("yd0", "y0")},
-                                   {"d1", warp::warpSum("yd1", "y1")},
-                                   {"d2", warp::warpSum("yd2", "y2")},
-                                   {"d3", warp::warpSum("yd3", "y3")},
-                                   {"count", asmAdd64("%old", "%pair_at", "acq_rel.sys")},
-                                   {"reset", asmStore64("%pair_at", "%c0_i64", "relaxed.gpu")},
-                                   {"fenceGpu", asmFence("gpu")},
-                                   {"fenceSys", asmFence("sys")},
-                                   {"warpSync", asmWarpSync()},
-                                   {"loadSq", loadVolatile1("%v", "%ga")},
-                                   {"loadCoef", loadVolatile1("%v", "%ca")},
-                                   {"sumSq", warp::warpSum("sqs", "ss")},
-                                   {"flag", asmStore64("%fa", "%stamp", "relaxed.sys")},
-                                   {"wait", spinUntil("%flag", "%fa", "%stamp", "sys")},
-                                   {"loadRows", loadVolatile4("%rv", "%pa")}});
-  return kernels::textKernel(name, "kiln.megamoe", body);
+    vector::StoreOp::create(b, sum.getResult(0), y, ValueRange{t, c}, false, llvm::MaybeAlign(16));
+  });
 }
 
 } // namespace kiln::nvptx

@@ -1,0 +1,79 @@
+// Typed IR pieces the GPU warp kernels share (KernelBuilder.h): the
+// butterfly sum across a warp, and the product of weight rows (bf16, or NVFP4
+// decoded in registers) with f32 vectors, each lane covering its own 16-byte
+// slices of a row so that a warp's loads are contiguous.
+#pragma once
+
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/IR/Value.h"
+#include "llvm/ADT/SmallVector.h"
+
+#include <cstdint>
+
+namespace kiln::kernels {
+struct WarpOfPart;
+} // namespace kiln::kernels
+
+namespace kiln::kernels::warp {
+
+constexpr int64_t kWarp = 32;
+
+// f32 `value` summed over the 32 lanes of a warp (xor shuffles, offsets
+// 1, 2, .. 16); every lane holds the sum.
+mlir::Value warpSum(mlir::ImplicitLocOpBuilder &b, mlir::Value value);
+
+// One weight row of a multi-row dot: its memref and the row's leading
+// indices. NVFP4 rows also name their E4M3 block scales (same leading
+// indices) and their f32 global scale.
+struct Row {
+  mlir::Value w;
+  llvm::SmallVector<mlir::Value, 2> at;
+  mlir::Value scales, global;
+  // The row of the vector this product reads, if not the dot's shared one
+  // (a token of several: one weight row against several vectors).
+  llvm::SmallVector<mlir::Value, 2> xAt = {};
+};
+
+// Lane layouts of an NVFP4 chunk (512 code bytes, 1024 elements).
+// Contiguous: lane l takes elements 32 l .. 32 l + 31, one 16-byte load of
+// codes and one of scales, but each of a warp's 8 loads of the vector then
+// spans 32 cache lines. Grouped: lane l takes 8 groups of 4 elements, group m
+// at 128 m + 4 l, so each load of the vector is 512 contiguous bytes across
+// the warp, at the price of 8 two-byte loads of codes and 8 of scales a row.
+// Grouped pays where few weight rows share each vector (a warp over several
+// tokens' vectors: GroupedExperts.h); Contiguous where many rows share one.
+enum class Nvfp4Lanes { Contiguous, Grouped };
+
+// This lane's part of the dot of each row with the f32 vector `x`[xAt, :]
+// (`k` wide): one f32 per row, to be summed over the warp (warpSum). The rows
+// share the vector's loads, so a warp reads it once for all of them. BF16:
+// needs k % 8 == 0 (lane l covers elements 256 c + 8 l .. +8); NVFP4: needs
+// k % 32 == 0, lanes as `lanes` says (Grouped where k % 1024 == 0, else
+// Contiguous). With `offset` (an index), the dot covers columns offset ..
+// offset + k of longer rows, in whole chunks. `warp` gives the lane and the
+// index constants 0 and 1.
+llvm::SmallVector<mlir::Value> rowsDot(mlir::ImplicitLocOpBuilder &b, const WarpOfPart &warp,
+                                       llvm::ArrayRef<Row> rows, bool nvfp4, mlir::Value x,
+                                       mlir::ValueRange xAt, int64_t k,
+                                       mlir::Value offset = mlir::Value(),
+                                       Nvfp4Lanes lanes = Nvfp4Lanes::Contiguous);
+
+// One expert projection stack [E, out, in] among a kernel's arguments:
+// bf16 weights, or NVFP4 codes, block scales and per-expert global scales
+// (ExpertLists.h appends their types).
+struct ExpertProjection {
+  mlir::Value w, scales, globals;
+  // The global scale of expert `e` (NVFP4; a null Value for bf16).
+  mlir::Value loadGlobal(mlir::ImplicitLocOpBuilder &b, mlir::Value e) const;
+  // Row (e, o) of each of `outRows`, with the global scale `global`.
+  llvm::SmallVector<Row> rows(mlir::Value e, llvm::ArrayRef<mlir::Value> outRows,
+                              mlir::Value global) const;
+};
+// The projection whose first argument is `args`[first] (1 argument for bf16,
+// 3 for NVFP4).
+ExpertProjection expertProjection(mlir::ValueRange args, unsigned first, bool nvfp4);
+
+// silu(g) * u, as the expert stage's SwiGLU computes it.
+mlir::Value swiGlu(mlir::ImplicitLocOpBuilder &b, mlir::Value g, mlir::Value u, mlir::Value one);
+
+} // namespace kiln::kernels::warp
