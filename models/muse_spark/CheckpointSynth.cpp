@@ -1,6 +1,8 @@
 // Synthetic checkpoint writer and checkpoint checker.
 #include "models/muse_spark/CheckpointSynth.h"
 
+#include "runtime/safetensors/NonFinite.h"
+
 #include "runtime/core/AtomicFile.h"
 
 #include "models/muse_spark/SyntheticWeights.h"
@@ -156,7 +158,31 @@ void writeSyntheticCheckpoint(const Config &config, WeightFormat format, uint64_
   writeFileAtomically(joinPath(dir, kConfigFileName), checkpointConfigJson(config, format));
 }
 
-CheckpointCheck checkCheckpoint(const std::string &path, const Config *config) {
+namespace {
+
+// Each tensor of `files` holding non-finite values, as a problem.
+void checkValues(const std::vector<const SafetensorsFile *> &files, uint64_t total,
+                 const std::function<void(uint64_t, uint64_t)> &progress,
+                 std::vector<std::string> &problems) {
+  uint64_t done = 0;
+  for (const SafetensorsFile *file : files)
+    for (const TensorInfo &info : file->tensors()) {
+      const ByteView bytes = file->bytes(info);
+      const NonFiniteCount count = countNonFinite(info.dtype, bytes.data, bytes.size);
+      if (count.any())
+        problems.push_back(file->path() + ": tensor " + quoted(info.name) + " (" +
+                           std::string(dtypeName(info.dtype)) + ") holds " +
+                           describeNonFinite(count));
+      done += bytes.size;
+      if (progress)
+        progress(done, total);
+    }
+}
+
+} // namespace
+
+CheckpointCheck checkCheckpoint(const std::string &path, const Config *config, bool values,
+                                const std::function<void(uint64_t, uint64_t)> &progress) {
   CheckpointCheck result;
   std::map<std::string, FoundTensor> found;
   bool quantDeclared = false;
@@ -176,6 +202,12 @@ CheckpointCheck checkCheckpoint(const std::string &path, const Config *config) {
         for (const TensorInfo &info : file.tensors())
           found[info.name] = {info.dtype, info.shape};
       result.totalBytes = checkpoint.totalBytes();
+      if (values) {
+        std::vector<const SafetensorsFile *> files;
+        for (const SafetensorsFile &file : checkpoint.files())
+          files.push_back(&file);
+        checkValues(files, result.totalBytes, progress, result.problems);
+      }
       storedSource = joinPath(path, kConfigFileName);
       if (fs::exists(storedSource, error)) {
         try {
@@ -191,6 +223,8 @@ CheckpointCheck checkCheckpoint(const std::string &path, const Config *config) {
         found[info.name] = {info.dtype, info.shape};
         result.totalBytes += info.size;
       }
+      if (values)
+        checkValues({&file}, result.totalBytes, progress, result.problems);
     }
   } catch (const std::exception &readError) {
     result.problems.push_back(readError.what());

@@ -54,7 +54,11 @@ struct CheckpointCheck {
 // name, dtype and shape is compared with checkpointManifest(config, format):
 // missing, unexpected and mismatched tensors are each reported by name. A
 // config.json in the directory is parsed, and its sizes compared with the
-// config's.
-CheckpointCheck checkCheckpoint(const std::string &path, const Config *config = nullptr);
+// config's. With `values`, every float tensor's data is read too, and each
+// tensor holding NaN or infinite values is reported (how many, and the
+// first's element); `progress` (bytes read, of all) follows the reading.
+CheckpointCheck checkCheckpoint(const std::string &path, const Config *config = nullptr,
+                                bool values = false,
+                                const std::function<void(uint64_t, uint64_t)> &progress = nullptr);
 
 } // namespace kiln::muse_spark

@@ -893,6 +893,13 @@ Artifact::Artifact(std::vector<uint8_t> bytes, std::string source)
   flatbuffers::Verifier verifier(data, size, options);
   if (!fb::VerifyArtifactBuffer(verifier))
     fail(source_, "corrupt: the flatbuffer does not verify");
+  // The verifier has walked everything the root reaches; kilnc writes
+  // nothing else, so bytes past the furthest it reached were added since.
+  const size_t used = verifier.GetComputedSize();
+  if (used != size)
+    fail(source_, "corrupt: " + std::to_string(size - used) +
+                      (size - used == 1 ? " trailing byte" : " trailing bytes") +
+                      " after the artifact's data, which ends at byte " + std::to_string(used));
 
   root_ = fb::GetArtifact(data);
   Checker(*root_, source_).run();

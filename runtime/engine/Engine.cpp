@@ -302,6 +302,8 @@ void Engine::Impl::bindAllWeights(const EngineOptions &options) {
   std::unique_ptr<WeightSource> source = openWeightSource(
       options.weights, model.config_json() ? model.config_json()->str() : std::string(),
       model.weight_format() ? model.weight_format()->str() : std::string());
+  if (options.checkWeights && !dynamic_cast<const SyntheticWeightSource *>(source.get()))
+    source = checkFiniteWeights(std::move(source));
   // Every tensor is checked before any is bound.
   checkWeights(specs, *source);
 

@@ -65,6 +65,10 @@ struct EngineOptions {
   // that the rank's share loads and fits, one rank at a time, where the
   // job's devices are not all at hand.
   bool loadAlone = false;
+  // Scan every checkpoint tensor as it is read and refuse one holding NaN or
+  // infinite values (checkFiniteWeights, WeightSource.h). Synthetic weights
+  // are finite by construction and not scanned.
+  bool checkWeights = false;
 };
 
 class Engine {

@@ -4,6 +4,7 @@
 #include "runtime/engine/ModelFacts.h"
 #include "runtime/engine/SyntheticWeights.h"
 #include "runtime/safetensors/Checkpoint.h"
+#include "runtime/safetensors/NonFinite.h"
 
 #include <map>
 #include <stdexcept>
@@ -42,6 +43,32 @@ private:
   Checkpoint checkpoint_;
 };
 
+class FiniteWeights final : public WeightSource {
+public:
+  explicit FiniteWeights(std::unique_ptr<WeightSource> inner) : inner_(std::move(inner)) {}
+
+  std::string description() const override { return inner_->description(); }
+  std::optional<TensorType> find(const std::string &name) const override {
+    return inner_->find(name);
+  }
+  ByteView read(const std::string &name, std::vector<uint8_t> &scratch) const override {
+    const ByteView bytes = inner_->read(name, scratch);
+    const std::optional<TensorType> type = inner_->find(name);
+    const NonFiniteCount count = countNonFinite(type->dtype, bytes.data, bytes.size);
+    if (count.any())
+      throw RuntimeError(inner_->description() + ": tensor '" + name + "' (" +
+                         std::string(dtypeName(type->dtype)) + ") holds " +
+                         describeNonFinite(count) + " (--check-weights)");
+    return bytes;
+  }
+  std::optional<std::pair<size_t, uint64_t>> storageOrder(const std::string &name) const override {
+    return inner_->storageOrder(name);
+  }
+
+private:
+  std::unique_ptr<WeightSource> inner_;
+};
+
 uint64_t parseSeed(const std::string &text) {
   if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos)
     throw RuntimeError("synthetic weights: seed '" + text + "' is not a decimal number");
@@ -60,6 +87,10 @@ std::unique_ptr<WeightSource> openCheckpointWeights(const std::string &dir) {
   } catch (const SafetensorsError &error) {
     throw RuntimeError(error.what());
   }
+}
+
+std::unique_ptr<WeightSource> checkFiniteWeights(std::unique_ptr<WeightSource> source) {
+  return std::make_unique<FiniteWeights>(std::move(source));
 }
 
 std::unique_ptr<WeightSource> openWeightSource(const std::string &spec,

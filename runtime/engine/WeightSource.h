@@ -49,6 +49,11 @@ std::unique_ptr<WeightSource> openWeightSource(const std::string &spec,
                                                const std::string &configJson,
                                                const std::string &weightFormat);
 
+// `source` with every tensor scanned as it is read: one holding NaN or
+// infinite values (runtime/safetensors/NonFinite.h) throws RuntimeError
+// naming the source, the tensor, how many and the first's element.
+std::unique_ptr<WeightSource> checkFiniteWeights(std::unique_ptr<WeightSource> source);
+
 // "BF16 [256, 128]".
 std::string describeTensorType(const TensorType &type);
 

@@ -28,7 +28,7 @@ const char *const kToolUsage =
     "commands:\n"
     "  synth CONFIG --format bf16|nvfp4 --seed N -o DIR [--max-shard-size BYTES]\n"
     "        write the checkpoint of CONFIG for seed N into DIR\n"
-    "  check PATH [--config CONFIG]\n"
+    "  check PATH [--config CONFIG] [--no-values]\n"
     "        validate a checkpoint directory or .safetensors file\n"
     "\n"
     "Run `kiln-ckpt <command> --help` for details.\n";
@@ -50,12 +50,14 @@ const char *const kSynthUsage =
     "                          of 1024) allowed; default 2G\n";
 
 const char *const kCheckUsage =
-    "usage: kiln-ckpt check PATH [--config CONFIG]\n"
+    "usage: kiln-ckpt check PATH [--config CONFIG] [--no-values]\n"
     "\n"
     "Validates a checkpoint directory (index and shards) or one .safetensors\n"
     "file. With --config, compares every tensor's name, dtype and shape with\n"
     "the manifest of CONFIG in the detected format (NVFP4 when expert weights\n"
-    "are U8 or config.json has quantization_config). Prints\n"
+    "are U8 or config.json has quantization_config). Then reads every float\n"
+    "tensor and reports each that holds NaN or infinite values (how many, and\n"
+    "the first's element); --no-values skips the reading. Prints\n"
     "\"ok: N tensors, B bytes\" or the problems (exit status 1).\n";
 
 // Thrown for bad arguments: one line, exit status 2.
@@ -110,8 +112,9 @@ struct ParsedArgs {
   bool help = false;
 };
 
+// `known` options take a value; `flags` take none.
 ParsedArgs parseArgs(int argc, char **argv, int first, const std::vector<std::string> &known,
-                     const std::string &command) {
+                     const std::string &command, const std::vector<std::string> &flags = {}) {
   ParsedArgs parsed;
   for (int i = first; i < argc; ++i) {
     std::string arg = argv[i];
@@ -131,12 +134,16 @@ ParsedArgs parseArgs(int argc, char **argv, int first, const std::vector<std::st
       arg = arg.substr(0, eq);
       hasValue = true;
     }
-    bool isKnown = false;
+    bool isKnown = false, isFlag = false;
     for (const std::string &name : known)
       isKnown |= name == arg;
-    if (!isKnown)
+    for (const std::string &name : flags)
+      isFlag |= name == arg;
+    if (!isKnown && !isFlag)
       throw UsageError{command + ": unknown option '" + arg + "'"};
-    if (!hasValue) {
+    if (isFlag && hasValue)
+      throw UsageError{command + ": option '" + arg + "' takes no value"};
+    if (isKnown && !hasValue) {
       if (i + 1 >= argc)
         throw UsageError{command + ": option '" + arg + "' needs a value"};
       value = argv[++i];
@@ -147,6 +154,13 @@ ParsedArgs parseArgs(int argc, char **argv, int first, const std::vector<std::st
     parsed.options.emplace_back(arg, value);
   }
   return parsed;
+}
+
+bool flag(const ParsedArgs &args, const std::string &name) {
+  for (const auto &entry : args.options)
+    if (entry.first == name)
+      return true;
+  return false;
 }
 
 std::optional<std::string> option(const ParsedArgs &args, const std::string &name) {
@@ -174,8 +188,8 @@ std::string mib(uint64_t bytes) {
 // otherwise. Shown on a terminal or for checkpoints over 256 MiB.
 class ProgressLine {
 public:
-  explicit ProgressLine(std::string dir)
-      : dir_(std::move(dir)), tty_(::isatty(STDERR_FILENO) != 0) {}
+  ProgressLine(std::string verb, std::string dir)
+      : verb_(std::move(verb)), dir_(std::move(dir)), tty_(::isatty(STDERR_FILENO) != 0) {}
 
   void update(uint64_t done, uint64_t total) {
     if (!tty_ && total <= (256ull << 20))
@@ -185,7 +199,7 @@ public:
     if (step == lastStep_)
       return;
     lastStep_ = step;
-    std::fprintf(stderr, "%skiln-ckpt: writing %s: %s / %s (%d%%)%s", tty_ ? "\r" : "",
+    std::fprintf(stderr, "%skiln-ckpt: %s %s: %s / %s (%d%%)%s", tty_ ? "\r" : "", verb_.c_str(),
                  dir_.c_str(), mib(done).c_str(), mib(total).c_str(), percent, tty_ ? "" : "\n");
     shown_ = true;
   }
@@ -196,7 +210,7 @@ public:
   }
 
 private:
-  std::string dir_;
+  std::string verb_, dir_;
   bool tty_;
   bool shown_ = false;
   int lastStep_ = -1;
@@ -251,7 +265,7 @@ int runSynth(int argc, char **argv) {
   }
   const Config config = loadConfigArg(cmd, args.positionals[0]);
 
-  ProgressLine progress(*dir);
+  ProgressLine progress("writing", *dir);
   try {
     writeSyntheticCheckpoint(config, weightFormat, *seed, *dir, maxShard,
                              [&](uint64_t done, uint64_t total) { progress.update(done, total); });
@@ -266,7 +280,7 @@ int runSynth(int argc, char **argv) {
 
 int runCheck(int argc, char **argv) {
   const std::string cmd = "check";
-  const ParsedArgs args = parseArgs(argc, argv, 2, {"--config"}, cmd);
+  const ParsedArgs args = parseArgs(argc, argv, 2, {"--config"}, cmd, {"--no-values"});
   if (args.help) {
     std::fputs(kCheckUsage, stdout);
     return 0;
@@ -279,7 +293,12 @@ int runCheck(int argc, char **argv) {
   if (const std::optional<std::string> name = option(args, "--config"))
     config = loadConfigArg(cmd, *name);
 
-  const CheckpointCheck check = checkCheckpoint(path, config ? &*config : nullptr);
+  const bool values = !flag(args, "--no-values");
+  ProgressLine progress("reading", path);
+  const CheckpointCheck check =
+      checkCheckpoint(path, config ? &*config : nullptr, values,
+                      [&](uint64_t done, uint64_t total) { progress.update(done, total); });
+  progress.finish();
   if (check.ok()) {
     std::printf("ok: %zu tensors, %llu bytes\n", check.numTensors,
                 static_cast<unsigned long long>(check.totalBytes));

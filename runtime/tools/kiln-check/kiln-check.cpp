@@ -18,7 +18,10 @@
 #include "runtime/engine/Reference.h"
 #include "runtime/engine/WeightBinder.h"
 
+#include "runtime/safetensors/NonFinite.h"
+
 #include <algorithm>
+#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -51,6 +54,9 @@ void usage() {
       "  --synthesize W     where synthetic:SEED weights are made: host, or device (the\n"
       "                     artifact's synthesis kernels, the same bytes); default: device\n"
       "                     for GPU artifacts, host for x86\n"
+      "  --no-check-weights  do not scan the checkpoint's tensors for NaN and\n"
+      "                     infinite values as they load (scanned by default; a\n"
+      "                     tensor holding one is refused by name)\n"
       "  --device N         the GPU (default: KILN_LOCAL_RANK, else 0)\n"
       "  --nproc N          a multi-rank artifact: N processes, one per rank (as\n"
       "                     kiln-run --nproc); rank 0 reports\n"
@@ -78,6 +84,51 @@ std::vector<int32_t> parseIds(const std::string &text) {
     at = comma + 1;
   }
   return ids;
+}
+
+// Bad command lines: exit status 2.
+struct UsageError {
+  std::string message;
+};
+
+// `text` as an integer in [min, max] (the whole text, 64-bit), or a usage
+// error naming the flag and the range.
+int64_t parseInteger(const std::string &flag, const std::string &text, int64_t min, int64_t max) {
+  int64_t value = 0;
+  const char *end = text.data() + text.size();
+  auto [ptr, error] = std::from_chars(text.data(), end, value);
+  if (text.empty() || error != std::errc() || ptr != end || value < min || value > max)
+    throw UsageError{flag + " takes an integer in " + std::to_string(min) + ".." +
+                     std::to_string(max) + ", not '" + text + "'"};
+  return value;
+}
+
+std::string formatNumber(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+// `text` as a finite number in (0, max].
+double parsePositive(const std::string &flag, const std::string &text, double max) {
+  char *end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value <= 0 ||
+      value > max)
+    throw UsageError{flag + " takes a number above 0 and at most " + formatNumber(max) +
+                     ", not '" + text + "'"};
+  return value;
+}
+
+// Logits holding NaN or infinities mean the artifact computed a non-finite
+// value (or read one from its weights): refused by name, rather than
+// compared (a NaN compares false with everything) or turned into a token.
+void requireFinite(const std::vector<float> &logits, const std::string &what) {
+  const NonFiniteCount count = countNonFinite(
+      DType::F32, reinterpret_cast<const uint8_t *>(logits.data()), logits.size() * sizeof(float));
+  if (count.any())
+    throw RuntimeError(what + ": the logits hold " + describeNonFinite(count) +
+                       ": the artifact computed a non-finite value");
 }
 
 // Conversation c's prompt: the reference prompt without its first c tokens,
@@ -110,8 +161,10 @@ bool checkBatched(Engine &engine, const std::vector<int32_t> &prompt, int steps)
   const int64_t n = engine.conversations(), vocab = engine.vocabSize();
   engine.reset();
   std::vector<std::vector<float>> logits(n);
-  for (int64_t c = 0; c < n; ++c)
+  for (int64_t c = 0; c < n; ++c) {
     logits[c] = engine.prefill(c, conversationPrompt(prompt, c, vocab));
+    requireFinite(logits[c], "batched check: conversation " + std::to_string(c) + "'s prefill");
+  }
   std::vector<std::vector<int32_t>> chosen(n);
   std::vector<std::vector<std::vector<float>>> batched(n);
   for (int s = 0; s < steps; ++s) {
@@ -121,6 +174,8 @@ bool checkBatched(Engine &engine, const std::vector<int32_t> &prompt, int steps)
     std::vector<float> rows = engine.decodeBatch(tokens);
     for (int64_t c = 0; c < n; ++c) {
       logits[c].assign(rows.begin() + c * vocab, rows.begin() + (c + 1) * vocab);
+      requireFinite(logits[c], "batched decode step " + std::to_string(s) + ", conversation " +
+                                   std::to_string(c));
       batched[c].push_back(logits[c]);
     }
   }
@@ -134,6 +189,8 @@ bool checkBatched(Engine &engine, const std::vector<int32_t> &prompt, int steps)
     for (int s = 0; s < steps; ++s) {
       differing += greedyStep(alone).token != chosen[c][s];
       alone = engine.decode(c, chosen[c][s]);
+      requireFinite(alone,
+                    "decode step " + std::to_string(s) + ", conversation " + std::to_string(c));
       for (int64_t v = 0; v < vocab; ++v) {
         worstOf[c] = std::max(worstOf[c], double(std::abs(alone[v] - batched[c][s][v])));
         scaleOf[c] = std::max(scaleOf[c], double(std::abs(alone[v])));
@@ -217,70 +274,77 @@ int main(int argc, char **argv) {
   std::string artifact, weights, referencePath, writePath, prompt;
   double tolerance = 0.02, nearTie = 0.01;
   int maxNearTies = 2, steps = 0, device = -1, batchSteps = 16, nproc = 1, loadRank = -1;
-  bool loadOnly = false;
+  bool loadOnly = false, checkWeights = true;
   EngineOptions::Synthesis synthesis = EngineOptions::Synthesis::Auto;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "kiln-check: %s needs a value\n", arg.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (arg == "--help" || arg == "-h") {
-      usage();
-      return 0;
-    } else if (arg == "--weights") {
-      weights = value();
-    } else if (arg == "--reference") {
-      referencePath = value();
-    } else if (arg == "--write") {
-      writePath = value();
-    } else if (arg == "--prompt-ids") {
-      prompt = value();
-    } else if (arg == "--steps") {
-      steps = std::atoi(value().c_str());
-    } else if (arg == "--tolerance") {
-      tolerance = std::atof(value().c_str());
-    } else if (arg == "--near-tie") {
-      nearTie = std::atof(value().c_str());
-    } else if (arg == "--max-near-ties") {
-      maxNearTies = std::atoi(value().c_str());
-    } else if (arg == "--batch-steps") {
-      batchSteps = std::atoi(value().c_str());
-    } else if (arg == "--synthesize") {
-      const std::string where = value();
-      if (where != "host" && where != "device") {
-        std::fprintf(stderr, "kiln-check: --synthesize takes host or device, not '%s'\n",
-                     where.c_str());
+  try {
+    for (int i = 1; i < argc; ++i) {
+      std::string arg = argv[i];
+      auto value = [&]() -> std::string {
+        if (i + 1 >= argc) {
+          std::fprintf(stderr, "kiln-check: %s needs a value\n", arg.c_str());
+          std::exit(2);
+        }
+        return argv[++i];
+      };
+      if (arg == "--help" || arg == "-h") {
+        usage();
+        return 0;
+      } else if (arg == "--weights") {
+        weights = value();
+      } else if (arg == "--reference") {
+        referencePath = value();
+      } else if (arg == "--write") {
+        writePath = value();
+      } else if (arg == "--prompt-ids") {
+        prompt = value();
+      } else if (arg == "--steps") {
+        steps = static_cast<int>(parseInteger(arg, value(), 0, 1 << 20));
+      } else if (arg == "--tolerance") {
+        tolerance = parsePositive(arg, value(), 1);
+      } else if (arg == "--near-tie") {
+        nearTie = parsePositive(arg, value(), 1);
+      } else if (arg == "--max-near-ties") {
+        maxNearTies = static_cast<int>(parseInteger(arg, value(), 0, 1 << 20));
+      } else if (arg == "--batch-steps") {
+        batchSteps = static_cast<int>(parseInteger(arg, value(), 0, 1 << 20));
+      } else if (arg == "--synthesize") {
+        const std::string where = value();
+        if (where != "host" && where != "device") {
+          std::fprintf(stderr, "kiln-check: --synthesize takes host or device, not '%s'\n",
+                       where.c_str());
+          return 2;
+        }
+        synthesis =
+            where == "host" ? EngineOptions::Synthesis::Host : EngineOptions::Synthesis::Device;
+      } else if (arg == "--device") {
+        device = static_cast<int>(parseInteger(arg, value(), 0, 1023));
+      } else if (arg == "--nproc") {
+        nproc = static_cast<int>(parseInteger(arg, value(), 1, 1024));
+      } else if (arg == "--load-only") {
+        loadOnly = true;
+      } else if (arg == "--no-check-weights") {
+        checkWeights = false;
+      } else if (arg == "--rank") {
+        const std::string text = value();
+        char *end = nullptr;
+        const long r = std::strtol(text.c_str(), &end, 10);
+        if (text.empty() || *end || r < 0) {
+          std::fprintf(stderr, "kiln-check: --rank takes a rank (0, 1, ...), not '%s'\n",
+                       text.c_str());
+          return 2;
+        }
+        loadRank = static_cast<int>(r);
+      } else if (!arg.empty() && arg[0] != '-' && artifact.empty()) {
+        artifact = arg;
+      } else {
+        std::fprintf(stderr, "kiln-check: unknown argument '%s'\n", arg.c_str());
+        usage();
         return 2;
       }
-      synthesis =
-          where == "host" ? EngineOptions::Synthesis::Host : EngineOptions::Synthesis::Device;
-    } else if (arg == "--device") {
-      device = std::atoi(value().c_str());
-    } else if (arg == "--nproc") {
-      nproc = std::atoi(value().c_str());
-    } else if (arg == "--load-only") {
-      loadOnly = true;
-    } else if (arg == "--rank") {
-      const std::string text = value();
-      char *end = nullptr;
-      const long r = std::strtol(text.c_str(), &end, 10);
-      if (text.empty() || *end || r < 0) {
-        std::fprintf(stderr, "kiln-check: --rank takes a rank (0, 1, ...), not '%s'\n",
-                     text.c_str());
-        return 2;
-      }
-      loadRank = static_cast<int>(r);
-    } else if (!arg.empty() && arg[0] != '-' && artifact.empty()) {
-      artifact = arg;
-    } else {
-      std::fprintf(stderr, "kiln-check: unknown argument '%s'\n", arg.c_str());
-      usage();
-      return 2;
     }
+  } catch (const UsageError &error) {
+    std::fprintf(stderr, "kiln-check: %s\n", error.message.c_str());
+    return 2;
   }
   if (artifact.empty() || weights.empty() ||
       (loadOnly ? !referencePath.empty() || !writePath.empty()
@@ -306,6 +370,7 @@ int main(int argc, char **argv) {
     options.weights = weights;
     options.device = device;
     options.synthesis = synthesis;
+    options.checkWeights = checkWeights;
     if (loadOnly)
       return loadAndReport(artifact, options, loadRank);
     std::unique_ptr<Engine> engine = Engine::load(artifact, options);
@@ -315,11 +380,13 @@ int main(int argc, char **argv) {
       reference.source = "kiln-check " + artifact;
       reference.prompt = parseIds(prompt);
       std::vector<float> logits = engine->prefill(reference.prompt);
+      requireFinite(logits, "prefill of " + std::to_string(reference.prompt.size()) + " tokens");
       reference.logits = logits;
       for (int s = 0; s < steps; ++s) {
         ReferenceStep step = greedyStep(logits);
         reference.steps.push_back(step);
         logits = engine->decode(step.token);
+        requireFinite(logits, "decode step " + std::to_string(s));
       }
       if (engine->rank() == 0) // every rank computed the same; one writes
         writeReference(writePath, reference);
@@ -330,6 +397,7 @@ int main(int argc, char **argv) {
 
     Reference reference = readReference(referencePath);
     std::vector<float> got = engine->prefill(reference.prompt);
+    requireFinite(got, "prefill of " + std::to_string(reference.prompt.size()) + " tokens");
     const std::vector<float> &want = reference.logits;
     if (got.size() != want.size())
       throw RuntimeError("the artifact's vocabulary (" + std::to_string(got.size()) +
@@ -361,6 +429,7 @@ int main(int argc, char **argv) {
                     expected.token, expected.margin);
       }
       got = engine->decode(expected.token);
+      requireFinite(got, "decode step " + std::to_string(s));
     }
     bool stepsOk = wrong == 0 && nearTies <= maxNearTies;
     std::printf("%zu greedy steps: %d identical, %d near ties, %d wrong (%s)\n",

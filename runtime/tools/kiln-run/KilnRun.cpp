@@ -45,6 +45,8 @@ to first token, the time per output token and tokens/s.
   --threads N               threads (default: all hardware threads)
   --device N                the GPU an nvptx/amdgcn artifact runs on (default:
                             KILN_LOCAL_RANK, else 0)
+  --check-weights           scan the checkpoint's tensors as they load and
+                            refuse one holding NaN or infinite values
   --nproc N                 start N processes on this machine, one per rank
                             of a multi-rank artifact (kilnc --tp/--ep), each
                             on GPU KILN_LOCAL_RANK; rank 0 prints the tokens
@@ -74,6 +76,7 @@ struct Options {
   int threads = 0;
   int device = -1; // -1: KILN_LOCAL_RANK, else 0
   int nproc = 1;
+  bool checkWeights = false;
   bool help = false;
 };
 
@@ -124,6 +127,10 @@ Options parseArgs(const std::vector<std::string> &args) {
     if (arg == "--help" || arg == "-h") {
       options.help = true;
       return options;
+    }
+    if (arg == "--check-weights") {
+      options.checkWeights = true;
+      continue;
     }
     if (arg.size() < 2 || arg.compare(0, 2, "--") != 0 || arg == "--") {
       if (arg.size() > 1 && arg[0] == '-')
@@ -267,6 +274,7 @@ int run(const Options &options, std::ostream &out, std::ostream &err, bool errIs
   ProgressBar bar(err, errIsTerminal);
   EngineOptions engineOptions;
   engineOptions.weights = options.weights;
+  engineOptions.checkWeights = options.checkWeights;
   engineOptions.contextLength = options.context;
   engineOptions.threads = options.threads;
   engineOptions.device = options.device;

@@ -267,6 +267,20 @@ TEST(ArtifactTest, EveryTruncationIsRefused) {
   }
 }
 
+// Bytes past the artifact's data (1 KiB appended was accepted, issue 19)
+// are refused, however few, naming how many and where the data ends.
+TEST(ArtifactTest, AppendedBytesAreRefused) {
+  const std::vector<uint8_t> bytes = minimalArtifactBytes();
+  const std::string end = "ends at byte " + std::to_string(bytes.size());
+  for (size_t extra : {size_t{1}, size_t{4}, size_t{1024}}) {
+    std::vector<uint8_t> longer = bytes;
+    longer.resize(bytes.size() + extra, 0);
+    const std::string what = "corrupt: " + std::to_string(extra) + " trailing byte";
+    EXPECT_CONTAINS_ALL(errorOf([&] { Artifact::fromBytes(std::move(longer), kSource); }), kSource,
+                        what.c_str(), end.c_str());
+  }
+}
+
 // Random single-byte changes either still verify and pass every check (a
 // change that keeps the meaning valid) or are refused with an ArtifactError;
 // nothing else. What loads is printed by kiln-dump, which reads every field.
