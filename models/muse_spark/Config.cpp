@@ -136,6 +136,23 @@ void requirePositive(int64_t value, const std::string &source, const char *field
     fail(source, field, "a positive integer", std::to_string(value));
 }
 
+// Sizes past any real model (Muse Spark Open's are 62 layers, hidden 8192,
+// 96 heads of 128, 256 experts, a 202048-entry vocabulary, 2^20 positions)
+// by a wide margin: a config beyond one is a mistake or an attack, and
+// would otherwise run the compiler out of memory (2^40 layers did).
+constexpr int64_t kMaxLayers = 1024, kMaxWidth = 65536, kMaxHeads = 1024, kMaxHeadDim = 1024;
+constexpr int64_t kMaxVocab = int64_t(1) << 24, kMaxExperts = 16384, kMaxExpertsPerToken = 256;
+constexpr int64_t kMaxPositions = int64_t(1) << 24;
+// Parameters (about 2^39.6 for Muse Spark Open).
+constexpr int64_t kMaxParameters = int64_t(1) << 43;
+
+void requireAtMost(int64_t value, int64_t most, const std::string &source, const char *field,
+                   const std::string &than) {
+  if (value > most)
+    fail(source, field, "at most " + std::to_string(most) + " (" + than + ")",
+         std::to_string(value));
+}
+
 // NVFP4 scales groups of 16 input elements and MXFP4 groups of 32: the input
 // dimension of every quantisable projection must be a whole number of groups.
 void requireMultipleOf32(int64_t value, const std::string &source, const char *field) {
@@ -220,6 +237,24 @@ void validateConfig(const Config &config, const std::string &source) {
   requirePositive(config.moeLatentSize, source, "moe_latent_size");
   requirePositive(config.moeIntermediateSize, source, "moe_intermediate_size");
 
+  const std::string beyond = "beyond any model Kiln compiles";
+  requireAtMost(config.vocabSize, kMaxVocab, source, "vocab_size", beyond);
+  requireAtMost(config.hiddenSize, kMaxWidth, source, "hidden_size", beyond);
+  requireAtMost(config.numHiddenLayers, kMaxLayers, source, "num_hidden_layers", beyond);
+  requireAtMost(config.numAttentionHeads, kMaxHeads, source, "num_attention_heads", beyond);
+  requireAtMost(config.headDim, kMaxHeadDim, source, "head_dim", beyond);
+  requireAtMost(config.maxPositionEmbeddings, kMaxPositions, source, "max_position_embeddings",
+                beyond);
+  requireAtMost(config.slidingWindow, config.maxPositionEmbeddings, source, "sliding_window",
+                "max_position_embeddings");
+  requireAtMost(config.globalAttentionPeriod, kMaxLayers, source, "global_attention_period",
+                beyond);
+  requireAtMost(config.numExperts, kMaxExperts, source, "num_experts", beyond);
+  requireAtMost(config.numExpertsPerTok, kMaxExpertsPerToken, source, "num_experts_per_tok",
+                beyond);
+  requireAtMost(config.moeLatentSize, kMaxWidth, source, "moe_latent_size", beyond);
+  requireAtMost(config.moeIntermediateSize, kMaxWidth, source, "moe_intermediate_size", beyond);
+
   if (config.numAttentionHeads % config.numKeyValueHeads != 0)
     fail(source, "num_attention_heads",
          "a multiple of num_key_value_heads (" + std::to_string(config.numKeyValueHeads) + ")",
@@ -261,9 +296,14 @@ void validateConfig(const Config &config, const std::string &source) {
 
   // Every tensor, and the parameter count of the whole checkpoint, must be
   // representable as int64.
-  if (!checkedParameterCount(config))
+  const std::optional<int64_t> parameters = checkedParameterCount(config);
+  if (!parameters)
     throw ConfigError(source + ": the model is too large: its parameter count does not "
                                "fit in int64");
+  if (*parameters > kMaxParameters)
+    throw ConfigError(source + ": the model is too large: " + std::to_string(*parameters) +
+                      " parameters, more than " + std::to_string(kMaxParameters) + " (" + beyond +
+                      ")");
 }
 
 Config parseConfig(const std::string &jsonText, const std::string &source) {

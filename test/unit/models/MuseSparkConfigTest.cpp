@@ -470,10 +470,43 @@ TEST(MuseSparkConfigReject, NonPositiveSizes) {
   }
 }
 
-TEST(MuseSparkConfigReject, ParameterCountOverflow) {
-  ordered_json j = tinyJson();
-  j["num_hidden_layers"] = int64_t(1) << 60;
-  EXPECT_TRUE(mentions(errorOf(j), "does not fit in int64"));
+// Sizes past any model are refused before anything is built from them
+// (2^40 layers ran the compiler until LLVM aborted, issue 19), each field
+// by itself and the parameter count of sizes that pass one by one.
+TEST(MuseSparkConfigReject, LargerThanAnyModel) {
+  const std::pair<const char *, int64_t> tooLarge[] = {
+      {"num_hidden_layers", int64_t(1) << 40},
+      {"num_experts", int64_t(1) << 20},
+      {"vocab_size", int64_t(1) << 25},
+      {"hidden_size", int64_t(1) << 17},
+      {"head_dim", 2048},
+      {"num_attention_heads", 2048},
+      {"moe_latent_size", int64_t(1) << 17},
+      {"moe_intermediate_size", int64_t(1) << 17},
+      {"max_position_embeddings", int64_t(1) << 30},
+      {"global_attention_period", 4096}};
+  for (const auto &[field, value] : tooLarge) {
+    ordered_json j = tinyJson();
+    j[field] = value;
+    if (std::string(field) == "num_attention_heads")
+      j["num_key_value_heads"] = 2; // still a divisor
+    const std::string message = errorOf(j);
+    EXPECT_TRUE(mentions(message, std::string("field \"") + field + "\": expected at most "))
+        << message;
+    EXPECT_TRUE(mentions(message, "got " + std::to_string(value))) << message;
+  }
+  ordered_json window = tinyJson();
+  window["sliding_window"] = 2048;
+  window["max_position_embeddings"] = 1024;
+  EXPECT_TRUE(
+      mentions(errorOf(window),
+               "field \"sliding_window\": expected at most 1024 (max_position_embeddings)"));
+  ordered_json wide = tinyJson();
+  wide["num_experts"] = 16384;
+  wide["moe_latent_size"] = 65536;
+  wide["moe_intermediate_size"] = 65536;
+  EXPECT_TRUE(mentions(errorOf(wide), "the model is too large"));
+  EXPECT_TRUE(mentions(errorOf(wide), "parameters, more than 8796093022208"));
 }
 
 TEST(MuseSparkConfigReject, ValidateConfigChecksAProgrammaticConfig) {
