@@ -11,6 +11,7 @@ KILN_PACKAGES=(
   cmake ninja-build ccache g++ python3
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools lld-22
   nlohmann-json3-dev libgtest-dev libdnnl-dev libflatbuffers-dev flatbuffers-compiler
+  libxxhash-dev # artifact digests (header-only use)
   rocm-device-libs libamdhip64-dev
   # oneDNN's CMake package config (the x86 GEMM benchmark's yardstick) asks
   # for OpenCL; without these, configuring stops on a fresh machine.

@@ -1,6 +1,7 @@
 #include "compiler/artifact/ArtifactWriter.h"
 
 #include "dialects/plan/PlanOps.h"
+#include "runtime/artifact/ArtifactDigest.h"
 #include "runtime/artifact/Version.h"
 #include "runtime/artifact/kiln_artifact_generated.h"
 
@@ -267,11 +268,13 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
                                           static_cast<uint32_t>(g.size), fbb.CreateVector(ranks),
                                           static_cast<uint64_t>(g.exchangeBytes)));
   }
+  const art::Digests unsealed(0, 0); // sealArtifact fills them in
   auto root = art::CreateArtifact(fbb, version, target, modelTable, layout, info.rank,
                                   fbb.CreateVector(weights), fbb.CreateVector(caches),
                                   fbb.CreateVector(kernels), lib, fbb.CreateVector(entries),
-                                  groups.empty() ? 0 : fbb.CreateVector(groups));
+                                  groups.empty() ? 0 : fbb.CreateVector(groups), &unsealed);
   art::FinishArtifactBuffer(fbb, root);
+  art::sealArtifact(fbb.GetBufferPointer(), fbb.GetSize());
   return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }
 

@@ -1,5 +1,7 @@
 #include "runtime/artifact/Artifact.h"
 
+#include "runtime/artifact/ArtifactDigest.h"
+
 #include "runtime/core/InputFile.h"
 
 #include "runtime/core/Chip.h"
@@ -900,6 +902,9 @@ Artifact::Artifact(std::vector<uint8_t> bytes, std::string source)
     fail(source_, "corrupt: " + std::to_string(size - used) +
                       (size - used == 1 ? " trailing byte" : " trailing bytes") +
                       " after the artifact's data, which ends at byte " + std::to_string(used));
+  // Before anything in it is believed: every byte as kilnc wrote it.
+  if (const std::string mismatch = artifact::digestMismatch(data, size); !mismatch.empty())
+    fail(source_, mismatch);
 
   root_ = fb::GetArtifact(data);
   Checker(*root_, source_).run();

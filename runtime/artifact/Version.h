@@ -1,7 +1,8 @@
 // The version of the artifact schema (runtime/artifact/kiln_artifact.fbs)
 // this tree writes and reads. kilnc stores it in Artifact.version; the runtime
 // refuses an artifact whose schema_major differs from kSchemaMajor and
-// accepts any schema_minor (minor versions only add optional fields).
+// accepts any schema_minor (minor versions add fields), as long as the
+// artifact carries its digests (1.6).
 #pragma once
 
 #include <cstdint>
@@ -15,7 +16,9 @@ constexpr uint32_t kSchemaMajor = 1;
 // 3: one artifact for every rank (comm_groups, Collective.comm_group,
 // WeightBinding.slice_group, the GroupIndex scalar); 4: peer exchange
 // (CommGroup.exchange_bytes, Exchange buffers); 5: Hopper kernels
-// (Kernel.shared_bytes, the TensorMap scalar, Launch.tensor_maps).
-constexpr uint32_t kSchemaMinor = 5;
+// (Kernel.shared_bytes, the TensorMap scalar, Launch.tensor_maps); 6:
+// Artifact.digests, which the runtime requires (an artifact of an older
+// minor is refused: recompile it).
+constexpr uint32_t kSchemaMinor = 6;
 
 } // namespace kiln::artifact

@@ -286,6 +286,13 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options, std::ost
   const fb::Version &version = *root.version();
   out << "version       schema " << version.schema_major() << "." << version.schema_minor()
       << ", compiler " << text(version.compiler()) << "\n";
+  if (const fb::Digests *digests = root.digests()) { // checked when the artifact loaded
+    char line[96];
+    std::snprintf(line, sizeof line, "digests       XXH64 library 0x%016llx, artifact 0x%016llx\n",
+                  static_cast<unsigned long long>(digests->library()),
+                  static_cast<unsigned long long>(digests->artifact()));
+    out << line;
+  }
 
   const fb::Target &target = *root.target();
   out << "target        " << targetKindName(target.kind()) << ", triple " << text(target.triple())

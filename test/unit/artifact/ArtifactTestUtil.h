@@ -5,6 +5,7 @@
 #pragma once
 
 #include "runtime/artifact/Artifact.h"
+#include "runtime/artifact/ArtifactDigest.h"
 
 #include <optional>
 #include <string>
@@ -99,6 +100,7 @@ struct TestArtifact {
   // Version.
   bool hasVersion = true;
   uint32_t schemaMajor = fb::kSchemaMajor, schemaMinor = fb::kSchemaMinor;
+  bool hasDigests = true; // sealed as kilnc seals them (ArtifactDigest.h)
   std::string compiler = "kilnc test";
   // Target.
   bool hasTarget = true;
@@ -254,11 +256,14 @@ inline std::vector<uint8_t> serialize(const TestArtifact &a) {
   for (const TestCommGroup &group : a.commGroups)
     groups.push_back(fb::CreateCommGroupDirect(fbb, group.name.c_str(), group.size, &group.ranks,
                                                group.exchangeBytes));
-  auto root =
-      fb::CreateArtifact(fbb, version, target, model, layout, a.rank, fbb.CreateVector(weights),
-                         fbb.CreateVector(caches), fbb.CreateVector(kernels), library, entryPoints,
-                         groups.empty() ? 0 : fbb.CreateVector(groups));
+  const fb::Digests unsealed(0, 0);
+  auto root = fb::CreateArtifact(
+      fbb, version, target, model, layout, a.rank, fbb.CreateVector(weights),
+      fbb.CreateVector(caches), fbb.CreateVector(kernels), library, entryPoints,
+      groups.empty() ? 0 : fbb.CreateVector(groups), a.hasDigests ? &unsealed : nullptr);
   fb::FinishArtifactBuffer(fbb, root);
+  if (a.hasDigests)
+    artifact::sealArtifact(fbb.GetBufferPointer(), fbb.GetSize());
   return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }
 

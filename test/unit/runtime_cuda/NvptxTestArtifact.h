@@ -381,10 +381,13 @@ inline std::vector<uint8_t> serializeGpu(const TestArtifact &a, const LaunchShap
                                                  entry.arenaBytes, &steps,
                                                  entry.logitsRows ? &*entry.logitsRows : nullptr));
   }
-  auto root = fb::CreateArtifact(fbb, version, target, model, layout, a.rank,
-                                 fbb.CreateVector(weights), fbb.CreateVector(caches),
-                                 fbb.CreateVector(kernels), library, fbb.CreateVector(entries));
+  const fb::Digests unsealed(0, 0);
+  auto root =
+      fb::CreateArtifact(fbb, version, target, model, layout, a.rank, fbb.CreateVector(weights),
+                         fbb.CreateVector(caches), fbb.CreateVector(kernels), library,
+                         fbb.CreateVector(entries), 0, &unsealed);
   fb::FinishArtifactBuffer(fbb, root);
+  artifact::sealArtifact(fbb.GetBufferPointer(), fbb.GetSize());
   return std::vector<uint8_t>(fbb.GetBufferPointer(), fbb.GetBufferPointer() + fbb.GetSize());
 }
 
