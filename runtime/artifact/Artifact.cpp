@@ -608,6 +608,7 @@ private:
     const auto *buffers = launch.buffers();
     for (flatbuffers::uoffset_t b = 0; b < sizeOf(buffers); ++b)
       checkBuffer(entry, *buffers->Get(b), where + ": buffers[" + std::to_string(b) + "]");
+    checkArenaOverlaps(entry, launch, where);
     const auto *scalars = launch.scalars();
     for (flatbuffers::uoffset_t s = 0; s < sizeOf(scalars); ++s) {
       if (!validEnum(scalars->Get(s)->kind()))
@@ -620,6 +621,38 @@ private:
                              where + ": scalars[" + std::to_string(s) + "]");
     }
     checkTensorMaps(launch, where);
+  }
+
+  // The arena buffers of one launch are the same bytes (an operand read and
+  // written in place) or disjoint: a partial overlap would let a kernel's
+  // writes land in another operand while it reads it. Sizes at max_tokens,
+  // the largest any call has (checkBuffer has bounded them).
+  void checkArenaOverlaps(const fb::EntryPoint &entry, const fb::Launch &launch,
+                          const std::string &where) const {
+    struct Range {
+      flatbuffers::uoffset_t buffer;
+      uint64_t begin, end;
+    };
+    std::vector<Range> ranges;
+    const auto *buffers = launch.buffers();
+    for (flatbuffers::uoffset_t b = 0; b < sizeOf(buffers); ++b) {
+      const fb::BufferRef &ref = *buffers->Get(b);
+      int64_t bytes = 0;
+      if (ref.kind() != fb::BufferKind::Arena || !tryBufferBytes(ref, entry.max_tokens(), bytes) ||
+          bytes == 0)
+        continue;
+      ranges.push_back({b, ref.offset(), ref.offset() + static_cast<uint64_t>(bytes)});
+    }
+    for (size_t i = 0; i < ranges.size(); ++i)
+      for (size_t j = i + 1; j < ranges.size(); ++j) {
+        const Range &a = ranges[i], &c = ranges[j];
+        const bool same = a.begin == c.begin && a.end == c.end;
+        if (!same && a.begin < c.end && c.begin < a.end)
+          fail(where + ": buffers[" + std::to_string(a.buffer) + "] (arena bytes " +
+               std::to_string(a.begin) + ".." + std::to_string(a.end) + ") and buffers[" +
+               std::to_string(c.buffer) + "] (" + std::to_string(c.begin) + ".." +
+               std::to_string(c.end) + ") overlap without being the same bytes");
+      }
   }
 
   // Tensor maps are the CUDA driver's: nvptx artifacts only.
