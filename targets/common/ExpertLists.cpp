@@ -41,6 +41,16 @@ void appendProjectionTypes(Builder &b, const ExpertTileShape &s, int64_t out, in
   types.push_back(MemRefType::get({s.experts}, b.getF32Type()));
 }
 
+Value ExpertProjection::loadGlobal(ImplicitLocOpBuilder &b, Value e) const {
+  return globals ? memref::LoadOp::create(b, globals, ValueRange{e}).getResult() : Value();
+}
+
+ExpertProjection expertProjection(ValueRange args, unsigned first, bool nvfp4) {
+  if (!nvfp4)
+    return ExpertProjection{args[first], Value(), Value()};
+  return ExpertProjection{args[first], args[first + 1], args[first + 2]};
+}
+
 bool expertListsFit(const ExpertTileShape &s) { return s.experts <= kListThreads; }
 
 Work expertListsWork(const ExpertTileShape &) { return Work{kListThreads, 0, kListThreads}; }

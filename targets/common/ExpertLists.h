@@ -18,10 +18,8 @@
 #include <string>
 #include <vector>
 
-namespace mlir {
-class Builder;
-class Type;
-} // namespace mlir
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+#include "mlir/IR/Value.h"
 
 namespace kiln::kernels {
 
@@ -49,6 +47,15 @@ void appendExpertListTypes(mlir::Builder &b, const ExpertTileShape &shape,
 void appendProjectionTypes(mlir::Builder &b, const ExpertTileShape &shape, int64_t out, int64_t in,
                            std::vector<mlir::Type> &types);
 inline int64_t projectionArgCount(const ExpertTileShape &shape) { return shape.nvfp4 ? 3 : 1; }
+// Those arguments in a kernel: bf16 weights, or NVFP4 codes, block scales
+// and per-expert global scales.
+struct ExpertProjection {
+  mlir::Value w, scales, globals;
+  // The global scale of expert `e` (NVFP4; a null Value for bf16).
+  mlir::Value loadGlobal(mlir::ImplicitLocOpBuilder &b, mlir::Value e) const;
+};
+// The projection whose first argument is `args`[first].
+ExpertProjection expertProjection(mlir::ValueRange args, unsigned first, bool nvfp4);
 // The lists kernel (one block of 1024 threads) and whether it fits.
 bool expertListsFit(const ExpertTileShape &shape);
 KernelSpec expertLists(const ExpertTileShape &shape);

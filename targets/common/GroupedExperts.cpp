@@ -111,8 +111,8 @@ KernelSpec expertGateUpGrouped(const ExpertTileShape &s) {
     const unsigned p = projectionArgCount(s);
     ValueRange all = k.func.getArguments();
     Value z = all[0], meta = all[1], items = all[3], h = all[4 + 2 * p];
-    warp::ExpertProjection gate = warp::expertProjection(all, 4, s.nvfp4);
-    warp::ExpertProjection up = warp::expertProjection(all, 4 + p, s.nvfp4);
+    ExpertProjection gate = expertProjection(all, 4, s.nvfp4);
+    ExpertProjection up = expertProjection(all, 4 + p, s.nvfp4);
     WarpOfPart wp = warpOfPart(k);
     Value one = arith::ConstantOp::create(b, b.getF32FloatAttr(1.0f));
     Value c2 = k.index(2);
@@ -120,15 +120,13 @@ KernelSpec expertGateUpGrouped(const ExpertTileShape &s) {
     Value o0 = arith::MulIOp::create(b, g.grp, c2);
     Value o1 = arith::AddIOp::create(b, o0, wp.c1);
     Value gateGlobal = gate.loadGlobal(b, g.e), upGlobal = up.loadGlobal(b, g.e);
-    SmallVector<warp::Row> rows = gate.rows(g.e, {o0, o1}, gateGlobal);
-    rows.append(up.rows(g.e, {o0, o1}, upGlobal));
+    SmallVector<warp::Row> rows = warp::projectionRows(gate, g.e, {o0, o1}, gateGlobal);
+    rows.append(warp::projectionRows(up, g.e, {o0, o1}, upGlobal));
     // perItem's order: item 0's gate o0, o1, up o0, o1, then item 1's.
     SmallVector<Value> dots =
         warp::rowsDot(b, wp, perItem(rows, g, false), s.nvfp4, z, g.items[0].t, s.latent, Value(),
                       warp::Nvfp4Lanes::Grouped);
-    SmallVector<Value> sums;
-    for (Value dot : dots)
-      sums.push_back(warp::warpSum(b, dot));
+    SmallVector<Value> sums = warp::warpSums(b, dots);
     auto lead = scf::IfOp::create(b, g.lead, /*withElseRegion=*/false);
     b.setInsertionPointToStart(&lead.getThenRegion().front());
     for (int64_t i = 0; i < kGroupedItems; ++i) {
@@ -161,7 +159,7 @@ KernelSpec expertDownGrouped(const ExpertTileShape &s) {
     const unsigned p = projectionArgCount(s);
     ValueRange all = k.func.getArguments();
     Value h = all[0], meta = all[1], items = all[3], y = all[4 + p];
-    warp::ExpertProjection down = warp::expertProjection(all, 4, s.nvfp4);
+    ExpertProjection down = expertProjection(all, 4, s.nvfp4);
     WarpOfPart wp = warpOfPart(k);
     Value c2 = k.index(2), c3 = k.index(3), c4 = k.index(4);
     GroupedLoop g = groupedLoop(b, wp, s, meta, items, s.latent / 4);
@@ -170,12 +168,10 @@ KernelSpec expertDownGrouped(const ExpertTileShape &s) {
     for (Value step : {wp.c1, c2, c3})
       o.push_back(arith::AddIOp::create(b, o0, step));
     Value global = down.loadGlobal(b, g.e);
-    SmallVector<Value> dots = warp::rowsDot(b, wp, perItem(down.rows(g.e, o, global), g, true),
-                                            s.nvfp4, h, ValueRange{g.items[0].t, g.items[0].j},
-                                            s.intermediate, Value(), warp::Nvfp4Lanes::Grouped);
-    SmallVector<Value> sums;
-    for (Value dot : dots)
-      sums.push_back(warp::warpSum(b, dot));
+    SmallVector<Value> dots = warp::rowsDot(
+        b, wp, perItem(warp::projectionRows(down, g.e, o, global), g, true), s.nvfp4, h,
+        ValueRange{g.items[0].t, g.items[0].j}, s.intermediate, Value(), warp::Nvfp4Lanes::Grouped);
+    SmallVector<Value> sums = warp::warpSums(b, dots);
     auto lead = scf::IfOp::create(b, g.lead, /*withElseRegion=*/false);
     b.setInsertionPointToStart(&lead.getThenRegion().front());
     for (int64_t i = 0; i < kGroupedItems; ++i) {

@@ -1,5 +1,6 @@
 #include "targets/common/WarpDot.h"
 
+#include "targets/common/ExpertLists.h"
 #include "targets/common/KernelBuilder.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -380,21 +381,36 @@ SmallVector<Value> rowsDot(ImplicitLocOpBuilder &b, const WarpOfPart &warp, Arra
   return outs;
 }
 
-Value ExpertProjection::loadGlobal(ImplicitLocOpBuilder &b, Value e) const {
-  return globals ? memref::LoadOp::create(b, globals, ValueRange{e}).getResult() : Value();
-}
-
-SmallVector<Row> ExpertProjection::rows(Value e, ArrayRef<Value> outRows, Value global) const {
+SmallVector<Row> projectionRows(const ExpertProjection &projection, Value e,
+                                ArrayRef<Value> outRows, Value global) {
   SmallVector<Row> out;
   for (Value o : outRows)
-    out.push_back(Row{w, {e, o}, scales, global});
+    out.push_back(Row{projection.w, {e, o}, projection.scales, global});
   return out;
 }
 
-ExpertProjection expertProjection(ValueRange args, unsigned first, bool nvfp4) {
-  if (!nvfp4)
-    return ExpertProjection{args[first], Value(), Value()};
-  return ExpertProjection{args[first], args[first + 1], args[first + 2]};
+SmallVector<Value> warpSums(ImplicitLocOpBuilder &b, ValueRange values) {
+  SmallVector<Value> sums;
+  for (Value value : values)
+    sums.push_back(warpSum(b, value));
+  return sums;
+}
+
+WarpItem warpItemLoop(ImplicitLocOpBuilder &b, const WarpOfPart &warp, Value items, Value perToken,
+                      Value groups, ArrayRef<Value> rowSteps) {
+  auto loop = scf::ForOp::create(b, warp.warp, items, warp.warps);
+  b.setInsertionPointToStart(loop.getBody());
+  Value item = loop.getInductionVar();
+  WarpItem it;
+  it.t = arith::DivUIOp::create(b, item, perToken);
+  Value rest = arith::RemUIOp::create(b, item, perToken);
+  it.j = arith::DivUIOp::create(b, rest, groups);
+  it.group = arith::RemUIOp::create(b, rest, groups);
+  const size_t rowsPerWarp = rowSteps.size() - 1;
+  it.o.push_back(arith::MulIOp::create(b, it.group, rowSteps[rowsPerWarp]));
+  for (size_t r = 1; r < rowsPerWarp; ++r)
+    it.o.push_back(arith::AddIOp::create(b, it.o[0], rowSteps[r]));
+  return it;
 }
 
 Value swiGlu(ImplicitLocOpBuilder &b, Value g, Value u, Value one) {

@@ -11,6 +11,7 @@
 #include <cstdint>
 
 namespace kiln::kernels {
+struct ExpertProjection;
 struct WarpOfPart;
 } // namespace kiln::kernels
 
@@ -58,20 +59,28 @@ llvm::SmallVector<mlir::Value> rowsDot(mlir::ImplicitLocOpBuilder &b, const Warp
                                        mlir::Value offset = mlir::Value(),
                                        Nvfp4Lanes lanes = Nvfp4Lanes::Contiguous);
 
-// One expert projection stack [E, out, in] among a kernel's arguments:
-// bf16 weights, or NVFP4 codes, block scales and per-expert global scales
-// (ExpertLists.h appends their types).
-struct ExpertProjection {
-  mlir::Value w, scales, globals;
-  // The global scale of expert `e` (NVFP4; a null Value for bf16).
-  mlir::Value loadGlobal(mlir::ImplicitLocOpBuilder &b, mlir::Value e) const;
-  // Row (e, o) of each of `outRows`, with the global scale `global`.
-  llvm::SmallVector<Row> rows(mlir::Value e, llvm::ArrayRef<mlir::Value> outRows,
-                              mlir::Value global) const;
+// Row (e, o) of `projection` for each o of `outRows`, with the global scale
+// `global` (NVFP4; ExpertProjection::loadGlobal).
+llvm::SmallVector<Row> projectionRows(const ExpertProjection &projection, mlir::Value e,
+                                      llvm::ArrayRef<mlir::Value> outRows, mlir::Value global);
+
+// warpSum of each value, in order.
+llvm::SmallVector<mlir::Value> warpSums(mlir::ImplicitLocOpBuilder &b, mlir::ValueRange values);
+
+// An expert-stage item of a warp: token t, selected expert j, the group of
+// output rows of that choice and its rows o0, o1, ...
+struct WarpItem {
+  mlir::Value t, j, group;
+  llvm::SmallVector<mlir::Value, 4> o;
 };
-// The projection whose first argument is `args`[first] (1 argument for bf16,
-// 3 for NVFP4).
-ExpertProjection expertProjection(mlir::ValueRange args, unsigned first, bool nvfp4);
+// The loop over `items` expert-stage items, a warp each (warp, warp +
+// warps, ...): `perToken` items a token, `groups` row groups a choice;
+// `rowSteps`[r] is the index constant r for r = 1 .. rows a warp, and
+// rowSteps.back() (= rows a warp) the group's stride. Leaves the builder
+// inside the loop.
+WarpItem warpItemLoop(mlir::ImplicitLocOpBuilder &b, const WarpOfPart &warp, mlir::Value items,
+                      mlir::Value perToken, mlir::Value groups,
+                      llvm::ArrayRef<mlir::Value> rowSteps);
 
 // silu(g) * u, as the expert stage's SwiGLU computes it.
 mlir::Value swiGlu(mlir::ImplicitLocOpBuilder &b, mlir::Value g, mlir::Value u, mlir::Value one);

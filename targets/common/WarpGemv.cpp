@@ -25,34 +25,16 @@ using namespace mlir;
 
 namespace {
 
-// An expert-stage item of a warp: token %t, selected expert j, its expert
-// e, and the warp's `rowsPerWarp` output rows o0 ...
-struct ExpertItem {
-  Value t, j, e;
-  SmallVector<Value, 4> o;
+// The loop over expert-stage items (warp::warpItemLoop) for `rows` tokens,
+// with `e` the expert of the item's choice.
+struct ExpertItem : warp::WarpItem {
+  Value e;
 };
-
-// The loop over expert-stage items, a warp per (token t, selected expert j,
-// group of `rowsPerWarp` output rows): `rows` tokens of `perToken` items,
-// `groups` groups a selected expert; `rowSteps`[r] is the constant r for
-// r = 1 .. rowsPerWarp (index rowsPerWarp: the group's stride). Leaves the
-// builder inside the loop.
 ExpertItem expertItemLoop(ImplicitLocOpBuilder &b, const WarpOfPart &w, Value idx, Value rowsArg,
                           Value perToken, Value groups, ArrayRef<Value> rowSteps) {
   Value rows = arith::IndexCastOp::create(b, b.getIndexType(), rowsArg);
   Value items = arith::MulIOp::create(b, rows, perToken);
-  auto loop = scf::ForOp::create(b, w.warp, items, w.warps);
-  b.setInsertionPointToStart(loop.getBody());
-  Value item = loop.getInductionVar();
-  ExpertItem it;
-  it.t = arith::DivUIOp::create(b, item, perToken);
-  Value rest = arith::RemUIOp::create(b, item, perToken);
-  it.j = arith::DivUIOp::create(b, rest, groups);
-  Value group = arith::RemUIOp::create(b, rest, groups);
-  const size_t rowsPerWarp = rowSteps.size() - 1;
-  it.o.push_back(arith::MulIOp::create(b, group, rowSteps[rowsPerWarp]));
-  for (size_t r = 1; r < rowsPerWarp; ++r)
-    it.o.push_back(arith::AddIOp::create(b, it.o[0], rowSteps[r]));
+  ExpertItem it{warp::warpItemLoop(b, w, items, perToken, groups, rowSteps), Value()};
   // An index of -1 (another rank's expert, weight 0) reads expert 0.
   Value chosen = memref::LoadOp::create(b, idx, ValueRange{it.t, it.j});
   Value clamped = arith::MaxSIOp::create(b, chosen, arith::ConstantIntOp::create(b, 0, 32));
@@ -246,20 +228,18 @@ KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, in
     const unsigned p = projectionArgCount(shape);
     ValueRange all = k_.func.getArguments();
     Value z = all[0], idx = all[1], h = all[2 + 2 * p], rowsArg = all[3 + 2 * p];
-    warp::ExpertProjection gate = warp::expertProjection(all, 2, nvfp4);
-    warp::ExpertProjection up = warp::expertProjection(all, 2 + p, nvfp4);
+    ExpertProjection gate = expertProjection(all, 2, nvfp4);
+    ExpertProjection up = expertProjection(all, 2 + p, nvfp4);
     WarpOfPart wp = warpOfPart(k_);
     Value c2 = k_.index(2);
     Value groups = k_.index(intermediate / 2), perToken = k_.index(k * intermediate / 2);
     Value one = arith::ConstantOp::create(b, b.getF32FloatAttr(1.0f));
     ExpertItem it = expertItemLoop(b, wp, idx, rowsArg, perToken, groups, {wp.c0, wp.c1, c2});
     Value gateGlobal = gate.loadGlobal(b, it.e), upGlobal = up.loadGlobal(b, it.e);
-    SmallVector<warp::Row> rows = gate.rows(it.e, it.o, gateGlobal);
-    rows.append(up.rows(it.e, it.o, upGlobal));
+    SmallVector<warp::Row> rows = warp::projectionRows(gate, it.e, it.o, gateGlobal);
+    rows.append(warp::projectionRows(up, it.e, it.o, upGlobal));
     SmallVector<Value> dots = warp::rowsDot(b, wp, rows, nvfp4, z, it.t, latent);
-    SmallVector<Value> sums;
-    for (Value dot : dots)
-      sums.push_back(warp::warpSum(b, dot));
+    SmallVector<Value> sums = warp::warpSums(b, dots);
     enterIf(b, isZero(b, wp.lane, wp.c0));
     // h = silu(gate z) * (up z)
     for (int r = 0; r < 2; ++r)
@@ -292,18 +272,16 @@ KernelSpec expertDownWarp(int64_t experts, int64_t k, int64_t intermediate, int6
     const unsigned p = projectionArgCount(shape);
     ValueRange all = k_.func.getArguments();
     Value h = all[0], idx = all[1], y = all[2 + p], rowsArg = all[3 + p];
-    warp::ExpertProjection down = warp::expertProjection(all, 2, nvfp4);
+    ExpertProjection down = expertProjection(all, 2, nvfp4);
     WarpOfPart wp = warpOfPart(k_);
     Value c2 = k_.index(2), c3 = k_.index(3), c4 = k_.index(4);
     Value groups = k_.index(latent / 4), perToken = k_.index(k * latent / 4);
     ExpertItem it =
         expertItemLoop(b, wp, idx, rowsArg, perToken, groups, {wp.c0, wp.c1, c2, c3, c4});
     Value global = down.loadGlobal(b, it.e);
-    SmallVector<Value> dots = warp::rowsDot(b, wp, down.rows(it.e, it.o, global), nvfp4, h,
-                                            ValueRange{it.t, it.j}, intermediate);
-    SmallVector<Value> sums;
-    for (Value dot : dots)
-      sums.push_back(warp::warpSum(b, dot));
+    SmallVector<Value> dots = warp::rowsDot(b, wp, warp::projectionRows(down, it.e, it.o, global),
+                                            nvfp4, h, ValueRange{it.t, it.j}, intermediate);
+    SmallVector<Value> sums = warp::warpSums(b, dots);
     enterIf(b, isZero(b, wp.lane, wp.c0));
     for (int r = 0; r < 4; ++r)
       memref::StoreOp::create(b, sums[r], y, ValueRange{it.t, it.j, it.o[r]});

@@ -23,14 +23,9 @@ namespace {
 // of up, interleaved 16 and 16 so that each warp holds both for its columns.
 constexpr int64_t kGateUpCols = kMmaTileN / 2;
 
-// An expert projection [E, out, in] among the kernel's arguments: bf16
-// weights, or NVFP4 codes, E4M3 block scales and per-expert global scales.
-struct Projection {
-  Value w, scales, globals;
-};
-Projection projection(kernels::KernelScope &k, unsigned first, bool nvfp4) {
-  return nvfp4 ? Projection{k.arg(first), k.arg(first + 1), k.arg(first + 2)}
-               : Projection{k.arg(first), Value(), Value()};
+// An expert projection among the kernel's arguments (ExpertLists.h).
+kernels::ExpertProjection projection(kernels::KernelScope &k, unsigned first, bool nvfp4) {
+  return kernels::expertProjection(k.func.getArguments(), first, nvfp4);
 }
 
 // The constants of the NVFP4 staging: E2M1 codes and their E4M3 scale
@@ -149,8 +144,8 @@ void tileItems(MmaTileScope &s, const MmaExpertsShape &shape, ExpertTile &t) {
 
 // The weight row's raw loads for the k step at `at`: bf16, 16 weights;
 // NVFP4, 8 bytes of codes and their E4M3 scale.
-std::pair<Value, Value> weightLoad(MmaTileScope &s, const ExpertTile &t, const Projection &p,
-                                   bool nvfp4, Value at) {
+std::pair<Value, Value> weightLoad(MmaTileScope &s, const ExpertTile &t,
+                                   const kernels::ExpertProjection &p, bool nvfp4, Value at) {
   ImplicitLocOpBuilder &b = s.b;
   Value col = arith::AddIOp::create(b, at, s.lk);
   if (!nvfp4) {
@@ -198,10 +193,6 @@ void forEachItemRow(MmaTileScope &s, const ExpertTile &t,
       b.setInsertionPointToStart(&branch.getThenRegion().front());
       body(token, slot, i, half);
     }
-}
-
-Value loadGlobal(ImplicitLocOpBuilder &b, const Projection &p, const ExpertTile &t) {
-  return p.globals ? memref::LoadOp::create(b, p.globals, ValueRange{t.e}).getResult() : Value();
 }
 
 // The kernel arguments: the activations, the lists, the projections [E, out,
@@ -294,8 +285,8 @@ kernels::KernelSpec mmaExpertGateUp(const MmaExpertsShape &s) {
   // (and the next); tiles j + 2 are up for the same columns.
   kernel.epilogue = [=](MmaTileScope &m, ValueRange res) {
     ImplicitLocOpBuilder &b = m.b;
-    Value gateGlobal = loadGlobal(b, projection(m.k, 4, s.nvfp4), *t);
-    Value upGlobal = loadGlobal(b, projection(m.k, 4 + np, s.nvfp4), *t);
+    Value gateGlobal = projection(m.k, 4, s.nvfp4).loadGlobal(b, t->e);
+    Value upGlobal = projection(m.k, 4 + np, s.nvfp4).loadGlobal(b, t->e);
     Value col0 = arith::MulIOp::create(b, t->nt, m.c64);
     Value col1 = arith::AddIOp::create(b, col0, arith::MulIOp::create(b, m.wn, m.c16));
     Value col = arith::AddIOp::create(b, col1, arith::MulIOp::create(b, m.t, m.c2));
@@ -360,7 +351,7 @@ kernels::KernelSpec mmaExpertDown(const MmaExpertsShape &s) {
   };
   kernel.epilogue = [=](MmaTileScope &m, ValueRange res) {
     ImplicitLocOpBuilder &b = m.b;
-    Value global = loadGlobal(b, projection(m.k, 4, s.nvfp4), *t);
+    Value global = projection(m.k, 4, s.nvfp4).loadGlobal(b, t->e);
     Value col0 = arith::MulIOp::create(b, t->nt, m.c128);
     Value t2 = arith::MulIOp::create(b, m.t, m.c2);
     Value col[4];

@@ -103,31 +103,15 @@ struct PeerScope {
   Value c0i32, expertsI32, firstExpert;
 };
 
-// A warp's (token, choice, group of rows) item of this rank's pairs: token
-// t, choice j, row group, rows o0 .., the local expert e.
-struct PairItem {
-  Value t, j, group, e;
-  SmallVector<Value, 4> o;
+// The loop over this rank's pairs' items (warp::warpItemLoop); leaves the
+// builder inside `scf.if` the pair's expert is this rank's, where `e` is the
+// local expert.
+struct PairItem : warp::WarpItem {
+  Value e;
 };
-
-// The loop over `items` items of `perToken` a token and `groups` groups a
-// choice, `rowSteps`[r] the constant r (index rowsPerWarp: the group's
-// stride). Leaves the builder inside `scf.if` the pair's expert is this
-// rank's.
 PairItem pairItemLoop(ImplicitLocOpBuilder &b, const PeerScope &p, Value idx, Value items,
                       Value perToken, Value groups, ArrayRef<Value> rowSteps) {
-  auto loop = scf::ForOp::create(b, p.w.warp, items, p.w.warps);
-  b.setInsertionPointToStart(loop.getBody());
-  Value item = loop.getInductionVar();
-  PairItem it;
-  it.t = arith::DivUIOp::create(b, item, perToken);
-  Value rest = arith::RemUIOp::create(b, item, perToken);
-  it.j = arith::DivUIOp::create(b, rest, groups);
-  it.group = arith::RemUIOp::create(b, rest, groups);
-  const size_t rowsPerWarp = rowSteps.size() - 1;
-  it.o.push_back(arith::MulIOp::create(b, it.group, rowSteps[rowsPerWarp]));
-  for (size_t r = 1; r < rowsPerWarp; ++r)
-    it.o.push_back(arith::AddIOp::create(b, it.o[0], rowSteps[r]));
+  PairItem it{warp::warpItemLoop(b, p.w, items, perToken, groups, rowSteps), Value()};
   Value global = memref::LoadOp::create(b, idx, ValueRange{it.t, it.j});
   Value local = arith::SubIOp::create(b, global, p.firstExpert);
   Value low = arith::CmpIOp::create(b, arith::CmpIPredicate::sge, local, p.c0i32);
@@ -203,9 +187,9 @@ kernels::KernelSpec peerMegaMoE(const kernels::PeerMegaMoEShape &s) {
     const unsigned np = kernels::projectionArgCount(shape);
     ValueRange all = k.func.getArguments();
     Value z = all[0], idx = all[1], wts = all[2];
-    warp::ExpertProjection gate = warp::expertProjection(all, 3, s.nvfp4);
-    warp::ExpertProjection up = warp::expertProjection(all, 3 + np, s.nvfp4);
-    warp::ExpertProjection down = warp::expertProjection(all, 3 + 2 * np, s.nvfp4);
+    kernels::ExpertProjection gate = kernels::expertProjection(all, 3, s.nvfp4);
+    kernels::ExpertProjection up = kernels::expertProjection(all, 3 + np, s.nvfp4);
+    kernels::ExpertProjection down = kernels::expertProjection(all, 3 + 2 * np, s.nvfp4);
     Value pn = all[3 + 3 * np], h = all[4 + 3 * np], ssq = all[5 + 3 * np];
     Value peers = all[6 + 3 * np], y = all[7 + 3 * np];
     Value rowsArg = all[8 + 3 * np], member = all[9 + 3 * np];
@@ -284,11 +268,10 @@ kernels::KernelSpec peerMegaMoE(const kernels::PeerMegaMoEShape &s) {
       OpBuilder::InsertionGuard guard(b);
       PairItem it = pairItemLoop(b, p, idx, items1, per1, groups1, {w.c0, w.c1, p.c2});
       Value gateGlobal = gate.loadGlobal(b, it.e), upGlobal = up.loadGlobal(b, it.e);
-      SmallVector<warp::Row> rowList = gate.rows(it.e, it.o, gateGlobal);
-      rowList.append(up.rows(it.e, it.o, upGlobal));
-      SmallVector<Value> sums;
-      for (Value dot : warp::rowsDot(b, w, rowList, s.nvfp4, z, it.t, L))
-        sums.push_back(warp::warpSum(b, dot));
+      SmallVector<warp::Row> rowList = warp::projectionRows(gate, it.e, it.o, gateGlobal);
+      rowList.append(warp::projectionRows(up, it.e, it.o, upGlobal));
+      SmallVector<Value> sums =
+          warp::warpSums(b, warp::rowsDot(b, w, rowList, s.nvfp4, z, it.t, L));
       auto leader = scf::IfOp::create(b, lead, false);
       enterThen(b, leader);
       for (int r = 0; r < 2; ++r)
@@ -315,10 +298,9 @@ kernels::KernelSpec peerMegaMoE(const kernels::PeerMegaMoEShape &s) {
       OpBuilder::InsertionGuard guard(b);
       PairItem it = pairItemLoop(b, p, idx, items2, per2, groups2, {w.c0, w.c1, p.c2, p.c3, p.c4});
       Value global = down.loadGlobal(b, it.e);
-      SmallVector<Value> ys;
-      for (Value dot : warp::rowsDot(b, w, down.rows(it.e, it.o, global), s.nvfp4, h,
-                                     ValueRange{it.t, it.j}, I))
-        ys.push_back(warp::warpSum(b, dot));
+      SmallVector<Value> ys =
+          warp::warpSums(b, warp::rowsDot(b, w, warp::projectionRows(down, it.e, it.o, global),
+                                          s.nvfp4, h, ValueRange{it.t, it.j}, I));
       Value pairJ = arith::AddIOp::create(b, arith::MulIOp::create(b, it.t, kk), it.j);
       Value pairI64 = arith::IndexCastOp::create(b, i64, pairJ);
       auto last = scf::IfOp::create(b, TypeRange{i32}, lead, /*withElseRegion=*/true);
