@@ -1,14 +1,13 @@
 #include "runtime/cuda/NcclCollectives.h"
 
 #include "runtime/comm/Rendezvous.h"
-#include "runtime/cuda/CudaBackend.h"
 
 #include <cstdio>
 #include <cstring>
 
 namespace kiln::cuda {
 
-NcclCollectives::NcclCollectives(CudaBackend &backend, const RankInfo &rank,
+NcclCollectives::NcclCollectives(gpu::GpuBackend &backend, const RankInfo &rank,
                                  std::vector<CommGroupSpec> groups)
     : backend_(backend), nccl_(NcclLibrary::load()), rank_(rank) {
   const NcclApi &api = nccl_->api();
@@ -57,11 +56,12 @@ NcclCollectives::NcclCollectives(CudaBackend &backend, const RankInfo &rank,
     allReduce(static_cast<int>(g), probe.address(), probe.address(), 1,
               joining + ": connecting comm group " + std::to_string(g));
   backend_.synchronize();
+  backend_.watch(this);
 }
 
 NcclCollectives::~NcclCollectives() {
   const NcclApi &api = nccl_->api();
-  backend_.forgetCollectives(this);
+  backend_.forget(this);
   if (aborted_ || backend_.abandoned())
     return; // the abort task owns the communicators now
   try {

@@ -1,6 +1,6 @@
 #include "runtime/cuda/NvptxArtifact.h"
 
-#include "runtime/cuda/GpuArtifactRules.h"
+#include "runtime/gpu/GpuArtifactRules.h"
 
 #include <cctype>
 

@@ -1,6 +1,6 @@
 // CUDA tensor maps (schema 1.5's Launch.tensor_maps, docs/runtime-abi.md):
 // the arguments of the cuTensorMapEncodeTiled call that describes one call's
-// buffer to a kernel's TMA copies. Pure: no driver is needed; CudaBackend
+// buffer to a kernel's TMA copies. Pure: no driver is needed; GpuBackend
 // encodes, uploads and caches the maps.
 //
 // The buffer is row-major and contiguous; a tensor map counts dimensions

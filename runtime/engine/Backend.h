@@ -1,8 +1,9 @@
 // What the engine asks of the device that runs an artifact's kernels: memory
 // in the device's address space, the kernel library, launches and copies, and
 // where the device can, recording the steps of a call once to replay them.
-// CpuBackend runs x86 kernels in this process's memory; CudaBackend
-// (runtime/cuda/) runs PTX kernels on an NVIDIA GPU.
+// CpuBackend runs x86 kernels in this process's memory; GpuBackend
+// (runtime/gpu/) runs PTX kernels on an NVIDIA GPU and code objects on an AMD
+// GPU, over the vendor's driver table (runtime/cuda/, runtime/hip/).
 //
 // Work is ordered: every upload, fill, launch and copy takes effect after the
 // ones issued before it. download() and synchronize() wait for all of it; a

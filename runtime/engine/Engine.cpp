@@ -4,7 +4,7 @@
 #include "runtime/engine/Engine.h"
 
 #include "runtime/cpu/RuntimeError.h"
-#include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/CudaDriverTable.h"
 #include "runtime/engine/CpuBackend.h"
 #include "runtime/engine/EngineImpl.h"
 
@@ -14,7 +14,7 @@
 #include "runtime/engine/Sampler.h"
 #include "runtime/engine/SyntheticWeights.h"
 #include "runtime/engine/WeightSource.h"
-#include "runtime/hip/HipBackend.h"
+#include "runtime/hip/HipDriverTable.h"
 
 #include <algorithm>
 #include <cstdlib>

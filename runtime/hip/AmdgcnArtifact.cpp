@@ -1,7 +1,7 @@
 #include "runtime/hip/AmdgcnArtifact.h"
 
 #include "runtime/core/Chip.h"
-#include "runtime/cuda/GpuArtifactRules.h"
+#include "runtime/gpu/GpuArtifactRules.h"
 
 namespace kiln {
 namespace fb = kiln::artifact;

@@ -2,7 +2,7 @@
 // whether libcuda.so.1 is missing or the toolkit's stub stands in for it; and
 // the nvptx rules are checked before any driver is looked for.
 #include "runtime/cuda/CudaDriver.h"
-#include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/CudaDriverTable.h"
 #include "runtime/engine/Engine.h"
 #include "runtime/tools/kiln-run/KilnRun.h"
 

@@ -12,9 +12,9 @@
 
 #include "models/muse_spark/SyntheticWeights.h"
 #include "runtime/core/Float.h"
-#include "runtime/cuda/CudaBackend.h"
 #include "runtime/cuda/CudaDriver.h"
-#include "runtime/cuda/CudaGraph.h"
+#include "runtime/cuda/CudaDriverTable.h"
+#include "runtime/gpu/GpuGraph.h"
 #include "runtime/tools/kiln-run/KilnRun.h"
 
 #include "test/unit/runtime_cuda/NvptxTestArtifact.h"
@@ -300,7 +300,7 @@ protected:
       return;
     artifact_.emplace(
         Artifact::fromBytes(serializeGpu(tmaTestArtifact(), nvptxTestShapes()), "gpu.kiln"));
-    backend_ = cuda::CudaBackend::create(*artifact_, 0);
+    backend_ = createCudaBackend(*artifact_, 0);
     backend_->loadKernels(*artifact_);
     for (int b = 0; b < 2; ++b) {
       std::vector<uint16_t> &host = hosts_[b];
@@ -363,7 +363,7 @@ protected:
   }
 
   std::optional<Artifact> artifact_;
-  std::unique_ptr<cuda::CudaBackend> backend_;
+  std::unique_ptr<gpu::GpuBackend> backend_;
   std::vector<uint16_t> hosts_[2];
   DeviceMemory x_[2], y_;
   BufferArgument arguments_[2];
@@ -387,10 +387,10 @@ TEST_F(CudaTensorMapTest, ReplaysEncodeMovedBuffersAgain) {
   // The node takes x's new descriptor, and still the map's address: the
   // kernel reads x only through the map, whose contents follow the buffer.
   recording->update(*tile, call(x_[1].address()));
-  EXPECT_EQ(static_cast<cuda::CudaGraph &>(*recording).numUpdates(), 1u);
+  EXPECT_EQ(static_cast<gpu::GpuGraph &>(*recording).numUpdates(), 1u);
   EXPECT_EQ(yAfter([&] { recording->replay(); }), expected(1));
   recording->update(*tile, call(x_[1].address())); // nothing moved: nothing to do
-  EXPECT_EQ(static_cast<cuda::CudaGraph &>(*recording).numUpdates(), 1u);
+  EXPECT_EQ(static_cast<gpu::GpuGraph &>(*recording).numUpdates(), 1u);
   EXPECT_EQ(yAfter([&] { recording->replay(); }), expected(1));
 
   // A map that would change while the stream is captured.
@@ -414,7 +414,8 @@ TEST_F(CudaTensorMapTest, RefusesWhatAMapOrTheKernelCannotTake) {
             "gpu.kiln: tile: " + std::to_string(kTmaTileSharedBytes + 1) +
                 " bytes of dynamic shared memory, but kernel 'kiln_tma_tile' was loaded for at "
                 "most " +
-                std::to_string(kTmaTileSharedBytes) + " (its Kernel.shared_bytes)");
+                std::to_string(kTmaTileSharedBytes) +
+                " (its Kernel.shared_bytes, or the device's default)");
   spec = tileSpec();
   spec.tensorMaps[0].box = {64, 8, 1};
   EXPECT_EQ(errorOf([&] { backend_->prepare(spec); }),

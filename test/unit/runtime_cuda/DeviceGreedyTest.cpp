@@ -7,7 +7,7 @@
 // build lacks); ctest label "cuda", skipped without a CUDA device.
 #include "runtime/engine/DeviceGreedy.h"
 
-#include "runtime/cuda/CudaBackend.h"
+#include "runtime/cuda/CudaDriverTable.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "runtime/engine/Sampler.h"
 
@@ -38,7 +38,7 @@ TEST(DeviceGreedyTest, ChoosesWhatTheHostArgmaxChooses) {
   ASSERT_TRUE(std::filesystem::exists(path))
       << path << " is missing: run scripts/gpu-data.sh on a machine with the compiler";
   const Artifact artifact = Artifact::load(path);
-  std::unique_ptr<cuda::CudaBackend> backend = cuda::CudaBackend::create(artifact, 0);
+  std::unique_ptr<gpu::GpuBackend> backend = createCudaBackend(artifact, 0);
   backend->loadKernels(artifact);
 
   std::mt19937 random(7);

@@ -1,11 +1,10 @@
-// The HIP backend against the stand-in runtime (FakeHip.h, loaded from
-// KILN_FAKE_HIP): the device checks, memory, the code object, launch
-// parameters (the same bytes as the CUDA backend's), errors that name the
-// launch and stop the backend, and recording a HIP graph whose kernel nodes
-// are updated and replayed. Also, without any runtime, that a HIP launch
-// packs its parameters as a CUDA launch does.
-#include "runtime/hip/HipBackend.h"
-#include "runtime/hip/HipGraph.h"
+// The GPU backend over the HIP driver table, against the stand-in runtime
+// (FakeHip.h, loaded from KILN_FAKE_HIP): the device checks, memory, the code
+// object, launch parameters (the same bytes as a CUDA launch's), errors that
+// name the launch and stop the backend, and recording a HIP graph whose
+// kernel nodes are updated and replayed.
+#include "runtime/gpu/GpuGraph.h"
+#include "runtime/hip/HipDriverTable.h"
 
 #include "test/unit/runtime_hip/AmdgcnTestArtifact.h"
 #include "test/unit/runtime_hip/FakeHip.h"
@@ -28,14 +27,6 @@ BufferArgument buffer(DeviceAddress address, std::vector<int64_t> sizes) {
   for (size_t d = 0; d < sizes.size(); ++d)
     argument.sizes[d] = sizes[d];
   return argument;
-}
-
-// The values behind a kernelParams array of `count` parameters.
-std::vector<uint64_t> valuesAt(void **params, size_t count) {
-  std::vector<uint64_t> values(count);
-  for (size_t i = 0; i < count; ++i)
-    std::memcpy(&values[i], params[i], sizeof(uint64_t));
-  return values;
 }
 
 // kiln_logits: [K f32 [slots, 1, H], lm_head bf16 [V, H], logits f32 [1, V]];
@@ -65,29 +56,11 @@ struct LogitsCall {
     return result;
   }
   std::vector<uint64_t> expected() const {
-    std::vector<uint64_t> values(cuda::kernelParamCount({3, 2, 2}, 2));
-    cuda::packKernelParams(buffers, 3, scalars, 2, values.data());
+    std::vector<uint64_t> values(gpu::kernelParamCount({3, 2, 2}, 2));
+    gpu::packKernelParams(buffers, 3, scalars, 2, values.data());
     return values;
   }
 };
-
-TEST(HipLaunchTest, PacksTheSameBytesAsACudaLaunch) {
-  // No runtime needed: what a HIP launch hands hipModuleLaunchKernel is what
-  // a CUDA launch hands cuLaunchKernel for the same call.
-  const LogitsCall logits;
-  hip::HipLaunch launch(nullptr, 128, "lm_head", logitsSpec());
-  const std::vector<uint64_t> expected = logits.expected();
-  ASSERT_EQ(expected.size(), 25u);
-  EXPECT_EQ(valuesAt(launch.arguments(logits.call()), expected.size()), expected);
-  cuda::KernelParams cudaParams({3, 2, 2}, 2);
-  cudaParams.pack(logits.buffers, logits.scalars);
-  EXPECT_EQ(cudaParams.values(), expected);
-  // The expanded descriptor of the KV cache, then the scalars.
-  EXPECT_EQ(std::vector<uint64_t>(expected.begin(), expected.begin() + 9),
-            (std::vector<uint64_t>{0x7f0000001000, 0x7f0000001000, 0, 4096, 1, 256, 256, 256, 1}));
-  EXPECT_EQ(expected[23], 5u);
-  EXPECT_EQ(expected[24], 1u);
-}
 
 class HipBackendTest : public ::testing::Test {
 protected:
@@ -103,8 +76,8 @@ protected:
 
   FakeHip &fake() { return *fake_; }
 
-  std::unique_ptr<hip::HipBackend> create(const Artifact &artifact, int device = 0) {
-    return hip::HipBackend::create(artifact, device, KILN_FAKE_HIP);
+  std::unique_ptr<gpu::GpuBackend> create(const Artifact &artifact, int device = 0) {
+    return createHipBackend(artifact, device, KILN_FAKE_HIP);
   }
 
   std::string createError(const Artifact &artifact, int device = 0) {
@@ -122,9 +95,12 @@ TEST_F(HipBackendTest, DescribesTheDevice) {
   EXPECT_EQ(backend->description(),
             "AMD Instinct MI355X (gfx950:sramecc+:xnack-, 256 compute units, "
             "288.0 GiB, device 0)");
-  EXPECT_EQ(backend->device().warpSize, 64);
-  EXPECT_EQ(backend->device().maxThreadsPerBlock, 1024);
-  EXPECT_EQ(backend->driver().versionText(), "5.2");
+  const auto &table = static_cast<const hip::HipDriverTable &>(backend->table());
+  EXPECT_EQ(table.warpSize(), 64);
+  EXPECT_EQ(table.device().maxThreadsPerBlock, 1024);
+  EXPECT_EQ(table.device().multiprocessors, 256);
+  EXPECT_EQ(table.device().defaultSharedBytes, 65536u);
+  EXPECT_EQ(table.driver().versionText(), "5.2");
   EXPECT_TRUE(backend->canRecord());
 }
 
@@ -312,8 +288,8 @@ TEST_F(HipBackendTest, SharedBytesAreTheLaunchesDynamicLds) {
   spec.sharedBytes = 65537;
   EXPECT_EQ(errorOf([&] { backend->prepare(spec); }),
             "gpu.kiln: entry point 'decode', steps[3] (launch of 'kiln_logits', op "
-            "'lm_head'): 65537 bytes of dynamic shared memory (LDS); AMD Instinct MI355X, "
-            "device 0 gives a block at most 65536");
+            "'lm_head'): 65537 bytes of dynamic shared memory, but kernel 'kiln_logits' was "
+            "loaded for at most 65536 (its Kernel.shared_bytes, or the device's default)");
 }
 
 TEST_F(HipBackendTest, RefusesTensorMaps) {
@@ -396,7 +372,7 @@ TEST_F(HipBackendTest, RecordsUpdatesAndReplaysAGraph) {
   EXPECT_EQ(fake().nodeUpdates, 1);
   recording->update(*logits, call.call()); // unchanged: nothing to do
   EXPECT_EQ(fake().nodeUpdates, 1);
-  auto &graph = static_cast<hip::HipGraph &>(*recording);
+  auto &graph = static_cast<gpu::GpuGraph &>(*recording);
   EXPECT_EQ(graph.numLaunches(), 2u);
   EXPECT_EQ(graph.numUpdates(), 1u);
   recording->replay();

@@ -4,7 +4,7 @@
 // amdgcn rules are checked before any runtime is looked for.
 #include "runtime/hip/HipDriver.h"
 #include "runtime/engine/Engine.h"
-#include "runtime/hip/HipBackend.h"
+#include "runtime/hip/HipDriverTable.h"
 #include "runtime/tools/kiln-run/KilnRun.h"
 
 #include "test/unit/runtime_hip/AmdgcnTestArtifact.h"

@@ -1,10 +1,10 @@
-#include "runtime/cuda/KernelParams.h"
+#include "runtime/gpu/KernelParams.h"
 
 #include <algorithm>
 #include <stdexcept>
 #include <string>
 
-namespace kiln::cuda {
+namespace kiln::gpu {
 
 size_t kernelParamCount(const std::vector<int> &ranks, size_t numScalars) {
   size_t count = numScalars;
@@ -103,4 +103,4 @@ bool KernelParams::pack(const BufferArgument *buffers, const int64_t *scalars) {
   return true;
 }
 
-} // namespace kiln::cuda
+} // namespace kiln::gpu

@@ -1,4 +1,4 @@
-#include "runtime/cuda/GpuArtifactRules.h"
+#include "runtime/gpu/GpuArtifactRules.h"
 
 #include "runtime/cpu/RuntimeError.h"
 

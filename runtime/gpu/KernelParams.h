@@ -1,10 +1,12 @@
-// The parameters of a kernel launch on an NVIDIA GPU (docs/runtime-abi.md,
-// "Kernels (nvptx target)"), MLIR's GPU kernel convention: each memref
-// argument expanded into its descriptor's fields, one parameter each
+// The parameters of a kernel launch on a GPU, NVIDIA's or AMD's
+// (docs/runtime-abi.md, "Kernels (nvptx target)"), MLIR's GPU kernel
+// convention: each memref argument expanded into its descriptor's fields,
+// one parameter each
 //   allocated pointer, aligned pointer, offset, sizes[R], strides[R]
 // (both pointers the buffer's device address, offset 0, row-major contiguous
 // strides in elements), then one i64 per scalar. Every parameter is 8 bytes;
-// cuLaunchKernel takes an array with a pointer to each parameter's value.
+// cuLaunchKernel and hipModuleLaunchKernel take an array with a pointer to
+// each parameter's value.
 // A TensorMap scalar (schema 1.5) is the device address of its map, which
 // KernelParams substitutes for the map's index the engine passes.
 #pragma once
@@ -15,7 +17,7 @@
 #include <cstdint>
 #include <vector>
 
-namespace kiln::cuda {
+namespace kiln::gpu {
 
 // Parameters of a launch whose buffers have `ranks`, with `numScalars`
 // scalars: the sum of 3 + 2R over the buffers, plus the scalars.
@@ -26,7 +28,7 @@ size_t kernelParamCount(const std::vector<int> &ranks, size_t numScalars);
 void packKernelParams(const BufferArgument *buffers, size_t numBuffers, const int64_t *scalars,
                       size_t numScalars, uint64_t *values);
 
-// A launch's parameter values and the pointer array cuLaunchKernel takes.
+// A launch's parameter values and the pointer array a launch takes.
 class KernelParams {
 public:
   KernelParams(std::vector<int> ranks, size_t numScalars);
@@ -46,7 +48,7 @@ public:
 
   size_t size() const { return values_.size(); }
   const std::vector<uint64_t> &values() const { return values_; }
-  // kernelParams for cuLaunchKernel: pointers()[i] points at values()[i].
+  // kernelParams for the launch: pointers()[i] points at values()[i].
   void **pointers() { return pointers_.data(); }
 
 private:
@@ -60,4 +62,4 @@ private:
   std::vector<void *> pointers_;
 };
 
-} // namespace kiln::cuda
+} // namespace kiln::gpu

@@ -2,13 +2,13 @@
 // expanded into (allocated, aligned, offset, sizes[R], strides[R]), the
 // fields of the CPU's memref descriptor in the same order, then the i64
 // scalars; every parameter 8 bytes, cuLaunchKernel's array pointing at each.
-#include "runtime/cuda/KernelParams.h"
+#include "runtime/gpu/KernelParams.h"
 
 #include <gtest/gtest.h>
 
 #include <cstring>
 
-namespace kiln::cuda {
+namespace kiln::gpu {
 namespace {
 
 BufferArgument buffer(DeviceAddress address, std::vector<int64_t> sizes) {
@@ -118,4 +118,4 @@ TEST(KernelParamsTest, RefusesABufferOfAnotherRank) {
 }
 
 } // namespace
-} // namespace kiln::cuda
+} // namespace kiln::gpu
