@@ -12,6 +12,7 @@ KILN_PACKAGES=(
   llvm-22-dev llvm-22-tools libmlir-22-dev mlir-22-tools lld-22
   nlohmann-json3-dev libgtest-dev libdnnl-dev libflatbuffers-dev flatbuffers-compiler
   libxxhash-dev # artifact digests (header-only use)
+  libpcre2-dev  # tokenizer pre-tokenizer patterns
   rocm-device-libs libamdhip64-dev
   # oneDNN's CMake package config (the x86 GEMM benchmark's yardstick) asks
   # for OpenCL; without these, configuring stops on a fresh machine.
@@ -58,4 +59,25 @@ kiln_build() {
   kiln_log "building in $dir ($KILN_JOBS jobs)"
   ninja -C "$dir" -j "$KILN_JOBS" "$@" | grep -v '^\[' || true
   test "${PIPESTATUS[0]}" -eq 0
+}
+
+# Test oracles from npm (not PyPI), into BUILD_DIR/oracles: Hugging Face's
+# tokenizers.js, which the tokenizer tests compare Kiln's with. Node and npm
+# come from Debian where the machine has neither. Without the npm registry the
+# oracle tests report UNSUPPORTED (lit), and this says so.
+KILN_NPM_ORACLES=("@huggingface/tokenizers@0.2.0")
+kiln_install_oracles() {
+  local dir=$1/oracles
+  if ! command -v npm >/dev/null; then
+    local sudo=""
+    [ "$(id -u)" -ne 0 ] && sudo="sudo"
+    kiln_log "installing nodejs npm (the test oracles' runtime)"
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
+  fi
+  [ -f "$dir/node_modules/@huggingface/tokenizers/package.json" ] && return 0
+  kiln_log "installing the npm test oracles into $dir: ${KILN_NPM_ORACLES[*]}"
+  mkdir -p "$dir"
+  npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "${KILN_NPM_ORACLES[@]}" >/dev/null ||
+    kiln_log "WARNING: npm could not install ${KILN_NPM_ORACLES[*]}: the tokenizer oracle tests will be UNSUPPORTED"
 }

@@ -6,6 +6,7 @@ source "$(dirname "$0")/lib.sh"
 
 kiln_install_packages
 kiln_configure "$KILN_BUILD"
+kiln_install_oracles "$KILN_BUILD"
 kiln_build "$KILN_BUILD"
 
 RUNTIME_BUILD=${KILN_RUNTIME_BUILD:-$KILN_ROOT/build-runtime-only}

@@ -54,3 +54,11 @@ if "avx512_bf16" in _flags:
     config.available_features.add("cpu-avx512bf16")
 if {"amx_tile", "amx_bf16"} <= _flags:
     config.available_features.add("cpu-amx")
+
+# Hugging Face's tokenizers.js from npm (scripts/test.sh installs it into the
+# build's oracles/): the tokenizer tests compare Kiln's tokenizer with it.
+_oracles = os.path.join(config.kiln_obj_root, "oracles")
+if shutil.which("node") and os.path.isfile(
+        os.path.join(_oracles, "node_modules", "@huggingface", "tokenizers", "package.json")):
+    config.available_features.add("tokenizers-js")
+    config.substitutions.append(("%oracles", _oracles))
