@@ -335,6 +335,10 @@ std::optional<int32_t> Tokenizer::tokenId(std::string_view token) const {
   return model_->id(token);
 }
 
+bool Tokenizer::hasToken(int32_t id) const {
+  return id >= 0 && id < idLimit_ && (byId_[static_cast<size_t>(id)] || model_->token(id));
+}
+
 bool Tokenizer::isSpecial(int32_t id) const {
   return id >= 0 && id < idLimit_ && byId_[static_cast<size_t>(id)] &&
          byId_[static_cast<size_t>(id)]->special;

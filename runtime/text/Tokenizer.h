@@ -52,6 +52,8 @@ public:
   std::string tokenBytes(int32_t id, bool skipSpecialTokens = false) const;
 
   std::optional<int32_t> tokenId(std::string_view token) const;
+  // Whether `id` (below idLimit()) has a token: ids may have gaps.
+  bool hasToken(int32_t id) const;
   bool isSpecial(int32_t id) const;
   // One past the largest id of the vocabulary and the added tokens.
   int32_t idLimit() const { return idLimit_; }

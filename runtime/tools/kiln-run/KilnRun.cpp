@@ -3,14 +3,18 @@
 #include "runtime/artifact/Artifact.h"
 #include "runtime/comm/Collectives.h"
 #include "runtime/comm/RankLauncher.h"
+#include "runtime/core/InputFile.h"
 #include "runtime/engine/Engine.h"
 #include "runtime/engine/Sampler.h"
+#include "runtime/text/Tokenizer.h"
+#include "runtime/text/Utf8.h"
 
 #include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -25,6 +29,8 @@ using Clock = std::chrono::steady_clock;
 constexpr const char *kUsage =
     R"(usage: kiln-run ARTIFACT --weights DIR|synthetic:SEED --prompt-ids IDS
                 --max-new-tokens N [options]
+       kiln-run ARTIFACT --weights DIR|synthetic:SEED --tokenizer DIR
+                (--prompt TEXT | --prompt-file PATH) --max-new-tokens N [options]
 
 Generates tokens with a Kiln artifact, x86 (kilnc --target=x86) on this CPU,
 nvptx (kilnc --target=sm_90|sm_100) on an NVIDIA GPU or amdgcn (kilnc
@@ -34,7 +40,14 @@ to first token, the time per output token and tokens/s.
   ARTIFACT                  the .kiln file
   --weights DIR             a safetensors checkpoint directory
   --weights synthetic:SEED  weights generated from SEED (as kiln-ckpt synth)
-  --prompt-ids 1,2,3        the prompt, as token ids
+  --prompt-ids 1,2,3        the prompt, as token ids (the new tokens are
+                            printed as ids)
+  --tokenizer DIR           the checkpoint's tokenizer (tokenizer.json and
+                            tokenizer_config.json): the new tokens are printed
+                            as text as they come, and generation stops at the
+                            EOS token
+  --prompt TEXT             the prompt, as text (UTF-8; with its BOS)
+  --prompt-file PATH        the prompt, the text of a file
   --max-new-tokens N        tokens to generate (N >= 1)
   --temperature T           0 (default): greedy; else sample softmax(logits/T)
   --top-p P                 sample from the smallest set of tokens whose
@@ -70,6 +83,8 @@ struct Options {
   std::string artifact;
   std::string weights;
   std::vector<int32_t> promptIds;
+  std::string tokenizer;
+  std::optional<std::string> prompt, promptFile;
   int64_t maxNewTokens = 0;
   SamplingOptions sampling;
   int64_t context = 0;
@@ -121,7 +136,8 @@ Options parseArgs(const std::vector<std::string> &args) {
   std::map<std::string, std::string> values;
   static const char *const kFlags[] = {
       "--weights", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-p",
-      "--seed",    "--context",    "--threads",        "--device",      "--nproc"};
+      "--seed",    "--context",    "--threads",        "--device",      "--nproc",
+      "--tokenizer", "--prompt",   "--prompt-file"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -161,13 +177,28 @@ Options parseArgs(const std::vector<std::string> &args) {
 
   if (options.artifact.empty())
     throw UsageError("no artifact given");
-  for (const char *required : {"--weights", "--prompt-ids", "--max-new-tokens"})
+  for (const char *required : {"--weights", "--max-new-tokens"})
     if (!values.count(required))
       throw UsageError(std::string(required) + " is required");
   options.weights = values["--weights"];
   if (options.weights.empty())
     throw UsageError("--weights: empty (a directory or synthetic:SEED)");
-  options.promptIds = parseIds(values["--prompt-ids"]);
+  const int prompts = static_cast<int>(values.count("--prompt-ids") + values.count("--prompt") +
+                                       values.count("--prompt-file"));
+  if (prompts != 1)
+    throw UsageError(prompts ? "give one of --prompt-ids, --prompt and --prompt-file"
+                             : "--prompt-ids (or --prompt or --prompt-file) is required");
+  if (values.count("--prompt-ids"))
+    options.promptIds = parseIds(values["--prompt-ids"]);
+  if (values.count("--prompt"))
+    options.prompt = values["--prompt"];
+  if (values.count("--prompt-file"))
+    options.promptFile = values["--prompt-file"];
+  if (values.count("--tokenizer"))
+    options.tokenizer = values["--tokenizer"];
+  if ((options.prompt || options.promptFile) && options.tokenizer.empty())
+    throw UsageError(std::string(options.prompt ? "--prompt" : "--prompt-file") +
+                     " needs --tokenizer (the checkpoint's tokenizer folder)");
   options.maxNewTokens =
       parseInteger<int64_t>("--max-new-tokens", values["--max-new-tokens"], 1, int64_t{1} << 40);
   if (values.count("--temperature")) {
@@ -252,20 +283,59 @@ double msSince(Clock::time_point start, Clock::time_point end) {
   return std::chrono::duration<double, std::milli>(end - start).count();
 }
 
+// A prompt file's text, read whole (at most 1 GiB).
+std::string readPromptFile(const std::string &path) {
+  if (const std::string problem = inputFileProblem(path); !problem.empty())
+    throw std::runtime_error("--prompt-file: " + path + ": " + problem);
+  std::ifstream in(path, std::ios::binary);
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<uint64_t>(in.tellg());
+  if (!in || size > (uint64_t{1} << 30))
+    throw std::runtime_error("--prompt-file: " + path +
+                             (in ? ": more than 1 GiB of text" : ": cannot be read"));
+  in.seekg(0);
+  std::string text(size, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  if (!in)
+    throw std::runtime_error("--prompt-file: " + path + ": cannot be read");
+  return text;
+}
+
 int run(const Options &options, std::ostream &out, std::ostream &err, bool errIsTerminal) {
   // What can be refused without the weights is refused before loading them.
   Artifact artifact = Artifact::load(options.artifact);
   const ModelFacts model = readModelFacts(artifact);
-  for (int32_t id : options.promptIds)
+  std::shared_ptr<const text::Tokenizer> tokenizer;
+  std::vector<int32_t> promptIds = options.promptIds;
+  std::string promptFlag = "--prompt-ids";
+  if (!options.tokenizer.empty()) {
+    tokenizer = text::Tokenizer::load(options.tokenizer);
+    if (tokenizer->idLimit() > model.vocabSize)
+      throw std::runtime_error("--tokenizer: " + tokenizer->source() + " has " +
+                               std::to_string(tokenizer->idLimit()) + " token ids; the model's "
+                               "vocabulary has " + std::to_string(model.vocabSize));
+    if (options.prompt || options.promptFile) {
+      promptFlag = options.prompt ? "--prompt" : "--prompt-file";
+      try {
+        promptIds =
+            tokenizer->encode(options.prompt ? *options.prompt : readPromptFile(*options.promptFile));
+      } catch (const std::runtime_error &error) {
+        throw std::runtime_error(promptFlag + ": " + error.what());
+      }
+      if (promptIds.empty())
+        throw std::runtime_error(promptFlag + ": the prompt has no tokens");
+    }
+  }
+  for (int32_t id : promptIds)
     if (id >= model.vocabSize)
-      throw std::runtime_error("--prompt-ids: token id " + std::to_string(id) +
+      throw std::runtime_error(promptFlag + ": token id " + std::to_string(id) +
                                " is outside the vocabulary 0.." +
                                std::to_string(model.vocabSize - 1));
   const int64_t context = options.context ? options.context : defaultContextLength(model);
   // The last generated token is never fed back.
-  const int64_t needed = static_cast<int64_t>(options.promptIds.size()) + options.maxNewTokens - 1;
+  const int64_t needed = static_cast<int64_t>(promptIds.size()) + options.maxNewTokens - 1;
   if (needed > context)
-    throw std::runtime_error(std::to_string(options.promptIds.size()) + " prompt tokens and " +
+    throw std::runtime_error(std::to_string(promptIds.size()) + " prompt tokens and " +
                              std::to_string(options.maxNewTokens) +
                              " new tokens need a context of " + std::to_string(needed) +
                              "; it holds " + std::to_string(context) + " (--context)");
@@ -307,23 +377,45 @@ int run(const Options &options, std::ostream &out, std::ostream &err, bool errIs
        << engine->contextLength() << ", KV cache " << humanBytes(engine->kvCacheBytes()) << "\n";
   err << line.str() << std::flush;
 
+  // With a tokenizer the text streams out as it comes, whole characters
+  // only, and the EOS token ends it.
+  text::Utf8Stream stream;
+  const auto show = [&](int32_t id) {
+    if (!tokenizer)
+      return;
+    // Ids the model has and the tokenizer lacks (a padded vocabulary) show
+    // as U+FFFD.
+    out << stream.push(id < tokenizer->idLimit() && tokenizer->hasToken(id)
+                           ? tokenizer->tokenBytes(id, /*skipSpecialTokens=*/true)
+                           : std::string("\xef\xbf\xbd"))
+        << std::flush;
+  };
+  const std::optional<int32_t> eos = tokenizer ? tokenizer->eos() : std::nullopt;
   std::vector<int32_t> generated;
   generated.reserve(static_cast<size_t>(options.maxNewTokens));
   const Clock::time_point start = Clock::now();
-  std::vector<float> logits = engine->prefill(options.promptIds);
+  std::vector<float> logits = engine->prefill(promptIds);
   generated.push_back(sampler.sample(logits));
   const Clock::time_point firstToken = Clock::now();
-  while (static_cast<int64_t>(generated.size()) < options.maxNewTokens) {
+  show(generated.back());
+  while (static_cast<int64_t>(generated.size()) < options.maxNewTokens && generated.back() != eos) {
     logits = engine->decode(generated.back());
     generated.push_back(sampler.sample(logits));
+    show(generated.back());
   }
   const Clock::time_point end = Clock::now();
 
-  for (size_t i = 0; i < generated.size(); ++i)
-    out << (i ? "," : "") << generated[i];
-  out << "\n";
+  if (tokenizer) {
+    out << stream.finish() << "\n";
+    if (generated.back() == eos)
+      out << "(stopped at the EOS token)\n";
+  } else {
+    for (size_t i = 0; i < generated.size(); ++i)
+      out << (i ? "," : "") << generated[i];
+    out << "\n";
+  }
   const double ttft = msSince(start, firstToken);
-  const int64_t decoded = options.maxNewTokens - 1;
+  const int64_t decoded = static_cast<int64_t>(generated.size()) - 1;
   // With one new token there is no decode step: its time is the prefill's.
   const double perToken =
       decoded > 0 ? msSince(firstToken, end) / static_cast<double>(decoded) : ttft;

@@ -4,6 +4,7 @@ merges learnt from a multilingual corpus, Llama 4's pre-tokenizer pattern,
 added and special tokens, a BOS post-processor and a chat template.
 
   make_tokenizer.py DIR [--ignore-merges] [--string-merges] [--merges N]
+                    [--vocab-size N]   (reserved special tokens up to N ids)
 """
 import argparse
 import collections
@@ -68,6 +69,7 @@ def main():
     parser.add_argument("--ignore-merges", action="store_true")
     parser.add_argument("--string-merges", action="store_true")
     parser.add_argument("--merges", type=int, default=600)
+    parser.add_argument("--vocab-size", type=int, default=0)
     args = parser.parse_args()
 
     byte_map = bytes_to_unicode()
@@ -108,6 +110,11 @@ def main():
     # A token added to the vocabulary that is not special (kept in decoded text).
     added.append({"id": len(vocab) + len(added), "content": "<tool_call>", "single_word": False,
                   "lstrip": False, "rstrip": False, "normalized": False, "special": False})
+    # Reserved special tokens up to the model's vocabulary, as Llama 4 pads.
+    while len(vocab) + len(added) < args.vocab_size:
+        added.append({"id": len(vocab) + len(added),
+                      "content": f"<|reserved_special_token_{len(added)}|>", "single_word": False,
+                      "lstrip": False, "rstrip": False, "normalized": False, "special": True})
     bos = added[0]["id"]
 
     tokenizer = {
