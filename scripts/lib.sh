@@ -13,6 +13,9 @@ KILN_PACKAGES=(
   nlohmann-json3-dev libgtest-dev libdnnl-dev libflatbuffers-dev flatbuffers-compiler
   libxxhash-dev # artifact digests (header-only use)
   libpcre2-dev  # tokenizer pre-tokenizer patterns
+  # kiln-serve's HTTP (Debian builds cpp-httplib with OpenSSL, zlib and
+  # Brotli, whose headers its header then includes)
+  libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
   rocm-device-libs libamdhip64-dev
   # oneDNN's CMake package config (the x86 GEMM benchmark's yardstick) asks
   # for OpenCL; without these, configuring stops on a fresh machine.

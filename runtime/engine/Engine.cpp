@@ -780,6 +780,11 @@ void Engine::reset() {
   impl.backend->synchronize();
 }
 
+void Engine::forget(int64_t conversation) {
+  impl_->checkConversation(conversation);
+  impl_->past[conversation] = 0;
+}
+
 const Artifact &Engine::artifact() const { return impl_->artifact; }
 int64_t Engine::vocabSize() const { return impl_->vocab; }
 int64_t Engine::contextLength() const { return impl_->contextLength; }

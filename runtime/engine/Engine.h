@@ -124,6 +124,10 @@ public:
   int64_t pastTokens(int64_t conversation = 0) const;
   // Forgets every conversation: past = 0 and the caches zeroed.
   void reset();
+  // Forgets one conversation, for a new one to take its place: its past is
+  // 0 again. Its caches are not cleared: a step reads a conversation's
+  // positions below its past only, each written since.
+  void forget(int64_t conversation);
 
   const Artifact &artifact() const;
   int64_t vocabSize() const;

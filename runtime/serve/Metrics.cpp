@@ -1,0 +1,85 @@
+#include "runtime/serve/Metrics.h"
+
+#include <sstream>
+
+namespace kiln::serve {
+
+void Histogram::observe(double seconds) {
+  for (size_t b = 0; b < kBounds.size(); ++b)
+    if (seconds <= kBounds[b])
+      ++counts_[b];
+  ++count_;
+  sum_ += seconds;
+}
+
+std::string Histogram::text(const std::string &name, const std::string &help) const {
+  std::ostringstream out;
+  out << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
+  for (size_t b = 0; b < kBounds.size(); ++b)
+    out << name << "_bucket{le=\"" << kBounds[b] << "\"} " << counts_[b] << "\n";
+  out << name << "_bucket{le=\"+Inf\"} " << count_ << "\n"
+      << name << "_sum " << sum_ << "\n"
+      << name << "_count " << count_ << "\n";
+  return out.str();
+}
+
+void Metrics::requestFinished(const std::string &status) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (status == "ok")
+    ++ok_;
+  else if (status == "rejected")
+    ++rejected_;
+  else if (status == "cancelled")
+    ++cancelled_;
+  else
+    ++failed_;
+}
+
+void Metrics::tokens(uint64_t prompt, uint64_t generated) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  promptTokens_ += prompt;
+  generatedTokens_ += generated;
+}
+
+void Metrics::timeToFirstToken(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ttft_.observe(seconds);
+}
+
+void Metrics::timePerOutputToken(double seconds) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  tpot_.observe(seconds);
+}
+
+std::string Metrics::text(const MetricsSnapshot &now) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::ostringstream out;
+  const auto gauge = [&](const char *name, const char *help, int64_t value) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"
+        << name << " " << value << "\n";
+  };
+  gauge("kiln_requests_waiting", "Requests queued for a conversation slot.", now.waiting);
+  gauge("kiln_requests_running", "Requests holding a conversation slot (prefill or decode).",
+        now.running);
+  gauge("kiln_kv_slots_used", "Conversation slots (KV caches) in use.", now.slotsUsed);
+  gauge("kiln_kv_slots_free", "Conversation slots (KV caches) free.", now.slotsFree);
+  out << "# HELP kiln_requests_total Requests finished, by outcome.\n"
+      << "# TYPE kiln_requests_total counter\n"
+      << "kiln_requests_total{status=\"ok\"} " << ok_ << "\n"
+      << "kiln_requests_total{status=\"error\"} " << failed_ << "\n"
+      << "kiln_requests_total{status=\"rejected\"} " << rejected_ << "\n"
+      << "kiln_requests_total{status=\"cancelled\"} " << cancelled_ << "\n";
+  out << "# HELP kiln_prompt_tokens_total Prompt tokens prefilled.\n"
+      << "# TYPE kiln_prompt_tokens_total counter\n"
+      << "kiln_prompt_tokens_total " << promptTokens_ << "\n"
+      << "# HELP kiln_generation_tokens_total Tokens generated.\n"
+      << "# TYPE kiln_generation_tokens_total counter\n"
+      << "kiln_generation_tokens_total " << generatedTokens_ << "\n";
+  out << ttft_.text("kiln_time_to_first_token_seconds",
+                    "From a request's arrival to its first token.");
+  out << tpot_.text("kiln_time_per_output_token_seconds",
+                    "Between consecutive tokens of a request.");
+  return out.str();
+}
+
+} // namespace kiln::serve

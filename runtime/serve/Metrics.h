@@ -1,0 +1,47 @@
+// kiln-serve's counters and histograms, written in Prometheus' text format
+// for /metrics.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace kiln::serve {
+
+// A histogram of seconds over fixed buckets.
+class Histogram {
+public:
+  static constexpr std::array<double, 12> kBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
+                                                     0.1,   0.25,   0.5,   1,    2.5,   10};
+  void observe(double seconds);
+  // "<name>_bucket{le=...} N" lines, _sum and _count.
+  std::string text(const std::string &name, const std::string &help) const;
+
+private:
+  std::array<uint64_t, kBounds.size()> counts_{};
+  uint64_t count_ = 0;
+  double sum_ = 0;
+};
+
+struct MetricsSnapshot {
+  int64_t waiting = 0, running = 0;
+  int64_t slotsUsed = 0, slotsFree = 0;
+};
+
+class Metrics {
+public:
+  void requestFinished(const std::string &status);
+  void tokens(uint64_t prompt, uint64_t generated);
+  void timeToFirstToken(double seconds);
+  void timePerOutputToken(double seconds);
+  std::string text(const MetricsSnapshot &now);
+
+private:
+  std::mutex mutex_;
+  uint64_t ok_ = 0, failed_ = 0, rejected_ = 0, cancelled_ = 0;
+  uint64_t promptTokens_ = 0, generatedTokens_ = 0;
+  Histogram ttft_, tpot_;
+};
+
+} // namespace kiln::serve

@@ -1,0 +1,263 @@
+#include "runtime/serve/Scheduler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+namespace kiln::serve {
+namespace {
+
+double seconds(Clock::time_point from, Clock::time_point to) {
+  return std::chrono::duration<double>(to - from).count();
+}
+
+// The log-probabilities of `chosen` and of the `top` most likely tokens.
+void logprobs(const float *logits, int64_t vocab, int32_t chosen, int top, TokenEvent &event) {
+  const float largest = *std::max_element(logits, logits + vocab);
+  double sum = 0;
+  for (int64_t v = 0; v < vocab; ++v)
+    sum += std::exp(static_cast<double>(logits[v]) - largest);
+  const double logSum = std::log(sum) + largest;
+  event.logprob = logits[chosen] - logSum;
+  if (top <= 0)
+    return;
+  std::vector<int32_t> order(static_cast<size_t>(vocab));
+  std::iota(order.begin(), order.end(), 0);
+  const size_t keep = std::min<size_t>(static_cast<size_t>(top), order.size());
+  std::partial_sort(order.begin(), order.begin() + static_cast<std::ptrdiff_t>(keep), order.end(),
+                    [&](int32_t a, int32_t b) {
+                      return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+                    });
+  for (size_t i = 0; i < keep; ++i)
+    event.top.emplace_back(order[i], logits[order[i]] - logSum);
+}
+
+// Where `text` may be cut so that what follows could still begin one of
+// `stops`: the start of the longest such suffix, moved back to a character
+// boundary.
+size_t safeCut(const std::string &text, const std::vector<std::string> &stops) {
+  size_t cut = text.size();
+  for (const std::string &stop : stops)
+    for (size_t length = std::min(stop.size() - 1, text.size()); length > 0; --length)
+      if (text.compare(text.size() - length, length, stop, 0, length) == 0) {
+        cut = std::min(cut, text.size() - length);
+        break;
+      }
+  while (cut > 0 && cut < text.size() && (static_cast<uint8_t>(text[cut]) & 0xc0) == 0x80)
+    --cut;
+  return cut;
+}
+
+} // namespace
+
+Scheduler::Scheduler(Engine &engine, std::shared_ptr<const text::Tokenizer> tokenizer,
+                     Metrics &metrics, SchedulerOptions options)
+    : engine_(engine), tokenizer_(std::move(tokenizer)), metrics_(metrics), options_(options),
+      vocab_(engine.vocabSize()) {
+  for (int64_t c = 0; c < engine_.conversations(); ++c)
+    freeSlots_.insert(c);
+  thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+}
+
+bool Scheduler::submit(std::shared_ptr<Request> request) {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (static_cast<int64_t>(waiting_.size()) >= options_.maxWaiting)
+      return false;
+    waiting_.push_back(std::move(request));
+  }
+  wake_.notify_all();
+  return true;
+}
+
+MetricsSnapshot Scheduler::snapshot() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  MetricsSnapshot now;
+  now.waiting = static_cast<int64_t>(waiting_.size());
+  now.running = runningCount_;
+  now.slotsFree = static_cast<int64_t>(freeSlots_.size());
+  now.slotsUsed = engine_.conversations() - now.slotsFree;
+  return now;
+}
+
+std::string Scheduler::problem() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return problem_;
+}
+
+void Scheduler::loop() {
+  std::vector<std::shared_ptr<Request>> running;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running.empty(); });
+      if (stopping_)
+        break;
+      // Admission: the lowest free slot first, so that the running
+      // requests tend to be slots 0..n-1 (one decode_batch call).
+      while (!waiting_.empty() && !freeSlots_.empty()) {
+        std::shared_ptr<Request> request = std::move(waiting_.front());
+        waiting_.pop_front();
+        request->conversation = *freeSlots_.begin();
+        freeSlots_.erase(freeSlots_.begin());
+        running.push_back(std::move(request));
+      }
+      runningCount_ = static_cast<int64_t>(running.size());
+    }
+    try {
+      step(running);
+    } catch (const std::exception &error) {
+      // The engine may be unusable (a GPU error is sticky): every request
+      // in it fails, and so do later ones.
+      std::lock_guard<std::mutex> lock(mutex_);
+      problem_ = error.what();
+      for (const std::shared_ptr<Request> &request : running)
+        if (!request->done)
+          end(*request, Finish{"", std::string("the engine failed: ") + error.what(), 500});
+      for (const std::shared_ptr<Request> &request : waiting_)
+        end(*request, Finish{"", std::string("the engine failed: ") + error.what(), 503});
+      waiting_.clear();
+    }
+    // Leavers give their slot back.
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (auto it = running.begin(); it != running.end();) {
+      if ((*it)->done) {
+        if (problem_.empty()) {
+          engine_.forget((*it)->conversation);
+          freeSlots_.insert((*it)->conversation);
+        }
+        it = running.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    runningCount_ = static_cast<int64_t>(running.size());
+  }
+  for (const std::shared_ptr<Request> &request : running)
+    if (!request->done)
+      end(*request, Finish{"", "the server is shutting down", 503});
+}
+
+void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {
+  for (const std::shared_ptr<Request> &request : running)
+    if (!request->done && request->channel.cancelled())
+      end(*request, Finish{"", "cancelled", 499});
+
+  // Prefill, in arrival order, under the step's budget.
+  int64_t budget = options_.prefillTokensPerStep;
+  for (const std::shared_ptr<Request> &request : running) {
+    Request &r = *request;
+    const size_t total = r.params.prompt.size();
+    if (r.done || r.prefilled >= total || budget <= 0)
+      continue;
+    const size_t n = std::min(static_cast<size_t>(budget), total - r.prefilled);
+    const std::vector<int32_t> chunk(
+        r.params.prompt.begin() + static_cast<std::ptrdiff_t>(r.prefilled),
+        r.params.prompt.begin() + static_cast<std::ptrdiff_t>(r.prefilled + n));
+    const std::vector<float> logits = engine_.prefill(r.conversation, chunk);
+    r.prefilled += n;
+    budget -= static_cast<int64_t>(n);
+    metrics_.tokens(n, 0);
+    if (r.prefilled == total)
+      advance(r, logits.data());
+  }
+
+  // One decode step for every request past its prompt.
+  std::vector<Request *> decoding;
+  for (const std::shared_ptr<Request> &request : running)
+    if (!request->done && request->prefilled == request->params.prompt.size() &&
+        !request->generated.empty())
+      decoding.push_back(request.get());
+  if (decoding.empty())
+    return;
+  std::sort(decoding.begin(), decoding.end(),
+            [](const Request *a, const Request *b) { return a->conversation < b->conversation; });
+  bool prefix = options_.batchedDecode && decoding.size() > 1;
+  for (size_t i = 0; prefix && i < decoding.size(); ++i)
+    prefix = decoding[i]->conversation == static_cast<int64_t>(i);
+  if (prefix) {
+    std::vector<int32_t> tokens;
+    for (const Request *r : decoding)
+      tokens.push_back(r->generated.back());
+    const std::vector<float> rows = engine_.decodeBatch(tokens);
+    for (size_t i = 0; i < decoding.size(); ++i)
+      advance(*decoding[i], rows.data() + i * static_cast<size_t>(vocab_));
+    return;
+  }
+  for (Request *r : decoding) {
+    const std::vector<float> logits = engine_.decode(r->conversation, r->generated.back());
+    advance(*r, logits.data());
+  }
+}
+
+void Scheduler::advance(Request &r, const float *logits) {
+  if (!r.sampler)
+    r.sampler.emplace(r.params.sampling);
+  TokenEvent event;
+  event.id = r.sampler->sample(logits, static_cast<size_t>(vocab_));
+  if (r.params.logprobs >= 0)
+    logprobs(logits, vocab_, event.id, r.params.logprobs, event);
+  const Clock::time_point now = Clock::now();
+  if (r.generated.empty()) {
+    r.firstToken = now;
+    metrics_.timeToFirstToken(seconds(r.arrived, now));
+  } else {
+    metrics_.timePerOutputToken(seconds(r.lastToken, now));
+  }
+  r.lastToken = now;
+  r.generated.push_back(event.id);
+  metrics_.tokens(0, 1);
+
+  std::string reason;
+  const bool eos = tokenizer_ && tokenizer_->eos() && event.id == *tokenizer_->eos();
+  if (tokenizer_ && !eos) {
+    const bool known = event.id < tokenizer_->idLimit() && tokenizer_->hasToken(event.id);
+    r.held += r.utf8.push(known ? tokenizer_->tokenBytes(event.id, /*skipSpecialTokens=*/true)
+                                : std::string("\xef\xbf\xbd"));
+  }
+  // A stop text ends the reply before it.
+  for (const std::string &stop : r.params.stop)
+    if (const size_t at = r.held.find(stop); at != std::string::npos) {
+      r.held.resize(at);
+      reason = "stop";
+    }
+  if (reason.empty()) {
+    const int64_t used = static_cast<int64_t>(r.params.prompt.size() + r.generated.size());
+    if (eos)
+      reason = "stop";
+    else if (static_cast<int64_t>(r.generated.size()) >= r.params.maxTokens ||
+             used >= engine_.contextLength())
+      reason = "length";
+  }
+  if (reason.empty()) {
+    const size_t cut = safeCut(r.held, r.params.stop);
+    event.text = r.held.substr(0, cut);
+    r.held.erase(0, cut);
+  } else {
+    if (reason == "length")
+      r.held += r.utf8.finish();
+    event.text = std::move(r.held);
+    r.held.clear();
+  }
+  r.channel.push(std::move(event));
+  if (!reason.empty())
+    end(r, Finish{reason, "", 200});
+}
+
+void Scheduler::end(Request &r, Finish finish) {
+  r.done = true;
+  metrics_.requestFinished(
+      finish.reason.empty() ? (finish.httpStatus == 499 ? "cancelled" : "error") : "ok");
+  r.channel.finish(std::move(finish));
+}
+
+} // namespace kiln::serve

@@ -1,0 +1,72 @@
+// kiln-serve's continuous batching over an Engine's conversations (the
+// artifact's decode_batch slots, each with its own KV caches): requests wait
+// in a bounded queue, take a free slot as soon as one is free, prefill their
+// prompt in chunks under a per-step token budget interleaved with the decode
+// steps of the others, and leave at any step (max_tokens, EOS, a stop text,
+// the context's end, a client gone). One thread owns the engine; HTTP
+// handlers only queue requests and read their TokenChannel.
+//
+// A decode step runs every decoding request: one decode_batch call when they
+// are exactly slots 0..n-1 (the entry point steps a prefix of the slots),
+// otherwise one decode call each. --decode=each always takes the second way,
+// whose kernels are kiln-run's, so that its tokens are exactly kiln-run's.
+#pragma once
+
+#include "runtime/engine/Engine.h"
+#include "runtime/serve/Metrics.h"
+#include "runtime/serve/Request.h"
+#include "runtime/text/Tokenizer.h"
+
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace kiln::serve {
+
+struct SchedulerOptions {
+  int64_t maxWaiting = 64;            // more queued requests are refused (429)
+  int64_t prefillTokensPerStep = 512; // prompt tokens a step prefills, at most
+  bool batchedDecode = true;
+};
+
+class Scheduler {
+public:
+  Scheduler(Engine &engine, std::shared_ptr<const text::Tokenizer> tokenizer, Metrics &metrics,
+            SchedulerOptions options);
+  ~Scheduler();
+
+  // Queues `request`; false when the queue is full.
+  bool submit(std::shared_ptr<Request> request);
+  MetricsSnapshot snapshot();
+  // Empty while the engine works; after an engine error, that error.
+  std::string problem();
+
+private:
+  void loop();
+  void step(std::vector<std::shared_ptr<Request>> &running);
+  // Samples the next token of `request` from `logits` and hands it out.
+  void advance(Request &request, const float *logits);
+  void end(Request &request, Finish finish);
+
+  Engine &engine_;
+  std::shared_ptr<const text::Tokenizer> tokenizer_;
+  Metrics &metrics_;
+  SchedulerOptions options_;
+  int64_t vocab_ = 0;
+
+  std::mutex mutex_;
+  std::condition_variable wake_;
+  std::deque<std::shared_ptr<Request>> waiting_;
+  std::set<int64_t> freeSlots_;
+  int64_t runningCount_ = 0;
+  std::string problem_;
+  bool stopping_ = false;
+  std::thread thread_;
+};
+
+} // namespace kiln::serve

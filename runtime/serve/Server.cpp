@@ -1,0 +1,215 @@
+#include "runtime/serve/Server.h"
+
+#include <httplib.h>
+
+#include <ctime>
+
+namespace kiln::serve {
+namespace {
+
+using json = nlohmann::json;
+
+void sendJson(httplib::Response &res, int status, const json &body) {
+  res.status = status;
+  res.set_content(body.dump(), "application/json");
+}
+
+void sendError(httplib::Response &res, const ApiError &error) {
+  sendJson(res, error.status, errorBody(error));
+}
+
+json usage(size_t prompt, size_t generated) {
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", generated},
+          {"total_tokens", prompt + generated}};
+}
+
+// A request's events until it ends; false when the wait was cut short.
+struct Collected {
+  std::vector<TokenEvent> events;
+  Finish finish;
+};
+
+} // namespace
+
+Server::Server(Scheduler &scheduler, Metrics &metrics, ModelInfo model,
+               std::shared_ptr<const text::Tokenizer> tokenizer, ServerOptions options)
+    : scheduler_(scheduler), metrics_(metrics), model_(std::move(model)),
+      tokenizer_(std::move(tokenizer)), options_(std::move(options)),
+      http_(std::make_unique<httplib::Server>()) {
+  const int threads = options_.httpThreads;
+  http_->new_task_queue = [threads] {
+    return new httplib::ThreadPool(static_cast<size_t>(threads));
+  };
+  http_->Get("/health", [this](const httplib::Request &, httplib::Response &res) {
+    const std::string problem = scheduler_.problem();
+    if (problem.empty())
+      sendJson(res, 200, {{"status", "ok"}});
+    else
+      sendJson(res, 503, {{"status", "failed"}, {"error", problem}});
+  });
+  http_->Get("/v1/models", [this](const httplib::Request &, httplib::Response &res) {
+    sendJson(res, 200,
+             {{"object", "list"},
+              {"data", json::array({{{"id", model_.name},
+                                     {"object", "model"},
+                                     {"created", 0},
+                                     {"owned_by", "kiln"},
+                                     {"max_model_len", model_.contextLength}}})}});
+  });
+  http_->Get("/metrics", [this](const httplib::Request &, httplib::Response &res) {
+    res.set_content(metrics_.text(scheduler_.snapshot()), "text/plain; version=0.0.4");
+  });
+  http_->Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) {
+    completions(req.body, &res);
+  });
+  http_->set_error_handler([](const httplib::Request &req, httplib::Response &res) {
+    if (res.body.empty())
+      sendError(res, ApiError(res.status, "no route " + req.method + " " + req.path.substr(0, 200),
+                              "", "not_found_error"));
+  });
+}
+
+Server::~Server() = default;
+
+int Server::bind() {
+  const int port = options_.port == 0
+                       ? http_->bind_to_any_port(options_.host)
+                       : (http_->bind_to_port(options_.host, options_.port) ? options_.port : -1);
+  if (port < 0)
+    throw std::runtime_error("cannot listen on " + options_.host + ":" +
+                             std::to_string(options_.port) + " (in use, or not this host's)");
+  return port;
+}
+
+bool Server::serve() { return http_->listen_after_bind(); }
+
+void Server::stop() { http_->stop(); }
+
+void Server::completions(const std::string &body, void *opaque) {
+  httplib::Response &res = *static_cast<httplib::Response *>(opaque);
+  auto request = std::make_shared<Request>();
+  try {
+    request->params = parseCompletion(body, model_, tokenizer_.get());
+  } catch (const ApiError &error) {
+    metrics_.requestFinished("error");
+    return sendError(res, error);
+  }
+  if (const std::string problem = scheduler_.problem(); !problem.empty())
+    return sendError(res, ApiError(503, "the engine failed: " + problem, "", "server_error"));
+  request->id = nextId_++;
+  if (!scheduler_.submit(request)) {
+    metrics_.requestFinished("rejected");
+    return sendError(
+        res, ApiError(429, "too many requests waiting; try again later", "", "rate_limit_error"));
+  }
+  const std::string id = "cmpl-" + std::to_string(request->id);
+  const auto created = static_cast<int64_t>(std::time(nullptr));
+  const size_t promptTokens = request->params.prompt.size();
+
+  if (!request->params.stream) {
+    Collected all;
+    for (;;) {
+      bool timedOut = false;
+      std::optional<TokenEvent> event =
+          request->channel.next(std::chrono::milliseconds(1000), &timedOut);
+      if (event) {
+        all.events.push_back(std::move(*event));
+        continue;
+      }
+      if (!timedOut)
+        break;
+    }
+    all.finish = request->channel.finishState();
+    if (all.finish.reason.empty())
+      return sendError(res, ApiError(all.finish.httpStatus, all.finish.error, "", "server_error"));
+    std::string text;
+    json ids = json::array();
+    for (const TokenEvent &event : all.events) {
+      text += event.text;
+      ids.push_back(event.id);
+    }
+    json choice = {{"index", 0},
+                   {"text", text},
+                   {"token_ids", ids},
+                   {"logprobs", nullptr},
+                   {"finish_reason", all.finish.reason}};
+    if (request->params.logprobs >= 0)
+      choice["logprobs"] = logprobsBody(all.events, tokenizer_.get(), 0);
+    return sendJson(res, 200,
+                    {{"id", id},
+                     {"object", "text_completion"},
+                     {"created", created},
+                     {"model", model_.name},
+                     {"choices", json::array({choice})},
+                     {"usage", usage(promptTokens, all.events.size())}});
+  }
+
+  // Streamed: a server-sent event per token, then the finish and the usage.
+  struct StreamState {
+    size_t generated = 0, textOffset = 0;
+    bool finished = false;
+  };
+  auto state = std::make_shared<StreamState>();
+  const std::string model = model_.name;
+  const auto tokenizer = tokenizer_;
+  res.set_chunked_content_provider(
+      "text/event-stream",
+      [request, state, id, created, model, tokenizer, promptTokens](size_t,
+                                                                    httplib::DataSink &sink) {
+        const auto send = [&](const json &chunk) {
+          const std::string line = "data: " + chunk.dump() + "\n\n";
+          if (!sink.write(line.data(), line.size())) {
+            request->channel.cancel(); // the client is gone
+            return false;
+          }
+          return true;
+        };
+        const auto chunkOf = [&](json choice) {
+          return json{{"id", id},
+                      {"object", "text_completion"},
+                      {"created", created},
+                      {"model", model},
+                      {"choices", json::array({std::move(choice)})}};
+        };
+        bool timedOut = false;
+        std::optional<TokenEvent> event =
+            request->channel.next(std::chrono::milliseconds(1000), &timedOut);
+        if (event) {
+          json choice = {{"index", 0},
+                         {"text", event->text},
+                         {"token_ids", json::array({event->id})},
+                         {"logprobs", nullptr},
+                         {"finish_reason", nullptr}};
+          if (request->params.logprobs >= 0)
+            choice["logprobs"] = logprobsBody({*event}, tokenizer.get(), state->textOffset);
+          state->textOffset += event->text.size();
+          ++state->generated;
+          return send(chunkOf(choice));
+        }
+        if (timedOut)
+          return true; // nothing yet: asked again
+        const Finish finish = request->channel.finishState();
+        if (finish.reason.empty()) {
+          send({{"error", {{"message", finish.error}, {"type", "server_error"}}}});
+        } else {
+          json last = chunkOf({{"index", 0},
+                               {"text", ""},
+                               {"logprobs", nullptr},
+                               {"finish_reason", finish.reason}});
+          last["usage"] = usage(promptTokens, state->generated);
+          if (!send(last))
+            return false;
+        }
+        const std::string done = "data: [DONE]\n\n";
+        sink.write(done.data(), done.size());
+        sink.done();
+        return true;
+      },
+      [request](bool success) {
+        if (!success)
+          request->channel.cancel();
+      });
+}
+
+} // namespace kiln::serve

@@ -1,0 +1,55 @@
+// kiln-serve's HTTP side (cpp-httplib): the OpenAI-compatible routes over a
+// Scheduler.
+//   POST /v1/completions   prompt as text or token ids; whole or streamed
+//                          (server-sent events), usage counts, logprobs
+//   GET  /v1/models        the one model this server runs
+//   GET  /health           200 while the engine works, else 503 and why
+//   GET  /metrics          Prometheus text (Metrics.h)
+// A full queue answers 429; bad requests 400 naming the field; all errors
+// in OpenAI's error object.
+#pragma once
+
+#include "runtime/serve/Metrics.h"
+#include "runtime/serve/OpenAiApi.h"
+#include "runtime/serve/Scheduler.h"
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+namespace httplib {
+class Server;
+}
+
+namespace kiln::serve {
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8000; // 0: any free port (boundPort() says which)
+  int httpThreads = 16;
+};
+
+class Server {
+public:
+  Server(Scheduler &scheduler, Metrics &metrics, ModelInfo model,
+         std::shared_ptr<const text::Tokenizer> tokenizer, ServerOptions options);
+  ~Server();
+  // Binds the port; throws std::runtime_error when it cannot.
+  int bind();
+  // Serves until stop(); returns false on a listen error.
+  bool serve();
+  void stop();
+
+private:
+  void completions(const std::string &body, void *response);
+
+  Scheduler &scheduler_;
+  Metrics &metrics_;
+  ModelInfo model_;
+  std::shared_ptr<const text::Tokenizer> tokenizer_;
+  ServerOptions options_;
+  std::unique_ptr<httplib::Server> http_;
+  std::atomic<uint64_t> nextId_{1};
+};
+
+} // namespace kiln::serve

@@ -1,0 +1,213 @@
+// kiln-serve: an OpenAI-compatible HTTP server over a Kiln artifact
+// (runtime/serve/).
+#include "runtime/artifact/Artifact.h"
+#include "runtime/engine/Engine.h"
+#include "runtime/engine/ModelFacts.h"
+#include "runtime/serve/Scheduler.h"
+#include "runtime/serve/Server.h"
+#include "runtime/text/Tokenizer.h"
+
+#include <charconv>
+#include <csignal>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <pthread.h>
+#include <string>
+#include <thread>
+#include <vector>
+
+namespace {
+
+constexpr const char *kUsage =
+    R"(usage: kiln-serve ARTIFACT --weights DIR|synthetic:SEED [--tokenizer DIR] [options]
+
+Serves a Kiln artifact over HTTP with OpenAI's completions API:
+  POST /v1/completions  {"prompt": "text" | [ids], "max_tokens", "temperature",
+                        "top_p", "seed", "stop", "logprobs", "stream"}
+  GET  /v1/models, /health, /metrics (Prometheus)
+Requests join and leave the running batch at any step (the artifact's
+decode_batch conversations: kilnc --decode-batch N); long prompts prefill in
+chunks between decode steps. Text needs the checkpoint's tokenizer; without
+one, prompts are token ids and replies carry token_ids only.
+
+  --weights DIR|synthetic:SEED  the checkpoint, or generated weights
+  --tokenizer DIR               tokenizer.json and tokenizer_config.json
+  --host H                      address to listen on (default 127.0.0.1)
+  --port P                      port (default 8000; 0: any free port)
+  --model-name NAME             the model's name in the API (default: the
+                                artifact's model)
+  --context N                   positions each conversation's KV caches hold
+                                (default: min(4096, max_position_embeddings))
+  --max-waiting N               queued requests beyond which the server
+                                answers 429 (default 64)
+  --prefill-tokens-per-step N   prompt tokens one step prefills (default 512)
+  --decode batch|each           one decode_batch call for the running
+                                requests when they are slots 0..n-1 (batch,
+                                the default), or one decode call each, whose
+                                tokens are exactly kiln-run's (each)
+  --threads N                   CPU threads (x86 artifacts)
+  --device N                    the GPU (nvptx, amdgcn artifacts)
+  --http-threads N              HTTP worker threads (default 16)
+  --help                        this text
+
+It prints "kiln-serve: listening on http://HOST:PORT" once it serves, and
+stops on SIGINT or SIGTERM.
+)";
+
+struct UsageError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+int64_t integer(const std::string &flag, const std::string &text, int64_t low, int64_t high) {
+  int64_t value = 0;
+  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
+  if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < low ||
+      value > high)
+    throw UsageError(flag + ": '" + text.substr(0, 40) + "' is not an integer in " +
+                     std::to_string(low) + ".." + std::to_string(high));
+  return value;
+}
+
+int run(const std::vector<std::string> &args) {
+  std::string artifactPath;
+  std::map<std::string, std::string> values;
+  static const char *const kFlags[] = {
+      "--weights",    "--tokenizer",   "--host",         "--port",
+      "--model-name", "--context",     "--threads",      "--device",
+      "--decode",     "--max-waiting", "--http-threads", "--prefill-tokens-per-step"};
+  for (size_t i = 0; i < args.size(); ++i) {
+    const std::string &arg = args[i];
+    if (arg == "--help" || arg == "-h") {
+      std::cout << kUsage;
+      return 0;
+    }
+    if (arg.rfind("--", 0) != 0) {
+      if (!artifactPath.empty())
+        throw UsageError("one artifact only ('" + arg.substr(0, 100) + "' is a second)");
+      artifactPath = arg;
+      continue;
+    }
+    const size_t equals = arg.find('=');
+    const std::string flag = arg.substr(0, equals);
+    bool known = false;
+    for (const char *name : kFlags)
+      known = known || flag == name;
+    if (!known)
+      throw UsageError("unknown option '" + flag.substr(0, 100) + "'");
+    std::string value;
+    if (equals != std::string::npos)
+      value = arg.substr(equals + 1);
+    else if (i + 1 < args.size())
+      value = args[++i];
+    else
+      throw UsageError(flag + " needs a value");
+    if (!values.emplace(flag, value).second)
+      throw UsageError(flag + " is given twice");
+  }
+  if (artifactPath.empty())
+    throw UsageError("no artifact given");
+  if (!values.count("--weights"))
+    throw UsageError("--weights is required");
+
+  kiln::serve::ServerOptions serverOptions;
+  kiln::serve::SchedulerOptions schedulerOptions;
+  kiln::EngineOptions engineOptions;
+  engineOptions.weights = values["--weights"];
+  if (values.count("--host"))
+    serverOptions.host = values["--host"];
+  if (values.count("--port"))
+    serverOptions.port = static_cast<int>(integer("--port", values["--port"], 0, 65535));
+  if (values.count("--http-threads"))
+    serverOptions.httpThreads =
+        static_cast<int>(integer("--http-threads", values["--http-threads"], 1, 1024));
+  if (values.count("--max-waiting"))
+    schedulerOptions.maxWaiting = integer("--max-waiting", values["--max-waiting"], 0, 1 << 20);
+  if (values.count("--prefill-tokens-per-step"))
+    schedulerOptions.prefillTokensPerStep =
+        integer("--prefill-tokens-per-step", values["--prefill-tokens-per-step"], 1, 1 << 24);
+  if (values.count("--decode")) {
+    if (values["--decode"] != "batch" && values["--decode"] != "each")
+      throw UsageError("--decode: 'batch' or 'each', not '" + values["--decode"].substr(0, 40) +
+                       "'");
+    schedulerOptions.batchedDecode = values["--decode"] == "batch";
+  }
+  if (values.count("--context"))
+    engineOptions.contextLength = integer("--context", values["--context"], 1, int64_t{1} << 40);
+  if (values.count("--threads"))
+    engineOptions.threads = static_cast<int>(integer("--threads", values["--threads"], 1, 4096));
+  if (values.count("--device"))
+    engineOptions.device = static_cast<int>(integer("--device", values["--device"], 0, 1023));
+
+  // SIGINT and SIGTERM go to a thread of their own, which stops the server:
+  // blocked here, before any thread starts, so that every thread inherits it.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  // Refused before the weights load: the artifact, the tokenizer.
+  kiln::Artifact artifact = kiln::Artifact::load(artifactPath);
+  const kiln::ModelFacts facts = kiln::readModelFacts(artifact);
+  std::shared_ptr<const kiln::text::Tokenizer> tokenizer;
+  if (values.count("--tokenizer")) {
+    tokenizer = kiln::text::Tokenizer::load(values["--tokenizer"]);
+    if (tokenizer->idLimit() > facts.vocabSize)
+      throw std::runtime_error(
+          "--tokenizer: " + tokenizer->source() + " has " + std::to_string(tokenizer->idLimit()) +
+          " token ids; the model's vocabulary has " + std::to_string(facts.vocabSize));
+  }
+  const flatbuffers::String *modelName = artifact->model()->name();
+  kiln::serve::ModelInfo model;
+  model.name = values.count("--model-name") ? values["--model-name"]
+                                            : (modelName ? modelName->str() : "model");
+  uint64_t lastPercent = 101;
+  engineOptions.progress = [&](uint64_t done, uint64_t total) {
+    const uint64_t percent = total ? 100 * done / total : 100;
+    if (percent / 10 != lastPercent / 10) {
+      std::fprintf(stderr, "kiln-serve: loading weights %3llu%%\n",
+                   static_cast<unsigned long long>(percent));
+      lastPercent = percent;
+    }
+  };
+  std::unique_ptr<kiln::Engine> engine = kiln::Engine::create(std::move(artifact), engineOptions);
+  model.vocab = engine->vocabSize();
+  model.contextLength = engine->contextLength();
+
+  kiln::serve::Metrics metrics;
+  kiln::serve::Scheduler scheduler(*engine, tokenizer, metrics, schedulerOptions);
+  kiln::serve::Server server(scheduler, metrics, model, tokenizer, serverOptions);
+  const int port = server.bind();
+  std::thread([&server, signals] {
+    int received = 0;
+    sigwait(&signals, &received);
+    server.stop();
+  }).detach();
+  std::fprintf(stderr,
+               "kiln-serve: %s on %s, %lld conversation slots of %lld positions, %s\n"
+               "kiln-serve: listening on http://%s:%d\n",
+               model.name.c_str(), engine->device().c_str(),
+               static_cast<long long>(engine->conversations()),
+               static_cast<long long>(model.contextLength),
+               tokenizer ? "text and token ids" : "token ids only (no --tokenizer)",
+               serverOptions.host.c_str(), port);
+  if (!server.serve())
+    throw std::runtime_error("the HTTP server stopped on an error");
+  std::fprintf(stderr, "kiln-serve: stopped\n");
+  return 0;
+}
+
+} // namespace
+
+int main(int argc, char **argv) {
+  try {
+    return run(std::vector<std::string>(argv + 1, argv + argc));
+  } catch (const UsageError &error) {
+    std::cerr << "kiln-serve: error: " << error.what() << " (kiln-serve --help for usage)\n";
+    return 2;
+  } catch (const std::exception &error) {
+    std::cerr << "kiln-serve: error: " << error.what() << "\n";
+    return 1;
+  }
+}

@@ -1,0 +1,269 @@
+"""Drives kiln-serve as a client would and checks what it answers against
+kiln-run on the same artifact and weights.
+
+  serve_check.py ARTIFACT TOKENIZER_DIR
+
+Each check prints one line; any failure exits non-zero with what differed."""
+import http.client
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+ARTIFACT, TOK = sys.argv[1], sys.argv[2]
+WEIGHTS = "synthetic:1"
+
+
+def fail(message):
+    sys.exit("FAIL: " + message)
+
+
+class Server:
+    def __init__(self, *flags):
+        self.proc = subprocess.Popen(
+            ["kiln-serve", ARTIFACT, "--weights", WEIGHTS, "--tokenizer", TOK, "--port", "0",
+             *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.port = None
+        deadline = time.time() + 60
+        while self.port is None:
+            line = self.proc.stderr.readline()
+            if not line:
+                fail("kiln-serve exited: " + self.proc.stderr.read())
+            if "listening on http://" in line:
+                self.port = int(line.strip().rsplit(":", 1)[1])
+            if time.time() > deadline:
+                fail("kiln-serve did not start")
+
+    def request(self, method, path, body=None):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        conn.request(method, path, json.dumps(body) if body is not None else None,
+                     {"Content-Type": "application/json"})
+        response = conn.getresponse()
+        data = response.read()
+        conn.close()
+        return response.status, data
+
+    def complete(self, body):
+        status, data = self.request("POST", "/v1/completions", body)
+        return status, json.loads(data)
+
+    def stream(self, body):
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
+        conn.request("POST", "/v1/completions", json.dumps(dict(body, stream=True)))
+        response = conn.getresponse()
+        events = []
+        for raw in response.read().decode("utf-8").split("\n\n"):
+            if raw.startswith("data: "):
+                events.append(raw[len("data: "):])
+        conn.close()
+        return events
+
+    def metrics(self):
+        status, data = self.request("GET", "/metrics")
+        values = {}
+        for line in data.decode().splitlines():
+            if line and not line.startswith("#"):
+                name, value = line.rsplit(" ", 1)
+                values[name] = float(value)
+        return values
+
+    def stop(self):
+        self.proc.send_signal(signal.SIGTERM)
+        rest = self.proc.communicate(timeout=60)[1]
+        if self.proc.returncode != 0 or "kiln-serve: stopped" not in rest:
+            fail(f"kiln-serve did not stop cleanly ({self.proc.returncode}): {rest}")
+
+
+def tokenize(text):
+    return json.loads(subprocess.run(["kiln-tokenize", TOK, "--text", text], check=True,
+                                     capture_output=True).stdout)
+
+
+def kiln_run(ids, new):
+    out = subprocess.run(["kiln-run", ARTIFACT, "--weights", WEIGHTS, "--prompt-ids",
+                          ",".join(map(str, ids)), "--max-new-tokens", str(new)], check=True,
+                         capture_output=True, text=True).stdout
+    return [int(x) for x in out.splitlines()[0].split(",")]
+
+
+EOS = int([l.split(": ")[1] for l in subprocess.run(
+    ["kiln-tokenize", TOK, "--info"], capture_output=True, text=True, check=True).stdout.splitlines()
+    if l.startswith("eos:")][0])
+
+
+def until_eos(ids):
+    return ids[: ids.index(EOS) + 1] if EOS in ids else ids
+
+
+PROMPTS = ["The quick brown fox", "안녕하세요, 세계!", "def compile(model):", "你好，世界！",
+           "Grüße aus Köln", "numbers 1234567", "Emoji: 🚀🔥", "It's what they'd say"]
+LENGTHS = [12, 5, 9, 16, 3, 11, 7, 14]
+long_prompt = " ".join(PROMPTS * 6)
+reference = {p: until_eos(kiln_run(tokenize(p), n)) for p, n in zip(PROMPTS, LENGTHS)}
+reference[long_prompt] = until_eos(kiln_run(tokenize(long_prompt), 10))
+
+# Exactness: --decode each runs kiln-run's kernels; 8 requests at once on 4
+# slots, of different lengths, so that they wait, join and leave mid-batch;
+# the long prompt prefills 64 tokens a step between the others' decode steps.
+server = Server("--decode", "each", "--prefill-tokens-per-step", "64")
+status, body = server.request("GET", "/health")
+if status != 200:
+    fail(f"/health: {status}")
+status, body = server.request("GET", "/v1/models")
+if json.loads(body)["data"][0]["id"] != "muse-spark-tiny":
+    fail("/v1/models: " + body.decode())
+results = {}
+
+
+def ask(prompt, n):
+    results[prompt] = server.complete({"model": "muse-spark-tiny", "prompt": prompt,
+                                       "max_tokens": n, "temperature": 0})
+
+
+threads = [threading.Thread(target=ask, args=(p, n)) for p, n in zip(PROMPTS, LENGTHS)]
+threads.append(threading.Thread(target=ask, args=(long_prompt, 10)))
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+for prompt, (status, body) in results.items():
+    if status != 200:
+        fail(f"{prompt!r}: {status} {body}")
+    choice = body["choices"][0]
+    if choice["token_ids"] != reference[prompt]:
+        fail(f"{prompt!r}: {choice['token_ids']} against kiln-run's {reference[prompt]}")
+    expected_reason = "stop" if reference[prompt][-1] == EOS else "length"
+    if choice["finish_reason"] != expected_reason:
+        fail(f"{prompt!r}: finish_reason {choice['finish_reason']}")
+    usage = body["usage"]
+    if usage["prompt_tokens"] != len(tokenize(prompt)) or usage["completion_tokens"] != len(
+            reference[prompt]):
+        fail(f"{prompt!r}: usage {usage}")
+print(f"9 concurrent requests on 4 slots (one of {len(tokenize(long_prompt))} prompt tokens "
+      "in chunks of 64): the tokens of kiln-run")
+
+# Streaming gives the same text, a chunk a token, each chunk whole UTF-8.
+for prompt, n in zip(PROMPTS[:4], LENGTHS[:4]):
+    whole = results[prompt][1]["choices"][0]
+    events = server.stream({"prompt": prompt, "max_tokens": n, "temperature": 0})
+    if events[-1] != "[DONE]":
+        fail("the stream does not end with [DONE]")
+    chunks = [json.loads(e) for e in events[:-1]]
+    text = "".join(c["choices"][0]["text"] for c in chunks)
+    ids = [i for c in chunks for i in c["choices"][0].get("token_ids", [])]
+    if text != whole["text"] or ids != whole["token_ids"]:
+        fail(f"stream of {prompt!r}: {text!r} {ids} against {whole['text']!r}")
+    if chunks[-1]["choices"][0]["finish_reason"] != whole["finish_reason"] or \
+            chunks[-1]["usage"]["completion_tokens"] != len(ids):
+        fail(f"stream of {prompt!r}: last chunk {chunks[-1]}")
+print("streamed: the same text and tokens, a chunk a token, usage last, then [DONE]")
+
+# A stop text: the reply ends before it.
+# (The longest reply of the greedy ones above, whatever this CPU's kernels
+# made of it.)
+stop_prompt, stop_n = max(zip(PROMPTS, LENGTHS),
+                          key=lambda pn: len(results[pn[0]][1]["choices"][0]["text"]))
+whole = results[stop_prompt][1]["choices"][0]["text"]
+if len(whole) < 4:
+    fail(f"no reply long enough to hold a stop text: {whole!r}")
+stop = whole[len(whole) // 2: len(whole) // 2 + 2]
+status, body = server.complete({"prompt": stop_prompt, "max_tokens": stop_n, "temperature": 0,
+                                "stop": [stop]})
+if body["choices"][0]["text"] != whole[: whole.index(stop)] or \
+        body["choices"][0]["finish_reason"] != "stop":
+    fail(f"stop {stop!r}: {body}")
+print("a stop text ends the reply before it")
+
+# Logprobs: greedy picks the most likely token.
+status, body = server.complete({"prompt": PROMPTS[0], "max_tokens": 4, "temperature": 0,
+                                "logprobs": 3})
+lp = body["choices"][0]["logprobs"]
+for chosen, top in zip(lp["token_logprobs"], lp["top_logprobs"]):
+    if not (chosen <= 0 and len(top) >= 1 and abs(max(top.values()) - chosen) < 1e-9):
+        fail(f"logprobs: {lp}")
+print("logprobs: the chosen token is the top one, log-probabilities <= 0")
+
+# Sampling with a seed repeats itself.
+a = server.complete({"prompt": PROMPTS[1], "max_tokens": 8, "temperature": 0.9, "seed": 7})[1]
+b = server.complete({"prompt": PROMPTS[1], "max_tokens": 8, "temperature": 0.9, "seed": 7})[1]
+if a["choices"][0]["token_ids"] != b["choices"][0]["token_ids"]:
+    fail("the same seed sampled differently")
+print("a seed reproduces a sampled reply")
+
+# Bad requests: 400 naming the field, 404 for another model.
+for body, status_expected, param in [
+        ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
+        ({"prompt": "x", "temperature": "hot"}, 400, "temperature"),
+        ({"prompt": "x", "frobnicate": 1}, 400, "frobnicate"),
+        ({"prompt": [1, 99999]}, 400, "prompt"),
+        ({"prompt": "x", "max_tokens": 5000}, 400, "max_tokens"),
+        ({"prompt": "x", "model": "gpt-4"}, 404, "model")]:
+    status, reply = server.complete(body)
+    if status != status_expected or reply["error"]["param"] != param:
+        fail(f"{body}: {status} {reply}")
+status, reply = server.request("POST", "/v1/completions", None)
+if status != 400:
+    fail(f"an empty body: {status}")
+print("bad requests: 400 naming the field, 404 for another model")
+
+# A client that goes away mid-stream frees its slot.
+conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
+conn.request("POST", "/v1/completions", json.dumps({"prompt": "go", "max_tokens": 3000,
+                                                    "temperature": 0, "stream": True}))
+response = conn.getresponse()
+response.fp.readline()
+conn.sock.close()
+conn.close()
+deadline = time.time() + 30
+while True:
+    m = server.metrics()
+    if m['kiln_requests_total{status="cancelled"}'] == 1 and m["kiln_kv_slots_used"] == 0:
+        break
+    if time.time() > deadline:
+        fail(f"the abandoned stream still holds its slot: {m}")
+    time.sleep(0.05)
+ok = m['kiln_requests_total{status="ok"}']
+if ok != 9 + 4 + 1 + 1 + 2 or m['kiln_time_to_first_token_seconds_count'] < ok:
+    fail(f"metrics: {m}")
+print("a client gone mid-stream frees its slot; /metrics counts every request")
+server.stop()
+
+# Batched decode: one decode_batch call a step while the running requests are
+# slots 0..n-1 (its kernels differ from decode's; kiln-check bounds that):
+# each reply is whole, and its first token, from prefill, is kiln-run's.
+server = Server("--decode", "batch")
+results = {}
+threads = [threading.Thread(target=ask, args=(p, n)) for p, n in zip(PROMPTS, LENGTHS)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+for prompt, n in zip(PROMPTS, LENGTHS):
+    status, body = results[prompt]
+    ids = body["choices"][0]["token_ids"]
+    if status != 200 or ids[0] != reference[prompt][0] or (len(ids) != n and ids[-1] != EOS):
+        fail(f"batched {prompt!r}: {status} {ids} against {reference[prompt]}")
+print("batched decode: 8 concurrent replies whole, each first token kiln-run's")
+server.stop()
+
+# A full queue answers 429: 12 long requests at once, 4 slots, 1 may wait.
+server = Server("--max-waiting", "1")
+statuses = []
+
+
+def long_request():
+    statuses.append(server.complete({"prompt": "go", "max_tokens": 1500, "temperature": 0})[0])
+
+
+threads = [threading.Thread(target=long_request) for _ in range(12)]
+for t in threads:
+    t.start()
+for t in threads:
+    t.join()
+if statuses.count(429) == 0 or statuses.count(200) < 4 or set(statuses) - {200, 429}:
+    fail(f"statuses {sorted(statuses)}")
+print(f"a full queue answers 429 ({statuses.count(200)} served, {statuses.count(429)} refused)")
+server.stop()
