@@ -65,10 +65,11 @@ kiln_build() {
 }
 
 # Test oracles from npm (not PyPI), into BUILD_DIR/oracles: Hugging Face's
-# tokenizers.js, which the tokenizer tests compare Kiln's with. Node and npm
+# tokenizers.js and Jinja for JavaScript, which the tokenizer and chat
+# template tests compare Kiln's with. Node and npm
 # come from Debian where the machine has neither. Without the npm registry the
 # oracle tests report UNSUPPORTED (lit), and this says so.
-KILN_NPM_ORACLES=("@huggingface/tokenizers@0.2.0")
+KILN_NPM_ORACLES=("@huggingface/tokenizers@0.2.0" "@huggingface/jinja@0.5.11")
 kiln_install_oracles() {
   local dir=$1/oracles
   if ! command -v npm >/dev/null; then
@@ -78,9 +79,10 @@ kiln_install_oracles() {
     $sudo apt-get update -qq
     DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null
   fi
-  [ -f "$dir/node_modules/@huggingface/tokenizers/package.json" ] && return 0
+  [ -f "$dir/node_modules/@huggingface/tokenizers/package.json" ] &&
+    [ -f "$dir/node_modules/@huggingface/jinja/package.json" ] && return 0
   kiln_log "installing the npm test oracles into $dir: ${KILN_NPM_ORACLES[*]}"
   mkdir -p "$dir"
   npm install --prefix "$dir" --no-audit --no-fund --loglevel=error "${KILN_NPM_ORACLES[@]}" >/dev/null ||
-    kiln_log "WARNING: npm could not install ${KILN_NPM_ORACLES[*]}: the tokenizer oracle tests will be UNSUPPORTED"
+    kiln_log "WARNING: npm could not install ${KILN_NPM_ORACLES[*]}: the oracle tests will be UNSUPPORTED"
 }

@@ -62,3 +62,6 @@ if shutil.which("node") and os.path.isfile(
         os.path.join(_oracles, "node_modules", "@huggingface", "tokenizers", "package.json")):
     config.available_features.add("tokenizers-js")
     config.substitutions.append(("%oracles", _oracles))
+if "tokenizers-js" in config.available_features and os.path.isfile(
+        os.path.join(_oracles, "node_modules", "@huggingface", "jinja", "package.json")):
+    config.available_features.add("jinja-js")

@@ -59,8 +59,10 @@ json errorBody(const ApiError &error) {
             {"code", nullptr}}}};
 }
 
-GenerationParams parseCompletion(const std::string &text, const ModelInfo &model,
-                                 const text::Tokenizer *tokenizer) {
+namespace {
+
+// The body as a JSON object whose fields are all among `known`.
+json parseBody(const std::string &text, std::initializer_list<const char *> known) {
   json body;
   try {
     body = parseStrictJson(text, "the request body");
@@ -69,23 +71,74 @@ GenerationParams parseCompletion(const std::string &text, const ModelInfo &model
   }
   if (!body.is_object())
     throw ApiError(400, "the request body must be a JSON object");
-  static const char *const kKnown[] = {"model", "prompt", "max_tokens",    "temperature", "top_p",
-                                       "seed",  "stop",   "logprobs",      "stream",      "n",
-                                       "echo",  "user",   "stream_options"};
   for (auto it = body.begin(); it != body.end(); ++it) {
-    bool known = false;
-    for (const char *key : kKnown)
-      known = known || it.key() == key;
-    if (!known)
+    bool found = false;
+    for (const char *key : known)
+      found = found || it.key() == key;
+    if (!found)
       bad(it.key().substr(0, 64), "not a field kiln-serve takes");
   }
-  if (const auto found = body.find("model"); found != body.end() && !found->is_null()) {
+  if (const auto found = body.find("n"); found != body.end() && !found->is_null())
+    if (integer(body, "n", 1, 1, 1) != 1)
+      bad("n", "one choice per request");
+  return body;
+}
+
+void checkModel(const json &body, const ModelInfo &model) {
+  if (const auto found = body.find("model"); found != body.end() && !found->is_null())
     if (!found->is_string() || found->get<std::string>() != model.name)
       throw ApiError(404, "model: this server serves '" + model.name + "' only", "model",
                      "not_found_error");
+}
+
+// What both APIs share: the length, sampling, stop texts and streaming,
+// once the prompt is known.
+void parseGeneration(const json &body, const char *lengthField, const ModelInfo &model,
+                     const text::Tokenizer *tokenizer, GenerationParams &params) {
+  if (params.prompt.empty())
+    bad("prompt", "the prompt has no tokens");
+  for (int32_t id : params.prompt)
+    if (id >= model.vocab)
+      bad("prompt", "token id " + std::to_string(id) + " is outside the model's vocabulary");
+  params.maxTokens = integer(body, lengthField, 16, 1, model.contextLength);
+  const int64_t needed = static_cast<int64_t>(params.prompt.size()) + params.maxTokens - 1;
+  if (needed > model.contextLength)
+    bad(lengthField, std::to_string(params.prompt.size()) + " prompt tokens and " +
+                         std::to_string(params.maxTokens) + " new ones need a context of " +
+                         std::to_string(needed) + "; the server's holds " +
+                         std::to_string(model.contextLength));
+  params.sampling.temperature = number(body, "temperature", 1.0, 0, 2);
+  params.sampling.topP = number(body, "top_p", 1.0, 0, 1);
+  if (params.sampling.topP <= 0)
+    bad("top_p", "expected a number in (0, 1]");
+  params.sampling.seed = static_cast<uint64_t>(integer(body, "seed", 0, 0, INT64_MAX));
+  if (const auto stream = body.find("stream"); stream != body.end() && !stream->is_null()) {
+    if (!stream->is_boolean())
+      bad("stream", "expected true or false");
+    params.stream = stream->get<bool>();
   }
-  if (integer(body, "n", 1, 1, 1) != 1)
-    bad("n", "one choice per request");
+  if (const auto stop = body.find("stop"); stop != body.end() && !stop->is_null()) {
+    const json list = stop->is_string() ? json::array({*stop}) : *stop;
+    if (!list.is_array() || list.size() > 4)
+      bad("stop", "expected a string or an array of up to 4 strings");
+    for (const json &item : list) {
+      if (!item.is_string() || item.get<std::string>().empty())
+        bad("stop", "expected non-empty strings");
+      params.stop.push_back(item.get<std::string>());
+    }
+    if (!params.stop.empty() && !tokenizer)
+      bad("stop", "stop texts need a tokenizer (start kiln-serve with --tokenizer DIR)");
+  }
+}
+
+} // namespace
+
+GenerationParams parseCompletion(const std::string &text, const ModelInfo &model,
+                                 const text::Tokenizer *tokenizer) {
+  const json body =
+      parseBody(text, {"model", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop",
+                       "logprobs", "stream", "n", "echo", "user", "stream_options"});
+  checkModel(body, model);
   if (const auto echo = body.find("echo");
       echo != body.end() && echo->is_boolean() && echo->get<bool>())
     bad("echo", "kiln-serve does not echo the prompt");
@@ -113,43 +166,105 @@ GenerationParams parseCompletion(const std::string &text, const ModelInfo &model
   } else {
     bad("prompt", "expected a string or an array of token ids (one prompt per request)");
   }
-  if (params.prompt.empty())
-    bad("prompt", "the prompt has no tokens");
-  for (int32_t id : params.prompt)
-    if (id >= model.vocab)
-      bad("prompt", "token id " + std::to_string(id) + " is outside the model's vocabulary");
-
-  params.maxTokens = integer(body, "max_tokens", 16, 1, model.contextLength);
-  const int64_t needed = static_cast<int64_t>(params.prompt.size()) + params.maxTokens - 1;
-  if (needed > model.contextLength)
-    bad("max_tokens", std::to_string(params.prompt.size()) + " prompt tokens and " +
-                          std::to_string(params.maxTokens) + " new ones need a context of " +
-                          std::to_string(needed) + "; the server's holds " +
-                          std::to_string(model.contextLength));
-  params.sampling.temperature = number(body, "temperature", 1.0, 0, 2);
-  params.sampling.topP = number(body, "top_p", 1.0, 0, 1);
-  if (params.sampling.topP <= 0)
-    bad("top_p", "expected a number in (0, 1]");
-  params.sampling.seed = static_cast<uint64_t>(integer(body, "seed", 0, 0, INT64_MAX));
+  parseGeneration(body, "max_tokens", model, tokenizer, params);
   params.logprobs = static_cast<int>(integer(body, "logprobs", -1, 0, 20));
-  if (const auto stream = body.find("stream"); stream != body.end() && !stream->is_null()) {
-    if (!stream->is_boolean())
-      bad("stream", "expected true or false");
-    params.stream = stream->get<bool>();
-  }
-  if (const auto stop = body.find("stop"); stop != body.end() && !stop->is_null()) {
-    const json list = stop->is_string() ? json::array({*stop}) : *stop;
-    if (!list.is_array() || list.size() > 4)
-      bad("stop", "expected a string or an array of up to 4 strings");
-    for (const json &item : list) {
-      if (!item.is_string() || item.get<std::string>().empty())
-        bad("stop", "expected non-empty strings");
-      params.stop.push_back(item.get<std::string>());
-    }
-    if (!params.stop.empty() && !tokenizer)
-      bad("stop", "stop texts need a tokenizer (start kiln-serve with --tokenizer DIR)");
-  }
   return params;
+}
+
+GenerationParams parseChatCompletion(const std::string &text, const ModelInfo &model,
+                                     const text::Tokenizer *tokenizer) {
+  const json body =
+      parseBody(text, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature",
+                       "top_p", "seed", "stop", "logprobs", "top_logprobs", "stream", "n", "user",
+                       "stream_options", "tools", "tool_choice", "parallel_tool_calls"});
+  checkModel(body, model);
+  if (!tokenizer || !tokenizer->hasChatTemplate())
+    throw ApiError(400,
+                   tokenizer ? "this tokenizer has no chat template (tokenizer_config.json's "
+                               "chat_template): use /v1/completions"
+                             : "chat needs a tokenizer with a chat template (start kiln-serve "
+                               "with --tokenizer DIR)",
+                   "messages");
+  const auto messages = body.find("messages");
+  if (messages == body.end() || !messages->is_array() || messages->empty())
+    bad("messages", "required: a non-empty array of {role, content}");
+  // The messages as the template sees them: content as text (parts of
+  // type "text" joined), other fields as given, in the order given (the
+  // template prints tools and arguments as JSON: parsed again keeping the
+  // keys' order, which the checked `body` sorts).
+  const nlohmann::ordered_json ordered = nlohmann::ordered_json::parse(text);
+  nlohmann::ordered_json conversation = nlohmann::ordered_json::array();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json &message = (*messages)[i];
+    const std::string where = "messages[" + std::to_string(i) + "]";
+    if (!message.is_object() || !message.contains("role") || !message["role"].is_string())
+      bad(where, "expected an object with a string 'role'");
+    nlohmann::ordered_json copy = ordered["messages"][i];
+    if (const auto content = message.find("content");
+        content != message.end() && content->is_array()) {
+      std::string joined;
+      for (const json &part : *content) {
+        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+            !part["text"].is_string())
+          bad(where + ".content", "kiln-serve takes text parts only (type \"text\")");
+        joined += part["text"].get<std::string>();
+      }
+      copy["content"] = joined;
+    } else if (content != message.end() && !content->is_string() && !content->is_null()) {
+      bad(where + ".content", "expected a string or an array of text parts");
+    }
+    conversation.push_back(std::move(copy));
+  }
+  nlohmann::ordered_json extra = nlohmann::ordered_json::object();
+  if (const auto tools = body.find("tools"); tools != body.end() && !tools->is_null()) {
+    if (!tools->is_array())
+      bad("tools", "expected an array of tools");
+    extra["tools"] = ordered["tools"];
+  }
+  if (const auto choice = body.find("tool_choice"); choice != body.end() && !choice->is_null())
+    if (!choice->is_string() ||
+        (choice->get<std::string>() != "auto" && choice->get<std::string>() != "none"))
+      bad("tool_choice", "kiln-serve takes \"auto\" or \"none\" (the template decides)");
+
+  GenerationParams params;
+  try {
+    params.prompt = tokenizer->encode(
+        tokenizer->applyChatTemplate(conversation, /*addGenerationPrompt=*/true, extra),
+        /*addSpecialTokens=*/false);
+  } catch (const std::exception &error) {
+    bad("messages", std::string("the chat template refused them: ") + error.what());
+  }
+  const bool modern = body.contains("max_completion_tokens");
+  parseGeneration(body, modern ? "max_completion_tokens" : "max_tokens", model, tokenizer, params);
+  if (const auto logprobs = body.find("logprobs"); logprobs != body.end() && !logprobs->is_null()) {
+    if (!logprobs->is_boolean())
+      bad("logprobs", "expected true or false");
+    if (logprobs->get<bool>())
+      params.logprobs = static_cast<int>(integer(body, "top_logprobs", 0, 0, 20));
+  }
+  params.chat = true;
+  return params;
+}
+
+json chatLogprobsBody(const std::vector<TokenEvent> &events, const text::Tokenizer *tokenizer) {
+  json content = json::array();
+  const auto entry = [&](int32_t id, double logprob) {
+    const std::string token = tokenText(tokenizer, id);
+    json bytes = json::array();
+    if (tokenizer && id < tokenizer->idLimit() && tokenizer->hasToken(id))
+      for (const char c : tokenizer->tokenBytes(id))
+        bytes.push_back(static_cast<uint8_t>(c));
+    return json{{"token", token}, {"logprob", logprob}, {"bytes", bytes}};
+  };
+  for (const TokenEvent &event : events) {
+    json item = entry(event.id, event.logprob);
+    json top = json::array();
+    for (const auto &[id, logprob] : event.top)
+      top.push_back(entry(id, logprob));
+    item["top_logprobs"] = top;
+    content.push_back(item);
+  }
+  return {{"content", content}};
 }
 
 json logprobsBody(const std::vector<TokenEvent> &events, const text::Tokenizer *tokenizer,

@@ -40,6 +40,19 @@ struct ModelInfo {
 GenerationParams parseCompletion(const std::string &body, const ModelInfo &model,
                                  const text::Tokenizer *tokenizer);
 
+// The body of POST /v1/chat/completions: `messages` rendered by the
+// tokenizer's chat template (with `tools`, and the generation prompt) and
+// tokenized without special tokens; max_tokens or max_completion_tokens,
+// logprobs with top_logprobs. Throws ApiError(400, ...) naming the field,
+// and where the tokenizer has no chat template.
+GenerationParams parseChatCompletion(const std::string &body, const ModelInfo &model,
+                                     const text::Tokenizer *tokenizer);
+
+// The chat API's logprobs: {"content": [{token, logprob, bytes,
+// top_logprobs}]}.
+nlohmann::json chatLogprobsBody(const std::vector<TokenEvent> &events,
+                                const text::Tokenizer *tokenizer);
+
 // One choice's logprobs object for `events` (OpenAI's legacy completions
 // form: tokens, token_logprobs, top_logprobs, text_offset).
 nlohmann::json logprobsBody(const std::vector<TokenEvent> &events, const text::Tokenizer *tokenizer,

@@ -26,6 +26,7 @@ struct GenerationParams {
   std::vector<std::string> stop; // texts that end the reply, not included
   int logprobs = -1;             // -1: none; else the top N (0..20) besides the chosen one
   bool stream = false;
+  bool chat = false; // /v1/chat/completions: its response objects
 };
 
 // One generated token as the client sees it.

@@ -71,7 +71,10 @@ Scheduler::~Scheduler() {
 bool Scheduler::submit(std::shared_ptr<Request> request) {
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    if (static_cast<int64_t>(waiting_.size()) >= options_.maxWaiting)
+    // Queued requests that a free slot will take at the next step do not
+    // count against the queue's bound.
+    if (static_cast<int64_t>(waiting_.size()) >=
+        options_.maxWaiting + static_cast<int64_t>(freeSlots_.size()))
       return false;
     waiting_.push_back(std::move(request));
   }

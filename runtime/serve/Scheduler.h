@@ -29,7 +29,8 @@
 namespace kiln::serve {
 
 struct SchedulerOptions {
-  int64_t maxWaiting = 64;            // more queued requests are refused (429)
+  // Requests queued beyond the free slots: more are refused (429).
+  int64_t maxWaiting = 64;
   int64_t prefillTokensPerStep = 512; // prompt tokens a step prefills, at most
   bool batchedDecode = true;
 };

@@ -24,12 +24,6 @@ json usage(size_t prompt, size_t generated) {
           {"total_tokens", prompt + generated}};
 }
 
-// A request's events until it ends; false when the wait was cut short.
-struct Collected {
-  std::vector<TokenEvent> events;
-  Finish finish;
-};
-
 } // namespace
 
 Server::Server(Scheduler &scheduler, Metrics &metrics, ModelInfo model,
@@ -61,7 +55,10 @@ Server::Server(Scheduler &scheduler, Metrics &metrics, ModelInfo model,
     res.set_content(metrics_.text(scheduler_.snapshot()), "text/plain; version=0.0.4");
   });
   http_->Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) {
-    completions(req.body, &res);
+    generate(req.body, /*chat=*/false, &res);
+  });
+  http_->Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) {
+    generate(req.body, /*chat=*/true, &res);
   });
   http_->set_error_handler([](const httplib::Request &req, httplib::Response &res) {
     if (res.body.empty())
@@ -86,11 +83,39 @@ bool Server::serve() { return http_->listen_after_bind(); }
 
 void Server::stop() { http_->stop(); }
 
-void Server::completions(const std::string &body, void *opaque) {
+namespace {
+
+// One choice of a response or a stream chunk. Completions carry "text";
+// chat "message" (whole) or "delta" (streamed; the role with the first).
+json choiceOf(bool chat, bool streamed, bool first, const std::string &text, const json &ids,
+              json logprobs, const json &finishReason) {
+  json choice = {{"index", 0}};
+  if (!chat) {
+    choice["text"] = text;
+  } else if (!streamed) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["delta"] = json::object();
+    if (first)
+      choice["delta"]["role"] = "assistant";
+    if (!ids.empty())
+      choice["delta"]["content"] = text;
+  }
+  if (!ids.empty())
+    choice["token_ids"] = ids;
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = finishReason;
+  return choice;
+}
+
+} // namespace
+
+void Server::generate(const std::string &body, bool chat, void *opaque) {
   httplib::Response &res = *static_cast<httplib::Response *>(opaque);
   auto request = std::make_shared<Request>();
   try {
-    request->params = parseCompletion(body, model_, tokenizer_.get());
+    request->params = chat ? parseChatCompletion(body, model_, tokenizer_.get())
+                           : parseCompletion(body, model_, tokenizer_.get());
   } catch (const ApiError &error) {
     metrics_.requestFinished("error");
     return sendError(res, error);
@@ -103,60 +128,58 @@ void Server::completions(const std::string &body, void *opaque) {
     return sendError(
         res, ApiError(429, "too many requests waiting; try again later", "", "rate_limit_error"));
   }
-  const std::string id = "cmpl-" + std::to_string(request->id);
-  const auto created = static_cast<int64_t>(std::time(nullptr));
+  // What every response and chunk of this request carries.
+  auto head = std::make_shared<json>(
+      json{{"id", (chat ? "chatcmpl-" : "cmpl-") + std::to_string(request->id)},
+           {"object", chat ? (request->params.stream ? "chat.completion.chunk" : "chat.completion")
+                           : "text_completion"},
+           {"created", static_cast<int64_t>(std::time(nullptr))},
+           {"model", model_.name}});
   const size_t promptTokens = request->params.prompt.size();
+  const auto tokenizer = tokenizer_;
+  const auto logprobsOf = [chat, tokenizer, request](const std::vector<TokenEvent> &events,
+                                                     size_t textOffset) -> json {
+    if (request->params.logprobs < 0)
+      return nullptr;
+    return chat ? chatLogprobsBody(events, tokenizer.get())
+                : logprobsBody(events, tokenizer.get(), textOffset);
+  };
 
   if (!request->params.stream) {
-    Collected all;
+    std::vector<TokenEvent> events;
     for (;;) {
       bool timedOut = false;
       std::optional<TokenEvent> event =
           request->channel.next(std::chrono::milliseconds(1000), &timedOut);
-      if (event) {
-        all.events.push_back(std::move(*event));
-        continue;
-      }
-      if (!timedOut)
+      if (event)
+        events.push_back(std::move(*event));
+      else if (!timedOut)
         break;
     }
-    all.finish = request->channel.finishState();
-    if (all.finish.reason.empty())
-      return sendError(res, ApiError(all.finish.httpStatus, all.finish.error, "", "server_error"));
+    const Finish finish = request->channel.finishState();
+    if (finish.reason.empty())
+      return sendError(res, ApiError(finish.httpStatus, finish.error, "", "server_error"));
     std::string text;
     json ids = json::array();
-    for (const TokenEvent &event : all.events) {
+    for (const TokenEvent &event : events) {
       text += event.text;
       ids.push_back(event.id);
     }
-    json choice = {{"index", 0},
-                   {"text", text},
-                   {"token_ids", ids},
-                   {"logprobs", nullptr},
-                   {"finish_reason", all.finish.reason}};
-    if (request->params.logprobs >= 0)
-      choice["logprobs"] = logprobsBody(all.events, tokenizer_.get(), 0);
-    return sendJson(res, 200,
-                    {{"id", id},
-                     {"object", "text_completion"},
-                     {"created", created},
-                     {"model", model_.name},
-                     {"choices", json::array({choice})},
-                     {"usage", usage(promptTokens, all.events.size())}});
+    json response = *head;
+    response["choices"] =
+        json::array({choiceOf(chat, false, true, text, ids, logprobsOf(events, 0), finish.reason)});
+    response["usage"] = usage(promptTokens, events.size());
+    return sendJson(res, 200, response);
   }
 
   // Streamed: a server-sent event per token, then the finish and the usage.
   struct StreamState {
     size_t generated = 0, textOffset = 0;
-    bool finished = false;
   };
   auto state = std::make_shared<StreamState>();
-  const std::string model = model_.name;
-  const auto tokenizer = tokenizer_;
   res.set_chunked_content_provider(
       "text/event-stream",
-      [request, state, id, created, model, tokenizer, promptTokens](size_t,
-                                                                    httplib::DataSink &sink) {
+      [request, state, head, chat, logprobsOf, promptTokens](size_t, httplib::DataSink &sink) {
         const auto send = [&](const json &chunk) {
           const std::string line = "data: " + chunk.dump() + "\n\n";
           if (!sink.write(line.data(), line.size())) {
@@ -166,26 +189,20 @@ void Server::completions(const std::string &body, void *opaque) {
           return true;
         };
         const auto chunkOf = [&](json choice) {
-          return json{{"id", id},
-                      {"object", "text_completion"},
-                      {"created", created},
-                      {"model", model},
-                      {"choices", json::array({std::move(choice)})}};
+          json chunk = *head;
+          chunk["choices"] = json::array({std::move(choice)});
+          return chunk;
         };
         bool timedOut = false;
         std::optional<TokenEvent> event =
             request->channel.next(std::chrono::milliseconds(1000), &timedOut);
         if (event) {
-          json choice = {{"index", 0},
-                         {"text", event->text},
-                         {"token_ids", json::array({event->id})},
-                         {"logprobs", nullptr},
-                         {"finish_reason", nullptr}};
-          if (request->params.logprobs >= 0)
-            choice["logprobs"] = logprobsBody({*event}, tokenizer.get(), state->textOffset);
+          json choice =
+              choiceOf(chat, true, state->generated == 0, event->text, json::array({event->id}),
+                       logprobsOf({*event}, state->textOffset), nullptr);
           state->textOffset += event->text.size();
           ++state->generated;
-          return send(chunkOf(choice));
+          return send(chunkOf(std::move(choice)));
         }
         if (timedOut)
           return true; // nothing yet: asked again
@@ -193,10 +210,8 @@ void Server::completions(const std::string &body, void *opaque) {
         if (finish.reason.empty()) {
           send({{"error", {{"message", finish.error}, {"type", "server_error"}}}});
         } else {
-          json last = chunkOf({{"index", 0},
-                               {"text", ""},
-                               {"logprobs", nullptr},
-                               {"finish_reason", finish.reason}});
+          json last = chunkOf(choiceOf(chat, true, state->generated == 0, "", json::array(),
+                                       nullptr, finish.reason));
           last["usage"] = usage(promptTokens, state->generated);
           if (!send(last))
             return false;

@@ -2,6 +2,8 @@
 // Scheduler.
 //   POST /v1/completions   prompt as text or token ids; whole or streamed
 //                          (server-sent events), usage counts, logprobs
+//   POST /v1/chat/completions  messages through the tokenizer's chat
+//                          template; a message, or delta chunks
 //   GET  /v1/models        the one model this server runs
 //   GET  /health           200 while the engine works, else 503 and why
 //   GET  /metrics          Prometheus text (Metrics.h)
@@ -41,7 +43,8 @@ public:
   void stop();
 
 private:
-  void completions(const std::string &body, void *response);
+  // /v1/completions, or /v1/chat/completions where `chat`.
+  void generate(const std::string &body, bool chat, void *response);
 
   Scheduler &scheduler_;
   Metrics &metrics_;

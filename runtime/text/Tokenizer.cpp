@@ -5,6 +5,7 @@
 #include "runtime/core/StrictJson.h"
 #include "runtime/text/ByteLevel.h"
 #include "runtime/text/Utf8.h"
+#include "runtime/text/jinja/Render.h"
 
 #include <nlohmann/json.hpp>
 
@@ -313,19 +314,71 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string &path) {
     const json config = readJson(configFile);
     if (!config.is_object())
       fail(configFile, "expected a JSON object");
-    const auto named = [&](const char *key) -> std::optional<int32_t> {
+    const auto named = [&](const char *key, std::string *text) -> std::optional<int32_t> {
       const std::optional<std::string> name = configToken(config, key, configFile);
       if (!name)
         return std::nullopt;
       const std::optional<int32_t> id = tokenizer->tokenId(*name);
       if (!id)
         fail(configFile + ": " + key, quoteName(*name) + " is not a token of " + file);
+      *text = *name;
       return id;
     };
-    tokenizer->bos_ = named("bos_token");
-    tokenizer->eos_ = named("eos_token");
+    tokenizer->bos_ = named("bos_token", &tokenizer->bosText_);
+    tokenizer->eos_ = named("eos_token", &tokenizer->eosText_);
+    // The chat template: a string, or a list of {name, template}.
+    std::string source;
+    if (const auto found = config.find("chat_template"); found != config.end()) {
+      if (found->is_string()) {
+        source = found->get<std::string>();
+      } else if (found->is_array()) {
+        for (const json &entry : *found)
+          if (entry.is_object() && entry.value("name", "") == "default" &&
+              entry.contains("template") && entry["template"].is_string())
+            source = entry["template"].get<std::string>();
+        if (source.empty())
+          fail(configFile + ": chat_template", "a list without a 'default' template");
+      } else if (!found->is_null()) {
+        fail(configFile + ": chat_template", "expected a string or a list of named templates");
+      }
+    }
+    const std::string beside =
+        configFile.substr(0, configFile.size() - std::string("tokenizer_config.json").size()) +
+        "chat_template.jinja";
+    if (source.empty() && inputFileProblem(beside).empty()) {
+      std::ifstream in(beside, std::ios::binary);
+      std::stringstream text;
+      text << in.rdbuf();
+      source = text.str();
+    }
+    if (!source.empty()) {
+      try {
+        tokenizer->chatTemplate_ = std::make_unique<jinja::Template>(
+            jinja::parseTemplate(source, configFile + ": chat_template"));
+      } catch (const jinja::TemplateError &error) {
+        throw std::runtime_error(error.what());
+      }
+    }
   }
   return tokenizer;
+}
+
+std::string Tokenizer::applyChatTemplate(const nlohmann::ordered_json &messages,
+                                         bool addGenerationPrompt,
+                                         const nlohmann::ordered_json &extra) const {
+  if (!chatTemplate_)
+    throw std::runtime_error(source_ + ": the tokenizer has no chat template "
+                                       "(tokenizer_config.json's chat_template)");
+  jinja::Dict variables;
+  variables.emplace_back("messages", jinja::Value::fromJson(messages));
+  variables.emplace_back("add_generation_prompt", jinja::Value::of(addGenerationPrompt));
+  variables.emplace_back("bos_token", jinja::Value::of(bosText_));
+  variables.emplace_back("eos_token", jinja::Value::of(eosText_));
+  // The first of a name wins: extra keys cannot replace these.
+  if (extra.is_object())
+    for (auto it = extra.begin(); it != extra.end(); ++it)
+      variables.emplace_back(it.key(), jinja::Value::fromJson(it.value()));
+  return jinja::render(*chatTemplate_, jinja::Value::ofDict(std::move(variables)));
 }
 
 std::optional<int32_t> Tokenizer::tokenId(std::string_view token) const {

@@ -18,6 +18,9 @@
 
 #include "runtime/text/BpeModel.h"
 #include "runtime/text/PatternSplit.h"
+#include "runtime/text/jinja/Ast.h"
+
+#include <nlohmann/json_fwd.hpp>
 
 #include <cstdint>
 #include <memory>
@@ -62,6 +65,18 @@ public:
   std::optional<int32_t> eos() const { return eos_; }
   const std::string &source() const { return source_; }
 
+  // The checkpoint's chat template (tokenizer_config.json's chat_template,
+  // its "default" where it names several, or chat_template.jinja beside
+  // it), rendered as Hugging Face's apply_chat_template renders it (Jinja2
+  // with trim_blocks and lstrip_blocks: jinja/Render.h) with `messages`,
+  // add_generation_prompt, bos_token, eos_token and `extra`'s keys (tools,
+  // ...). The text is tokenized without the post-processor's tokens (the
+  // template writes its own BOS). Throws std::runtime_error where there is
+  // no template, and jinja::TemplateError for what the template refuses.
+  bool hasChatTemplate() const { return chatTemplate_ != nullptr; }
+  std::string applyChatTemplate(const nlohmann::ordered_json &messages, bool addGenerationPrompt,
+                                const nlohmann::ordered_json &extra) const;
+
 private:
   Tokenizer() = default;
   // Appends the ids of `text`, which holds no added token.
@@ -80,6 +95,8 @@ private:
   std::vector<const AddedToken *> byId_; // per id, null where none
   std::vector<int32_t> prefix_, suffix_; // the template's tokens around the text
   std::optional<int32_t> bos_, eos_;
+  std::string bosText_, eosText_; // their names, for the chat template
+  std::unique_ptr<jinja::Template> chatTemplate_;
   int32_t idLimit_ = 0;
 };
 

@@ -22,7 +22,11 @@ namespace {
 constexpr const char *kUsage =
     R"(usage: kiln-serve ARTIFACT --weights DIR|synthetic:SEED [--tokenizer DIR] [options]
 
-Serves a Kiln artifact over HTTP with OpenAI's completions API:
+Serves a Kiln artifact over HTTP with OpenAI's completions APIs:
+  POST /v1/chat/completions  {"messages": [{"role", "content"}], "tools",
+                        "max_tokens", "temperature", "top_p", "seed", "stop",
+                        "logprobs", "top_logprobs", "stream"}: the messages
+                        through the tokenizer's chat template
   POST /v1/completions  {"prompt": "text" | [ids], "max_tokens", "temperature",
                         "top_p", "seed", "stop", "logprobs", "stream"}
   GET  /v1/models, /health, /metrics (Prometheus)

@@ -16,8 +16,8 @@
 namespace {
 
 constexpr const char *kUsage =
-    R"(usage: kiln-tokenize TOKENIZER (--text TEXT | --file PATH | --texts-json PATH | --decode IDS)
-                     [--no-special]
+    R"(usage: kiln-tokenize TOKENIZER (--text TEXT | --file PATH | --texts-json PATH | --decode IDS |
+                     --chat-json PATH | --info) [--no-special]
 
 TOKENIZER is a folder holding tokenizer.json (and tokenizer_config.json, for
 the BOS and EOS tokens), or a tokenizer.json: byte-level BPE as Llama 3/4 and
@@ -29,6 +29,11 @@ Muse Spark checkpoints ship it.
                        {"ids": [...], "decoded": "...", "skipped": "..."}: its
                        ids, their text with special tokens and without
   --decode IDS         prints the text of IDS (1,2,3)
+  --chat-json PATH     a JSON array of {"messages": [...],
+                       "add_generation_prompt": bool, "extra": {...}}:
+                       prints a line for each, {"text": ..., "ids": [...]}
+                       (the chat template's text and its ids), or
+                       {"error": ...} where the template refuses it
   --no-special         encode without the post-processor's special tokens
                        (Llama's BOS); decode without special tokens
   --info               prints the vocabulary size, BOS and EOS
@@ -77,11 +82,13 @@ int run(const std::vector<std::string> &args) {
       special = false;
     } else if (arg == "--info") {
       mode = arg;
-    } else if (arg == "--text" || arg == "--file" || arg == "--texts-json" || arg == "--decode") {
+    } else if (arg == "--text" || arg == "--file" || arg == "--texts-json" || arg == "--decode" ||
+               arg == "--chat-json") {
       if (i + 1 >= args.size())
         throw std::runtime_error(arg + " needs a value");
       if (!mode.empty())
-        throw std::runtime_error(arg + ": give one of --text, --file, --texts-json, --decode");
+        throw std::runtime_error(arg + ": give one of --text, --file, --texts-json, --decode, "
+                                       "--chat-json");
       mode = arg;
       value = args[++i];
     } else if (!arg.empty() && arg[0] == '-') {
@@ -107,6 +114,23 @@ int run(const std::vector<std::string> &args) {
     std::cout << idsJson(tokenizer->encode(readText(value), special)) << "\n";
   } else if (mode == "--decode") {
     std::cout << tokenizer->decode(parseIds(value), !special);
+  } else if (mode == "--chat-json") {
+    const nlohmann::ordered_json cases = nlohmann::ordered_json::parse(readText(value));
+    if (!cases.is_array())
+      throw std::runtime_error(value + ": expected a JSON array of chats");
+    for (const nlohmann::ordered_json &chat : cases) {
+      nlohmann::ordered_json line;
+      try {
+        const std::string text = tokenizer->applyChatTemplate(
+            chat.at("messages"), chat.value("add_generation_prompt", false),
+            chat.value("extra", nlohmann::ordered_json::object()));
+        line["text"] = text;
+        line["ids"] = tokenizer->encode(text, /*addSpecialTokens=*/false);
+      } catch (const kiln::text::jinja::TemplateError &error) {
+        line["error"] = error.what();
+      }
+      std::cout << line.dump() << "\n";
+    }
   } else {
     const nlohmann::json texts = kiln::parseStrictJson(readText(value), value);
     if (!texts.is_array())

@@ -47,12 +47,18 @@ class Server:
         return response.status, data
 
     def complete(self, body):
-        status, data = self.request("POST", "/v1/completions", body)
+        return self.complete_at("/v1/completions", body)
+
+    def complete_at(self, path, body):
+        status, data = self.request("POST", path, body)
         return status, json.loads(data)
 
     def stream(self, body):
+        return self.stream_at("/v1/completions", body)
+
+    def stream_at(self, path, body):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        conn.request("POST", "/v1/completions", json.dumps(dict(body, stream=True)))
+        conn.request("POST", path, json.dumps(dict(body, stream=True)))
         response = conn.getresponse()
         events = []
         for raw in response.read().decode("utf-8").split("\n\n"):
@@ -193,6 +199,38 @@ if a["choices"][0]["token_ids"] != b["choices"][0]["token_ids"]:
     fail("the same seed sampled differently")
 print("a seed reproduces a sampled reply")
 
+# Chat: the messages through the tokenizer's chat template (kiln-tokenize
+# renders the same ids), the reply as an assistant message or deltas.
+chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "안녕? What's 🚀"}]
+tools = [{"type": "function", "function": {"name": "ls", "parameters": {"type": "object"}}}]
+with open(os.path.join(os.environ.get("TMPDIR", "/tmp"), f"kiln-chat-{os.getpid()}.json"), "w") as f:
+    json.dump([{"messages": chat, "add_generation_prompt": True, "extra": {"tools": tools}}], f)
+    chat_file = f.name
+rendered = json.loads(subprocess.run(["kiln-tokenize", TOK, "--chat-json", chat_file], check=True,
+                                     capture_output=True).stdout)
+os.remove(chat_file)
+chat_reference = until_eos(kiln_run(rendered["ids"], 10))
+status, body = server.complete_at("/v1/chat/completions", {"messages": chat, "tools": tools,
+                                                           "max_tokens": 10, "temperature": 0})
+choice = body["choices"][0] if status == 200 else {}
+if status != 200 or choice["token_ids"] != chat_reference or body["object"] != "chat.completion" \
+        or choice["message"]["role"] != "assistant" or \
+        body["usage"]["prompt_tokens"] != len(rendered["ids"]):
+    fail(f"chat: {status} {body} against {chat_reference}")
+events = server.stream_at("/v1/chat/completions", {"messages": chat, "tools": tools,
+                                                   "max_tokens": 10, "temperature": 0})
+chunks = [json.loads(e) for e in events[:-1]]
+if chunks[0]["choices"][0]["delta"].get("role") != "assistant" or \
+        "".join(c["choices"][0]["delta"].get("content", "") for c in chunks) != \
+        choice["message"]["content"] or chunks[0]["object"] != "chat.completion.chunk":
+    fail(f"chat stream: {chunks}")
+status, body = server.complete_at("/v1/chat/completions",
+                                  {"messages": [{"role": "robot", "content": "beep"}]})
+if status != 400 or "Unknown role: robot" not in body["error"]["message"]:
+    fail(f"chat with a role the template refuses: {status} {body}")
+print("chat: the template's prompt, kiln-run's tokens, a message or deltas; the template's "
+      "refusal is a 400")
+
 # Bad requests: 400 naming the field, 404 for another model.
 for body, status_expected, param in [
         ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
@@ -226,7 +264,7 @@ while True:
         fail(f"the abandoned stream still holds its slot: {m}")
     time.sleep(0.05)
 ok = m['kiln_requests_total{status="ok"}']
-if ok != 9 + 4 + 1 + 1 + 2 or m['kiln_time_to_first_token_seconds_count'] < ok:
+if ok != 9 + 4 + 1 + 1 + 2 + 2 or m['kiln_time_to_first_token_seconds_count'] < ok:
     fail(f"metrics: {m}")
 print("a client gone mid-stream frees its slot; /metrics counts every request")
 server.stop()

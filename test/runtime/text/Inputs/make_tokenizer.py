@@ -5,6 +5,7 @@ added and special tokens, a BOS post-processor and a chat template.
 
   make_tokenizer.py DIR [--ignore-merges] [--string-merges] [--merges N]
                     [--vocab-size N]   (reserved special tokens up to N ids)
+                    [--chat-template FILE]
 """
 import argparse
 import collections
@@ -70,6 +71,7 @@ def main():
     parser.add_argument("--string-merges", action="store_true")
     parser.add_argument("--merges", type=int, default=600)
     parser.add_argument("--vocab-size", type=int, default=0)
+    parser.add_argument("--chat-template")
     args = parser.parse_args()
 
     byte_map = bytes_to_unicode()
@@ -161,6 +163,9 @@ def main():
         "model_max_length": 1048576,
         "tokenizer_class": "PreTrainedTokenizerFast",
     }
+    if args.chat_template:
+        with open(args.chat_template, encoding="utf-8") as f:
+            config["chat_template"] = f.read()
     os.makedirs(args.dir, exist_ok=True)
     with open(os.path.join(args.dir, "tokenizer.json"), "w", encoding="utf-8") as f:
         json.dump(tokenizer, f, ensure_ascii=False, indent=1)
