@@ -316,9 +316,6 @@ Config parseConfig(const std::string &jsonText, const std::string &source) {
     root = parseStrictJson(jsonText, source);
   } catch (const StrictJsonError &error) {
     throw ConfigError(error.what());
-  } catch (const json::parse_error &error) {
-    throw ConfigError(source + ": not valid JSON at byte " + std::to_string(error.byte) + ": " +
-                      error.what());
   }
   if (!root.is_object())
     throw ConfigError(source + ": expected a JSON object at the top level, got " + describe(root));

@@ -941,6 +941,14 @@ Artifact::Artifact(std::vector<uint8_t> bytes, std::string source)
 
   root_ = fb::GetArtifact(data);
   Checker(*root_, source_).run();
+  // The config every tool reads the model's sizes from.
+  const auto *config = root_->model()->config_json();
+  try {
+    facts_ =
+        readModelFacts(config ? config->str() : std::string(), source_ + ": model.config_json");
+  } catch (const std::runtime_error &error) {
+    throw ArtifactError(error.what());
+  }
 }
 
 Artifact Artifact::fromBytes(std::vector<uint8_t> bytes, std::string source) {

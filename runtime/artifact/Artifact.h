@@ -11,6 +11,7 @@
 // one-line reason that starts with the file's name.
 #pragma once
 
+#include "runtime/artifact/ModelFacts.h"
 #include "runtime/artifact/Version.h"
 #include "runtime/artifact/kiln_artifact_generated.h"
 #include "runtime/core/DType.h"
@@ -69,11 +70,16 @@ public:
   // choice), which no plan step names.
   std::optional<uint32_t> findKernel(std::string_view name) const;
 
+  // What model.config_json says of the model (ModelFacts.h), read and
+  // checked at load.
+  const ModelFacts &modelFacts() const { return facts_; }
+
 private:
   Artifact(std::vector<uint8_t> bytes, std::string source);
 
   std::vector<uint8_t> bytes_;
   std::string source_;
+  ModelFacts facts_;
   // Points into bytes_ (a vector's heap buffer survives a move).
   const artifact::Artifact *root_ = nullptr;
 };

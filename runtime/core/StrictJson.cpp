@@ -47,7 +47,20 @@ json parseStrictJson(std::string_view text, const std::string &source) {
     }
     return true;
   };
-  return json::parse(text.begin(), text.end(), callback);
+  // nlohmann's messages quote the token they stopped at, however long (a
+  // number of 50 MB digits): the reason is cut to a readable length.
+  const auto cut = [](const std::string &reason) {
+    return reason.size() > 240 ? reason.substr(0, 240) + "... (cut)" : reason;
+  };
+  try {
+    return json::parse(text.begin(), text.end(), callback);
+  } catch (const json::parse_error &error) {
+    throw StrictJsonError(source + ": not valid JSON at byte " + std::to_string(error.byte) + ": " +
+                          cut(error.what()));
+  } catch (const json::exception &error) {
+    // A number past what 64 bits or a double hold, and the like.
+    throw StrictJsonError(source + ": not valid JSON: " + cut(error.what()));
+  }
 }
 
 } // namespace kiln

@@ -23,8 +23,9 @@ struct StrictJsonError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// Parses `text` as nlohmann::json::parse does (its parse errors are thrown as
-// they are, for the caller to word), with the limits above.
+// Parses `text` as nlohmann::json::parse does, with the limits above. Every
+// failure is a StrictJsonError: "<source>: not valid JSON at byte N: <why,
+// cut to a readable length>" for what nlohmann refuses.
 nlohmann::json parseStrictJson(std::string_view text, const std::string &source);
 
 } // namespace kiln

@@ -26,7 +26,7 @@
 
 #include "runtime/artifact/Artifact.h"
 #include "runtime/comm/RankInfo.h"
-#include "runtime/engine/ModelFacts.h"
+#include "runtime/artifact/ModelFacts.h"
 #include "runtime/engine/WeightBinder.h"
 
 #include <cstdint>

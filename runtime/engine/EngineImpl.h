@@ -7,7 +7,7 @@
 #include "runtime/engine/Backend.h"
 #include "runtime/engine/DeviceGreedy.h"
 #include "runtime/engine/Engine.h"
-#include "runtime/engine/ModelFacts.h"
+#include "runtime/artifact/ModelFacts.h"
 
 #include <map>
 #include <memory>

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cctype>
 #include <chrono>
 #include <cstring>
 #include <limits>
@@ -157,7 +158,49 @@ std::vector<std::string> tensorNames(const WeightSpec &spec) {
   return names;
 }
 
+namespace {
+
+// The N of "layers.N." in a tensor name (Hugging Face's naming of decoder
+// layers), or -1.
+int64_t layerOf(const std::string &name) {
+  static const std::string kLayers = "layers.";
+  for (size_t at = name.find(kLayers); at != std::string::npos; at = name.find(kLayers, at + 1)) {
+    if (at > 0 && name[at - 1] != '.')
+      continue;
+    size_t end = at + kLayers.size();
+    int64_t layer = 0;
+    bool digits = false;
+    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end])) &&
+           layer < (1 << 24)) {
+      layer = layer * 10 + (name[end++] - '0');
+      digits = true;
+    }
+    if (digits && end < name.size() && name[end] == '.')
+      return layer;
+  }
+  return -1;
+}
+
+} // namespace
+
+void checkNoLayersBeyond(const std::vector<WeightSpec> &specs, const WeightSource &source) {
+  int64_t last = -1;
+  for (const WeightSpec &spec : specs)
+    for (const std::string &name : tensorNames(spec))
+      last = std::max(last, layerOf(name));
+  if (last < 0)
+    return;
+  for (const std::string &name : source.tensorNames())
+    if (const int64_t layer = layerOf(name); layer > last)
+      throw RuntimeError(source.description() + " holds " + quoted(name) + " of layer " +
+                         std::to_string(layer) + ", but the artifact's model has layers 0.." +
+                         std::to_string(last) +
+                         " (was it compiled from a config with fewer layers than the "
+                         "checkpoint's? num_hidden_layers)");
+}
+
 void checkWeights(const std::vector<WeightSpec> &specs, const WeightSource &source) {
+  checkNoLayersBeyond(specs, source);
   for (const WeightSpec &spec : specs) {
     checkSpec(spec);
     const TensorType expected{spec.dtype, spec.shape};

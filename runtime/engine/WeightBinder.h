@@ -45,7 +45,11 @@ std::vector<std::string> tensorNames(const WeightSpec &spec);
 // adds up) and against the source (every tensor present with the spec's
 // dtype and shape). Throws RuntimeError naming the first offending tensor,
 // with what was expected and what was found.
+// Also refuses a source holding a decoder layer ("layers.N." in a tensor's
+// name) past the last the specs use: the artifact's config has fewer layers
+// than the checkpoint, whose last layers would silently go unused.
 void checkWeights(const std::vector<WeightSpec> &specs, const WeightSource &source);
+void checkNoLayersBeyond(const std::vector<WeightSpec> &specs, const WeightSource &source);
 
 // Bytes done out of the total; called from one thread at a time.
 using BindProgress = std::function<void(uint64_t done, uint64_t total)>;

@@ -1,7 +1,7 @@
 #include "runtime/engine/WeightSource.h"
 
+#include "runtime/artifact/ModelFacts.h"
 #include "runtime/cpu/RuntimeError.h"
-#include "runtime/engine/ModelFacts.h"
 #include "runtime/engine/SyntheticWeights.h"
 #include "runtime/safetensors/Checkpoint.h"
 #include "runtime/safetensors/NonFinite.h"
@@ -39,6 +39,8 @@ public:
                           static_cast<uint64_t>(reinterpret_cast<uintptr_t>(tensor.bytes.data)));
   }
 
+  std::vector<std::string> tensorNames() const override { return checkpoint_.tensorNames(); }
+
 private:
   Checkpoint checkpoint_;
 };
@@ -51,6 +53,7 @@ public:
   std::optional<TensorType> find(const std::string &name) const override {
     return inner_->find(name);
   }
+  std::vector<std::string> tensorNames() const override { return inner_->tensorNames(); }
   ByteView read(const std::string &name, std::vector<uint8_t> &scratch) const override {
     const ByteView bytes = inner_->read(name, scratch);
     const std::optional<TensorType> type = inner_->find(name);

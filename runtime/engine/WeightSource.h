@@ -36,6 +36,9 @@ public:
   virtual std::optional<std::pair<size_t, uint64_t>> storageOrder(const std::string &) const {
     return std::nullopt;
   }
+  // Every tensor the source holds, where it can list them (a checkpoint);
+  // empty where it makes them on demand.
+  virtual std::vector<std::string> tensorNames() const { return {}; }
 };
 
 // Opens a checkpoint directory (see Checkpoint); RuntimeError if unreadable.

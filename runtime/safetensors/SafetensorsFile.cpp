@@ -218,8 +218,6 @@ json parseJsonRejectingDuplicates(std::string_view text, const std::string &sour
     return parseStrictJson(text, source);
   } catch (const StrictJsonError &error) {
     throw SafetensorsError(error.what());
-  } catch (const json::exception &error) {
-    throw SafetensorsError(source + ": JSON parse error: " + error.what());
   }
 }
 

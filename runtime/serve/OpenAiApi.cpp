@@ -67,7 +67,7 @@ json parseBody(const std::string &text, std::initializer_list<const char *> know
   try {
     body = parseStrictJson(text, "the request body");
   } catch (const std::exception &error) {
-    throw ApiError(400, std::string("the request body is not JSON: ") + error.what());
+    throw ApiError(400, error.what());
   }
   if (!body.is_object())
     throw ApiError(400, "the request body must be a JSON object");

@@ -48,13 +48,7 @@ json readJson(const std::string &path) {
   in.read(text.data(), static_cast<std::streamsize>(size));
   if (!in)
     fail(path, "could not be read");
-  try {
-    return parseStrictJson(text, path);
-  } catch (const StrictJsonError &) {
-    throw;
-  } catch (const json::exception &error) {
-    fail(path, std::string("not JSON: ") + error.what());
-  }
+  return parseStrictJson(text, path);
 }
 
 // The field `key` of `object` (at `where`) as a `T`, or `fallback` where it

@@ -2,7 +2,7 @@
 // (runtime/serve/).
 #include "runtime/artifact/Artifact.h"
 #include "runtime/engine/Engine.h"
-#include "runtime/engine/ModelFacts.h"
+#include "runtime/artifact/ModelFacts.h"
 #include "runtime/serve/Scheduler.h"
 #include "runtime/serve/Server.h"
 #include "runtime/text/Tokenizer.h"

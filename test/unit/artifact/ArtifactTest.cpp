@@ -376,6 +376,23 @@ TEST(ArtifactTest, WrongIdentifier) {
                       "identifier 'G\\x00UF'");
 }
 
+TEST(ArtifactTest, AConfigWithoutTheModelsSizesIsRefusedAtLoad) {
+  // What every tool reads of the model (ModelFacts.h) is checked with the
+  // rest of the artifact, so that kiln-dump and kiln-check refuse what
+  // kiln-run would.
+  TestArtifact a = minimalArtifact();
+  a.configJson = R"({"model_type":"muse_spark","vocab_size":64})";
+  std::string message = loadError(a);
+  expectOneLine(message);
+  EXPECT_CONTAINS_ALL(message, "model.config_json: field 'max_position_embeddings'",
+                      "expected a positive integer, got nothing");
+  a.configJson = R"({"model_type":"muse_spark","vocab_size":"many","max_position_embeddings":8})";
+  EXPECT_CONTAINS_ALL(loadError(a),
+                      "field 'vocab_size': expected a positive integer, got \"many\"");
+  a.configJson = std::string(100000, '[') + std::string(100000, ']');
+  EXPECT_CONTAINS_ALL(loadError(a), "model.config_json", "nesting deeper than");
+}
+
 TEST(ArtifactTest, WrongSchemaMajor) {
   TestArtifact a = minimalArtifact();
   a.schemaMajor = 2;
@@ -1042,6 +1059,18 @@ TEST_F(ArtifactFileTest, KilnDumpPrintsASummary) {
                       "scalars: T, past, 7",
                       "[2] copy arena+8192 F32[32, 64] -> arena+0 BF16[32, 128]",
                       "steps (shapes at T=1):", "arena+0 BF16[16, 128]");
+}
+
+TEST_F(ArtifactFileTest, KilnDumpRefusesWhatKilnRunRefuses) {
+  TestArtifact a = minimalArtifact();
+  a.configJson = R"({"model_type":"muse_spark","max_position_embeddings":8})";
+  const std::vector<uint8_t> bytes = serialize(a);
+  const std::string path = dir_ + "/no-vocab.kiln";
+  writeFileAtomically(path, bytes.data(), bytes.size());
+  std::ostringstream out, err;
+  EXPECT_EQ(kilnDumpMain({path}, out, err), 1);
+  EXPECT_CONTAINS_ALL(err.str(), "no-vocab.kiln: model.config_json: field 'vocab_size'");
+  EXPECT_EQ(out.str(), "");
 }
 
 TEST_F(ArtifactFileTest, KilnDumpPrintsSharedMemoryAndTensorMaps) {

@@ -109,7 +109,10 @@ struct TestArtifact {
   std::vector<std::string> features = {"amx-bf16", "avx512bf16"};
   // Model.
   bool hasModel = true;
-  std::string modelName = "muse-spark-test", configJson = "{}", weightFormat = "bf16";
+  std::string modelName = "muse-spark-test", weightFormat = "bf16";
+  // What every artifact's config must say (ModelFacts.h).
+  std::string configJson =
+      R"({"model_type":"muse_spark","vocab_size":64,"max_position_embeddings":4096})";
   // Layout.
   bool hasLayout = true;
   int32_t tp = 1, ep = 1, world = 1, rank = 0;
@@ -272,7 +275,8 @@ inline TestArtifact minimalArtifact() {
   using fb::DType;
   using fb::ScalarKind;
   TestArtifact a;
-  a.configJson = R"({"hidden_size":128,"vocab_size":64})";
+  a.configJson =
+      R"({"model_type":"muse_spark","hidden_size":128,"vocab_size":64,"max_position_embeddings":4096})";
   // One [64, 128] bf16 projection, AMX-blocked.
   a.weights.push_back({"model.layers.0.mlp.up_proj.weight",
                        0,

@@ -54,7 +54,7 @@ protected:
     info.triple = "nvptx64-nvidia-cuda";
     info.chip = "sm_90a";
     info.modelName = "muse-spark-test";
-    info.configJson = "{}";
+    info.configJson = R"({"model_type":"muse_spark","vocab_size":64,"max_position_embeddings":64})";
     info.weightFormat = "bf16";
     return info;
   }

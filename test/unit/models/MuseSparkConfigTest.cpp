@@ -400,6 +400,16 @@ TEST(MuseSparkConfigReject, MalformedJson) {
   EXPECT_TRUE(mentions(errorOfText("{\"vocab_size\": 12,}"), "not valid JSON"));
 }
 
+TEST(MuseSparkConfigReject, ANumberPastAnyTypeIsAConfigErrorCutShort) {
+  // Found by kiln-config-fuzz: nlohmann's out_of_range escaped parseConfig,
+  // quoting all of the number.
+  const std::string text = "{\"vocab_size\": " + std::string(100000, '6') + "}";
+  const std::string message = errorOfText(text);
+  EXPECT_TRUE(mentions(message, "test.json: not valid JSON: "));
+  EXPECT_TRUE(mentions(message, "number overflow"));
+  EXPECT_LT(message.size(), 400u);
+}
+
 TEST(MuseSparkConfigReject, TopLevelNotAnObject) {
   EXPECT_TRUE(mentions(errorOfText("[1, 2, 3]"), "test.json: expected a JSON "
                                                  "object"));

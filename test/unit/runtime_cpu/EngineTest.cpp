@@ -310,8 +310,13 @@ TEST_F(EngineTest, OnlyOneEntryPoint) {
 TEST_F(EngineTest, CheckpointWeightsMatchSynthetic) {
   std::string dir = ::testing::TempDir() + "/kiln-engine-XXXXXX";
   ASSERT_NE(::mkdtemp(dir.data()), nullptr);
-  muse_spark::writeSyntheticCheckpoint(muse_spark::loadConfig("muse-spark-tiny"),
-                                       muse_spark::WeightFormat::BF16, 5, dir, uint64_t{2} << 20);
+  // The test artifact holds layer 0 of tiny: its checkpoint, one layer (a
+  // checkpoint with layers the artifact lacks is refused).
+  muse_spark::Config oneLayer = muse_spark::loadConfig("muse-spark-tiny");
+  oneLayer.numHiddenLayers = 1;
+  oneLayer.globalAttentionPeriod = 1;
+  muse_spark::writeSyntheticCheckpoint(oneLayer, muse_spark::WeightFormat::BF16, 5, dir,
+                                       uint64_t{2} << 20);
   EngineOptions options;
   options.weights = dir;
   uint64_t lastDone = 0, lastTotal = 0;

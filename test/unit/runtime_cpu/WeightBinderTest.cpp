@@ -8,7 +8,7 @@
 #include "runtime/core/Float.h"
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/cpu/ThreadPool.h"
-#include "runtime/engine/ModelFacts.h"
+#include "runtime/artifact/ModelFacts.h"
 #include "runtime/engine/WeightLayout.h"
 #include "runtime/engine/WeightSource.h"
 #include "runtime/safetensors/Checkpoint.h"
@@ -366,7 +366,7 @@ TEST(ModelFactsTest, ReadsTheConfigsFieldsAndNamesWhatIsWrong) {
   });
   EXPECT_HAS(message, "field 'vocab_size': expected a positive integer, got \"xxx");
   EXPECT_LT(message.size(), 200u);
-  EXPECT_HAS(runtimeErrorOf([] { readModelFacts("{", "c.json"); }), "c.json: not JSON");
+  EXPECT_HAS(runtimeErrorOf([] { readModelFacts("{", "c.json"); }), "c.json: not valid JSON at byte 2");
 }
 
 TEST_F(WeightBinderTest, Nvfp4Synthetic) {

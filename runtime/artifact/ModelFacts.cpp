@@ -1,4 +1,4 @@
-#include "runtime/engine/ModelFacts.h"
+#include "runtime/artifact/ModelFacts.h"
 
 #include "runtime/artifact/Artifact.h"
 #include "runtime/core/StrictJson.h"
@@ -49,8 +49,6 @@ ModelFacts readModelFacts(const std::string &configJson, const std::string &sour
     config = parseStrictJson(configJson, source);
   } catch (const StrictJsonError &error) {
     throw RuntimeError(error.what());
-  } catch (const nlohmann::json::parse_error &error) {
-    throw RuntimeError(source + ": not JSON: " + error.what());
   }
   if (!config.is_object())
     throw RuntimeError(source + ": expected a JSON object, got " + describe(config));
@@ -65,11 +63,7 @@ ModelFacts readModelFacts(const std::string &configJson, const std::string &sour
   return facts;
 }
 
-ModelFacts readModelFacts(const Artifact &artifact) {
-  const auto *text = artifact->model() ? artifact->model()->config_json() : nullptr;
-  return readModelFacts(text ? text->str() : std::string(),
-                        artifact.source() + ": model.config_json");
-}
+ModelFacts readModelFacts(const Artifact &artifact) { return artifact.modelFacts(); }
 
 int64_t defaultContextLength(const ModelFacts &model) {
   return std::min<int64_t>(kDefaultContextLength, model.maxPositions);
