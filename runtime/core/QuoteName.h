@@ -7,7 +7,12 @@
 
 namespace kiln {
 
-// 'name', or its first 200 bytes then "...' (N bytes)".
+// `text` for a message: whole UTF-8 characters, bytes that are not UTF-8
+// and control characters as \xNN (\n, \t), at most about `maxBytes` of it
+// and then "... (N bytes)".
+std::string printableText(std::string_view text, size_t maxBytes);
+
+// 'name' (printableText), or its first 200 bytes then "...' (N bytes)".
 std::string quoteName(std::string_view name);
 
 } // namespace kiln

@@ -49,9 +49,7 @@ json parseStrictJson(std::string_view text, const std::string &source) {
   };
   // nlohmann's messages quote the token they stopped at, however long (a
   // number of 50 MB digits): the reason is cut to a readable length.
-  const auto cut = [](const std::string &reason) {
-    return reason.size() > 240 ? reason.substr(0, 240) + "... (cut)" : reason;
-  };
+  const auto cut = [](const std::string &reason) { return printableText(reason, 240); };
   try {
     return json::parse(text.begin(), text.end(), callback);
   } catch (const json::parse_error &error) {

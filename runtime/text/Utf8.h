@@ -3,6 +3,8 @@
 // character across two pieces of output.
 #pragma once
 
+#include "runtime/core/Utf8.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -10,16 +12,9 @@
 
 namespace kiln::text {
 
-// The offset of the first byte that does not belong to a well-formed UTF-8
-// sequence (overlong forms, surrogates and code points past U+10FFFF
-// included), or npos when all of `text` is UTF-8.
-size_t firstInvalidUtf8(std::string_view text);
-
-// "byte 17 (0xff) is not UTF-8", for messages.
-std::string describeInvalidUtf8(std::string_view text, size_t offset);
-
-// Appends the UTF-8 encoding of `codePoint` (at most U+10FFFF).
-void appendUtf8(std::string &out, uint32_t codePoint);
+using kiln::appendUtf8;
+using kiln::describeInvalidUtf8;
+using kiln::firstInvalidUtf8;
 
 // Text decoded token by token: push() takes the bytes of the next tokens and
 // returns the longest prefix of whole characters not returned yet; a

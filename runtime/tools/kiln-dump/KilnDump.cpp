@@ -1,4 +1,5 @@
 #include "runtime/tools/kiln-dump/KilnDump.h"
+#include "runtime/core/QuoteName.h"
 
 #include "runtime/artifact/ArtifactMemory.h"
 
@@ -394,7 +395,7 @@ int kilnDumpMain(const std::vector<std::string> &args, std::ostream &out, std::o
     } else if (arg == "--steps") {
       options.steps = true;
     } else if (arg.size() > 1 && arg[0] == '-') {
-      err << "kiln-dump: unknown option '" << arg << "'\n" << kUsage;
+      err << "kiln-dump: unknown option " << quoteName(arg) << "\n" << kUsage;
       return 2;
     } else {
       files.push_back(arg);

@@ -1,4 +1,5 @@
 #include "runtime/tools/kiln-run/KilnRun.h"
+#include "runtime/core/QuoteName.h"
 
 #include "runtime/artifact/Artifact.h"
 #include "runtime/comm/Collectives.h"
@@ -101,8 +102,8 @@ Int parseInteger(const std::string &flag, const std::string &text, Int min, Int 
   const char *end = text.data() + text.size();
   auto [ptr, error] = std::from_chars(text.data(), end, value);
   if (text.empty() || error != std::errc() || ptr != end || value < min || value > max)
-    throw UsageError(flag + ": '" + text + "' is not an integer in " + std::to_string(min) + ".." +
-                     std::to_string(max));
+    throw UsageError(flag + ": " + quoteName(text) + " is not an integer in " +
+                     std::to_string(min) + ".." + std::to_string(max));
   return value;
 }
 
@@ -110,7 +111,7 @@ double parseNumber(const std::string &flag, const std::string &text) {
   char *end = nullptr;
   const double value = std::strtod(text.c_str(), &end);
   if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value))
-    throw UsageError(flag + ": '" + text + "' is not a number");
+    throw UsageError(flag + ": " + quoteName(text) + " is not a number");
   return value;
 }
 
@@ -135,9 +136,9 @@ Options parseArgs(const std::vector<std::string> &args) {
   Options options;
   std::map<std::string, std::string> values;
   static const char *const kFlags[] = {
-      "--weights", "--prompt-ids", "--max-new-tokens", "--temperature", "--top-p",
-      "--seed",    "--context",    "--threads",        "--device",      "--nproc",
-      "--tokenizer", "--prompt",   "--prompt-file"};
+      "--weights",   "--prompt-ids", "--max-new-tokens", "--temperature", "--top-p",
+      "--seed",      "--context",    "--threads",        "--device",      "--nproc",
+      "--tokenizer", "--prompt",     "--prompt-file"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -150,9 +151,9 @@ Options parseArgs(const std::vector<std::string> &args) {
     }
     if (arg.size() < 2 || arg.compare(0, 2, "--") != 0 || arg == "--") {
       if (arg.size() > 1 && arg[0] == '-')
-        throw UsageError("unknown option '" + arg + "'");
+        throw UsageError("unknown option " + quoteName(arg));
       if (!options.artifact.empty())
-        throw UsageError("unexpected argument '" + arg + "' (one artifact only)");
+        throw UsageError("unexpected argument " + quoteName(arg) + " (one artifact only)");
       options.artifact = arg;
       continue;
     }
@@ -162,7 +163,7 @@ Options parseArgs(const std::vector<std::string> &args) {
     for (const char *name : kFlags)
       known = known || flag == name;
     if (!known)
-      throw UsageError("unknown option '" + flag + "'");
+      throw UsageError("unknown option " + quoteName(flag));
     std::string value;
     if (equals != std::string::npos) {
       value = arg.substr(equals + 1);
@@ -312,13 +313,15 @@ int run(const Options &options, std::ostream &out, std::ostream &err, bool errIs
     tokenizer = text::Tokenizer::load(options.tokenizer);
     if (tokenizer->idLimit() > model.vocabSize)
       throw std::runtime_error("--tokenizer: " + tokenizer->source() + " has " +
-                               std::to_string(tokenizer->idLimit()) + " token ids; the model's "
-                               "vocabulary has " + std::to_string(model.vocabSize));
+                               std::to_string(tokenizer->idLimit()) +
+                               " token ids; the model's "
+                               "vocabulary has " +
+                               std::to_string(model.vocabSize));
     if (options.prompt || options.promptFile) {
       promptFlag = options.prompt ? "--prompt" : "--prompt-file";
       try {
-        promptIds =
-            tokenizer->encode(options.prompt ? *options.prompt : readPromptFile(*options.promptFile));
+        promptIds = tokenizer->encode(options.prompt ? *options.prompt
+                                                     : readPromptFile(*options.promptFile));
       } catch (const std::runtime_error &error) {
         throw std::runtime_error(promptFlag + ": " + error.what());
       }

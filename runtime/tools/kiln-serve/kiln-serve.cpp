@@ -1,8 +1,9 @@
 // kiln-serve: an OpenAI-compatible HTTP server over a Kiln artifact
 // (runtime/serve/).
 #include "runtime/artifact/Artifact.h"
-#include "runtime/engine/Engine.h"
 #include "runtime/artifact/ModelFacts.h"
+#include "runtime/core/QuoteName.h"
+#include "runtime/engine/Engine.h"
 #include "runtime/serve/Scheduler.h"
 #include "runtime/serve/Server.h"
 #include "runtime/text/Tokenizer.h"
@@ -68,7 +69,7 @@ int64_t integer(const std::string &flag, const std::string &text, int64_t low, i
   const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
   if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < low ||
       value > high)
-    throw UsageError(flag + ": '" + text.substr(0, 40) + "' is not an integer in " +
+    throw UsageError(flag + ": " + kiln::quoteName(text) + " is not an integer in " +
                      std::to_string(low) + ".." + std::to_string(high));
   return value;
 }
@@ -98,7 +99,7 @@ int run(const std::vector<std::string> &args) {
     for (const char *name : kFlags)
       known = known || flag == name;
     if (!known)
-      throw UsageError("unknown option '" + flag.substr(0, 100) + "'");
+      throw UsageError("unknown option " + kiln::quoteName(flag));
     std::string value;
     if (equals != std::string::npos)
       value = arg.substr(equals + 1);
