@@ -2,6 +2,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <fstream>
+#include <stdexcept>
 #include <sys/stat.h>
 
 namespace kiln {
@@ -19,6 +21,25 @@ std::string inputFileProblem(const std::string &path) {
                      : S_ISBLK(info.st_mode)  ? "a block device"
                                               : "a special file";
   return std::string(what) + ", not a regular file";
+}
+
+std::string readInputFile(const std::string &path, uint64_t maxBytes, const std::string &what) {
+  if (const std::string problem = inputFileProblem(path); !problem.empty())
+    throw std::runtime_error(path + ": " + problem);
+  std::ifstream in(path, std::ios::binary);
+  if (!in)
+    throw std::runtime_error(path + ": cannot be opened: " + std::strerror(errno));
+  in.seekg(0, std::ios::end);
+  const auto size = static_cast<uint64_t>(in.tellg());
+  if (size > maxBytes)
+    throw std::runtime_error(path + ": " + std::to_string(size) + " bytes, more than " + what +
+                             " may hold (at most " + std::to_string(maxBytes) + ")");
+  in.seekg(0);
+  std::string text(size, '\0');
+  in.read(text.data(), static_cast<std::streamsize>(size));
+  if (!in)
+    throw std::runtime_error(path + ": could not be read");
+  return text;
 }
 
 } // namespace kiln

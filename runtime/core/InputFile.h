@@ -4,6 +4,7 @@
 // tool before any check. stat(2) does not block.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace kiln {
@@ -12,5 +13,10 @@ namespace kiln {
 // it is no input file, for an error message: "no such file or directory",
 // "a FIFO, not a regular file".
 std::string inputFileProblem(const std::string &path);
+
+// The whole of the regular file at `path`, at most `maxBytes`. Throws
+// std::runtime_error "<path>: <why>" (inputFileProblem's reasons, "N bytes,
+// more than <what> may hold (at most M)", a read that fails).
+std::string readInputFile(const std::string &path, uint64_t maxBytes, const std::string &what);
 
 } // namespace kiln

@@ -21,12 +21,6 @@ constexpr size_t kJitLogBytes = 16 * 1024;
 
 static_assert(sizeof(TensorMap) == gpu::kTensorMapBytes);
 
-std::string gibibytes(uint64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
-  return text;
-}
-
 CUstream cuStream(gpu::Stream stream) { return static_cast<CUstream>(stream); }
 CUevent cuEvent(gpu::Event event) { return static_cast<CUevent>(event); }
 
@@ -59,7 +53,7 @@ CudaDriverTable::CudaDriverTable(std::shared_ptr<const CudaDriver> driver, int o
   size_t bytes = 0;
   driver_->check(api().cuDeviceTotalMem(&bytes, handle_), "cuDeviceTotalMem_v2", context);
   device.description = device.name + " (compute capability " + std::to_string(major_) + "." +
-                       std::to_string(minor_) + ", " + gibibytes(bytes) + ", device " +
+                       std::to_string(minor_) + ", " + gpu::gibibytes(bytes) + ", device " +
                        std::to_string(ordinal) + ")";
 }
 

@@ -1,5 +1,6 @@
 #include "runtime/gpu/DriverTable.h"
 
+#include <cstdio>
 #include <stdexcept>
 
 namespace kiln::gpu {
@@ -13,6 +14,12 @@ namespace {
 }
 
 } // namespace
+
+std::string gibibytes(uint64_t bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+  return text;
+}
 
 CallResult DriverTable::copy2D(DeviceAddress, uint64_t, DeviceAddress, uint64_t, uint64_t, uint64_t,
                                Stream) {

@@ -177,6 +177,9 @@ protected:
   DeviceLimits device_;
 };
 
+// "139.8 GiB": a device's memory in its description.
+std::string gibibytes(uint64_t bytes);
+
 // The bytes of one tensor map in device memory (a CUtensorMap).
 constexpr uint64_t kTensorMapBytes = 128;
 

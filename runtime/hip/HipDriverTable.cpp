@@ -14,12 +14,6 @@ namespace {
 
 using gpu::CallResult;
 
-std::string gibibytes(uint64_t bytes) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
-  return text;
-}
-
 void *pointer(DeviceAddress address) {
   return reinterpret_cast<void *>(static_cast<uintptr_t>(address));
 }
@@ -73,7 +67,7 @@ HipDriverTable::HipDriverTable(std::shared_ptr<const HipDriver> driver, int ordi
   device.loadName = device.name + " (" + gcnArchName_ + ")";
   device.description = device.name + " (" + gcnArchName_ + ", " +
                        std::to_string(device.multiprocessors) + " compute units, " +
-                       gibibytes(properties.totalGlobalMem) + ", device " +
+                       gpu::gibibytes(properties.totalGlobalMem) + ", device " +
                        std::to_string(ordinal) + ")";
 }
 

@@ -11,8 +11,6 @@
 
 #include <algorithm>
 #include <cctype>
-#include <fstream>
-#include <sstream>
 #include <stdexcept>
 #include <sys/stat.h>
 
@@ -33,22 +31,7 @@ constexpr uint64_t kMaxFileBytes = uint64_t{1} << 30;
 }
 
 json readJson(const std::string &path) {
-  if (const std::string problem = inputFileProblem(path); !problem.empty())
-    fail(path, problem);
-  std::ifstream in(path, std::ios::binary);
-  if (!in)
-    fail(path, "cannot be opened");
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<uint64_t>(in.tellg());
-  if (size > kMaxFileBytes)
-    fail(path, std::to_string(size) + " bytes, more than any tokenizer file (at most " +
-                   std::to_string(kMaxFileBytes) + ")");
-  in.seekg(0);
-  std::string text(size, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(size));
-  if (!in)
-    fail(path, "could not be read");
-  return parseStrictJson(text, path);
+  return parseStrictJson(readInputFile(path, kMaxFileBytes, "a tokenizer file"), path);
 }
 
 // The field `key` of `object` (at `where`) as a `T`, or `fallback` where it
@@ -340,10 +323,7 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string &path) {
         configFile.substr(0, configFile.size() - std::string("tokenizer_config.json").size()) +
         "chat_template.jinja";
     if (source.empty() && inputFileProblem(beside).empty()) {
-      std::ifstream in(beside, std::ios::binary);
-      std::stringstream text;
-      text << in.rdbuf();
-      source = text.str();
+      source = readInputFile(beside, kMaxFileBytes, "a chat template");
     }
     if (!source.empty()) {
       try {

@@ -15,7 +15,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -286,20 +285,11 @@ double msSince(Clock::time_point start, Clock::time_point end) {
 
 // A prompt file's text, read whole (at most 1 GiB).
 std::string readPromptFile(const std::string &path) {
-  if (const std::string problem = inputFileProblem(path); !problem.empty())
-    throw std::runtime_error("--prompt-file: " + path + ": " + problem);
-  std::ifstream in(path, std::ios::binary);
-  in.seekg(0, std::ios::end);
-  const auto size = static_cast<uint64_t>(in.tellg());
-  if (!in || size > (uint64_t{1} << 30))
-    throw std::runtime_error("--prompt-file: " + path +
-                             (in ? ": more than 1 GiB of text" : ": cannot be read"));
-  in.seekg(0);
-  std::string text(size, '\0');
-  in.read(text.data(), static_cast<std::streamsize>(size));
-  if (!in)
-    throw std::runtime_error("--prompt-file: " + path + ": cannot be read");
-  return text;
+  try {
+    return readInputFile(path, uint64_t{1} << 30, "a prompt");
+  } catch (const std::runtime_error &error) {
+    throw std::runtime_error(std::string("--prompt-file: ") + error.what());
+  }
 }
 
 int run(const Options &options, std::ostream &out, std::ostream &err, bool errIsTerminal) {

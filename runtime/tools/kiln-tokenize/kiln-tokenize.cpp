@@ -7,9 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include <charconv>
-#include <fstream>
 #include <iostream>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -40,15 +38,9 @@ Muse Spark checkpoints ship it.
   --help               this text
 )";
 
+// A text or JSON file of the user's, whole (at most 1 GiB).
 std::string readText(const std::string &path) {
-  if (const std::string problem = kiln::inputFileProblem(path); !problem.empty())
-    throw std::runtime_error(path + ": " + problem);
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream text;
-  text << in.rdbuf();
-  if (!in)
-    throw std::runtime_error(path + ": could not be read");
-  return text.str();
+  return kiln::readInputFile(path, uint64_t{1} << 30, "a text to tokenize");
 }
 
 std::vector<int32_t> parseIds(const std::string &text) {
