@@ -166,6 +166,20 @@ if command -v compute-sanitizer >/dev/null; then
   sanitize memcheck tiny-wide.p512 synthetic:7 600
   sanitize racecheck tiny-wide.p512 synthetic:7 600
 fi
+
+# kiln-serve on small NVFP4's 24 conversation slots, driven as a client would
+# (test/runtime/serve/Inputs/serve_check.py: concurrent requests give exactly
+# kiln-run's tokens, streaming, chat, 429, ...), where the tools are built.
+if [ -x "$BIN/kiln-serve" ] && [ -x "$BIN/kiln-tokenize" ] && command -v python3 >/dev/null; then
+  echo "== kiln-serve, small nvfp4, 24 slots"
+  root=$(cd "$(dirname "$0")/.." && pwd)
+  python3 "$root/test/runtime/text/Inputs/make_tokenizer.py" "$work/tok" --vocab-size 32000 \
+    --chat-template "$root/test/runtime/text/Inputs/chat_headers.jinja" &&
+    PATH="$BIN:$PATH" python3 "$root/test/runtime/serve/Inputs/serve_check.py" \
+      "$DATA/small-nvfp4.b24.sm_90.kiln" "$work/tok" || status=1
+else
+  echo "gpu-check: kiln-serve or kiln-tokenize not in $BIN: the server check is skipped"
+fi
 # Two GPUs: each layout's one artifact, as two processes (kiln-check --nproc
 # 2), against the interpreter and against the one-GPU artifact's own run;
 # then a rank killed and a rank stopped mid-decode must stop the job.
