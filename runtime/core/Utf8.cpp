@@ -1,5 +1,6 @@
 #include "runtime/core/Utf8.h"
 
+#include <algorithm>
 #include <cstdio>
 
 namespace kiln {
@@ -55,6 +56,19 @@ std::string describeInvalidUtf8(std::string_view text, size_t offset) {
   char hex[8];
   std::snprintf(hex, sizeof hex, "0x%02x", static_cast<uint8_t>(text[offset]));
   return "byte " + std::to_string(offset) + " (" + hex + ") is not UTF-8";
+}
+
+size_t utf8LengthOf(uint8_t lead) {
+  return lead < 0x80 ? 1 : lead < 0xe0 ? 2 : lead < 0xf0 ? 3 : 4;
+}
+
+uint32_t decodeUtf8At(std::string_view text, size_t at, size_t *length) {
+  const auto lead = static_cast<uint8_t>(text[at]);
+  *length = std::min(utf8LengthOf(lead), text.size() - at);
+  uint32_t codePoint = *length == 1 ? lead : lead & (0x3f >> (*length - 1));
+  for (size_t i = 1; i < *length; ++i)
+    codePoint = (codePoint << 6) | (static_cast<uint8_t>(text[at + i]) & 0x3f);
+  return codePoint;
 }
 
 void appendUtf8(std::string &out, uint32_t c) {

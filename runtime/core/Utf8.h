@@ -22,6 +22,12 @@ size_t firstInvalidUtf8(std::string_view text);
 // "byte 17 (0xff) is not UTF-8", for messages.
 std::string describeInvalidUtf8(std::string_view text, size_t offset);
 
+// Leniently, for text already checked (or where a bad byte may decode to
+// anything): the length its lead byte gives a sequence (1 to 4), and the
+// code point at `text[at]` with its length, cut at the text's end.
+size_t utf8LengthOf(uint8_t lead);
+uint32_t decodeUtf8At(std::string_view text, size_t at, size_t *length);
+
 // Appends the UTF-8 encoding of `codePoint` (at most U+10FFFF).
 void appendUtf8(std::string &out, uint32_t codePoint);
 

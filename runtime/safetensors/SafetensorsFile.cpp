@@ -2,6 +2,7 @@
 
 #include "runtime/core/InputFile.h"
 #include "runtime/core/StrictJson.h"
+#include "runtime/core/Utf8.h"
 
 #include <nlohmann/json.hpp>
 
@@ -35,49 +36,6 @@ uint64_t readLittleEndian64(const uint8_t *p) {
   for (int i = 7; i >= 0; --i)
     value = (value << 8) | p[i];
   return value;
-}
-
-// Index of the first byte that does not start a well-formed UTF-8 sequence
-// (overlong forms, surrogates and code points above U+10FFFF included), or
-// npos when the whole text is valid.
-size_t findInvalidUtf8(std::string_view text) {
-  const size_t n = text.size();
-  size_t i = 0;
-  while (i < n) {
-    const uint8_t lead = static_cast<uint8_t>(text[i]);
-    if (lead < 0x80) {
-      ++i;
-      continue;
-    }
-    size_t length;
-    uint32_t codePoint;
-    if ((lead & 0xE0) == 0xC0) {
-      length = 2;
-      codePoint = lead & 0x1F;
-    } else if ((lead & 0xF0) == 0xE0) {
-      length = 3;
-      codePoint = lead & 0x0F;
-    } else if ((lead & 0xF8) == 0xF0) {
-      length = 4;
-      codePoint = lead & 0x07;
-    } else {
-      return i;
-    }
-    if (n - i < length)
-      return i;
-    for (size_t k = 1; k < length; ++k) {
-      const uint8_t next = static_cast<uint8_t>(text[i + k]);
-      if ((next & 0xC0) != 0x80)
-        return i;
-      codePoint = (codePoint << 6) | (next & 0x3F);
-    }
-    static constexpr uint32_t kMinCodePoint[] = {0, 0, 0x80, 0x800, 0x10000};
-    if (codePoint < kMinCodePoint[length] || codePoint > 0x10FFFF ||
-        (codePoint >= 0xD800 && codePoint <= 0xDFFF))
-      return i;
-    i += length;
-  }
-  return std::string_view::npos;
 }
 
 std::string shapeString(const std::vector<int64_t> &shape) {
@@ -308,7 +266,7 @@ void SafetensorsFile::parse() {
 
   const std::string_view text(reinterpret_cast<const char *>(data_ + 8),
                               static_cast<size_t>(headerSize));
-  if (size_t bad = findInvalidUtf8(text); bad != std::string_view::npos)
+  if (size_t bad = firstInvalidUtf8(text); bad != std::string_view::npos)
     report.fail("header is not valid UTF-8 (bad byte at header offset " + std::to_string(bad) +
                 ")");
   // The reference implementation insists on '{' first; trailing spaces (the

@@ -1,6 +1,7 @@
 #include "runtime/text/BpeModel.h"
 
 #include "runtime/core/QuoteName.h"
+#include "runtime/core/Utf8.h"
 
 #include <limits>
 #include <stdexcept>
@@ -14,8 +15,6 @@ constexpr size_t kCacheWords = 1 << 16;
 uint64_t pairKey(int32_t left, int32_t right) {
   return (static_cast<uint64_t>(static_cast<uint32_t>(left)) << 32) | static_cast<uint32_t>(right);
 }
-
-size_t utf8Length(uint8_t lead) { return lead < 0x80 ? 1 : lead < 0xe0 ? 2 : lead < 0xf0 ? 3 : 4; }
 
 } // namespace
 
@@ -71,7 +70,7 @@ std::vector<int32_t> BpeModel::merge(std::string_view symbols) const {
   std::vector<int32_t> word;
   for (size_t at = 0; at < symbols.size();) {
     const size_t length =
-        std::min(utf8Length(static_cast<uint8_t>(symbols[at])), symbols.size() - at);
+        std::min(utf8LengthOf(static_cast<uint8_t>(symbols[at])), symbols.size() - at);
     const auto found = vocab_.find(std::string(symbols.substr(at, length)));
     if (found == vocab_.end())
       throw std::runtime_error(where_ + ": the symbol " + quoteName(symbols.substr(at, length)) +

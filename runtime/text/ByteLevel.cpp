@@ -45,13 +45,8 @@ std::string fromByteLevel(std::string_view symbols) {
   std::string out;
   for (size_t at = 0; at < symbols.size();) {
     // Symbols are UTF-8 of code points below U+0200: one or two bytes.
-    const auto lead = static_cast<uint8_t>(symbols[at]);
-    size_t length = lead < 0x80 ? 1 : lead < 0xe0 ? 2 : lead < 0xf0 ? 3 : 4;
-    if (at + length > symbols.size())
-      length = symbols.size() - at;
-    uint32_t codePoint = length == 1 ? lead : lead & (0x3f >> (length - 1));
-    for (size_t i = 1; i < length; ++i)
-      codePoint = (codePoint << 6) | (static_cast<uint8_t>(symbols[at + i]) & 0x3f);
+    size_t length = 0;
+    const uint32_t codePoint = decodeUtf8At(symbols, at, &length);
     const auto found = table.bytes.find(codePoint);
     if (found != table.bytes.end())
       out += static_cast<char>(found->second);

@@ -248,8 +248,10 @@ std::shared_ptr<const Tokenizer> Tokenizer::load(const std::string &path) {
       tokenizer->added_.begin(), tokenizer->added_.end(),
       [](const AddedToken &a, const AddedToken &b) { return a.content.size() > b.content.size(); });
   tokenizer->byId_.assign(static_cast<size_t>(tokenizer->idLimit_), nullptr);
-  for (const AddedToken &token : tokenizer->added_)
+  for (const AddedToken &token : tokenizer->added_) {
     tokenizer->byId_[static_cast<size_t>(token.id)] = &token;
+    tokenizer->byFirstByte_[static_cast<uint8_t>(token.content[0])].push_back(&token);
+  }
 
   // The post-processor: a TemplateProcessing of one sequence (or none).
   if (const auto found = root.find("post_processor"); found != root.end() && !found->is_null()) {
@@ -405,7 +407,8 @@ std::vector<int32_t> Tokenizer::encode(std::string_view text, bool addSpecialTok
   size_t start = 0; // of the ordinary text not yet encoded
   for (size_t at = 0; at < text.size();) {
     const AddedToken *match = nullptr;
-    for (const AddedToken &token : added_) {
+    for (const AddedToken *candidate : byFirstByte_[static_cast<uint8_t>(text[at])]) {
+      const AddedToken &token = *candidate;
       if (text.compare(at, token.content.size(), token.content) != 0)
         continue;
       const size_t end = at + token.content.size();

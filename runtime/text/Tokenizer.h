@@ -22,6 +22,7 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -93,6 +94,9 @@ private:
   std::vector<PreTokenizerStep> preTokenizer_;
   std::vector<AddedToken> added_;        // longest first
   std::vector<const AddedToken *> byId_; // per id, null where none
+  // The added tokens each first byte may start, longest first: encode()
+  // tries only these at each position (Llama 4 adds over a thousand).
+  std::array<std::vector<const AddedToken *>, 256> byFirstByte_;
   std::vector<int32_t> prefix_, suffix_; // the template's tokens around the text
   std::optional<int32_t> bos_, eos_;
   std::string bosText_, eosText_; // their names, for the chat template

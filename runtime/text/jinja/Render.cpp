@@ -1,5 +1,7 @@
 #include "runtime/text/jinja/Render.h"
 
+#include "runtime/core/Utf8.h"
+
 #include <algorithm>
 #include <cctype>
 #include <cmath>
@@ -15,37 +17,15 @@ struct ContinueLoop {};
 // A std::string as UTF-32 and back, for Python's indexing of strings.
 std::u32string codePoints(const std::string &text) {
   std::u32string out;
-  for (size_t at = 0; at < text.size();) {
-    const auto lead = static_cast<uint8_t>(text[at]);
-    const size_t length = lead < 0x80 ? 1 : lead < 0xe0 ? 2 : lead < 0xf0 ? 3 : 4;
-    char32_t c = length == 1 ? lead : lead & (0x3f >> (length - 1));
-    for (size_t i = 1; i < length && at + i < text.size(); ++i)
-      c = (c << 6) | (static_cast<uint8_t>(text[at + i]) & 0x3f);
-    out += c;
-    at += length;
-  }
+  for (size_t at = 0, length = 0; at < text.size(); at += length)
+    out += static_cast<char32_t>(decodeUtf8At(text, at, &length));
   return out;
 }
 
 std::string utf8(const std::u32string &text) {
   std::string out;
-  for (const char32_t c : text) {
-    if (c < 0x80) {
-      out += static_cast<char>(c);
-    } else if (c < 0x800) {
-      out += static_cast<char>(0xc0 | (c >> 6));
-      out += static_cast<char>(0x80 | (c & 0x3f));
-    } else if (c < 0x10000) {
-      out += static_cast<char>(0xe0 | (c >> 12));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (c & 0x3f));
-    } else {
-      out += static_cast<char>(0xf0 | (c >> 18));
-      out += static_cast<char>(0x80 | ((c >> 12) & 0x3f));
-      out += static_cast<char>(0x80 | ((c >> 6) & 0x3f));
-      out += static_cast<char>(0x80 | (c & 0x3f));
-    }
-  }
+  for (const char32_t c : text)
+    appendUtf8(out, c);
   return out;
 }
 

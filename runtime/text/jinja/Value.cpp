@@ -1,9 +1,10 @@
 #include "runtime/text/jinja/Value.h"
 
-#include <cstdlib>
+#include "runtime/core/Utf8.h"
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 namespace kiln::text::jinja {
 
@@ -268,11 +269,9 @@ List Value::items() const {
     for (const auto &entry : *dict)
       out.push_back(of(entry.first));
   if (kind == Kind::String)
-    for (size_t at = 0; at < string.size();) {
-      const auto lead = static_cast<uint8_t>(string[at]);
-      const size_t length = lead < 0x80 ? 1 : lead < 0xe0 ? 2 : lead < 0xf0 ? 3 : 4;
+    for (size_t at = 0, length = 0; at < string.size(); at += length) {
+      decodeUtf8At(string, at, &length);
       out.push_back(of(string.substr(at, length)));
-      at += length;
     }
   return out;
 }
