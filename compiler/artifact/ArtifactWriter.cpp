@@ -234,7 +234,7 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
   std::vector<fb::Offset<art::KvCache>> caches;
   for (const kernels::KvCacheInfo &c : model.kvCaches)
     caches.push_back(
-        art::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim, art::DType::F32));
+        art::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim, dtypeOf(c.dtype)));
   std::vector<fb::Offset<art::EntryPoint>> entries;
   mlir::ModuleOp planModule = model.plan.get();
   for (auto op : planModule.getOps<plan::EntryOp>()) {

@@ -104,9 +104,14 @@ bool execute(mlir::Operation &op, ValueMap &values, int64_t rank, LinearInputs l
                                 in(o.getPositions()), f64(o.getThetaAttr())));
       })
       .Case([&](AttentionOp o) {
-        set(o.getResult(), attention(in(o.getQ()), in(o.getK()), in(o.getV()), in(o.getPositions()),
-                                     f64(o.getScaleAttr()), o.getWindow(),
-                                     attentionInputs == AttentionInputs::Bf16));
+        // Keys and values as the KV cache holds them.
+        std::optional<mlir::Type> kvType = o.getKvType();
+        const bool bf16Cache = kvType && kvType->isBF16();
+        set(o.getResult(),
+            attention(in(o.getQ()), bf16Cache ? roundToBf16(in(o.getK())) : in(o.getK()),
+                      bf16Cache ? roundToBf16(in(o.getV())) : in(o.getV()), in(o.getPositions()),
+                      f64(o.getScaleAttr()), o.getWindow(),
+                      attentionInputs == AttentionInputs::Bf16));
       })
       .Case([&](RouterTopKOp o) {
         TopK topk = routerTopK(in(o.getLogits()), o.getK());

@@ -60,6 +60,14 @@ cl::opt<interp::AttentionInputs> attentionInputs(
                           "q, k, v and the softmax numerators rounded to bf16, as the compiled "
                           "tensor-core attention reads them")),
     cl::cat(category));
+cl::opt<KvDType>
+    kvDType("kv-dtype",
+            cl::desc("The KV cache's element type attention rounds keys and values to, as "
+                     "kilnc --kv-dtype compiles it (default bf16)"),
+            cl::init(KvDType::BF16),
+            cl::values(clEnumValN(KvDType::BF16, "bf16", "keys and values rounded to bf16"),
+                       clEnumValN(KvDType::F32, "f32", "keys and values exact")),
+            cl::cat(category));
 cl::opt<int64_t> topLogits("print-top-logits", cl::init(0),
                            cl::desc("Print the N largest logits of the prompt's last token"),
                            cl::cat(category));
@@ -108,6 +116,7 @@ int main(int argc, char **argv) {
     GraphOptions options;
     options.tokens = mlir::ShapedType::kDynamic;
     options.format = config.quantization ? WeightFormat::NVFP4 : WeightFormat::BF16;
+    options.kvType = kvDType;
     mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardGraph(context, config, options);
     if (mlir::failed(mlir::verify(*module)))
       return fail("the graph for " + config.name + " does not verify");
@@ -139,7 +148,8 @@ int main(int argc, char **argv) {
       reference.source =
           std::string("kiln-interp (fp32 reference interpreter") +
           (linearInputs == interp::LinearInputs::Bf16 ? ", bf16 linear inputs" : "") +
-          (attentionInputs == interp::AttentionInputs::Bf16 ? ", bf16 attention inputs" : "") + ")";
+          (attentionInputs == interp::AttentionInputs::Bf16 ? ", bf16 attention inputs" : "") +
+          (kvDType == KvDType::BF16 ? ", bf16 KV" : ", f32 KV") + ")";
       reference.prompt = prompt;
       reference.logits.assign(last, last + vocab);
       std::vector<int32_t> ids = prompt;

@@ -132,6 +132,16 @@ cl::opt<Quant> quant(
                           "NVFP4 experts in layers 1..L-2 (ModelOpt layout), bf16 elsewhere")),
     cl::cat(kilncCategory));
 
+cl::opt<KvDType> kvDType(
+    "kv-dtype",
+    cl::desc("The KV cache's element type (default bf16); attention reads every key and value "
+             "rounded to it"),
+    cl::init(KvDType::BF16),
+    cl::values(clEnumValN(KvDType::BF16, "bf16",
+                          "2 bytes an element, as the serving stacks keep it"),
+               clEnumValN(KvDType::F32, "f32", "4 bytes an element, keys and values exact")),
+    cl::cat(kilncCategory));
+
 cl::opt<bool> lastTokenLogits("last-token-logits",
                               cl::desc("Compute the logits of the last token only (always so "
                                        "with --target)"),
@@ -355,6 +365,7 @@ int main(int argc, char **argv) {
   // A target serves prefills of any length and decode: dynamic tokens.
   options.tokens = backend ? mlir::ShapedType::kDynamic : int64_t(tokens);
   options.format = format;
+  options.kvType = kvDType;
   // Generation reads the last token's logits only: a target computes just those.
   options.lastTokenLogits = lastTokenLogits || backend;
   const bool terminal = isatty(STDERR_FILENO);
@@ -416,7 +427,7 @@ int main(int argc, char **argv) {
     for (const kiln::PassEffect &effect : effects)
       llvm::outs() << "  " << kiln::describe(effect) << "\n";
     if (what == Emit::Graph) {
-      kiln::RankMemory memory = kiln::rankMemory(*module, kiln::kRuntimeKvBytesPerElement);
+      kiln::RankMemory memory = kiln::rankMemory(*module);
       if (!kiln::printRankMemory(llvm::outs(), memory, int64_t(deviceMemory * (1ll << 30)),
                                  int64_t(reserveMemory * (1ll << 30)),
                                  layout.devices() == 1

@@ -36,7 +36,7 @@ std::string gib(int64_t bytes) {
 
 } // namespace
 
-RankMemory rankMemory(mlir::ModuleOp graph, int64_t kvBytesPerElement) {
+RankMemory rankMemory(mlir::ModuleOp graph) {
   RankMemory memory;
   graph.walk([&](WeightOp weight) {
     mlir::RankedTensorType type = weight.getResult().getType();
@@ -44,9 +44,16 @@ RankMemory rankMemory(mlir::ModuleOp graph, int64_t kvBytesPerElement) {
     int64_t bytes = type.getNumElements() * (dtype ? dtypeSize(*dtype) : 4);
     memory.weightBytes += bytes / sliceGroup(weight.getResult());
   });
+  bool first = true;
   graph.walk([&](AttentionOp attention) {
     auto k = llvm::cast<mlir::RankedTensorType>(attention.getK().getType());
-    int64_t perToken = 2 * k.getDimSize(1) * k.getDimSize(2) * kvBytesPerElement;
+    std::optional<mlir::Type> kvType = attention.getKvType();
+    const bool bf16 = kvType && kvType->isBF16();
+    int64_t elementBytes = bf16 ? 2 : 4;
+    const std::string dtype = bf16 ? "bf16" : "f32";
+    memory.kvDType = first || memory.kvDType == dtype ? dtype : "mixed";
+    first = false;
+    int64_t perToken = 2 * k.getDimSize(1) * k.getDimSize(2) * elementBytes;
     if (std::optional<int64_t> window = attention.getWindow()) {
       memory.slidingKvBytesPerToken += perToken;
       memory.slidingKvBytesFull += perToken * *window;
@@ -64,7 +71,7 @@ bool printRankMemory(llvm::raw_ostream &os, const RankMemory &memory, int64_t de
      << " bytes)\n";
   os << "  KV per token          " << memory.globalKvBytesPerToken << " bytes in global layers, "
      << memory.slidingKvBytesPerToken << " in sliding layers (up to "
-     << gib(memory.slidingKvBytesFull) << " at their windows)\n";
+     << gib(memory.slidingKvBytesFull) << " at their windows), " << memory.kvDType << "\n";
   os << "  reserved              " << gib(reserveBytes)
      << " (activations and runtime; not planned per layout yet)\n";
   int64_t left = deviceBytes - memory.weightBytes - reserveBytes - memory.slidingKvBytesFull;

@@ -21,14 +21,12 @@ struct RankMemory {
   int64_t globalKvBytesPerToken = 0;  // all global layers, K and V
   int64_t slidingKvBytesPerToken = 0; // all sliding layers, up to their windows
   int64_t slidingKvBytesFull = 0;     // all sliding layers at their windows
+  std::string kvDType = "f32";        // the caches' element type ("bf16", "f32", "mixed")
 };
 
-// kvBytesPerElement: 2 for a bf16 cache, 1 for fp8.
-RankMemory rankMemory(mlir::ModuleOp graph, int64_t kvBytesPerElement);
-
-// The runtime keeps K and V in f32 (docs/runtime-abi.md, "KV caches"): the
-// element size the graph-level plan counts, as the artifact's plan does.
-constexpr int64_t kRuntimeKvBytesPerElement = 4;
+// The KV cache counts each attention's kv_type (f32 without one), as the
+// artifact's plan does.
+RankMemory rankMemory(mlir::ModuleOp graph);
 
 // Prints the memory plan of one rank on a device of `deviceBytes`, reserving
 // `reserveBytes` (activations, runtime); returns false, after printing why,

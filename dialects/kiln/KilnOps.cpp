@@ -311,6 +311,9 @@ LogicalResult AttentionOp::verify() {
     return emitOpError() << "scale must be positive and finite, got " << scale;
   if (std::optional<int64_t> window = getWindow(); window && *window <= 0)
     return emitOpError() << "window must be a positive number of positions, got " << *window;
+  if (std::optional<Type> kvType = getKvType(); kvType && !kvType->isF32() && !kvType->isBF16())
+    return emitOpError() << "kv_type must be f32 or bf16 (the KV cache's element type), got "
+                         << *kvType;
   return success();
 }
 

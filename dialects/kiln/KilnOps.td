@@ -273,15 +273,21 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [Pure]> {
     `window` is set, `positions[t] - window < positions[j]`. Scores are
     multiplied by `scale` (the model uses `1/sqrt(D)`); softmax in f32.
 
+    `kv_type` is the element type the KV cache stores (`f32` or `bf16`; none:
+    exact): every key and value, the call's own and the cached ones alike, is
+    rounded to it before the products, so that attention reads the same keys
+    whether a position was cached or computed in the same call (a prompt gives
+    the same result in one call or in chunks).
+
     ```mlir
-    %a = kiln.attention %q, %k, %v, %pos {scale = 0.17677669529663687 : f64, window = 8 : i64}
+    %a = kiln.attention %q, %k, %v, %pos {kv_type = bf16, scale = 0.17677669529663687 : f64, window = 8 : i64}
            : tensor<8x6x32xbf16>, tensor<8x2x32xbf16>, tensor<8x2x32xbf16>, tensor<8xi32>
            -> tensor<8x6x32xbf16>
     ```
   }];
   let arguments = (ins Kiln_FloatTensor:$q, Kiln_FloatTensor:$k, Kiln_FloatTensor:$v,
                        Kiln_IndexTensor:$positions, F64Attr:$scale,
-                       OptionalAttr<I64Attr>:$window);
+                       OptionalAttr<I64Attr>:$window, OptionalAttr<TypeAttr>:$kv_type);
   let results = (outs Kiln_FloatTensor:$result);
   let assemblyFormat = [{
     $q `,` $k `,` $v `,` $positions attr-dict `:` type($q) `,` type($k) `,` type($v) `,`

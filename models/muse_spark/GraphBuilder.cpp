@@ -115,9 +115,10 @@ Value ForwardBuilder::attention(Value x, Value positions, int64_t layer) {
   IntegerAttr window;
   if (!config.isGlobalLayer(layer))
     window = b.getI64IntegerAttr(config.slidingWindow);
-  Value a =
-      AttentionOp::create(b, loc(attn + "attn"), tensor({tokens, qHeads, headDim}, act), q3, k3, v3,
-                          positions, b.getF64FloatAttr(1.0 / std::sqrt(double(headDim))), window);
+  Type kvType = options.kvType == KvDType::BF16 ? Type(b.getBF16Type()) : Type(b.getF32Type());
+  Value a = AttentionOp::create(
+      b, loc(attn + "attn"), tensor({tokens, qHeads, headDim}, act), q3, k3, v3, positions,
+      b.getF64FloatAttr(1.0 / std::sqrt(double(headDim))), window, TypeAttr::get(kvType));
   Value merged = MergeHeadsOp::create(b, loc(attn + "o_proj"), acts(config.qWidth()), a);
   return linear(merged, attn + "o_proj", hidden, config.qWidth());
 }
@@ -162,8 +163,8 @@ OwningOpRef<ModuleOp> ForwardBuilder::build() {
   module->getOperation()->setAttr(
       kWeightFormatAttrName,
       CheckpointFormatAttr::get(b.getContext(), options.format == WeightFormat::NVFP4
-                                                ? CheckpointFormat::NVFP4
-                                                : CheckpointFormat::BF16));
+                                                    ? CheckpointFormat::NVFP4
+                                                    : CheckpointFormat::BF16));
   b.setInsertionPointToEnd(module->getBody());
 
   int64_t vocab = config.vocabSize, hidden = config.hiddenSize;

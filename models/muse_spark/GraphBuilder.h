@@ -15,6 +15,10 @@ class MLIRContext;
 
 namespace kiln::muse_spark {
 
+// The element type of the KV cache, which attention rounds its keys and
+// values to (kiln.attention's kv_type).
+enum class KvDType { F32, BF16 };
+
 struct GraphOptions {
   // Tokens of the forward pass (a prefill of T tokens at given positions).
   int64_t tokens = 16;
@@ -22,6 +26,8 @@ struct GraphOptions {
   WeightFormat format = WeightFormat::BF16;
   // Logits of the last token only ([1, V]) instead of every token ([T, V]).
   bool lastTokenLogits = false;
+  // The KV cache's element type: bf16 as the serving stacks keep it, or f32.
+  KvDType kvType = KvDType::BF16;
   // Called after each decoder layer is built: (layers done, layers in all).
   std::function<void(int64_t, int64_t)> progress;
 };

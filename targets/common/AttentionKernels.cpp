@@ -8,6 +8,7 @@
 // Built as typed IR (KernelBuilder.h).
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
+#include "targets/common/KvCacheAccess.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/Math/IR/Math.h"
@@ -21,23 +22,30 @@ namespace kiln::kernels {
 
 using namespace mlir;
 
-KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window, double scale,
-                     int64_t sequences) {
+KernelSpec attention(const AttentionShape &shape, int64_t sequences) {
+  const int64_t qHeads = shape.qHeads, kvHeads = shape.kvHeads, headDim = shape.headDim;
+  const int64_t window = shape.window;
+  const double scale = shape.scale;
+  const KvElement cache = shape.cache;
   std::string name = "attention_" + std::to_string(qHeads) + "x" + std::to_string(kvHeads) + "x" +
                      std::to_string(headDim) +
-                     (window ? "_w" + std::to_string(window) : "_global") + batchSuffix(sequences);
+                     (window ? "_w" + std::to_string(window) : "_global") + kvSuffix(cache) +
+                     batchSuffix(sequences);
   const int64_t lanes = headDim % 16 == 0 ? 16 : 1;
   Tiling tiling;
   tiling.set("kind", "online-softmax")
       .set("lanes", lanes)
       .set("parallel", "kv_heads")
       .set("window", window);
+  if (cache != KvElement::F32)
+    tiling.set("kv_cache", "bf16");
   // q, k, v, k cache, v cache[, positions], out; tokens, past.
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     Type q = MemRefType::get({dynamic, qHeads, headDim}, b.getF32Type());
     Type kv = MemRefType::get({dynamic, kvHeads, headDim}, b.getF32Type());
-    std::vector<Type> types = {q, kv, kv, kv, kv};
+    Type kvCache = MemRefType::get({dynamic, kvHeads, headDim}, kvElementType(b, cache));
+    std::vector<Type> types = {q, kv, kv, kvCache, kvCache};
     if (sequences)
       types.push_back(MemRefType::get({dynamic}, b.getI32Type()));
     types.insert(types.end(), {q, b.getI64Type(), b.getI64Type()});
@@ -109,8 +117,14 @@ KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t w
       Value lo = arith::SelectOp::create(b, isGlobal, c0, loS);
       forDims([&](Value d) { vector::StoreOp::create(b, zeroD, acc, ValueRange{d}); });
       // One key: score, online-softmax update of (max, sum) and of the
-      // output accumulator, the key and value at `row` of K and V.
-      auto update = [&](scf::ForOp loop, Value K, Value V, Value row) {
+      // output accumulator, the key and value at `row` of K and V (the
+      // cache's, or this call's rounded as the cache holds them).
+      auto update = [&](scf::ForOp loop, Value K, Value V, Value row, bool cached) {
+        auto load = [&](Value from, ValueRange at) -> Value {
+          if (cached)
+            return loadCachedF32(b, from, at, lanes, cache);
+          return roundAsCached(b, vector::LoadOp::create(b, vf, from, at), cache);
+        };
         Value m = loop.getRegionIterArgs()[0], l = loop.getRegionIterArgs()[1];
         Value zeroV = arith::ConstantOp::create(b, vf, DenseElementsAttr::get(vf, 0.0f));
         auto dotv = scf::ForOp::create(b, c0, dim, step, ValueRange{zeroV});
@@ -119,7 +133,7 @@ KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t w
           b.setInsertionPointToStart(dotv.getBody());
           Value d = dotv.getInductionVar();
           Value qv = vector::LoadOp::create(b, vf, q, ValueRange{t, h, d});
-          Value kvv = vector::LoadOp::create(b, vf, K, ValueRange{row, kvh, d});
+          Value kvv = load(K, ValueRange{row, kvh, d});
           Value pr = arith::MulFOp::create(b, qv, kvv);
           Value ns = arith::AddFOp::create(b, dotv.getRegionIterArgs()[0], pr);
           scf::YieldOp::create(b, ValueRange{ns});
@@ -137,7 +151,7 @@ KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t w
         Value pwV = vector::BroadcastOp::create(b, vf, pw);
         forDims([&](Value d) {
           Value av = vector::LoadOp::create(b, vf, acc, ValueRange{d});
-          Value vv = vector::LoadOp::create(b, vf, V, ValueRange{row, kvh, d});
+          Value vv = load(V, ValueRange{row, kvh, d});
           Value ac = arith::MulFOp::create(b, av, corrV);
           Value pv = arith::MulFOp::create(b, vv, pwV);
           Value an = arith::AddFOp::create(b, ac, pv);
@@ -152,7 +166,7 @@ KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t w
         b.setInsertionPointToStart(ml0.getBody());
         Value ring = arith::RemUIOp::create(b, ml0.getInductionVar(), slots);
         Value slot = arith::AddIOp::create(b, baseT, ring);
-        update(ml0, kc, vc, slot);
+        update(ml0, kc, vc, slot, /*cached=*/true);
       }
       // This call's keys from position pastT up to the query's own: rows
       // row0 + (position - pastT) of k and v.
@@ -165,7 +179,7 @@ KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t w
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPointToStart(ml.getBody());
         Value t2 = arith::AddIOp::create(b, row0, ml.getInductionVar());
-        update(ml, k, v, t2);
+        update(ml, k, v, t2, /*cached=*/false);
       }
       Value inv = arith::DivFOp::create(b, oneF, ml.getResult(1));
       Value invV = vector::BroadcastOp::create(b, vf, inv);
@@ -192,9 +206,9 @@ KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t w
     }
     forDims([&](Value d) {
       Value kv1 = vector::LoadOp::create(b, vf, k, ValueRange{t2, kvh, d});
-      vector::StoreOp::create(b, kv1, kc, ValueRange{slot, kvh, d});
+      storeToCache(b, kv1, kc, ValueRange{slot, kvh, d}, cache);
       Value vv1 = vector::LoadOp::create(b, vf, v, ValueRange{t2, kvh, d});
-      vector::StoreOp::create(b, vv1, vc, ValueRange{slot, kvh, d});
+      storeToCache(b, vv1, vc, ValueRange{slot, kvh, d}, cache);
     });
   });
 }

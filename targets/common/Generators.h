@@ -2,11 +2,12 @@
 // returns MLIR specialised to the op's static sizes; the token count T, the
 // cached tokens and the launch part arrive as i64 arguments (docs/runtime-abi.md).
 // Activations are f32; weights bf16 (a target's tile layout for its tiled
-// GEMMs) or NVFP4; the KV cache f32. Kernels are func.func ops whose last two
-// arguments are the i64 %part and %parts: on a GPU target they become the
-// thread's global index and the thread count (targets/nvptx).
+// GEMMs) or NVFP4; the KV cache f32 or bf16 (AttentionShape.h). Kernels are func.func ops whose
+// last two arguments are the i64 %part and %parts: on a GPU target they become the thread's global
+// index and the thread count (targets/nvptx).
 #pragma once
 
+#include "targets/common/AttentionShape.h"
 #include "targets/common/KernelSpec.h"
 
 #include <cstdint>
@@ -61,8 +62,7 @@ KernelSpec linearVector(int64_t n, int64_t k);
 
 // Attention (AttentionKernels.cpp). Rotary embedding is a row stage
 // (HeadRowKernels.h).
-KernelSpec attention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window, double scale,
-                     int64_t sequences = 0);
+KernelSpec attention(const AttentionShape &shape, int64_t sequences = 0);
 
 // Latent MoE (MoEKernels.cpp).
 KernelSpec routerTopK(int64_t experts, int64_t k);
@@ -138,9 +138,8 @@ bool warpAttentionFits(int64_t headDim);
 // Query heads a split warp takes (a divisor of qHeads / kvHeads, at most 4):
 // its launch is Work{0, 32 * qHeads / that * splits}.
 int64_t attentionHeadsPerWarp(int64_t qHeads, int64_t kvHeads);
-KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
-                              double scale, int64_t splits, int64_t sequences = 0);
+KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits, int64_t sequences = 0);
 KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits);
-KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim, int64_t sequences = 0);
+KernelSpec kvAppendWarp(const AttentionShape &shape, int64_t sequences = 0);
 
 } // namespace kiln::kernels

@@ -110,23 +110,23 @@ TargetHooks::Gemv GpuTargetHooks::gemv(int64_t n, int64_t k, int64_t maxRows,
   return TargetHooks::gemv(n, k, maxRows, splitRows);
 }
 
-KernelLaunch GpuTargetHooks::kvAppendKernel(int64_t kvHeads, int64_t headDim,
-                                            int64_t sequences) const {
-  return {kvAppendWarp(kvHeads, headDim, sequences), warpPerHead(kvHeads)};
+KernelLaunch GpuTargetHooks::kvAppendKernel(const AttentionShape &shape, int64_t sequences) const {
+  return {kvAppendWarp(shape, sequences), warpPerHead(shape.kvHeads)};
 }
 
 std::optional<TargetHooks::SplitAttention>
-GpuTargetHooks::splitAttention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
-                               double scale, int64_t maxTokens, int64_t sequences) const {
-  if (!warpAttentionFits(headDim))
+GpuTargetHooks::splitAttention(const AttentionShape &shape, int64_t maxTokens,
+                               int64_t sequences) const {
+  if (!warpAttentionFits(shape.headDim))
     return std::nullopt;
   SplitAttention split;
-  split.splits = attentionSplits(window, maxTokens);
-  split.partials = {
-      attentionSplitWarp(qHeads, kvHeads, headDim, window, scale, split.splits, sequences),
-      Work{0, warp::kWarp * qHeads / attentionHeadsPerWarp(qHeads, kvHeads) * split.splits}};
-  split.merge = {attentionMergeWarp(qHeads, headDim, split.splits), warpPerHead(qHeads)};
-  split.append = kvAppendKernel(kvHeads, headDim, sequences);
+  split.splits = attentionSplits(shape.window, maxTokens);
+  split.partials = {attentionSplitWarp(shape, split.splits, sequences),
+                    Work{0, warp::kWarp * shape.qHeads /
+                                attentionHeadsPerWarp(shape.qHeads, shape.kvHeads) * split.splits}};
+  split.merge = {attentionMergeWarp(shape.qHeads, shape.headDim, split.splits),
+                 warpPerHead(shape.qHeads)};
+  split.append = kvAppendKernel(shape, sequences);
   return split;
 }
 

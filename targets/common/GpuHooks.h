@@ -21,8 +21,7 @@ public:
   KernelLaunch normResidualKernel(int64_t width, double postEps, double nextEps) const override;
   KernelLaunch routerTopKKernel(int64_t experts, int64_t k) const override;
   Gemv gemv(int64_t n, int64_t k, int64_t maxRows, bool splitRows) const override;
-  std::optional<SplitAttention> splitAttention(int64_t qHeads, int64_t kvHeads, int64_t headDim,
-                                               int64_t window, double scale, int64_t maxTokens,
+  std::optional<SplitAttention> splitAttention(const AttentionShape &shape, int64_t maxTokens,
                                                int64_t sequences) const override;
   std::optional<ExpertStage> expertStage(int64_t experts, int64_t k, int64_t intermediate,
                                          int64_t latent, double eps, bool nvfp4, int64_t maxTokens,
@@ -37,7 +36,7 @@ protected:
   // The append of a call's new K/V to the caches after attention (the split
   // attention's, and a target's tiled attention's); head_dim must fit the
   // warp kernels (warpAttentionFits).
-  KernelLaunch kvAppendKernel(int64_t kvHeads, int64_t headDim, int64_t sequences) const;
+  KernelLaunch kvAppendKernel(const AttentionShape &shape, int64_t sequences) const;
 };
 
 } // namespace kiln::kernels

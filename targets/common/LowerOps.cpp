@@ -174,19 +174,27 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
   auto k = llvm::cast<RankedTensorType>(o.getK().getType());
   int64_t window = o.getWindow().value_or(0);
   int64_t cache = attentionLayer++;
+  // The cache's element type: kv_type (f32 without one).
+  std::optional<Type> kvType = o.getKvType();
+  Type cacheType = kvType ? *kvType : f32;
+  DType cacheDType = cacheType.isBF16() ? DType::BF16 : DType::F32;
   if (static_cast<int64_t>(model.kvCaches.size()) <= cache)
-    model.kvCaches.push_back({cache, window, k.getDimSize(1), k.getDimSize(2)});
+    model.kvCaches.push_back({cache, window, k.getDimSize(1), k.getDimSize(2), cacheDType});
   SmallVector<plan::DimAttr> cacheDims = {fixed(1), fixed(k.getDimSize(1)), fixed(k.getDimSize(2))};
-  Buf kc = binding("kv", 2 * cache, cacheDims, f32);
-  Buf vc = binding("kv", 2 * cache + 1, cacheDims, f32);
+  Buf kc = binding("kv", 2 * cache, cacheDims, cacheType);
+  Buf vc = binding("kv", 2 * cache + 1, cacheDims, cacheType);
   Buf y = allocShape(headRows(o.getResult()), f32);
   int64_t qHeads = q.getDimSize(1), kvHeads = k.getDimSize(1), dim = q.getDimSize(2);
-  double scale = o.getScale().convertToDouble();
+  AttentionShape shape{qHeads,
+                       kvHeads,
+                       dim,
+                       window,
+                       o.getScale().convertToDouble(),
+                       cacheType.isBF16() ? KvElement::BF16 : KvElement::F32};
   // Prefill-sized entries: one kernel over query and key tiles, then the
   // append of the new K/V.
   if (!entrySequences)
-    if (std::optional<TargetHooks::TileAttention> tiled =
-            hooks.tileAttention(qHeads, kvHeads, dim, window, scale, maxRows())) {
+    if (std::optional<TargetHooks::TileAttention> tiled = hooks.tileAttention(shape, maxRows())) {
       SmallVector<Buf> buffers = {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc, y};
       SmallVector<StringRef> scalars = {"tokens:0", "past:0", "part", "parts"};
       if (tiled->stage) {
@@ -205,8 +213,8 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
       return success();
     }
   // A batched entry's tokens each decode one conversation: split like decode.
-  if (std::optional<TargetHooks::SplitAttention> split = hooks.splitAttention(
-          qHeads, kvHeads, dim, window, scale, entrySequences ? 1 : maxRows(), entrySequences)) {
+  if (std::optional<TargetHooks::SplitAttention> split =
+          hooks.splitAttention(shape, entrySequences ? 1 : maxRows(), entrySequences)) {
     Buf partial = alloc({qHeads, split->splits, dim + 4}, f32);
     SmallVector<Buf> partials = {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc};
     SmallVector<Buf> append = {act(o.getK()), act(o.getV()), kc, vc};
@@ -228,8 +236,8 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
   if (entrySequences)
     args.push_back(positions);
   args.push_back(y);
-  launch(attention(qHeads, kvHeads, dim, window, scale, entrySequences), args,
-         {"tokens:0", "past:0", "part", "parts"}, Work{kvHeads, 0}, what);
+  launch(attention(shape, entrySequences), args, {"tokens:0", "past:0", "part", "parts"},
+         Work{kvHeads, 0}, what);
   values[o.getResult()] = y;
   return success();
 }

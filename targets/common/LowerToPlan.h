@@ -41,6 +41,7 @@ struct KvCacheInfo {
   int64_t window = 0; // 0: global
   int64_t kvHeads = 0;
   int64_t headDim = 0;
+  DType dtype = DType::F32; // the cache's element type
 };
 
 struct EntryInfo {

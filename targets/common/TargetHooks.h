@@ -7,6 +7,7 @@
 // kind of target it lowers for.
 #pragma once
 
+#include "targets/common/AttentionShape.h"
 #include "targets/common/KernelSpec.h"
 
 #include <cstdint>
@@ -170,9 +171,7 @@ public:
     int64_t stagedRows = 0;
     std::vector<std::string> attendScalars;
   };
-  virtual std::optional<TileAttention> tileAttention(int64_t /*qHeads*/, int64_t /*kvHeads*/,
-                                                     int64_t /*headDim*/, int64_t /*window*/,
-                                                     double /*scale*/,
+  virtual std::optional<TileAttention> tileAttention(const AttentionShape & /*shape*/,
                                                      int64_t /*maxTokens*/) const {
     return std::nullopt;
   }
@@ -187,9 +186,8 @@ public:
     KernelLaunch partials, merge, append;
     int64_t splits = 1;
   };
-  virtual std::optional<SplitAttention> splitAttention(int64_t /*qHeads*/, int64_t /*kvHeads*/,
-                                                       int64_t /*headDim*/, int64_t /*window*/,
-                                                       double /*scale*/, int64_t /*maxTokens*/,
+  virtual std::optional<SplitAttention> splitAttention(const AttentionShape & /*shape*/,
+                                                       int64_t /*maxTokens*/,
                                                        int64_t /*sequences*/) const {
     return std::nullopt;
   }

@@ -15,6 +15,7 @@
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
 #include "targets/common/KernelSpec.h"
+#include "targets/common/KvCacheAccess.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -90,25 +91,32 @@ TokenState tokenState(ImplicitLocOpBuilder &b, int64_t sequences, Value position
 } // namespace
 
 // Built as typed IR (KernelBuilder.h).
-KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
-                              double scale, int64_t splits, int64_t sequences) {
+KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits, int64_t sequences) {
+  const int64_t qHeads = shape.qHeads, kvHeads = shape.kvHeads, headDim = shape.headDim;
+  const int64_t window = shape.window;
+  const double scale = shape.scale;
+  const KvElement cache = shape.cache;
   const int64_t lanesPerKey = headDim / 16, keysPerStep = 32 / lanesPerKey;
   const int64_t perWarp = attentionHeadsPerWarp(qHeads, kvHeads);
   std::string name = "attention_split_warp_" + str(qHeads) + "x" + str(kvHeads) + "x" +
                      str(headDim) + (window ? "_w" + str(window) : "_global") + "_s" + str(splits) +
-                     (perWarp > 1 ? "_q" + str(perWarp) : "") + batchSuffix(sequences);
+                     (perWarp > 1 ? "_q" + str(perWarp) : "") + kvSuffix(cache) +
+                     batchSuffix(sequences);
   Tiling tiling;
   tiling.set("kind", "warp-split-kv")
       .set("parallel", "tokens*heads*splits")
       .set("splits", splits)
       .set("window", window)
       .set("heads_per_warp", perWarp);
+  if (cache != KvElement::F32)
+    tiling.set("kv_cache", "bf16");
   // q, k, v, the caches, [positions,] the partials, tokens, past.
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     Type kv = MemRefType::get({dynamic, kvHeads, headDim}, b.getF32Type());
+    Type kvCache = MemRefType::get({dynamic, kvHeads, headDim}, kvElementType(b, cache));
     std::vector<Type> types = {MemRefType::get({dynamic, qHeads, headDim}, b.getF32Type()), kv, kv,
-                               kv, kv};
+                               kvCache, kvCache};
     if (sequences)
       types.push_back(MemRefType::get({dynamic}, b.getI32Type()));
     types.push_back(
@@ -190,21 +198,29 @@ KernelSpec attentionSplitWarp(int64_t qHeads, int64_t kvHeads, int64_t headDim, 
       Value jc = arith::SelectOp::create(b, valid, j, kb);
       Value cached = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, jc, state.past);
       auto kv = scf::IfOp::create(b, TypeRange{v16, v16}, cached, /*withElse=*/true);
-      auto loadPair = [&](Value k0, Value v0, Value row) {
-        Value kr = vector::LoadOp::create(b, v16, k0, ValueRange{row, kvh, d0}, false,
-                                          llvm::MaybeAlign(16));
-        Value vr = vector::LoadOp::create(b, v16, v0, ValueRange{row, kvh, d0}, false,
-                                          llvm::MaybeAlign(16));
+      // A key and its value: the cache's, or this call's rounded as the
+      // cache would hold them.
+      auto loadPair = [&](Value k0, Value v0, Value row, bool cached) {
+        auto load = [&](Value from) -> Value {
+          if (cached)
+            return loadCachedF32(b, from, ValueRange{row, kvh, d0}, 16, cache, 16);
+          return roundAsCached(b,
+                               vector::LoadOp::create(b, v16, from, ValueRange{row, kvh, d0}, false,
+                                                      llvm::MaybeAlign(16)),
+                               cache);
+        };
+        Value kr = load(k0);
+        Value vr = load(v0);
         scf::YieldOp::create(b, ValueRange{kr, vr});
       };
       {
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPointToStart(&kv.getThenRegion().front());
         Value ring = arith::RemUIOp::create(b, jc, slots);
-        loadPair(keyCache, valueCache, arith::AddIOp::create(b, state.base, ring));
+        loadPair(keyCache, valueCache, arith::AddIOp::create(b, state.base, ring), true);
         b.setInsertionPointToStart(&kv.getElseRegion().front());
         Value t1 = arith::SubIOp::create(b, jc, state.past);
-        loadPair(keys, values, arith::AddIOp::create(b, state.row0, t1));
+        loadPair(keys, values, arith::AddIOp::create(b, state.row0, t1), false);
       }
       SmallVector<Value> next;
       for (int64_t i = 0; i < perWarp; ++i) {
@@ -344,14 +360,21 @@ KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits) {
 }
 
 // Built as typed IR (KernelBuilder.h).
-KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim, int64_t sequences) {
-  std::string name = "kv_append_warp_" + str(kvHeads) + "x" + str(headDim) + batchSuffix(sequences);
+KernelSpec kvAppendWarp(const AttentionShape &shape, int64_t sequences) {
+  const int64_t kvHeads = shape.kvHeads, headDim = shape.headDim;
+  const KvElement cache = shape.cache;
+  std::string name = "kv_append_warp_" + str(kvHeads) + "x" + str(headDim) + kvSuffix(cache) +
+                     batchSuffix(sequences);
   Tiling tiling;
   tiling.set("kind", "warp-rows").set("parallel", "tokens*kv_heads");
+  if (cache != KvElement::F32)
+    tiling.set("kv_cache", "bf16");
   // k, v, the caches, [positions,] tokens, past.
   auto args = [&](Builder &b) -> std::vector<Type> {
     Type kv = MemRefType::get({ShapedType::kDynamic, kvHeads, headDim}, b.getF32Type());
-    std::vector<Type> types = {kv, kv, kv, kv};
+    Type kvCache =
+        MemRefType::get({ShapedType::kDynamic, kvHeads, headDim}, kvElementType(b, cache));
+    std::vector<Type> types = {kv, kv, kvCache, kvCache};
     if (sequences)
       types.push_back(MemRefType::get({ShapedType::kDynamic}, b.getI32Type()));
     types.push_back(b.getI64Type());
@@ -393,7 +416,7 @@ KernelSpec kvAppendWarp(int64_t kvHeads, int64_t headDim, int64_t sequences) {
     for (auto [from, to] : {std::pair{keys, keyCache}, std::pair{values, valueCache}}) {
       Value row =
           vector::LoadOp::create(b, v4, from, ValueRange{t, h, c}, false, llvm::MaybeAlign(16));
-      vector::StoreOp::create(b, row, to, ValueRange{slot, h, c}, false, llvm::MaybeAlign(16));
+      storeToCache(b, row, to, ValueRange{slot, h, c}, cache, 4 * kvElementBytes(cache));
     }
   });
 }

@@ -9,6 +9,7 @@
 #include "targets/nvptx/MmaAttention.h"
 
 #include "targets/common/KernelBuilder.h"
+#include "targets/common/KvCacheAccess.h"
 #include "targets/nvptx/FlashSoftmax.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -179,9 +180,9 @@ private:
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPointToStart(&ifCached.getThenRegion().front());
         Value slot = arith::RemUIOp::create(b, pos, slots);
-        scf::YieldOp::create(b, ValueRange{vector::LoadOp::create(b, v4, k.arg(cacheArg),
-                                                                  ValueRange{slot, kvHead, col})
-                                               .getResult()});
+        scf::YieldOp::create(
+            b, ValueRange{kernels::loadCachedF32(b, k.arg(cacheArg), ValueRange{slot, kvHead, col},
+                                                 4, s.cache)});
         b.setInsertionPointToStart(&ifCached.getElseRegion().front());
         Value row = arith::SubIOp::create(b, pos, past);
         scf::YieldOp::create(b, ValueRange{vector::LoadOp::create(b, v4, k.arg(callArg),
@@ -357,18 +358,23 @@ kernels::KernelSpec mmaAttention(const S &shape, bool dropLastTile) {
   const std::string name = std::string("attention_mma_") + (dropLastTile ? "broken_" : "") +
                            std::to_string(shape.qHeads) + "x" + std::to_string(shape.kvHeads) +
                            "x" + std::to_string(shape.headDim) +
-                           (shape.window ? "_w" + std::to_string(shape.window) : "_global");
+                           (shape.window ? "_w" + std::to_string(shape.window) : "_global") +
+                           kernels::kvSuffix(shape.cache);
   kernels::Tiling tiling;
   tiling.set("kind", "mma-attention")
       .set("queries", S::kQueries)
       .set("keys", S::kKeys)
       .set("heads", shape.headsPerBlock())
       .set("block", shape.threads());
+  if (shape.cache != kernels::KvElement::F32)
+    tiling.set("kv_cache", "bf16");
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     Type q = MemRefType::get({dynamic, shape.qHeads, shape.headDim}, b.getF32Type());
     Type kv = MemRefType::get({dynamic, shape.kvHeads, shape.headDim}, b.getF32Type());
-    return {q, kv, kv, kv, kv, q, b.getI64Type(), b.getI64Type()};
+    Type kvCache = MemRefType::get({dynamic, shape.kvHeads, shape.headDim},
+                                   kernels::kvElementType(b, shape.cache));
+    return {q, kv, kv, kvCache, kvCache, q, b.getI64Type(), b.getI64Type()};
   };
   const std::string smemName = name + "_smem";
   kernels::KernelSpec spec =

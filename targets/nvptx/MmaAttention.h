@@ -26,10 +26,8 @@
 
 namespace kiln::nvptx {
 
-struct MmaAttentionShape {
+struct MmaAttentionShape : kernels::AttentionShape {
   static constexpr int64_t kQueries = 64, kKeys = 64, kHeadThreads = 128;
-  int64_t qHeads = 0, kvHeads = 0, headDim = 0, window = 0;
-  double scale = 1;
   // Query heads of one KV head a block takes (four warps each), sharing each
   // key and value tile it brings: two where the group divides by two (a
   // thread's 255 registers allow 256 threads a block), else one.

@@ -113,24 +113,24 @@ NvptxHooks::peerMegaMoE(const kernels::PeerMegaMoEShape &shape) const {
 // split kernels on CUDA cores elsewhere, whose results match the f32
 // interpreter closely.
 std::optional<kernels::TargetHooks::TileAttention>
-NvptxHooks::tileAttention(int64_t qHeads, int64_t kvHeads, int64_t headDim, int64_t window,
-                          double scale, int64_t maxTokens) const {
-  if (!hopper() || maxTokens <= WgmmaGemmTiling::kTileM || !kernels::warpAttentionFits(headDim))
+NvptxHooks::tileAttention(const kernels::AttentionShape &shape, int64_t maxTokens) const {
+  if (!hopper() || maxTokens <= WgmmaGemmTiling::kTileM ||
+      !kernels::warpAttentionFits(shape.headDim))
     return std::nullopt;
   const bool broken = fault == "attention-drop-tile";
   // Warpgroup MMA where the head dimension is whole 128-byte panels, the
   // mma.sync kernel otherwise (tiny's 32).
-  WgmmaAttentionShape wide{qHeads, kvHeads, headDim, window, scale};
+  WgmmaAttentionShape wide{shape};
   if (wgmmaAttentionFits(wide)) {
     WgmmaAttentionKernels kernels = wgmmaAttention(wide, maxTokens, broken);
-    return TileAttention{kernels.attend, kvAppendKernel(kvHeads, headDim, /*sequences=*/0),
-                         kernels.stage, kernels.stagedRows, kernels.attendScalars};
+    return TileAttention{kernels.attend, kvAppendKernel(shape, /*sequences=*/0), kernels.stage,
+                         kernels.stagedRows, kernels.attendScalars};
   }
-  MmaAttentionShape shape{qHeads, kvHeads, headDim, window, scale};
-  if (!mmaAttentionFits(shape))
+  MmaAttentionShape tiles{shape};
+  if (!mmaAttentionFits(tiles))
     return std::nullopt;
-  return TileAttention{{mmaAttention(shape, broken), mmaAttentionWork(shape, maxTokens)},
-                       kvAppendKernel(kvHeads, headDim, /*sequences=*/0)};
+  return TileAttention{{mmaAttention(tiles, broken), mmaAttentionWork(tiles, maxTokens)},
+                       kvAppendKernel(shape, /*sequences=*/0)};
 }
 
 // A fixed amount of work: blocks of up to 128 threads covering it. Work that

@@ -28,8 +28,7 @@ public:
                                              int64_t latent, bool nvfp4,
                                              int64_t maxTokens) const override;
   std::optional<PeerMegaMoE> peerMegaMoE(const kernels::PeerMegaMoEShape &shape) const override;
-  std::optional<TileAttention> tileAttention(int64_t qHeads, int64_t kvHeads, int64_t headDim,
-                                             int64_t window, double scale,
+  std::optional<TileAttention> tileAttention(const kernels::AttentionShape &shape,
                                              int64_t maxTokens) const override;
   kernels::LaunchShape shape(kernels::Work work, int64_t maxTokens) const override;
 

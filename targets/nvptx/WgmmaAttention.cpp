@@ -14,6 +14,7 @@
 #include "targets/nvptx/WgmmaAttention.h"
 
 #include "targets/common/KernelBuilder.h"
+#include "targets/common/KvCacheAccess.h"
 #include "targets/nvptx/FlashSoftmax.h"
 #include "targets/nvptx/WgmmaPipeline.h"
 
@@ -148,12 +149,13 @@ private:
   Value globalBase(unsigned arg) {
     return memref::ExtractAlignedPointerAsIndexOp::create(b, k.arg(arg));
   }
-  Value loadGlobal(Type type, Value base, Value elementIndex, int64_t elementBytes) {
+  Value loadGlobal(Type type, Value base, Value elementIndex, int64_t elementBytes,
+                   unsigned alignment = 16) {
     Value bytes =
         arith::AddIOp::create(b, base, arith::MulIOp::create(b, elementIndex, idx(elementBytes)));
     Value address = arith::IndexCastOp::create(b, b.getI64Type(), bytes);
     Value ptr = LLVM::IntToPtrOp::create(b, LLVM::LLVMPointerType::get(ctx, 1), address);
-    return LLVM::LoadOp::create(b, type, ptr, /*alignment=*/16, /*isVolatile=*/false,
+    return LLVM::LoadOp::create(b, type, ptr, alignment, /*isVolatile=*/false,
                                 /*isNonTemporal=*/false, /*isInvariant=*/true);
   }
 
@@ -172,10 +174,16 @@ private:
   // cache below `past`, from this call's K/V above, zeros at or past keyEnd
   // (read from the cache's slot 0, which always exists, and dropped). One
   // load whatever the source, with no branch.
+  //
+  // Only tiles below `past` are converted (the call's come staged), so their
+  // keys in range are all cached ones: a bf16 cache, whose elements are not
+  // the call's f32, is read alone.
   Value kvQuad(Value callBase, Value cacheBase, Value rowInTile, Value col) {
     Value pos = arith::AddIOp::create(b, tileStart, rowInTile);
     auto v4 = VectorType::get({4}, f32);
     Value inRange = cmp(arith::CmpIPredicate::ult, pos, keyEnd);
+    if (s.cache == kernels::KvElement::BF16)
+      return bf16CachedQuad(cacheBase, rowInTile, col, inRange);
     Value cached = cmp(arith::CmpIPredicate::ult, pos, past);
     Value fromCache = arith::OrIOp::create(
         b, cached, arith::XOrIOp::create(b, inRange, arith::ConstantIntOp::create(b, 1, 1)));
@@ -191,6 +199,21 @@ private:
             idx(s.headDim)),
         col);
     Value quad = loadGlobal(v4, base, element, 4);
+    Value zeros = arith::ConstantOp::create(b, v4, DenseElementsAttr::get(v4, 0.0f));
+    return arith::SelectOp::create(b, inRange, quad, zeros);
+  }
+
+  Value bf16CachedQuad(Value cacheBase, Value rowInTile, Value col, Value inRange) {
+    Value row = arith::SelectOp::create(b, inRange, slotOf(rowInTile), idx(0));
+    Value element = arith::AddIOp::create(
+        b,
+        arith::MulIOp::create(
+            b, arith::AddIOp::create(b, arith::MulIOp::create(b, row, idx(s.kvHeads)), kvHead),
+            idx(s.headDim)),
+        col);
+    Value stored = loadGlobal(VectorType::get({4}, b.getBF16Type()), cacheBase, element, 2, 8);
+    Value quad = arith::ExtFOp::create(b, VectorType::get({4}, f32), stored);
+    auto v4 = VectorType::get({4}, f32);
     Value zeros = arith::ConstantOp::create(b, v4, DenseElementsAttr::get(v4, 0.0f));
     return arith::SelectOp::create(b, inRange, quad, zeros);
   }
@@ -629,7 +652,8 @@ namespace {
 std::string shapeSuffix(const S &shape) {
   return std::to_string(shape.qHeads) + "x" + std::to_string(shape.kvHeads) + "x" +
          std::to_string(shape.headDim) +
-         (shape.window ? "_w" + std::to_string(shape.window) : "_global");
+         (shape.window ? "_w" + std::to_string(shape.window) : "_global") +
+         kernels::kvSuffix(shape.cache);
 }
 
 int64_t stagedRows(int64_t maxTokens) {
@@ -647,14 +671,18 @@ kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastT
       .set("stages", S::kStages)
       .set("block", kThreads)
       .set("swizzle", 128);
+  if (shape.cache != kernels::KvElement::F32)
+    tiling.set("kv_cache", "bf16");
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     Type q = MemRefType::get({dynamic, shape.qHeads, shape.headDim}, b.getF32Type());
     Type kv = MemRefType::get({dynamic, shape.kvHeads, shape.headDim}, b.getF32Type());
+    Type kvCache = MemRefType::get({dynamic, shape.kvHeads, shape.headDim},
+                                   kernels::kvElementType(b, shape.cache));
     Type keys = MemRefType::get({shape.kvHeads, rows, shape.headDim}, b.getBF16Type());
     Type values = MemRefType::get({shape.kvHeads, shape.headDim, rows}, b.getBF16Type());
     Type i64 = b.getI64Type();
-    return {q, kv, kv, kv, kv, q, keys, values, i64, i64, i64, i64};
+    return {q, kv, kv, kvCache, kvCache, q, keys, values, i64, i64, i64, i64};
   };
   const std::string smemName = name + "_smem";
   kernels::KernelSpec spec =

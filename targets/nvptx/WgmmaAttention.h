@@ -40,11 +40,8 @@
 
 namespace kiln::nvptx {
 
-struct WgmmaAttentionShape {
+struct WgmmaAttentionShape : kernels::AttentionShape {
   static constexpr int64_t kKeys = 64, kStages = 4, kPanel = 64;
-  int64_t qHeads = 0, kvHeads = 0, headDim = 0, window = 0;
-  double scale = 1;
-  int64_t group() const { return qHeads / kvHeads; }
   // Two heads of a KV head a block (64 queries each) where the group is
   // even, else one head's 128 queries.
   bool pairHeads() const { return group() % 2 == 0; }

@@ -346,8 +346,12 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options, std::ost
 
   size_t global = 0, sliding = 0;
   uint64_t globalBytes = 0, slidingBytes = 0;
+  std::string dtypes; // the caches' element types, each once
   for (size_t i = 0; i < artifact.numKvCaches(); ++i) {
     const fb::KvCache &cache = *root.kv_caches()->Get(static_cast<flatbuffers::uoffset_t>(i));
+    const std::string dtype(dtypeName(toDType(cache.dtype())));
+    if (("/" + dtypes + "/").find("/" + dtype + "/") == std::string::npos)
+      dtypes += (dtypes.empty() ? "" : "/") + dtype;
     // K and V per position.
     const uint64_t perToken =
         2ull * cache.kv_heads() * cache.head_dim() * dtypeSize(toDType(cache.dtype()));
@@ -360,7 +364,8 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options, std::ost
     }
   }
   out << "kv caches     " << artifact.numKvCaches() << " (" << global << " global, " << sliding
-      << " sliding); K+V bytes per token: " << globalBytes << " global, " << slidingBytes
+      << " sliding" << (dtypes.empty() ? "" : ", " + dtypes)
+      << "); K+V bytes per token: " << globalBytes << " global, " << slidingBytes
       << " sliding (up to their windows)\n";
 
   out << "memory per rank:\n";

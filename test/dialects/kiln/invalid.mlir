@@ -157,6 +157,15 @@ func.func @attention_scale(%q: tensor<8x6x32xbf16>, %k: tensor<8x2x32xbf16>, %p:
 
 // -----
 
+func.func @attention_kv_type(%q: tensor<8x6x32xbf16>, %k: tensor<8x2x32xbf16>, %p: tensor<8xi32>) {
+  // expected-error @+1 {{kv_type must be f32 or bf16 (the KV cache's element type), got 'f16'}}
+  %a = kiln.attention %q, %k, %k, %p {kv_type = f16, scale = 0.125 : f64}
+         : tensor<8x6x32xbf16>, tensor<8x2x32xbf16>, tensor<8x2x32xbf16>, tensor<8xi32> -> tensor<8x6x32xbf16>
+  return
+}
+
+// -----
+
 func.func @router_k_too_large(%l: tensor<8x16xf32>) {
   // expected-error @+1 {{k (32) must not exceed the number of experts (16)}}
   %w, %i = kiln.router_topk %l {k = 32 : i64} : tensor<8x16xf32> -> tensor<8x32xf32>, tensor<8x32xi32>

@@ -36,6 +36,10 @@ func.func @attention_block(%ids: tensor<8xi32>, %pos: tensor<8xi32>) -> tensor<8
   // CHECK: kiln.attention %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {scale = 1.250000e-01 : f64} :
   %g = kiln.attention %qr, %kr, %v3, %pos {scale = 0.125 : f64}
          : tensor<8x6x32xbf16>, tensor<8x2x32xbf16>, tensor<8x2x32xbf16>, tensor<8xi32> -> tensor<8x6x32xbf16>
+  // A KV cache in bf16: keys and values rounded to it.
+  // CHECK: kiln.attention %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {kv_type = bf16, scale = 1.250000e-01 : f64} :
+  %gb = kiln.attention %qr, %kr, %v3, %pos {kv_type = bf16, scale = 0.125 : f64}
+         : tensor<8x6x32xbf16>, tensor<8x2x32xbf16>, tensor<8x2x32xbf16>, tensor<8xi32> -> tensor<8x6x32xbf16>
   // CHECK: kiln.merge_heads %{{.+}} : tensor<8x6x32xbf16> -> tensor<8x192xbf16>
   %a2 = kiln.merge_heads %a : tensor<8x6x32xbf16> -> tensor<8x192xbf16>
   %wo = kiln.weight "model.layers.0.self_attn.o_proj.weight" : tensor<256x192xbf16>

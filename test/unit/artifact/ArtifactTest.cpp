@@ -1034,7 +1034,7 @@ TEST_F(ArtifactFileTest, KilnDumpPrintsASummary) {
                       "amx-bf16, avx512bf16",
                       "muse-spark-test, weight format bf16", "tp 1, ep 1, sp off, world 1\n",
                       "1 binding, 16384 bytes (16.0 KiB)",
-                      "1 (1 global, 0 sliding); K+V bytes per token: 128 global",
+                      "1 (1 global, 0 sliding, BF16); K+V bytes per token: 128 global",
                       "2, library elf-shared-object 64 bytes",
                       "[0] linear_amx_bf16  op kiln.linear  tiling {\"kind\":\"amx\"",
                       "prefill: max_tokens 32, arena 16384 bytes (16.0 KiB), logits rows 1\n",

@@ -168,8 +168,12 @@ TEST_P(X86EndToEnd, MatchesTheInterpreter) {
     diff2 += (got[i] - want[i]) * double(got[i] - want[i]);
     ref2 += double(want[i]) * want[i];
   }
-  // bf16 has 8 significant bits: 2^-8 relative error per rounded operand.
-  EXPECT_LT(std::sqrt(diff2 / ref2), 1e-2) << "relative RMS error of the prefill logits";
+  // bf16 has 8 significant bits: 2^-8 relative error per rounded operand
+  // (the GEMMs' activations; the cached keys and values are rounded on both
+  // sides, but from keys that already differ, so a rounding may go either
+  // way). About 4e-3 with an f32 cache, 6e-3 to 1.1e-2 with bf16 (NVFP4
+  // experts the most); a broken kernel is off by tenths.
+  EXPECT_LT(std::sqrt(diff2 / ref2), 1.5e-2) << "relative RMS error of the prefill logits";
   EXPECT_LT(worst, 0.02 * scale) << "largest logit error, of logits up to " << scale;
 
   // 32 greedy steps. Each step both sides continue from the interpreter's

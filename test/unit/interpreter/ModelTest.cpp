@@ -70,6 +70,9 @@ protected:
     muse_spark::GraphOptions options;
     options.tokens = mlir::ShapedType::kDynamic;
     options.format = format;
+    // Exact keys and values: these are properties of the model, which a
+    // bf16 cache's rounding would blur.
+    options.kvType = muse_spark::KvDType::F32;
     modules.push_back(muse_spark::buildForwardGraph(context, *config, options));
     return modules.back()->lookupSymbol<mlir::func::FuncOp>("forward");
   }

@@ -84,6 +84,10 @@ protected:
     muse_spark::GraphOptions options;
     options.tokens = kTokens;
     options.format = c.format;
+    // Exact keys and values: a pass that reorders an f32 sum may move a key
+    // across a bf16 rounding boundary, which would hide what the comparison
+    // is for.
+    options.kvType = muse_spark::KvDType::F32;
     return muse_spark::buildForwardGraph(context, configs->at(c.config), options);
   }
 

@@ -1,0 +1,29 @@
+// What an attention kernel is specialised to: its heads, head_dim, sliding
+// window, scale, and the element type of the KV cache it reads and writes.
+// Every target's attention kernels and hooks take it whole.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace kiln::kernels {
+
+// The KV cache's element type (kiln.attention's kv_type). Attention reads
+// every key and value rounded to it, the call's own as well as the cached
+// ones, as the interpreter does.
+enum class KvElement { F32, BF16 };
+
+int64_t kvElementBytes(KvElement element);
+// The kernel name suffix: none for f32 (the names f32 caches always had),
+// "_kvbf16" for bf16.
+std::string kvSuffix(KvElement element);
+
+struct AttentionShape {
+  int64_t qHeads = 0, kvHeads = 0, headDim = 0;
+  int64_t window = 0; // 0: a global layer
+  double scale = 1;
+  KvElement cache = KvElement::F32;
+  int64_t group() const { return qHeads / kvHeads; }
+};
+
+} // namespace kiln::kernels

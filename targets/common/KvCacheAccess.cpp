@@ -1,0 +1,55 @@
+#include "targets/common/KvCacheAccess.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/Vector/IR/VectorOps.h"
+
+namespace kiln::kernels {
+
+using namespace mlir;
+
+int64_t kvElementBytes(KvElement element) { return element == KvElement::BF16 ? 2 : 4; }
+
+std::string kvSuffix(KvElement element) { return element == KvElement::BF16 ? "_kvbf16" : ""; }
+
+Type kvElementType(Builder &b, KvElement element) {
+  return element == KvElement::BF16 ? Type(b.getBF16Type()) : Type(b.getF32Type());
+}
+
+namespace {
+// `type` (f32 or a vector of it) with `element` in place of f32.
+Type withElement(Type type, Type element) {
+  if (auto vector = llvm::dyn_cast<VectorType>(type))
+    return VectorType::get(vector.getShape(), element);
+  return element;
+}
+llvm::MaybeAlign alignment(int64_t bytes) {
+  return bytes ? llvm::MaybeAlign(bytes) : llvm::MaybeAlign();
+}
+} // namespace
+
+Value roundAsCached(ImplicitLocOpBuilder &b, Value value, KvElement element) {
+  if (element == KvElement::F32)
+    return value;
+  Value narrow = arith::TruncFOp::create(b, withElement(value.getType(), b.getBF16Type()), value);
+  return arith::ExtFOp::create(b, value.getType(), narrow);
+}
+
+Value loadCachedF32(ImplicitLocOpBuilder &b, Value cache, ValueRange indices, int64_t lanes,
+                    KvElement element, int64_t alignBytes) {
+  auto stored = VectorType::get({lanes}, kvElementType(b, element));
+  Value v = vector::LoadOp::create(b, stored, cache, indices, /*nontemporal=*/false,
+                                   alignment(alignBytes));
+  if (element == KvElement::F32)
+    return v;
+  return arith::ExtFOp::create(b, VectorType::get({lanes}, b.getF32Type()), v);
+}
+
+void storeToCache(ImplicitLocOpBuilder &b, Value f32Vector, Value cache, ValueRange indices,
+                  KvElement element, int64_t alignBytes) {
+  Value v = f32Vector;
+  if (element != KvElement::F32)
+    v = arith::TruncFOp::create(b, withElement(v.getType(), kvElementType(b, element)), v);
+  vector::StoreOp::create(b, v, cache, indices, /*nontemporal=*/false, alignment(alignBytes));
+}
+
+} // namespace kiln::kernels
