@@ -201,8 +201,9 @@ StepBytes decodeBytes(const kiln::Artifact &artifact, const nlohmann::json &conf
   }
   for (const fb::KvCache *kv : *artifact->kv_caches()) {
     const int64_t positions = kv->window() ? std::min<int64_t>(kv->window(), past + 1) : past + 1;
-    bytes.kv += 2.0 * double(positions) * kv->kv_heads() * kv->head_dim() * 4.0 *
-                double(batch); // K and V, f32, each conversation's
+    // K and V, in the cache's element type, each conversation's.
+    bytes.kv += 2.0 * double(positions) * kv->kv_heads() * kv->head_dim() *
+                double(kiln::dtypeSize(kiln::toDType(kv->dtype()))) * double(batch);
   }
   return bytes;
 }
