@@ -179,11 +179,11 @@ private:
   // keys in range are all cached ones: a bf16 cache, whose elements are not
   // the call's f32, is read alone.
   Value kvQuad(Value callBase, Value cacheBase, Value rowInTile, Value col) {
-    Value pos = arith::AddIOp::create(b, tileStart, rowInTile);
     auto v4 = VectorType::get({4}, f32);
-    Value inRange = cmp(arith::CmpIPredicate::ult, pos, keyEnd);
     if (s.cache == kernels::KvElement::BF16)
-      return bf16CachedQuad(cacheBase, rowInTile, col, inRange);
+      return arith::ExtFOp::create(b, v4, bf16Cached(cacheBase, rowInTile, col, 4));
+    Value pos = arith::AddIOp::create(b, tileStart, rowInTile);
+    Value inRange = cmp(arith::CmpIPredicate::ult, pos, keyEnd);
     Value cached = cmp(arith::CmpIPredicate::ult, pos, past);
     Value fromCache = arith::OrIOp::create(
         b, cached, arith::XOrIOp::create(b, inRange, arith::ConstantIntOp::create(b, 1, 1)));
@@ -203,7 +203,11 @@ private:
     return arith::SelectOp::create(b, inRange, quad, zeros);
   }
 
-  Value bf16CachedQuad(Value cacheBase, Value rowInTile, Value col, Value inRange) {
+  // `lanes` bf16 of a bf16 cache at tile row `rowInTile`, dims `col` ..,
+  // as stored; zeros at or past keyEnd.
+  Value bf16Cached(Value cacheBase, Value rowInTile, Value col, int64_t lanes) {
+    Value pos = arith::AddIOp::create(b, tileStart, rowInTile);
+    Value inRange = cmp(arith::CmpIPredicate::ult, pos, keyEnd);
     Value row = arith::SelectOp::create(b, inRange, slotOf(rowInTile), idx(0));
     Value element = arith::AddIOp::create(
         b,
@@ -211,11 +215,11 @@ private:
             b, arith::AddIOp::create(b, arith::MulIOp::create(b, row, idx(s.kvHeads)), kvHead),
             idx(s.headDim)),
         col);
-    Value stored = loadGlobal(VectorType::get({4}, b.getBF16Type()), cacheBase, element, 2, 8);
-    Value quad = arith::ExtFOp::create(b, VectorType::get({4}, f32), stored);
-    auto v4 = VectorType::get({4}, f32);
-    Value zeros = arith::ConstantOp::create(b, v4, DenseElementsAttr::get(v4, 0.0f));
-    return arith::SelectOp::create(b, inRange, quad, zeros);
+    auto type = VectorType::get({lanes}, b.getBF16Type());
+    Value stored = loadGlobal(type, cacheBase, element, 2, 2 * lanes);
+    Value zeros = arith::ConstantOp::create(
+        b, type, DenseElementsAttr::get(type, APFloat::getZero(APFloat::BFloat())));
+    return arith::SelectOp::create(b, inRange, stored, zeros);
   }
 
   // Eight f32 as eight bf16, as four i32 for one 16-byte store.
@@ -296,8 +300,10 @@ private:
     Value keys = src.keys, values = src.values, keyCache = src.keyCache,
           valueCache = src.valueCache;
     tileSlot = arith::RemUIOp::create(b, tileStart, slots);
+    // A key chunk: eight f32 dims (lo, hi) to convert, or from a bf16 cache
+    // the eight as stored (one 16-byte load).
     struct Chunk {
-      Value lo, hi, at;
+      Value lo, hi, stored, at;
     };
     SmallVector<Chunk> keyChunks;
     // Keys: chunk (key r, dims 8 c ..) a unit, consecutive threads along a row.
@@ -306,19 +312,31 @@ private:
       Value c = arith::RemUIOp::create(b, e, idx(chunksPerRow));
       Value r = arith::DivUIOp::create(b, e, idx(chunksPerRow));
       Value col = arith::MulIOp::create(b, c, idx(8));
-      Value lo = kvQuad(keys, keyCache, r, col);
-      Value hi = kvQuad(keys, keyCache, r, arith::AddIOp::create(b, col, idx(4)));
+      Chunk chunk;
+      if (s.cache == kernels::KvElement::BF16) {
+        chunk.stored = vector::BitCastOp::create(b, VectorType::get({4}, i32),
+                                                 bf16Cached(keyCache, r, col, 8));
+      } else {
+        chunk.lo = kvQuad(keys, keyCache, r, col);
+        chunk.hi = kvQuad(keys, keyCache, r, arith::AddIOp::create(b, col, idx(4)));
+      }
       Value panelAt = arith::AddIOp::create(
           b, keysAt,
           arith::MulIOp::create(b, arith::DivUIOp::create(b, c, idx(8)), idx(kPanelBytes)));
-      keyChunks.push_back({lo, hi, swizzled(panelAt, r, arith::RemUIOp::create(b, c, idx(8)))});
+      chunk.at = swizzled(panelAt, r, arith::RemUIOp::create(b, c, idx(8)));
+      keyChunks.push_back(chunk);
     }
     // Every load of the tile's keys is issued before the first store (the
     // generic-pointer loads may not pass a shared store), then stored.
-    for (auto &[lo, hi, at] : keyChunks) {
-      SmallVector<Value> values = elements(lo);
-      values.append(elements(hi));
-      LLVM::StoreOp::create(b, chunkOf(values), ring.at(at), /*alignment=*/16);
+    for (const Chunk &chunk : keyChunks) {
+      Value target = ring.at(chunk.at);
+      Value packed = chunk.stored;
+      if (!packed) {
+        SmallVector<Value> values = elements(chunk.lo);
+        values.append(elements(chunk.hi));
+        packed = chunkOf(values);
+      }
+      LLVM::StoreOp::create(b, packed, target, /*alignment=*/16);
     }
     // Values, transposed: keys 8 kc .. + 7 at dims 4 dq .. + 3 a unit (eight
     // quads in, four chunks out: row d holds the eight keys of dim d).
