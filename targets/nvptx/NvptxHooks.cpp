@@ -2,6 +2,7 @@
 
 #include "targets/common/Generators.h"
 #include "targets/nvptx/MmaAttention.h"
+#include "targets/nvptx/MmaDecodeAttention.h"
 #include "targets/nvptx/MmaExperts.h"
 #include "targets/nvptx/MmaGemm.h"
 #include "targets/nvptx/NarrowExperts.h"
@@ -131,6 +132,19 @@ NvptxHooks::tileAttention(const kernels::AttentionShape &shape, int64_t maxToken
     return std::nullopt;
   return TileAttention{{mmaAttention(tiles, broken), mmaAttentionWork(tiles, maxTokens)},
                        kvAppendKernel(shape, /*sequences=*/0)};
+}
+
+// Split-KV attention over a bf16 cache on mma.sync (a KV head's query heads
+// as the MMA's rows, each cached key read once for all of them); the warp
+// kernels otherwise. The merge and the append stay the warp kernels.
+std::optional<kernels::TargetHooks::SplitAttention>
+NvptxHooks::splitAttention(const kernels::AttentionShape &shape, int64_t maxTokens,
+                           int64_t sequences) const {
+  std::optional<SplitAttention> split = GpuTargetHooks::splitAttention(shape, maxTokens, sequences);
+  if (split && chip.matrix != MatrixCores::None && mmaDecodeAttentionFits(shape))
+    split->partials = {mmaDecodeAttention(shape, split->splits, sequences),
+                       mmaDecodeAttentionWork(shape, split->splits)};
+  return split;
 }
 
 // A fixed amount of work: blocks of up to 128 threads covering it. Work that

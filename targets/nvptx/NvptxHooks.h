@@ -30,6 +30,9 @@ public:
   std::optional<PeerMegaMoE> peerMegaMoE(const kernels::PeerMegaMoEShape &shape) const override;
   std::optional<TileAttention> tileAttention(const kernels::AttentionShape &shape,
                                              int64_t maxTokens) const override;
+  std::optional<SplitAttention> splitAttention(const kernels::AttentionShape &shape,
+                                               int64_t maxTokens,
+                                               int64_t sequences) const override;
   kernels::LaunchShape shape(kernels::Work work, int64_t maxTokens) const override;
 
 protected:
