@@ -77,8 +77,13 @@ public:
     const double inf = std::numeric_limits<double>::infinity();
     minusInf = arith::ConstantFloatOp::create(b, f32, APFloat(float(-inf)));
     zero = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
+    // The loop carries the softmax state, the output accumulators and the
+    // next tile's keys and values, loaded while this one computes: its keys
+    // once the scores are taken, its values once P V is.
     SmallVector<Value> init = {minusInf, minusInf, zero, zero};
     init.append(s.headDim / 2, zero);
+    init.append(loadKeys(keyBegin));
+    init.append(loadValues(keyBegin));
     auto loop = scf::ForOp::create(b, idx(0), tiles, idx(1), init);
     {
       OpBuilder::InsertionGuard guard(b);
@@ -88,7 +93,7 @@ public:
       SmallVector<Value> carried(loop.getRegionIterArgs().begin(), loop.getRegionIterArgs().end());
       scf::YieldOp::create(b, attendTile(tileStart, carried));
     }
-    store(loop.getResults(), k.arg(outArg), split);
+    store(loop.getResults().take_front(4 + s.headDim / 2), k.arg(outArg), split);
   }
 
 private:
@@ -167,10 +172,11 @@ private:
   // `lanes` bf16 of the key or value at position `pos` from dim `col`: the
   // cache's below the token's past, else this call's rounded as the cache
   // holds them; positions at or past keyEnd read the split's first key (their
-  // probability is zero).
+  // probability is zero), or the token's own where the split is empty.
   Value kvRow(unsigned callArg, unsigned cacheArg, Value pos, Value col, int64_t lanes) {
-    Value jc =
-        arith::SelectOp::create(b, cmp(arith::CmpIPredicate::ult, pos, keyEnd), pos, keyBegin);
+    Value jc = arith::MinUIOp::create(
+        b, arith::SelectOp::create(b, cmp(arith::CmpIPredicate::ult, pos, keyEnd), pos, keyBegin),
+        position);
     auto stored = VectorType::get({lanes}, bf16);
     auto ifCached = scf::IfOp::create(b, TypeRange{stored},
                                       cmp(arith::CmpIPredicate::ult, jc, tokenPast), true);
@@ -196,27 +202,44 @@ private:
     return LLVM::BitcastOp::create(b, i32, pair);
   }
 
-  // One tile of 16 keys from `tileStart`: scores, the online softmax step,
-  // the output update. carried: max A, max B, sum A, sum B (log2 units), the
-  // output accumulators (D/8 n-tiles of c0..c3).
-  SmallVector<Value> attendTile(Value tileStart, ArrayRef<Value> carried) {
+  // Keys g and g + 8 of the tile at `tileStart`, dims D/4 t ..., as
+  // vector<D/8 x i32> (bf16 pairs).
+  SmallVector<Value> loadKeys(Value tileStart) {
     const int64_t D = s.headDim;
-    // Keys g and g + 8: dims D/4 t ...
-    Value keyCol = arith::MulIOp::create(b, t, idx(D / 4));
-    Value keyRows[2];
+    Value col = arith::MulIOp::create(b, t, idx(D / 4));
+    SmallVector<Value> rows;
     for (int64_t h = 0; h < 2; ++h) {
       Value pos = arith::AddIOp::create(b, tileStart, arith::AddIOp::create(b, g, idx(8 * h)));
-      keyRows[h] = vector::BitCastOp::create(b, VectorType::get({D / 8}, i32),
-                                             kvRow(1, 3, pos, keyCol, D / 4));
+      rows.push_back(vector::BitCastOp::create(b, VectorType::get({D / 8}, i32),
+                                               kvRow(1, 3, pos, col, D / 4)));
     }
-    // Values of keys 2t, 2t + 1, 2t + 8, 2t + 9: dims D/8 g ...
-    Value valueCol = arith::MulIOp::create(b, g, idx(D / 8));
+    return rows;
+  }
+  // Values of the tile's keys 2t, 2t + 1, 2t + 8, 2t + 9, dims D/8 g ...
+  SmallVector<Value> loadValues(Value tileStart) {
+    const int64_t D = s.headDim;
+    Value col = arith::MulIOp::create(b, g, idx(D / 8));
     Value t2 = arith::MulIOp::create(b, t, idx(2));
-    Value valueRows[4];
+    SmallVector<Value> rows;
     for (int64_t r = 0; r < 4; ++r) {
       Value key = arith::AddIOp::create(b, t2, idx((r & 1) + 8 * (r / 2)));
-      valueRows[r] = kvRow(2, 4, arith::AddIOp::create(b, tileStart, key), valueCol, D / 8);
+      rows.push_back(kvRow(2, 4, arith::AddIOp::create(b, tileStart, key), col, D / 8));
     }
+    return rows;
+  }
+
+  // One tile of 16 keys from `tileStart`: scores, the online softmax step,
+  // the output update. carried: max A, max B, sum A, sum B (log2 units), the
+  // output accumulators (D/8 n-tiles of c0..c3), then the tile's keys (2)
+  // and values (4). Returns the same for the next tile.
+  SmallVector<Value> attendTile(Value tileStart, ArrayRef<Value> carried) {
+    const int64_t D = s.headDim;
+    const size_t rowsAt = 4 + D / 2;
+    Value keyRows[2] = {carried[rowsAt], carried[rowsAt + 1]};
+    Value valueRows[4] = {carried[rowsAt + 2], carried[rowsAt + 3], carried[rowsAt + 4],
+                          carried[rowsAt + 5]};
+    Value next = arith::AddIOp::create(b, tileStart, idx(kTileKeys));
+    Value t2 = arith::MulIOp::create(b, t, idx(2));
 
     // Scores, keys 8h .. 8h + 7: thread (g, t) gets rows g, g + 8 at keys
     // 8h + 2t, + 1; scaled to log2 units, -inf at or past keyEnd.
@@ -248,11 +271,12 @@ private:
           maxB = arith::MaxNumFOp::create(b, maxB, v);
       }
     }
+    SmallVector<Value> nextKeys = loadKeys(next);
     flash::SoftmaxStep step =
         flash::softmaxStep(b, maxA, maxB, carried.take_front(4), p, minusInf, zero);
 
     // The output: rescaled, then += P V, P split into hi and lo.
-    SmallVector<Value> out(carried.begin() + 4, carried.end());
+    SmallVector<Value> out(carried.begin() + 4, carried.begin() + rowsAt);
     for (size_t i = 0; i < out.size(); ++i)
       out[i] = arith::MulFOp::create(b, out[i], (i % 4) < 2 ? step.alphaA : step.alphaB);
     SmallVector<Value> pHi, pLo;
@@ -270,9 +294,11 @@ private:
           out[4 * jd + e] = element(sum, e);
       }
     }
-    SmallVector<Value> next = {step.maxA, step.maxB, step.sumA, step.sumB};
-    next.append(out.begin(), out.end());
-    return next;
+    SmallVector<Value> result = {step.maxA, step.maxB, step.sumA, step.sumB};
+    result.append(out.begin(), out.end());
+    result.append(nextKeys);
+    result.append(loadValues(next));
+    return result;
   }
 
   // The partials of heads A and B (those of this KV head): acc at dims D/8

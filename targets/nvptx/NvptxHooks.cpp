@@ -141,9 +141,24 @@ std::optional<kernels::TargetHooks::SplitAttention>
 NvptxHooks::splitAttention(const kernels::AttentionShape &shape, int64_t maxTokens,
                            int64_t sequences) const {
   std::optional<SplitAttention> split = GpuTargetHooks::splitAttention(shape, maxTokens, sequences);
-  if (split && chip.matrix != MatrixCores::None && mmaDecodeAttentionFits(shape))
-    split->partials = {mmaDecodeAttention(shape, split->splits, sequences),
-                       mmaDecodeAttentionWork(shape, split->splits)};
+  if (!split || chip.matrix == MatrixCores::None || !mmaDecodeAttentionFits(shape))
+    return split;
+  // A batch's conversations already spread the warps over the machine:
+  // fewer splits there (about kDecodeWarps warps in all), so that the
+  // partials, written and read once a layer, stay small beside the cache.
+  if (sequences > 0) {
+    constexpr int64_t kDecodeWarps = 4096;
+    const int64_t splits = std::clamp<int64_t>((kDecodeWarps + sequences * shape.kvHeads - 1) /
+                                                   (sequences * shape.kvHeads),
+                                               1, split->splits);
+    if (splits != split->splits) {
+      split->splits = splits;
+      split->merge = {kernels::attentionMergeWarp(shape.qHeads, shape.headDim, splits),
+                      kernels::Work{0, 32 * shape.qHeads}};
+    }
+  }
+  split->partials = {mmaDecodeAttention(shape, split->splits, sequences),
+                     mmaDecodeAttentionWork(shape, split->splits)};
   return split;
 }
 

@@ -153,11 +153,32 @@ std::vector<int32_t> conversationPrompt(const std::vector<int32_t> &prompt, int6
 // few conversations (kBatchFlipShare of them) may go past kBatchTolerance,
 // never past kBatchFlipTolerance; a wrong row, expert or kernel is off in
 // every conversation, and by far more.
-constexpr double kBatchTolerance = 5e-5;
-constexpr double kBatchFlipTolerance = 0.1;
-constexpr double kBatchFlipShare = 1.0 / 8;
+//
+// A bf16 KV cache widens all three: a key or value whose products differ in
+// their last bits between the two runs may round to the other bf16
+// neighbour (2^-8 of it), which moves later logits by up to about 1e-2 of the
+// largest and makes routing near ties flip more often; where one did, the
+// greedy choice may differ too, within the flip tolerance of the alone run's
+// best (measured on an H200: tiny 5e-4 in every conversation, small 2e-2 to
+// 0.16 in a few, 5 tokens of 1024 at batch 64).
+struct BatchBounds {
+  double tolerance, flipTolerance, flipShare;
+  bool tokensMayDiffer;
+};
+BatchBounds batchBounds(const Artifact &artifact) {
+  bool bf16Cache = false;
+  if (const auto *caches = artifact->kv_caches())
+    for (const auto *cache : *caches)
+      bf16Cache = bf16Cache || toDType(cache->dtype()) == DType::BF16;
+  if (bf16Cache)
+    return {1e-2, 0.2, 1.0 / 4, true};
+  return {5e-5, 0.1, 1.0 / 8, false};
+}
 
 bool checkBatched(Engine &engine, const std::vector<int32_t> &prompt, int steps) {
+  const BatchBounds bounds = batchBounds(engine.artifact());
+  const double kBatchTolerance = bounds.tolerance, kBatchFlipTolerance = bounds.flipTolerance,
+               kBatchFlipShare = bounds.flipShare;
   const int64_t n = engine.conversations(), vocab = engine.vocabSize();
   engine.reset();
   std::vector<std::vector<float>> logits(n);
@@ -181,13 +202,17 @@ bool checkBatched(Engine &engine, const std::vector<int32_t> &prompt, int steps)
   }
   engine.reset();
   double worst = 0, scale = 0;
-  int differing = 0;
+  int differing = 0, farChoices = 0; // tokens chosen otherwise; past the flip tolerance
   // Each conversation's largest difference and largest logit.
   std::vector<double> worstOf(n, 0.0), scaleOf(n, 0.0);
   for (int64_t c = 0; c < n; ++c) {
     std::vector<float> alone = engine.prefill(c, conversationPrompt(prompt, c, vocab));
     for (int s = 0; s < steps; ++s) {
-      differing += greedyStep(alone).token != chosen[c][s];
+      if (const int32_t best = greedyStep(alone).token; best != chosen[c][s]) {
+        ++differing;
+        farChoices += alone[size_t(best)] - alone[size_t(chosen[c][s])] >
+                      kBatchFlipTolerance * std::abs(alone[size_t(best)]);
+      }
       alone = engine.decode(c, chosen[c][s]);
       requireFinite(alone,
                     "decode step " + std::to_string(s) + ", conversation " + std::to_string(c));
@@ -209,15 +234,19 @@ bool checkBatched(Engine &engine, const std::vector<int32_t> &prompt, int steps)
         d = std::max(d, worstOf[c]);
     return d;
   }();
-  const bool ok = differing == 0 && worst <= kBatchFlipTolerance * scale &&
+  const bool tokensOk = bounds.tokensMayDiffer
+                            ? farChoices == 0 && double(differing) <= kBatchFlipShare * double(n)
+                            : differing == 0;
+  const bool ok = tokensOk && worst <= kBatchFlipTolerance * scale &&
                   double(moved) <= kBatchFlipShare * double(n);
   std::printf("batched decode: %lld conversations x %d steps against each decoded alone: %d "
               "tokens differ, logits max |diff| %.2e of %.2f; %lld conversations past %.0e of "
               "the largest (a routing near tie; at most %.0f%% may be, within %.0e), the others "
-              "within %.2e (%s)\n",
+              "within %.2e%s (%s)\n",
               static_cast<long long>(n), steps, differing, worst, scale,
               static_cast<long long>(moved), kBatchTolerance, 100 * kBatchFlipShare,
-              kBatchFlipTolerance, closest, ok ? "ok" : "FAILED");
+              kBatchFlipTolerance, closest, bounds.tokensMayDiffer ? "; bf16 KV cache" : "",
+              ok ? "ok" : "FAILED");
   // The same steps choosing their tokens through decodeBatchGreedy (on a
   // GPU, where the logits are): the same tokens.
   engine.reset();
