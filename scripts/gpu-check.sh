@@ -21,7 +21,8 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   small-nvfp4.bf16tc-600.reference small-nvfp4.p512-experts-broken.sm_90.kiln \
   tiny-nvfp4.p512.sm_90.kiln tiny-nvfp4.bf16tc-24.reference tiny-nvfp4.bf16tc-100.reference \
   tiny-nvfp4.bf16tc-600.reference tiny-wide.p512.sm_90.kiln tiny-wide.bf16tc-24.reference \
-  tiny-wide.bf16tc-100.reference tiny-wide.bf16tc-600.reference small-nvfp4.narrow-broken.sm_90.kiln small-nvfp4.b24.sm_90.kiln; do
+  tiny-wide.bf16tc-100.reference tiny-wide.bf16tc-600.reference small-nvfp4.narrow-broken.sm_90.kiln small-nvfp4.b24.sm_90.kiln \
+  tiny-bf16.f32kv.sm_90.kiln tiny-bf16.f32kv.reference; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -49,6 +50,9 @@ synthesis() { # name, then kiln-check's extra arguments
 }
 check tiny-bf16 "$DATA/tiny-bf16"
 check tiny-nvfp4 "$DATA/tiny-nvfp4"
+# An f32 KV cache (the split warp kernels): batched decode within 5e-5 of
+# each conversation alone, as before the bf16 cache.
+check tiny-bf16.f32kv "$DATA/tiny-bf16"
 # Without the graph fusions: the single ops' kernels (head_norm, rope, the
 # unfused expert stage) against the same reference.
 echo "== tiny-bf16 without the fusions"

@@ -2,7 +2,9 @@
 # Prepares what the GPU checks need, on a machine with the compiler (MLIR) but
 # possibly no GPU: sm_90 artifacts of muse-spark-tiny (BF16, NVFP4) and
 # muse-spark-small (NVFP4, BF16), the tiny checkpoints, and the fp32 interpreter's
-# reference runs (64 greedy steps each).
+# reference runs (64 greedy steps each), with the artifacts' bf16 KV cache; tiny
+# BF16 also with an f32 cache (kilnc and kiln-interp --kv-dtype=f32), whose
+# batched decode must match each conversation alone to 5e-5.
 #   scripts/gpu-data.sh [OUT_DIR]      (default: build/gpu-data)
 source "$(dirname "$0")/lib.sh"
 
@@ -20,6 +22,11 @@ for format in bf16 nvfp4; do
   "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=$quant --decode-batch=8 \
     -o "$OUT/tiny-$format.sm_90.kiln"
 done
+kiln_log "tiny bf16 with an f32 KV cache: reference, sm_90 artifact"
+"$BIN/kiln-interp" --weights "$OUT/tiny-bf16" --kv-dtype=f32 --prompt-ids "$PROMPT" \
+  --max-new-tokens "$STEPS" --save-reference "$OUT/tiny-bf16.f32kv.reference"
+"$BIN/kilnc" muse-spark-tiny --target=sm_90 --kv-dtype=f32 --decode-batch=8 \
+  -o "$OUT/tiny-bf16.f32kv.sm_90.kiln"
 # Tiny's prefill on tensor cores (its p512 artifacts): references with the
 # kernels' roundings for prompts of 24, 100 and 600 tokens (window 8, several
 # key and query tiles, and two chunks); NVFP4 for the decoding expert GEMMs.
