@@ -3,6 +3,7 @@
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
 #include "targets/nvptx/FlashSoftmax.h"
+#include "targets/nvptx/MmaSync.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
@@ -29,8 +30,7 @@ public:
   DecodeAttentionBuilder(kernels::KernelScope &k, const kernels::AttentionShape &shape,
                          int64_t splits, int64_t sequences)
       : k(k), b(k.b), s(shape), splits(splits), sequences(sequences), ctx(b.getContext()),
-        f32(b.getF32Type()), bf16(b.getBF16Type()), i32(b.getI32Type()),
-        acc(LLVM::LLVMStructType::getLiteral(ctx, SmallVector<Type>(4, b.getF32Type()))) {}
+        f32(b.getF32Type()), bf16(b.getBF16Type()), i32(b.getI32Type()) {}
 
   void build() {
     const unsigned outArg = sequences ? 6 : 5;
@@ -99,9 +99,6 @@ public:
 private:
   Value idx(int64_t v) { return k.index(v); }
   Value cmp(arith::CmpIPredicate p, Value x, Value y) { return arith::CmpIOp::create(b, p, x, y); }
-  Value element(Value structValue, int64_t i) {
-    return LLVM::ExtractValueOp::create(b, structValue, ArrayRef<int64_t>{i});
-  }
 
   // This token's positions before it (tokenPast), its position, its
   // conversation's first slot and the row of this call's K/V at tokenPast.
@@ -118,13 +115,6 @@ private:
       base = idx(0);
       row0 = idx(0);
     }
-  }
-
-  Value mma(ArrayRef<Value> a, ArrayRef<Value> bFrag, ArrayRef<Value> c) {
-    return NVVM::MmaOp::create(
-        b, acc, a, bFrag, c, ArrayRef<int64_t>{16, 8, 16}, std::nullopt, std::nullopt,
-        std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16, NVVM::MMATypes::bf16},
-        std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
   }
 
   // Two f32 as bf16 pairs: their bf16 (hi) and the bf16 of what that left
@@ -248,15 +238,14 @@ private:
     SmallVector<Value> p(8);
     Value maxA = minusInf, maxB = minusInf;
     for (int64_t h = 0; h < 2; ++h) {
-      Value sum;
       SmallVector<Value> c = {zero, zero, zero, zero};
       for (int64_t chunk = 0; chunk < D / 16; ++chunk) {
         SmallVector<Value> bFrag = {
             vector::ExtractOp::create(b, keyRows[h], ArrayRef<int64_t>{2 * chunk}),
             vector::ExtractOp::create(b, keyRows[h], ArrayRef<int64_t>{2 * chunk + 1})};
         for (const auto *queries : {&queriesHi, &queriesLo}) {
-          sum = mma((*queries)[chunk], bFrag, c);
-          c = {element(sum, 0), element(sum, 1), element(sum, 2), element(sum, 3)};
+          SmallVector<Value, 4> sum = mmaBf16(b, (*queries)[chunk], bFrag, c);
+          c.assign(sum.begin(), sum.end());
         }
       }
       for (int64_t e = 0; e < 4; ++e) {
@@ -289,9 +278,8 @@ private:
       SmallVector<Value> bFrag = {pairOf(at(valueRows[0], jd), at(valueRows[1], jd)),
                                   pairOf(at(valueRows[2], jd), at(valueRows[3], jd))};
       for (const SmallVector<Value> *a : {&pHi, &pLo}) {
-        Value sum = mma(*a, bFrag, ArrayRef<Value>(out).slice(4 * jd, 4));
-        for (int64_t e = 0; e < 4; ++e)
-          out[4 * jd + e] = element(sum, e);
+        SmallVector<Value, 4> sum = mmaBf16(b, *a, bFrag, ArrayRef<Value>(out).slice(4 * jd, 4));
+        std::copy(sum.begin(), sum.end(), out.begin() + 4 * jd);
       }
     }
     SmallVector<Value> result = {step.maxA, step.maxB, step.sumA, step.sumB};
@@ -338,7 +326,6 @@ private:
   MLIRContext *ctx;
   FloatType f32, bf16;
   Type i32;
-  LLVM::LLVMStructType acc;
   Value g, t, past, slots, token, kvHead, tokenPast, position, base, row0, keyBegin, keyEnd;
   Value headA, headB, okA, okB, minusInf, zero;
   SmallVector<SmallVector<Value>> queriesHi, queriesLo; // per 16 dims: four A registers

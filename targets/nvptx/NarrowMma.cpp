@@ -1,6 +1,7 @@
 #include "targets/nvptx/NarrowMma.h"
 
 #include "targets/common/KernelBuilder.h"
+#include "targets/nvptx/MmaSync.h"
 #include "targets/nvptx/Nvfp4Bf16.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -28,8 +29,7 @@ class KLoop {
 public:
   KLoop(kernels::KernelScope &k, const Operands &ops, int64_t sources)
       : k(k), b(k.b), ops(ops), sources(sources), perStep(chunksPerStep(ops.in, ops.nvfp4)),
-        i32(b.getI32Type()), f32(b.getF32Type()),
-        acc(LLVM::LLVMStructType::getLiteral(b.getContext(), SmallVector<Type>(4, f32))) {}
+        i32(b.getI32Type()), f32(b.getF32Type()) {}
 
   SmallVector<Value> build() {
     const int64_t sums = 8 * sources;
@@ -121,12 +121,8 @@ private:
 
   // c += A B over one k16 step.
   void accumulate(MutableArrayRef<Value> c, ArrayRef<Value> a, ArrayRef<Value> bFrag) {
-    Value sum = NVVM::MmaOp::create(
-        b, acc, a, bFrag, c, ArrayRef<int64_t>{16, 8, 16}, std::nullopt, std::nullopt,
-        std::array<NVVM::MMATypes, 2>{NVVM::MMATypes::bf16, NVVM::MMATypes::bf16},
-        std::array<NVVM::MMALayout, 2>{NVVM::MMALayout::row, NVVM::MMALayout::col});
-    for (int64_t i = 0; i < 4; ++i)
-      c[i] = LLVM::ExtractValueOp::create(b, sum, ArrayRef<int64_t>{i});
+    SmallVector<Value, 4> sum = mmaBf16(b, a, bFrag, c);
+    std::copy(sum.begin(), sum.end(), c.begin());
   }
 
   kernels::KernelScope &k;
@@ -135,7 +131,6 @@ private:
   int64_t sources, perStep;
   Type i32;
   FloatType f32;
-  Type acc;
 };
 
 } // namespace
