@@ -70,9 +70,7 @@ KernelSpec attention(const AttentionShape &shape, int64_t sequences) {
     Value tCount = s.argIndex(outArg + 1);
     Value past = s.argIndex(outArg + 2);
     // A conversation's cache slots.
-    Value slots = memref::DimOp::create(b, kc, 0);
-    if (sequences)
-      slots = arith::DivUIOp::create(b, slots, s.index(sequences));
+    Value slots = cacheSlots(b, kc, c0, sequences);
     Value acc = memref::AllocaOp::create(b, MemRefType::get({headDim}, f32));
     Value zeroD = arith::ConstantOp::create(b, vf, DenseElementsAttr::get(vf, 0.0f));
     auto forRange = [&](Value lo, Value hi, ValueRange init = {}) {
@@ -96,19 +94,8 @@ KernelSpec attention(const AttentionShape &shape, int64_t sequences) {
       b.setInsertionPointToStart(tLoop.getBody());
       Value t = tLoop.getInductionVar();
       // The token's conversation: its past, position, cache base and row.
-      Value pastT, p, baseT, row0;
-      if (sequences) {
-        Value posI = memref::LoadOp::create(b, positions, ValueRange{t});
-        pastT = arith::IndexCastOp::create(b, b.getIndexType(), posI);
-        p = pastT;
-        baseT = arith::MulIOp::create(b, t, slots);
-        row0 = t;
-      } else {
-        pastT = past;
-        p = arith::AddIOp::create(b, past, t);
-        baseT = c0;
-        row0 = c0;
-      }
+      TokenState state = tokenState(b, sequences, positions, past, t, slots, c0);
+      Value pastT = state.past, p = state.position, baseT = state.base, row0 = state.row0;
       // First visible position: p - window + 1 for sliding layers, 0 for global.
       Value p1 = arith::AddIOp::create(b, p, c1);
       Value loW = arith::SubIOp::create(b, p1, windowC);

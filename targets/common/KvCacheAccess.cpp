@@ -1,6 +1,7 @@
 #include "targets/common/KvCacheAccess.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
 namespace kiln::kernels {
@@ -50,6 +51,30 @@ void storeToCache(ImplicitLocOpBuilder &b, Value f32Vector, Value cache, ValueRa
   if (element != KvElement::F32)
     v = arith::TruncFOp::create(b, withElement(v.getType(), kvElementType(b, element)), v);
   vector::StoreOp::create(b, v, cache, indices, /*nontemporal=*/false, alignment(alignBytes));
+}
+
+Value cacheSlots(ImplicitLocOpBuilder &b, Value cache, Value c0, int64_t sequences) {
+  Value rows = memref::DimOp::create(b, cache, c0);
+  if (!sequences)
+    return rows;
+  return arith::DivUIOp::create(b, rows, arith::ConstantIndexOp::create(b, sequences));
+}
+TokenState tokenState(ImplicitLocOpBuilder &b, int64_t sequences, Value positions, Value past,
+                      Value t, Value slots, Value c0) {
+  TokenState s;
+  if (!sequences) {
+    s.past = arith::AddIOp::create(b, past, c0);
+    s.position = arith::AddIOp::create(b, past, t);
+    s.base = arith::AddIOp::create(b, c0, c0);
+    s.row0 = arith::AddIOp::create(b, c0, c0);
+    return s;
+  }
+  Value at = memref::LoadOp::create(b, positions, ValueRange{t});
+  s.past = arith::IndexCastOp::create(b, b.getIndexType(), at);
+  s.position = arith::AddIOp::create(b, s.past, c0);
+  s.base = arith::MulIOp::create(b, t, slots);
+  s.row0 = arith::AddIOp::create(b, t, c0);
+  return s;
 }
 
 } // namespace kiln::kernels

@@ -53,43 +53,6 @@ int64_t attentionHeadsPerWarp(int64_t qHeads, int64_t kvHeads) {
   return 1;
 }
 
-namespace {
-
-// Where a token's keys live. A batched entry's token t continues
-// conversation t of `sequences`, at positions[t], in caches that hold every
-// conversation one after another: the slots a conversation has (from the
-// key cache), and per token its positions before it (past), its position,
-// its conversation's first slot (base) and the row of this call's K/V at
-// position `past` (row0). A sequential entry's tokens share one.
-Value cacheSlots(ImplicitLocOpBuilder &b, Value cache, Value c0, int64_t sequences) {
-  Value rows = memref::DimOp::create(b, cache, c0);
-  if (!sequences)
-    return rows;
-  return arith::DivUIOp::create(b, rows, arith::ConstantIndexOp::create(b, sequences));
-}
-struct TokenState {
-  Value past, position, base, row0;
-};
-TokenState tokenState(ImplicitLocOpBuilder &b, int64_t sequences, Value positions, Value past,
-                      Value t, Value slots, Value c0) {
-  TokenState s;
-  if (!sequences) {
-    s.past = arith::AddIOp::create(b, past, c0);
-    s.position = arith::AddIOp::create(b, past, t);
-    s.base = arith::AddIOp::create(b, c0, c0);
-    s.row0 = arith::AddIOp::create(b, c0, c0);
-    return s;
-  }
-  Value at = memref::LoadOp::create(b, positions, ValueRange{t});
-  s.past = arith::IndexCastOp::create(b, b.getIndexType(), at);
-  s.position = arith::AddIOp::create(b, s.past, c0);
-  s.base = arith::MulIOp::create(b, t, slots);
-  s.row0 = arith::AddIOp::create(b, t, c0);
-  return s;
-}
-
-} // namespace
-
 // Built as typed IR (KernelBuilder.h).
 KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits, int64_t sequences) {
   const int64_t qHeads = shape.qHeads, kvHeads = shape.kvHeads, headDim = shape.headDim;

@@ -2,6 +2,7 @@
 
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
+#include "targets/common/KvCacheAccess.h"
 #include "targets/nvptx/FlashSoftmax.h"
 #include "targets/nvptx/MmaSync.h"
 
@@ -39,9 +40,7 @@ public:
     t = arith::RemUIOp::create(b, w.lane, idx(4));
     Value tokens = k.argIndex(outArg + 1);
     past = k.argIndex(outArg + 2);
-    slots = memref::DimOp::create(b, k.arg(3), 0);
-    if (sequences)
-      slots = arith::DivUIOp::create(b, slots, idx(sequences));
+    slots = kernels::cacheSlots(b, k.arg(3), idx(0), sequences);
     Value perToken = idx(s.kvHeads * splits);
     auto items = scf::ForOp::create(b, w.warp, arith::MulIOp::create(b, tokens, perToken), w.warps);
     b.setInsertionPointToStart(items.getBody());
@@ -50,7 +49,12 @@ public:
     Value rest = arith::RemUIOp::create(b, item, perToken);
     kvHead = arith::DivUIOp::create(b, rest, idx(splits));
     Value split = arith::RemUIOp::create(b, rest, idx(splits));
-    tokenState();
+    kernels::TokenState state = kernels::tokenState(b, sequences, sequences ? k.arg(5) : Value(),
+                                                    past, token, slots, idx(0));
+    tokenPast = state.past;
+    position = state.position;
+    base = state.base;
+    row0 = state.row0;
 
     // Visible keys [lo, position]; this split's share [kb, ke).
     Value p1 = arith::AddIOp::create(b, position, idx(1));
@@ -99,23 +103,6 @@ public:
 private:
   Value idx(int64_t v) { return k.index(v); }
   Value cmp(arith::CmpIPredicate p, Value x, Value y) { return arith::CmpIOp::create(b, p, x, y); }
-
-  // This token's positions before it (tokenPast), its position, its
-  // conversation's first slot and the row of this call's K/V at tokenPast.
-  void tokenState() {
-    if (sequences) {
-      Value at = memref::LoadOp::create(b, k.arg(5), ValueRange{token});
-      tokenPast = arith::IndexCastOp::create(b, b.getIndexType(), at);
-      position = tokenPast;
-      base = arith::MulIOp::create(b, token, slots);
-      row0 = token;
-    } else {
-      tokenPast = past;
-      position = arith::AddIOp::create(b, past, token);
-      base = idx(0);
-      row0 = idx(0);
-    }
-  }
 
   // Two f32 as bf16 pairs: their bf16 (hi) and the bf16 of what that left
   // (lo), each as one i32 (the first value in the low half).
