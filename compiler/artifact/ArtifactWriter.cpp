@@ -233,8 +233,8 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
         static_cast<uint64_t>(w.bytes), static_cast<int32_t>(w.sliceGroup)));
   std::vector<fb::Offset<art::KvCache>> caches;
   for (const kernels::KvCacheInfo &c : model.kvCaches)
-    caches.push_back(
-        art::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim, dtypeOf(c.dtype)));
+    caches.push_back(art::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim,
+                                        dtypeOf(c.dtype), static_cast<uint32_t>(c.ring)));
   std::vector<fb::Offset<art::EntryPoint>> entries;
   mlir::ModuleOp planModule = model.plan.get();
   for (auto op : planModule.getOps<plan::EntryOp>()) {

@@ -71,6 +71,7 @@ int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
   kernels::LowerOptions lower;
   lower.maxPrefillTokens = request.maxPrefillTokens;
   lower.decodeBatch = request.decodeBatch;
+  lower.verifyTokens = request.verifyTokens;
   lower.peerExchange = request.peerExchange;
   lower.spGraph = request.spGraph;
   if (request.output == BackendOutput::Plan || request.output == BackendOutput::Kernels) {

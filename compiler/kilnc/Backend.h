@@ -21,6 +21,7 @@ struct BackendRequest {
   std::string outputPath = "-";
   int64_t maxPrefillTokens = 64;
   int64_t decodeBatch = 1;  // conversations of the decode_batch entry (1: none)
+  int64_t verifyTokens = 0; // tokens of the verify entry (0: none)
   bool peerExchange = true; // EP decode combines through peer memory where the target can
   bool report = false;
   // The device an artifact must fit, per rank (unset: not checked), and what

@@ -98,6 +98,14 @@ cl::opt<int64_t> decodeBatch(
              "token each in one call (default 1: none)"),
     cl::init(1), cl::cat(kilncCategory));
 
+cl::opt<int64_t> verifyTokens(
+    "verify-tokens",
+    cl::desc("Also build a verify entry point for speculative decoding: up to N tokens of one "
+             "conversation (the last accepted token and N-1 drafts) in one call, logits for "
+             "each; sliding layers keep N-1 slots beyond their window for rollback (default 0: "
+             "none)"),
+    cl::init(0), cl::cat(kilncCategory));
+
 enum class MoEExchange { Peer, Collective };
 cl::opt<MoEExchange> moeExchange(
     "moe-exchange", cl::desc("How expert parallelism combines in decode on GPUs (default peer)"),
@@ -334,6 +342,8 @@ int main(int argc, char **argv) {
                 " GiB leaves nothing of --device-memory " + gibText(deviceMemory) + " GiB");
   if (decodeBatch < 1 || decodeBatch > 1024)
     return fail("--decode-batch must be 1 to 1024, got " + std::to_string(decodeBatch));
+  if (verifyTokens != 0 && (verifyTokens < 2 || verifyTokens > 64))
+    return fail("--verify-tokens must be 0 (none) or 2 to 64, got " + std::to_string(verifyTokens));
   if (what == Emit::Model && layout.devices() > 1)
     return fail("--tp, --ep and --sp shape the graph pipeline: use them with --emit=graph");
 
@@ -450,6 +460,7 @@ int main(int argc, char **argv) {
     request.outputPath = outputPath;
     request.maxPrefillTokens = maxPrefillTokens;
     request.decodeBatch = decodeBatch;
+    request.verifyTokens = verifyTokens;
     request.peerExchange = moeExchange == MoEExchange::Peer;
     request.report = report;
     request.config = &config;

@@ -491,6 +491,14 @@ private:
            " bytes)");
   }
 
+  // max_tokens of the "verify" entry point, 0 without one.
+  uint64_t verifyTokens() const {
+    for (const fb::EntryPoint *entry : *root_.entry_points())
+      if (entry->name() && entry->name()->str() == "verify")
+        return entry->max_tokens();
+    return 0;
+  }
+
   void checkKvCaches() const {
     const auto *caches = root_.kv_caches();
     for (size_t i = 0; i < sizeOf(caches); ++i) {
@@ -502,6 +510,15 @@ private:
         fail(where + ": kv_heads and head_dim must be >= 1 (kv_heads " +
              std::to_string(cache.kv_heads()) + ", head_dim " + std::to_string(cache.head_dim()) +
              ")");
+      // A ring holds at least the window, and no more than it plus the
+      // rollback of the longest verify call.
+      if (cache.ring() != 0 &&
+          (cache.window() == 0 || cache.ring() < cache.window() ||
+           uint64_t{cache.ring()} - cache.window() + 1 > std::max<uint64_t>(1, verifyTokens())))
+        fail(where + ".ring: " + std::to_string(cache.ring()) + " slots for window " +
+             std::to_string(cache.window()) + " (expected 0 for a global layer, else the window " +
+             "plus at most the verify entry's tokens - 1, " +
+             std::to_string(std::max<uint64_t>(1, verifyTokens()) - 1) + ")");
     }
   }
 

@@ -48,7 +48,7 @@ ArtifactMemory artifactMemory(const Artifact &artifact) {
         memory.globalKvBytesPerToken += perToken;
       } else {
         memory.slidingKvBytesPerToken += perToken;
-        memory.slidingKvBytes += perToken * cache->window();
+        memory.slidingKvBytes += perToken * (cache->ring() ? cache->ring() : cache->window());
       }
     }
   memory.slidingKvBytes *= static_cast<uint64_t>(memory.conversations);

@@ -18,7 +18,8 @@ constexpr uint32_t kSchemaMajor = 1;
 // (CommGroup.exchange_bytes, Exchange buffers); 5: Hopper kernels
 // (Kernel.shared_bytes, the TensorMap scalar, Launch.tensor_maps); 6:
 // Artifact.digests, which the runtime requires (an artifact of an older
-// minor is refused: recompile it).
-constexpr uint32_t kSchemaMinor = 6;
+// minor is refused: recompile it); 7: the "verify" entry point and
+// KvCache.ring.
+constexpr uint32_t kSchemaMinor = 7;
 
 } // namespace kiln::artifact

@@ -63,14 +63,17 @@ void Engine::Impl::allocateBuffers() {
   for (const fb::EntryPoint *entry : *artifact->entry_points())
     conversations = std::max<int64_t>(conversations, entry->sequences());
   past.assign(static_cast<size_t>(conversations), 0);
+  written.assign(static_cast<size_t>(conversations), 0);
   if (const auto *caches = artifact->kv_caches())
     for (const fb::KvCache *cache : *caches) {
-      const KvCacheSpec spec{cache->layer(), cache->window(), cache->kv_heads(), cache->head_dim(),
-                             toDType(cache->dtype())};
+      const KvCacheSpec spec{cache->layer(),    cache->window(),         cache->kv_heads(),
+                             cache->head_dim(), toDType(cache->dtype()), cache->ring()};
       const uint64_t bytes =
           kvCacheBufferBytes(spec, contextLength) * static_cast<uint64_t>(conversations);
       const std::string name = "KV cache of layer " + std::to_string(spec.layer);
       kvSlots.push_back(kvCacheSlots(spec, contextLength));
+      if (!spec.isGlobal())
+        rollbackSlack = std::min(rollbackSlack, kvSlots.back() - int64_t{spec.window});
       kv.push_back(DeviceMemory::allocate(*backend, bytes, name + " (K)"));
       kv.push_back(DeviceMemory::allocate(*backend, bytes, name + " (V)"));
     }
@@ -262,7 +265,12 @@ void Engine::Impl::planEntries() {
       batchEntry = &entry;
     else if (entry.split > 1)
       splitEntry = &entry;
+    else if (entry.name == "verify")
+      verifyEntry = &entry;
   }
+  if (verifyEntry && evaluate(verifyEntry->logitsRows, verifyEntry->maxTokens) == 1 &&
+      verifyEntry->maxTokens > 1)
+    fail("entry point 'verify' must write every token's logits");
   if (!prefillEntry && !decodeEntry)
     fail("no entry point 'prefill' or 'decode'");
 }
@@ -543,11 +551,13 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count, b
     entry.decodeCalls = 0;
   }
   backend->synchronize();
-  if (entry.sequences)
+  if (entry.sequences) {
     for (int64_t t = 0; t < count; ++t)
-      ++past[t];
-  else
+      written[t] = std::max(written[t], ++past[t]);
+  } else {
     past[current] += count * entry.split;
+    written[current] = std::max(written[current], past[current]);
+  }
 }
 
 std::vector<float> Engine::Impl::lastLogits(const EntryPlan &entry, int64_t tokens) {
@@ -767,6 +777,48 @@ std::vector<Engine::StepTime> Engine::profileDecodeBatch(const std::vector<int32
   return launchTimes(*impl_->batchEntry, *clock);
 }
 
+std::vector<float> Engine::verify(int64_t conversation, const std::vector<int32_t> &tokens) {
+  Impl &impl = *impl_;
+  impl.select(conversation);
+  if (!impl.verifyEntry)
+    throw RuntimeError("the artifact has no verify entry point (compile it with kilnc "
+                       "--verify-tokens N)");
+  EntryPlan &entry = *impl.verifyEntry;
+  const auto count = static_cast<int64_t>(tokens.size());
+  if (count < 1 || count > entry.maxTokens)
+    throw RuntimeError("a verify call takes 1 to " + std::to_string(entry.maxTokens) +
+                       " tokens, got " + std::to_string(count));
+  impl.checkTokens(tokens.data(), count);
+  impl.run(entry, tokens.data(), count, false);
+  std::vector<float> result(static_cast<size_t>(count * impl.vocab));
+  impl.backend->download(result.data(), impl.logits.address(),
+                         static_cast<uint64_t>(count * impl.vocab * 4));
+  return result;
+}
+
+int64_t Engine::verifyTokens() const {
+  return impl_->verifyEntry ? impl_->verifyEntry->maxTokens : 0;
+}
+
+void Engine::rollback(int64_t conversation, int64_t keep) {
+  Impl &impl = *impl_;
+  impl.checkConversation(conversation);
+  const int64_t past = impl.past[conversation];
+  if (keep < 0 || keep > past)
+    throw RuntimeError("rollback of conversation " + std::to_string(conversation) + " to " +
+                       std::to_string(keep) + " tokens: it holds " + std::to_string(past));
+  // Positions from keep on were written over ring slots that held earlier
+  // ones: the window before keep must not be among them.
+  if (impl.written[conversation] - keep > impl.rollbackSlack)
+    throw RuntimeError(
+        "rollback of conversation " + std::to_string(conversation) + " to " + std::to_string(keep) +
+        " tokens: positions up to " + std::to_string(impl.written[conversation]) +
+        " were written, and the sliding layers' rings keep " + std::to_string(impl.rollbackSlack) +
+        " positions beyond their windows (compile with a larger kilnc "
+        "--verify-tokens)");
+  impl.past[conversation] = keep;
+}
+
 int64_t Engine::pastTokens(int64_t conversation) const {
   impl_->checkConversation(conversation);
   return impl_->past[conversation];
@@ -775,6 +827,7 @@ int64_t Engine::pastTokens(int64_t conversation) const {
 void Engine::reset() {
   Impl &impl = *impl_;
   std::fill(impl.past.begin(), impl.past.end(), 0);
+  std::fill(impl.written.begin(), impl.written.end(), 0);
   for (const DeviceMemory &buffer : impl.kv)
     impl.backend->fill(buffer.address(), 0, buffer.size());
   impl.backend->synchronize();
@@ -783,6 +836,7 @@ void Engine::reset() {
 void Engine::forget(int64_t conversation) {
   impl_->checkConversation(conversation);
   impl_->past[conversation] = 0;
+  impl_->written[conversation] = 0;
 }
 
 const Artifact &Engine::artifact() const { return impl_->artifact; }

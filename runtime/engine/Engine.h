@@ -25,8 +25,8 @@
 #pragma once
 
 #include "runtime/artifact/Artifact.h"
-#include "runtime/comm/RankInfo.h"
 #include "runtime/artifact/ModelFacts.h"
+#include "runtime/comm/RankInfo.h"
 #include "runtime/engine/WeightBinder.h"
 
 #include <cstdint>
@@ -119,6 +119,20 @@ public:
   std::vector<StepTime> profilePrefill(const std::vector<int32_t> &tokens);
   // decodeBatch(tokens), timed the same way.
   std::vector<StepTime> profileDecodeBatch(const std::vector<int32_t> &tokens);
+
+  // Speculative decoding, for an artifact built with kilnc --verify-tokens N:
+  // runs 1..N tokens of `conversation` in one call at positions past ..
+  // past + n - 1 (the last accepted token, then drafts) and returns every
+  // token's logits, n * vocabSize() floats, row t the next token's after
+  // tokens[t]. Throws without a verify entry.
+  std::vector<float> verify(int64_t conversation, const std::vector<int32_t> &tokens);
+  // N, the most tokens a verify call takes; 0 without a verify entry.
+  int64_t verifyTokens() const;
+  // Keeps the conversation's first `keep` positions and drops the rest (the
+  // rejected drafts): the next call continues at `keep`. The sliding layers'
+  // rings keep N - 1 positions beyond their windows, so a rollback may drop
+  // positions up to N - 1 below the highest one written; further is refused.
+  void rollback(int64_t conversation, int64_t keep);
 
   // Tokens in a conversation's KV caches so far.
   int64_t pastTokens(int64_t conversation = 0) const;

@@ -3,12 +3,13 @@
 // collective steps). Private to runtime/engine.
 #pragma once
 
+#include "runtime/artifact/ModelFacts.h"
 #include "runtime/cpu/ThreadPool.h"
 #include "runtime/engine/Backend.h"
 #include "runtime/engine/DeviceGreedy.h"
 #include "runtime/engine/Engine.h"
-#include "runtime/artifact/ModelFacts.h"
 
+#include <limits>
 #include <map>
 #include <memory>
 #include <optional>
@@ -136,13 +137,20 @@ struct Engine::Impl {
   std::vector<EntryPlan> entries;
   EntryPlan *prefillEntry = nullptr;
   EntryPlan *decodeEntry = nullptr;
-  EntryPlan *batchEntry = nullptr; // decode_batch
-  EntryPlan *splitEntry = nullptr; // prefill_sp: tokens split over the TP group
+  EntryPlan *batchEntry = nullptr;  // decode_batch
+  EntryPlan *splitEntry = nullptr;  // prefill_sp: tokens split over the TP group
+  EntryPlan *verifyEntry = nullptr; // verify: a few tokens, every one's logits
   // Conversations the caches hold (the decode_batch entry's batch, or 1),
   // each one's tokens so far, and the one the next one-conversation call
   // continues.
   int64_t conversations = 1;
   std::vector<int64_t> past;
+  // Per conversation, one past the highest position written since it began:
+  // rolled-back positions still sit in the sliding rings up to there.
+  std::vector<int64_t> written;
+  // Positions a rollback may drop: the fewest slots a sliding ring keeps
+  // beyond its window (no limit without sliding layers).
+  int64_t rollbackSlack = std::numeric_limits<int64_t>::max();
   int64_t current = 0;
   std::vector<int32_t> hostInputs; // a call's ids, then its positions
   // Multi-rank: this rank, where it sits in each comm group and the

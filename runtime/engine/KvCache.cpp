@@ -16,7 +16,9 @@ uint64_t tokenBytes(const KvCacheSpec &spec) {
 } // namespace
 
 int64_t kvCacheSlots(const KvCacheSpec &spec, int64_t contextLength) {
-  return spec.isGlobal() ? contextLength : int64_t{spec.window};
+  if (spec.isGlobal())
+    return contextLength;
+  return spec.ring ? int64_t{spec.ring} : int64_t{spec.window};
 }
 
 uint64_t kvCacheBufferBytes(const KvCacheSpec &spec, int64_t contextLength) {

@@ -1,6 +1,6 @@
 // The KV caches of an artifact: K and V of every attention layer, each
 // [slots, kv_heads, head_dim]. A global layer keeps every position up to the
-// runtime's context length; a sliding layer keeps a ring of `window` slots
+// runtime's context length; a sliding layer keeps a ring of `ring` slots
 // (docs/runtime-abi.md, "Buffers"). The memory is zero-filled and 64-byte
 // aligned; which slot a position goes to is the kernels' business.
 #pragma once
@@ -20,12 +20,15 @@ struct KvCacheSpec {
   uint32_t kvHeads = 0;
   uint32_t headDim = 0;
   DType dtype = DType::BF16;
+  // A sliding layer's slots: its window plus the positions a verify call
+  // may roll back (0: the window).
+  uint32_t ring = 0;
 
   bool isGlobal() const { return window == 0; }
 };
 
-// Slots of a cache: `window` for a sliding layer, `contextLength` for a
-// global one.
+// Slots of a cache: its ring (`window`, or more where a verify call may roll
+// back) for a sliding layer, `contextLength` for a global one.
 int64_t kvCacheSlots(const KvCacheSpec &spec, int64_t contextLength);
 // Bytes of its K (or V) buffer, [slots, kv_heads, head_dim]. Throws
 // RuntimeError naming the layer for an empty shape or a size that overflows,

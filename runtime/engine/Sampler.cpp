@@ -47,14 +47,12 @@ Sampler::Sampler(const SamplingOptions &options) : options_(options), rng_(optio
     throw RuntimeError("top-p " + std::to_string(options.topP) + " is outside (0, 1]");
 }
 
-int32_t Sampler::sample(const float *logits, size_t count) {
-  if (options_.temperature <= 0.0 || count <= 1)
-    return argmax(logits, count);
-
+double Sampler::nucleus(const float *logits, size_t count, size_t &kept) {
+  kept = 0;
   // Softmax numerators exp((l - max) / T) in double; NaN gets no mass.
   const float maxLogit = logits[argmax(logits, count)];
   if (!std::isfinite(maxLogit))
-    return argmax(logits, count);
+    return 0.0;
   const double inverseT = 1.0 / options_.temperature;
   candidates_.resize(count);
   double total = 0.0;
@@ -67,26 +65,33 @@ int32_t Sampler::sample(const float *logits, size_t count) {
 
   // The nucleus: the smallest prefix of the sorted candidates whose mass
   // reaches topP; sort more of them only when the prefix falls short.
-  size_t kept = count;
-  double keptMass = total;
-  if (options_.topP < 1.0) {
-    const double target = options_.topP * total;
-    size_t sorted = 0;
-    double mass = 0.0;
-    size_t guess = std::min(count, kFirstNucleusGuess);
-    for (;;) {
-      std::partial_sort(candidates_.begin() + sorted, candidates_.begin() + guess,
-                        candidates_.end(), moreProbable);
-      for (; sorted < guess && mass < target; ++sorted)
-        mass += candidates_[sorted].first;
-      if (mass >= target || guess == count)
-        break;
-      guess = std::min(count, guess * 4);
-    }
-    kept = sorted;
-    keptMass = mass;
+  kept = count;
+  if (options_.topP >= 1.0)
+    return total;
+  const double target = options_.topP * total;
+  size_t sorted = 0;
+  double mass = 0.0;
+  size_t guess = std::min(count, kFirstNucleusGuess);
+  for (;;) {
+    std::partial_sort(candidates_.begin() + sorted, candidates_.begin() + guess, candidates_.end(),
+                      moreProbable);
+    for (; sorted < guess && mass < target; ++sorted)
+      mass += candidates_[sorted].first;
+    if (mass >= target || guess == count)
+      break;
+    guess = std::min(count, guess * 4);
   }
+  kept = sorted;
+  return mass;
+}
 
+int32_t Sampler::sample(const float *logits, size_t count) {
+  if (options_.temperature <= 0.0 || count <= 1)
+    return argmax(logits, count);
+  size_t kept = 0;
+  const double keptMass = nucleus(logits, count, kept);
+  if (keptMass <= 0.0)
+    return argmax(logits, count);
   double u = rng_.uniform() * keptMass;
   for (size_t i = 0; i < kept; ++i) {
     u -= candidates_[i].first;
@@ -98,6 +103,21 @@ int32_t Sampler::sample(const float *logits, size_t count) {
     if (candidates_[i].first > 0.0)
       return candidates_[i].second;
   return argmax(logits, count);
+}
+
+std::vector<std::pair<double, int32_t>> Sampler::distribution(const float *logits, size_t count) {
+  if (options_.temperature <= 0.0 || count <= 1)
+    return {{1.0, argmax(logits, count)}};
+  size_t kept = 0;
+  const double mass = nucleus(logits, count, kept);
+  if (mass <= 0.0)
+    return {{1.0, argmax(logits, count)}};
+  std::vector<std::pair<double, int32_t>> result;
+  result.reserve(kept);
+  for (size_t i = 0; i < kept; ++i)
+    if (candidates_[i].first > 0.0)
+      result.emplace_back(candidates_[i].first / mass, candidates_[i].second);
+  return result;
 }
 
 } // namespace kiln

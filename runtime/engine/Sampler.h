@@ -34,7 +34,18 @@ public:
   int32_t sample(const float *logits, size_t count);
   int32_t sample(const std::vector<float> &logits) { return sample(logits.data(), logits.size()); }
 
+  // What sample() draws from, for a temperature above 0: the nucleus as
+  // (probability, token), the probabilities summing to 1. Speculative
+  // sampling weighs drafts against it.
+  std::vector<std::pair<double, int32_t>> distribution(const float *logits, size_t count);
+  // A draw from [0, 1) of the sampler's generator.
+  double uniform() { return rng_.uniform(); }
+
 private:
+  // Fills candidates_ with the nucleus' (weight, token) in its first `kept`
+  // entries and returns their total weight; 0 when no token has mass.
+  double nucleus(const float *logits, size_t count, size_t &kept);
+
   SamplingOptions options_;
   Xoshiro256 rng_;
   // Reused between calls: (probability, token), most probable first.

@@ -73,4 +73,11 @@ std::vector<int32_t> LookupDrafter::draft() const {
   return {};
 }
 
+std::vector<int32_t> LookupDrafter::draft(int64_t maxTokens) {
+  std::vector<int32_t> tokens = draft();
+  if (static_cast<int64_t>(tokens.size()) > maxTokens)
+    tokens.resize(static_cast<size_t>(std::max<int64_t>(0, maxTokens)));
+  return tokens;
+}
+
 } // namespace kiln::speculate

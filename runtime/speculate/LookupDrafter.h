@@ -12,6 +12,8 @@
 // drafter itself never changes what is generated.
 #pragma once
 
+#include "runtime/speculate/Drafter.h"
+
 #include <cstddef>
 #include <cstdint>
 #include <unordered_map>
@@ -25,7 +27,7 @@ struct LookupOptions {
   int maxDraft = 8; // tokens drafted at most
 };
 
-class LookupDrafter {
+class LookupDrafter : public Drafter {
 public:
   // Throws std::invalid_argument unless 1 <= minNgram <= maxNgram <= 64 and
   // 1 <= maxDraft <= 256.
@@ -33,15 +35,17 @@ public:
 
   // The conversation's next tokens (the prompt first, then each step's
   // accepted tokens).
-  void append(const std::vector<int32_t> &tokens);
+  void append(const std::vector<int32_t> &tokens) override;
   void append(int32_t token);
   // Forgets the conversation (a rejected draft is never appended, so there
   // is nothing to roll back).
-  void reset();
+  void reset() override;
 
   // Up to maxDraft tokens that followed the latest earlier occurrence of the
   // longest suffix of the conversation that occurred before; empty if none.
   std::vector<int32_t> draft() const;
+  // The same, at most `maxTokens` of them.
+  std::vector<int32_t> draft(int64_t maxTokens) override;
 
   const std::vector<int32_t> &tokens() const { return tokens_; }
 

@@ -73,8 +73,9 @@ LogicalResult Lowering::lower(LinearOp o, StringRef what) {
 LogicalResult Lowering::lower(LogitsOp o, StringRef what) {
   auto head = llvm::cast<RankedTensorType>(o.getHead().getType());
   int64_t vocab = head.getDimSize(0), hidden = head.getDimSize(1);
-  // A batched entry's every token is its conversation's last.
-  bool last = o.getLastOnly() && !entrySequences;
+  // A batched entry's every token is its conversation's last; a verify
+  // entry wants every token's.
+  bool last = o.getLastOnly() && !entrySequences && !entryEveryLogit;
   std::optional<TargetHooks::TiledGemm> tiled =
       head.getElementType().isBF16() ? hooks.tiledGemm(vocab, hidden) : std::nullopt;
   FailureOr<Buf> w = weight(o.getHead(), tiled ? Transform::VnniBf16 : Transform::None);

@@ -179,7 +179,9 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
   Type cacheType = kvType ? *kvType : f32;
   DType cacheDType = cacheType.isBF16() ? DType::BF16 : DType::F32;
   if (static_cast<int64_t>(model.kvCaches.size()) <= cache)
-    model.kvCaches.push_back({cache, window, k.getDimSize(1), k.getDimSize(2), cacheDType});
+    model.kvCaches.push_back(
+        {cache, window, k.getDimSize(1), k.getDimSize(2), cacheDType,
+         window ? window + std::max<int64_t>(0, options.verifyTokens - 1) : 0});
   SmallVector<plan::DimAttr> cacheDims = {fixed(1), fixed(k.getDimSize(1)), fixed(k.getDimSize(2))};
   Buf kc = binding("kv", 2 * cache, cacheDims, cacheType);
   Buf vc = binding("kv", 2 * cache + 1, cacheDims, cacheType);

@@ -153,6 +153,7 @@ LogicalResult Lowering::lowerEntry(func::FuncOp forward, const EntryInfo &entry)
   b.setInsertionPointToStart(&op.getBody().front());
   entryMaxTokens = entry.maxTokens;
   entrySequences = entry.sequences;
+  entryEveryLogit = entry.logitsPerToken;
   entrySplit = entry.split;
   rowScale = 1;
   values.clear();
@@ -187,6 +188,8 @@ FailureOr<LoweredModel> Lowering::run() {
   model.entries = {{"prefill", options.maxPrefillTokens, perToken}, {"decode", 1, perToken}};
   if (options.decodeBatch > 1)
     model.entries.push_back({"decode_batch", options.decodeBatch, true, options.decodeBatch});
+  if (options.verifyTokens > 0)
+    model.entries.push_back({"verify", options.verifyTokens, true});
   for (const EntryInfo &entry : model.entries)
     if (failed(lowerEntry(forward, entry)))
       return failure();

@@ -42,6 +42,9 @@ struct KvCacheInfo {
   int64_t kvHeads = 0;
   int64_t headDim = 0;
   DType dtype = DType::F32; // the cache's element type
+  // A sliding layer's ring slots: the window plus the positions a verify
+  // call may roll back. 0 for a global layer.
+  int64_t ring = 0;
 };
 
 struct EntryInfo {
@@ -71,6 +74,11 @@ struct LowerOptions {
   // Conversations a `decode_batch` entry point steps at once; 1: no such
   // entry.
   int64_t decodeBatch = 1;
+  // Tokens of a `verify` entry point (speculative decoding: the last
+  // accepted token and its drafts, logits for each); 0: no such entry. Its
+  // caller may roll back all but the first, so sliding rings keep that many
+  // slots beyond their window.
+  int64_t verifyTokens = 0;
   // The same model after the graph pipeline with sequence parallelism: it
   // becomes a "prefill_sp" entry whose calls split their tokens over the TP
   // group (null: none).

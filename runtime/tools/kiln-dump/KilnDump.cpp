@@ -345,7 +345,7 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options, std::ost
       dumpWeight(*root.weights()->Get(static_cast<flatbuffers::uoffset_t>(i)), i, out);
 
   size_t global = 0, sliding = 0;
-  uint64_t globalBytes = 0, slidingBytes = 0;
+  uint64_t globalBytes = 0, slidingBytes = 0, ringSlack = 0;
   std::string dtypes; // the caches' element types, each once
   for (size_t i = 0; i < artifact.numKvCaches(); ++i) {
     const fb::KvCache &cache = *root.kv_caches()->Get(static_cast<flatbuffers::uoffset_t>(i));
@@ -361,12 +361,17 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options, std::ost
     } else {
       ++sliding;
       slidingBytes += perToken;
+      if (cache.ring() > cache.window())
+        ringSlack = cache.ring() - cache.window();
     }
   }
   out << "kv caches     " << artifact.numKvCaches() << " (" << global << " global, " << sliding
       << " sliding" << (dtypes.empty() ? "" : ", " + dtypes)
       << "); K+V bytes per token: " << globalBytes << " global, " << slidingBytes
-      << " sliding (up to their windows)\n";
+      << " sliding (up to their windows"
+      << (ringSlack ? ", rings of window + " + std::to_string(ringSlack) + " for verify rollback"
+                    : std::string())
+      << ")\n";
 
   out << "memory per rank:\n";
   printMemoryPlan(out, artifactMemory(artifact), std::nullopt, 0);

@@ -7,6 +7,9 @@
 #include "runtime/core/InputFile.h"
 #include "runtime/engine/Engine.h"
 #include "runtime/engine/Sampler.h"
+#include "runtime/speculate/LookupDrafter.h"
+#include "runtime/speculate/ModelDrafter.h"
+#include "runtime/speculate/SpeculativeDecoder.h"
 #include "runtime/text/Tokenizer.h"
 #include "runtime/text/Utf8.h"
 
@@ -60,6 +63,22 @@ to first token, the time per output token and tokens/s.
                             KILN_LOCAL_RANK, else 0)
   --check-weights           scan the checkpoint's tensors as they load and
                             refuse one holding NaN or infinite values
+  --speculate lookup        speculative decoding (an artifact compiled with
+                            kilnc --verify-tokens N): each step drafts tokens
+                            from an earlier occurrence of the conversation's
+                            last n-gram and verifies them in one call
+  --speculate draft:PATH    the same, drafted by a small model: the artifact
+                            PATH (same vocabulary; compiled with
+                            --verify-tokens of at least --draft-tokens + 1)
+                            with --draft-weights
+  --draft-weights W         the draft model's weights (DIR or synthetic:SEED)
+  --draft-tokens K          tokens drafted a step (default: the verify entry's
+                            N - 1)
+  --ngram-min N, --ngram-max N
+                            lookup drafting's n-gram lengths (default 2, 4)
+                            Greedy output is the same with and without
+                            speculation; sampled output keeps the model's
+                            distribution (speculative sampling)
   --nproc N                 start N processes on this machine, one per rank
                             of a multi-rank artifact (kilnc --tp/--ep), each
                             on GPU KILN_LOCAL_RANK; rank 0 prints the tokens
@@ -91,6 +110,11 @@ struct Options {
   int threads = 0;
   int device = -1; // -1: KILN_LOCAL_RANK, else 0
   int nproc = 1;
+  // Speculative decoding: "", "lookup" or "draft" (with draftArtifact).
+  std::string speculate;
+  std::string draftArtifact, draftWeights;
+  int64_t draftTokens = 0; // 0: the verify entry's N - 1
+  int ngramMin = 2, ngramMax = 4;
   bool checkWeights = false;
   bool help = false;
 };
@@ -135,9 +159,10 @@ Options parseArgs(const std::vector<std::string> &args) {
   Options options;
   std::map<std::string, std::string> values;
   static const char *const kFlags[] = {
-      "--weights",   "--prompt-ids", "--max-new-tokens", "--temperature", "--top-p",
-      "--seed",      "--context",    "--threads",        "--device",      "--nproc",
-      "--tokenizer", "--prompt",     "--prompt-file"};
+      "--weights",      "--prompt-ids", "--max-new-tokens", "--temperature", "--top-p",
+      "--seed",         "--context",    "--threads",        "--device",      "--nproc",
+      "--tokenizer",    "--prompt",     "--prompt-file",    "--speculate",   "--draft-weights",
+      "--draft-tokens", "--ngram-min",  "--ngram-max"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -222,6 +247,35 @@ Options parseArgs(const std::vector<std::string> &args) {
     options.device = parseInteger<int>("--device", values["--device"], 0, 1023);
   if (values.count("--nproc"))
     options.nproc = parseInteger<int>("--nproc", values["--nproc"], 1, 1024);
+  if (values.count("--speculate")) {
+    const std::string &how = values["--speculate"];
+    if (how == "lookup") {
+      options.speculate = how;
+    } else if (how.rfind("draft:", 0) == 0 && how.size() > 6) {
+      options.speculate = "draft";
+      options.draftArtifact = how.substr(6);
+    } else {
+      throw UsageError("--speculate: " + quoteName(how) + " is not lookup or draft:ARTIFACT");
+    }
+  }
+  for (const char *flag : {"--draft-weights", "--draft-tokens", "--ngram-min", "--ngram-max"})
+    if (values.count(flag) && options.speculate.empty())
+      throw UsageError(std::string(flag) + " needs --speculate");
+  if (values.count("--draft-weights") != (options.speculate == "draft" ? 1u : 0u))
+    throw UsageError(options.speculate == "draft"
+                         ? "--speculate draft:ARTIFACT needs --draft-weights"
+                         : "--draft-weights is for --speculate draft:ARTIFACT");
+  if (values.count("--draft-weights"))
+    options.draftWeights = values["--draft-weights"];
+  if (values.count("--draft-tokens"))
+    options.draftTokens = parseInteger<int64_t>("--draft-tokens", values["--draft-tokens"], 1, 256);
+  if (values.count("--ngram-min"))
+    options.ngramMin = parseInteger<int>("--ngram-min", values["--ngram-min"], 1, 64);
+  if (values.count("--ngram-max"))
+    options.ngramMax = parseInteger<int>("--ngram-max", values["--ngram-max"], 1, 64);
+  if (options.ngramMin > options.ngramMax)
+    throw UsageError("--ngram-min " + std::to_string(options.ngramMin) + " exceeds --ngram-max " +
+                     std::to_string(options.ngramMax));
   return options;
 }
 
@@ -333,6 +387,22 @@ int run(const Options &options, std::ostream &out, std::ostream &err, bool errIs
                              " new tokens need a context of " + std::to_string(needed) +
                              "; it holds " + std::to_string(context) + " (--context)");
   Sampler sampler(options.sampling);
+  // Speculation needs the verify entry point, and drafts fewer than it takes.
+  int64_t verifyTokens = 0;
+  for (const artifact::EntryPoint *entry : *artifact->entry_points())
+    if (entry->name() && entry->name()->str() == "verify")
+      verifyTokens = entry->max_tokens();
+  if (!options.speculate.empty()) {
+    if (verifyTokens < 2)
+      throw std::runtime_error("--speculate: " + quoteName(options.artifact) +
+                               " has no verify entry point (compile it with kilnc "
+                               "--verify-tokens N)");
+    if (options.draftTokens > verifyTokens - 1)
+      throw std::runtime_error("--draft-tokens " + std::to_string(options.draftTokens) +
+                               ": the verify entry takes " + std::to_string(verifyTokens) +
+                               " tokens, the last accepted one and at most " +
+                               std::to_string(verifyTokens - 1) + " drafts");
+  }
 
   ProgressBar bar(err, errIsTerminal);
   EngineOptions engineOptions;
@@ -384,6 +454,29 @@ int run(const Options &options, std::ostream &out, std::ostream &err, bool errIs
         << std::flush;
   };
   const std::optional<int32_t> eos = tokenizer ? tokenizer->eos() : std::nullopt;
+  // Speculative decoding: the drafter, and for a draft model its engine.
+  std::unique_ptr<speculate::Drafter> drafter;
+  std::unique_ptr<Engine> draftEngine;
+  std::optional<speculate::SpeculativeDecoder> speculative;
+  if (!options.speculate.empty()) {
+    const int64_t draftTokens = options.draftTokens ? options.draftTokens : verifyTokens - 1;
+    if (options.speculate == "lookup") {
+      drafter = std::make_unique<speculate::LookupDrafter>(speculate::LookupOptions{
+          options.ngramMin, options.ngramMax, static_cast<int>(draftTokens)});
+    } else {
+      EngineOptions draftOptions = engineOptions;
+      draftOptions.weights = options.draftWeights;
+      draftOptions.progress = nullptr;
+      try {
+        draftEngine = Engine::load(options.draftArtifact, draftOptions);
+      } catch (const std::exception &error) {
+        throw std::runtime_error("--speculate draft: " + std::string(error.what()));
+      }
+      drafter = std::make_unique<speculate::ModelDrafter>(*draftEngine, engine->vocabSize());
+    }
+    speculative.emplace(*engine, 0, *drafter, sampler, draftTokens);
+  }
+
   std::vector<int32_t> generated;
   generated.reserve(static_cast<size_t>(options.maxNewTokens));
   const Clock::time_point start = Clock::now();
@@ -391,7 +484,20 @@ int run(const Options &options, std::ostream &out, std::ostream &err, bool errIs
   generated.push_back(sampler.sample(logits));
   const Clock::time_point firstToken = Clock::now();
   show(generated.back());
+  if (speculative)
+    speculative->start(promptIds, generated.back());
   while (static_cast<int64_t>(generated.size()) < options.maxNewTokens && generated.back() != eos) {
+    if (speculative) {
+      // A step yields one or more tokens; EOS among them ends the reply.
+      for (int32_t token :
+           speculative->step(options.maxNewTokens - static_cast<int64_t>(generated.size()))) {
+        generated.push_back(token);
+        show(token);
+        if (token == eos)
+          break;
+      }
+      continue;
+    }
     logits = engine->decode(generated.back());
     generated.push_back(sampler.sample(logits));
     show(generated.back());
@@ -415,6 +521,14 @@ int run(const Options &options, std::ostream &out, std::ostream &err, bool errIs
   out << "time to first token: " << milliseconds(ttft) << " ms\n"
       << "time per output token: " << milliseconds(perToken) << " ms\n"
       << "tokens/s: " << milliseconds(perToken > 0 ? 1000 / perToken : 0) << "\n";
+  if (speculative) {
+    const speculate::SpeculationStats &stats = speculative->stats();
+    char perStep[32];
+    std::snprintf(perStep, sizeof perStep, "%.2f", stats.tokensPerStep());
+    out << "speculation (" << options.speculate << "): " << stats.steps << " steps ("
+        << stats.verifyCalls << " verify calls), " << perStep << " tokens a step ("
+        << stats.accepted << " of " << stats.drafted << " drafts accepted)\n";
+  }
   return 0;
 }
 

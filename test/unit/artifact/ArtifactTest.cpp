@@ -842,6 +842,34 @@ TEST(ArtifactTest, KvCacheFields) {
   EXPECT_CONTAINS_ALL(loadError(a), "kv_caches[0].dtype: unknown dtype 99");
 }
 
+// A sliding ring holds its window and at most the verify entry's rollback
+// beyond it; a global layer has none.
+TEST(ArtifactTest, KvCacheRing) {
+  TestArtifact a = minimalArtifact();
+  a.kvCaches.push_back({1, 8, 2, 16, fb::DType::BF16, 8});
+  EXPECT_NO_THROW(Artifact::fromBytes(serialize(a), kSource));
+  a.kvCaches[1].ring = 7;
+  EXPECT_CONTAINS_ALL(loadError(a), "kv_caches[1].ring: 7 slots for window 8 (expected 0 for a "
+                                    "global layer, else the window plus at most the verify "
+                                    "entry's tokens - 1, 0)");
+  a.kvCaches[1].ring = 11; // three more: no verify entry to roll back
+  EXPECT_CONTAINS_ALL(loadError(a), "kv_caches[1].ring: 11 slots for window 8");
+  TestEntryPoint verify = a.entryPoints[0];
+  verify.name = "verify";
+  verify.maxTokens = 4;
+  a.entryPoints.push_back(verify);
+  EXPECT_NO_THROW(Artifact::fromBytes(serialize(a), kSource));
+  a.kvCaches[1].ring = 12;
+  EXPECT_CONTAINS_ALL(loadError(a), "kv_caches[1].ring: 12 slots for window 8", "tokens - 1, 3)");
+  a.kvCaches[1].ring = 11;
+  a.kvCaches[0].ring = 4;
+  EXPECT_CONTAINS_ALL(loadError(a), "kv_caches[0].ring: 4 slots for window 0");
+  // The memory plan counts the ring.
+  a.kvCaches[0].ring = 0;
+  EXPECT_EQ(artifactMemory(Artifact::fromBytes(serialize(a), kSource)).slidingKvBytes,
+            11u * 2 * 2 * 16 * 2);
+}
+
 TEST(ArtifactTest, LayoutAndRank) {
   TestArtifact a = minimalArtifact();
   a.tp = 2; // world stays 1

@@ -1,0 +1,216 @@
+// Speculative decoding on this CPU, tiny and small compiled with a verify
+// entry point (kilnc --verify-tokens 8): greedy output with speculation is
+// token for token the output without it, whatever the drafter proposes:
+// drafts that are right, wrong at a chosen place, or looked up in the
+// conversation, and a draft model (tiny drafting for itself accepts every
+// draft). The prompts are set so that drafts straddle the sliding window
+// (tiny's is 8 positions, small's 256) and rollbacks happen in the sliding
+// layers' rings. A verify call's logits are those decode gives, to f32
+// rounding. Rolling back further than the rings keep is refused.
+#include "compiler/artifact/CompileTarget.h"
+#include "compiler/pipeline/Pipeline.h"
+#include "dialects/kiln/KilnDialect.h"
+#include "dialects/plan/PlanDialect.h"
+#include "models/muse_spark/GraphBuilder.h"
+#include "runtime/cpu/RuntimeError.h"
+#include "runtime/engine/Engine.h"
+#include "runtime/engine/Sampler.h"
+#include "runtime/speculate/LookupDrafter.h"
+#include "runtime/speculate/ModelDrafter.h"
+#include "runtime/speculate/SpeculativeDecoder.h"
+
+#include "mlir/Dialect/Func/IR/FuncOps.h"
+#include "mlir/Dialect/Shard/IR/ShardDialect.h"
+#include "mlir/IR/MLIRContext.h"
+#include "mlir/Pass/PassManager.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace kiln {
+namespace {
+
+using muse_spark::Config;
+using muse_spark::WeightFormat;
+using Tokens = std::vector<int32_t>;
+
+constexpr int64_t kVerifyTokens = 8;
+
+struct Case {
+  const char *config;
+  WeightFormat format;
+  int64_t newTokens;
+  std::vector<int64_t> promptLengths; // one run each
+  bool selfDraft;                     // also draft with a second engine of the same model
+};
+
+std::string caseName(const ::testing::TestParamInfo<Case> &info) {
+  std::string name = std::string(info.param.config).substr(std::string("muse-spark-").size());
+  return name + (info.param.format == WeightFormat::NVFP4 ? "_nvfp4" : "_bf16");
+}
+
+std::vector<uint8_t> compile(const Config &config, WeightFormat format) {
+  mlir::MLIRContext context;
+  context.loadDialect<KilnDialect, plan::PlanDialect, mlir::func::FuncDialect,
+                      mlir::shard::ShardDialect>();
+  muse_spark::GraphOptions options;
+  options.tokens = mlir::ShapedType::kDynamic;
+  options.format = format;
+  options.lastTokenLogits = true;
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      muse_spark::buildForwardGraph(context, config, options);
+  mlir::PassManager pm(&context);
+  buildGraphPipeline(pm, Layout{});
+  EXPECT_TRUE(mlir::succeeded(pm.run(*module)));
+  std::string error;
+  std::optional<x86::CpuTarget> cpu = x86::resolveCpu("host", error);
+  EXPECT_TRUE(cpu) << error;
+  kernels::LowerOptions lower;
+  lower.maxPrefillTokens = 16;
+  lower.verifyTokens = kVerifyTokens;
+  mlir::FailureOr<TargetBuild> build =
+      buildArtifact(*module, config, lower, TargetChoice::x86(*cpu), error);
+  EXPECT_TRUE(mlir::succeeded(build)) << error;
+  return mlir::succeeded(build) ? build->artifact : std::vector<uint8_t>();
+}
+
+// Drafts the known continuation, wrong at a place chosen from the position
+// in two steps of three (none, the first, a middle or the last draft), so
+// that every count of accepted drafts occurs.
+class OracleDrafter : public speculate::Drafter {
+public:
+  OracleDrafter(Tokens truth, size_t promptLength, int32_t vocab)
+      : truth_(std::move(truth)), promptLength_(promptLength), vocab_(vocab) {}
+  void append(const Tokens &tokens) override { seen_ += tokens.size(); }
+  void reset() override { seen_ = 0; }
+  Tokens draft(int64_t maxTokens) override {
+    const size_t at = seen_ - promptLength_; // the next token's index in truth_
+    Tokens drafts;
+    for (size_t i = at; i < truth_.size() && static_cast<int64_t>(drafts.size()) < maxTokens; ++i)
+      drafts.push_back(truth_[i]);
+    if (!drafts.empty() && at % 3 != 0) {
+      int32_t &wrong = drafts[(at * 5) % drafts.size()];
+      wrong = (wrong + 1) % vocab_;
+    }
+    return drafts;
+  }
+
+private:
+  Tokens truth_;
+  size_t promptLength_, seen_ = 0;
+  int32_t vocab_;
+};
+
+// Greedy generation of `count` tokens after `prompt` through `drafter`.
+Tokens speculate(Engine &engine, const Tokens &prompt, int64_t count, speculate::Drafter &drafter,
+                 speculate::SpeculationStats &stats) {
+  engine.reset();
+  Sampler sampler;
+  Tokens out = {argmax(engine.prefill(prompt).data(), static_cast<size_t>(engine.vocabSize()))};
+  speculate::SpeculativeDecoder decoder(engine, 0, drafter, sampler, kVerifyTokens - 1);
+  decoder.start(prompt, out.back());
+  while (static_cast<int64_t>(out.size()) < count)
+    for (int32_t token : decoder.step(count - static_cast<int64_t>(out.size())))
+      out.push_back(token);
+  stats = decoder.stats();
+  return out;
+}
+
+class SpeculativeDecoding : public ::testing::TestWithParam<Case> {};
+
+TEST_P(SpeculativeDecoding, GreedyOutputIsDecodingsOwn) {
+  const Case &c = GetParam();
+  const Config config = muse_spark::loadConfig(c.config);
+  const std::vector<uint8_t> bytes = compile(config, c.format);
+  ASSERT_FALSE(bytes.empty());
+  EngineOptions options;
+  options.weights = "synthetic:3";
+  options.contextLength = 512;
+  std::unique_ptr<Engine> engine = Engine::create(Artifact::fromBytes(bytes, "<target>"), options);
+  ASSERT_EQ(engine->verifyTokens(), kVerifyTokens);
+  std::unique_ptr<Engine> draftEngine;
+  if (c.selfDraft)
+    draftEngine = Engine::create(Artifact::fromBytes(bytes, "<draft>"), options);
+  const auto vocab = static_cast<size_t>(engine->vocabSize());
+
+  for (int64_t promptLength : c.promptLengths) {
+    SCOPED_TRACE("prompt of " + std::to_string(promptLength) + " tokens");
+    Tokens prompt(static_cast<size_t>(promptLength));
+    for (size_t i = 0; i < prompt.size(); ++i)
+      prompt[i] = static_cast<int32_t>((i * 613 + 29) % vocab);
+
+    // Without speculation: the tokens and each step's logits.
+    engine->reset();
+    std::vector<std::vector<float>> decodeLogits = {engine->prefill(prompt)};
+    Tokens plain;
+    for (int64_t i = 0; i < c.newTokens; ++i) {
+      plain.push_back(argmax(decodeLogits.back().data(), vocab));
+      decodeLogits.push_back(engine->decode(plain.back()));
+    }
+
+    // A verify call of the next 8 tokens gives decode's logits for each.
+    engine->reset();
+    engine->prefill(prompt);
+    const Tokens block(plain.begin(), plain.begin() + kVerifyTokens);
+    const std::vector<float> verified = engine->verify(0, block);
+    double worst = 0, scale = 0;
+    for (size_t r = 0; r < block.size(); ++r)
+      for (size_t v = 0; v < vocab; ++v) {
+        const float want = decodeLogits[r + 1][v];
+        scale = std::max(scale, double(std::abs(want)));
+        worst = std::max(worst, double(std::abs(verified[r * vocab + v] - want)));
+      }
+    EXPECT_LT(worst, 1e-3 * scale) << "verify's logits against decode's, of logits up to " << scale;
+    std::printf("[ measured ] %s, prompt %lld: verify against decode, max |diff| %.2e of %.2f\n",
+                c.config, static_cast<long long>(promptLength), worst, scale);
+
+    speculate::SpeculationStats stats;
+    OracleDrafter oracle(plain, prompt.size(), static_cast<int32_t>(vocab));
+    EXPECT_EQ(speculate(*engine, prompt, c.newTokens, oracle, stats), plain)
+        << "drafts of the known continuation, some wrong";
+    EXPECT_GT(stats.tokensPerStep(), 2.0);
+    std::printf("[ measured ] oracle drafts: %.2f tokens a step (%lld of %lld accepted)\n",
+                stats.tokensPerStep(), static_cast<long long>(stats.accepted),
+                static_cast<long long>(stats.drafted));
+
+    speculate::LookupDrafter lookup({1, 4, kVerifyTokens - 1});
+    EXPECT_EQ(speculate(*engine, prompt, c.newTokens, lookup, stats), plain)
+        << "drafts looked up in the conversation";
+    std::printf("[ measured ] lookup drafts: %.2f tokens a step (%lld of %lld accepted)\n",
+                stats.tokensPerStep(), static_cast<long long>(stats.accepted),
+                static_cast<long long>(stats.drafted));
+
+    // The rings keep 7 positions beyond the window: rolling back 7 of 8
+    // verified tokens is allowed, 8 is not.
+    engine->reset();
+    engine->prefill(prompt);
+    engine->verify(0, block);
+    const int64_t past = engine->pastTokens();
+    EXPECT_THROW(engine->rollback(0, past - kVerifyTokens), RuntimeError);
+    EXPECT_NO_THROW(engine->rollback(0, past - (kVerifyTokens - 1)));
+    EXPECT_EQ(engine->pastTokens(), past - (kVerifyTokens - 1));
+
+    if (draftEngine) {
+      draftEngine->reset();
+      speculate::ModelDrafter model(*draftEngine, engine->vocabSize());
+      EXPECT_EQ(speculate(*engine, prompt, c.newTokens, model, stats), plain)
+          << "drafts of a draft model";
+      // The model drafting for itself: every draft is accepted.
+      EXPECT_EQ(stats.accepted, stats.drafted);
+      EXPECT_GT(stats.tokensPerStep(), 6.0);
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    X86, SpeculativeDecoding,
+    ::testing::Values(Case{"muse-spark-tiny", WeightFormat::BF16, 96, {5, 24, 61}, true},
+                      Case{"muse-spark-tiny", WeightFormat::NVFP4, 96, {5, 24}, true},
+                      Case{"muse-spark-small", WeightFormat::BF16, 40, {250}, false}),
+    caseName);
+
+} // namespace
+} // namespace kiln
