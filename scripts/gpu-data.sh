@@ -19,7 +19,7 @@ for format in bf16 nvfp4; do
   "$BIN/kiln-ckpt" synth muse-spark-tiny --format $format --seed 7 -o "$OUT/tiny-$format" >/dev/null
   "$BIN/kiln-interp" --weights "$OUT/tiny-$format" --prompt-ids "$PROMPT" --max-new-tokens "$STEPS" \
     --save-reference "$OUT/tiny-$format.reference"
-  "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=$quant --decode-batch=8 \
+  "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=$quant --decode-batch=8 --verify-tokens=8 \
     -o "$OUT/tiny-$format.sm_90.kiln"
 done
 kiln_log "tiny bf16 with an f32 KV cache: reference, sm_90 artifact"
@@ -49,7 +49,7 @@ for format in nvfp4 bf16; do
   "$BIN/kiln-ckpt" synth muse-spark-small --format $format --seed 3 -o "$SMALL_CKPT" >/dev/null
   "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$PROMPT" --max-new-tokens "$SMALL_STEPS" \
     --save-reference "$OUT/small-$format.reference"
-  "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=$quant --decode-batch=8 \
+  "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=$quant --decode-batch=8 --verify-tokens=8 \
     -o "$OUT/small-$format.sm_90.kiln"
   if [ $format = nvfp4 ]; then
     # The numerics of bf16 tensor-core inputs (the wgmma GEMMs and the

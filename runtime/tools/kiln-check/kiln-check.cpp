@@ -8,6 +8,8 @@
 // decoded alone, token for token with logits within 5e-5 of the largest (a
 // few conversations may differ more where a routing near tie flipped), and
 // the batched greedy choice (on a GPU, where the logits are) the same tokens.
+// An artifact with a verify entry (speculative decoding) is checked against
+// its own decode entry too (VerifyCheck.cpp).
 //
 //   kiln-check ARTIFACT --weights W --reference FILE
 //   kiln-check ARTIFACT --weights W --prompt-ids 1,2,3 --steps 64 --write FILE
@@ -19,6 +21,7 @@
 #include "runtime/engine/WeightBinder.h"
 
 #include "runtime/safetensors/NonFinite.h"
+#include "runtime/tools/kiln-check/VerifyCheck.h"
 
 #include <algorithm>
 #include <charconv>
@@ -51,6 +54,9 @@ void usage() {
       "  --max-near-ties N  how many such steps may differ (default 2)\n"
       "  --batch-steps N    with a decode_batch entry: greedy steps of the batched\n"
       "                     check (default 16; 0 skips it)\n"
+      "  --verify-steps N   with a verify entry (kilnc --verify-tokens): greedy steps\n"
+      "                     checked through verify calls and speculative decoding\n"
+      "                     against decode (default 48; 0 skips it)\n"
       "  --synthesize W     where synthetic:SEED weights are made: host, or device (the\n"
       "                     artifact's synthesis kernels, the same bytes); default: device\n"
       "                     for GPU artifacts, host for x86\n"
@@ -115,8 +121,8 @@ double parsePositive(const std::string &flag, const std::string &text, double ma
   const double value = std::strtod(text.c_str(), &end);
   if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value <= 0 ||
       value > max)
-    throw UsageError{flag + " takes a number above 0 and at most " + formatNumber(max) +
-                     ", not '" + text + "'"};
+    throw UsageError{flag + " takes a number above 0 and at most " + formatNumber(max) + ", not '" +
+                     text + "'"};
   return value;
 }
 
@@ -302,7 +308,8 @@ int loadAndReport(const std::string &path, EngineOptions options, int rank) {
 int main(int argc, char **argv) {
   std::string artifact, weights, referencePath, writePath, prompt;
   double tolerance = 0.02, nearTie = 0.01;
-  int maxNearTies = 2, steps = 0, device = -1, batchSteps = 16, nproc = 1, loadRank = -1;
+  int maxNearTies = 2, steps = 0, device = -1, batchSteps = 16, verifySteps = 48, nproc = 1,
+      loadRank = -1;
   bool loadOnly = false, checkWeights = true;
   EngineOptions::Synthesis synthesis = EngineOptions::Synthesis::Auto;
   try {
@@ -336,6 +343,8 @@ int main(int argc, char **argv) {
         maxNearTies = static_cast<int>(parseInteger(arg, value(), 0, 1 << 20));
       } else if (arg == "--batch-steps") {
         batchSteps = static_cast<int>(parseInteger(arg, value(), 0, 1 << 20));
+      } else if (arg == "--verify-steps") {
+        verifySteps = static_cast<int>(parseInteger(arg, value(), 0, 1 << 20));
       } else if (arg == "--synthesize") {
         const std::string where = value();
         if (where != "host" && where != "device") {
@@ -465,6 +474,8 @@ int main(int argc, char **argv) {
                 reference.steps.size(), same, nearTies, wrong, stepsOk ? "ok" : "FAILED");
     if (engine->conversations() > 1 && batchSteps > 0)
       stepsOk = checkBatched(*engine, reference.prompt, batchSteps) && stepsOk;
+    if (engine->verifyTokens() > 1 && verifySteps > 0)
+      stepsOk = checkVerify(*engine, reference.prompt, verifySteps, nearTie) && stepsOk;
     std::printf("%s\n", ok && stepsOk ? "kiln-check: PASS" : "kiln-check: FAIL");
     return ok && stepsOk ? 0 : 1;
   } catch (const std::exception &error) {

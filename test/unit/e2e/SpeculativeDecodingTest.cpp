@@ -17,6 +17,7 @@
 #include "runtime/engine/Sampler.h"
 #include "runtime/speculate/LookupDrafter.h"
 #include "runtime/speculate/ModelDrafter.h"
+#include "runtime/speculate/ScriptedDrafter.h"
 #include "runtime/speculate/SpeculativeDecoder.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -76,33 +77,6 @@ std::vector<uint8_t> compile(const Config &config, WeightFormat format) {
   EXPECT_TRUE(mlir::succeeded(build)) << error;
   return mlir::succeeded(build) ? build->artifact : std::vector<uint8_t>();
 }
-
-// Drafts the known continuation, wrong at a place chosen from the position
-// in two steps of three (none, the first, a middle or the last draft), so
-// that every count of accepted drafts occurs.
-class OracleDrafter : public speculate::Drafter {
-public:
-  OracleDrafter(Tokens truth, size_t promptLength, int32_t vocab)
-      : truth_(std::move(truth)), promptLength_(promptLength), vocab_(vocab) {}
-  void append(const Tokens &tokens) override { seen_ += tokens.size(); }
-  void reset() override { seen_ = 0; }
-  Tokens draft(int64_t maxTokens) override {
-    const size_t at = seen_ - promptLength_; // the next token's index in truth_
-    Tokens drafts;
-    for (size_t i = at; i < truth_.size() && static_cast<int64_t>(drafts.size()) < maxTokens; ++i)
-      drafts.push_back(truth_[i]);
-    if (!drafts.empty() && at % 3 != 0) {
-      int32_t &wrong = drafts[(at * 5) % drafts.size()];
-      wrong = (wrong + 1) % vocab_;
-    }
-    return drafts;
-  }
-
-private:
-  Tokens truth_;
-  size_t promptLength_, seen_ = 0;
-  int32_t vocab_;
-};
 
 // Greedy generation of `count` tokens after `prompt` through `drafter`.
 Tokens speculate(Engine &engine, const Tokens &prompt, int64_t count, speculate::Drafter &drafter,
@@ -168,7 +142,7 @@ TEST_P(SpeculativeDecoding, GreedyOutputIsDecodingsOwn) {
                 c.config, static_cast<long long>(promptLength), worst, scale);
 
     speculate::SpeculationStats stats;
-    OracleDrafter oracle(plain, prompt.size(), static_cast<int32_t>(vocab));
+    speculate::ScriptedDrafter oracle(plain, prompt.size(), static_cast<int32_t>(vocab));
     EXPECT_EQ(speculate(*engine, prompt, c.newTokens, oracle, stats), plain)
         << "drafts of the known continuation, some wrong";
     EXPECT_GT(stats.tokensPerStep(), 2.0);
