@@ -1,11 +1,16 @@
 // kiln-bench-speculate: tokens/s per user with and without speculative
-// decoding at batch 1, on replies the bench generates, beside plain decoding
-// of the same reply in the same run (the yardstick).
+// decoding, at batch 1 and, with a verify_batch entry (kilnc --verify-tokens
+// N --decode-batch M), at batch M, on replies the bench generates, beside
+// plain decoding of the same replies in the same run (the yardstick).
 //
 //   kiln-bench-speculate ARTIFACT [--weights synthetic:1] [--file-tokens 1500]
 //                        [--draft-tokens K] [--ngram-min 2] [--ngram-max 4]
 //
-// ARTIFACT needs a verify entry point (kilnc --verify-tokens N). Two
+// ARTIFACT needs a verify entry point (kilnc --verify-tokens N). At batch M
+// each conversation replays its own workload (other seeds), plain decoding
+// through decode_batch calls, speculation through verify_batch calls, and
+// per-user tokens/s counts the tokens all of them got until the first
+// reply ended. Two
 // workloads, each a prompt and the reply to it:
 //  - code-edit: the prompt holds a file (seeded random tokens), the reply is
 //    the file rewritten with a small change every 30 to 90 tokens (a few
@@ -20,10 +25,12 @@
 #include "runtime/artifact/Artifact.h"
 #include "runtime/engine/Engine.h"
 #include "runtime/speculate/LookupDrafter.h"
+#include "runtime/speculate/SpeculativeBatch.h"
 #include "runtime/speculate/SpeculativeDecoder.h"
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <random>
@@ -117,8 +124,8 @@ Tokens randomTokens(std::mt19937 &rng, int64_t count, int64_t vocab) {
   return tokens;
 }
 
-Workload codeEdit(int64_t fileTokens, int64_t vocab) {
-  std::mt19937 rng(11);
+Workload codeEdit(int64_t fileTokens, int64_t vocab, unsigned seed = 11) {
+  std::mt19937 rng(seed);
   const Tokens file = randomTokens(rng, fileTokens, vocab);
   Workload w{"code-edit", randomTokens(rng, 48, vocab), {}};
   w.prompt.insert(w.prompt.end(), file.begin(), file.end());
@@ -149,8 +156,8 @@ Workload codeEdit(int64_t fileTokens, int64_t vocab) {
   return w;
 }
 
-Workload freeText(int64_t tokens, int64_t vocab) {
-  std::mt19937 rng(12);
+Workload freeText(int64_t tokens, int64_t vocab, unsigned seed = 12) {
+  std::mt19937 rng(seed);
   return {"free-text", randomTokens(rng, 512, vocab), randomTokens(rng, tokens, vocab)};
 }
 
@@ -158,6 +165,21 @@ struct Run {
   double msPerToken = 0;
   kiln::speculate::SpeculationStats stats;
 };
+
+// Acceptance by the script: the drafts that match the reply from token
+// `done` (the reply's tokens yielded so far) on, then the reply's next.
+kiln::speculate::Acceptor scriptAcceptor(const Tokens &reply, const size_t &done) {
+  return [&reply, &done](const float *, int64_t, const Tokens &drafts) {
+    kiln::speculate::Verdict verdict;
+    while (verdict.accepted < static_cast<int64_t>(drafts.size()) &&
+           done + static_cast<size_t>(verdict.accepted) < reply.size() &&
+           drafts[static_cast<size_t>(verdict.accepted)] ==
+               reply[done + static_cast<size_t>(verdict.accepted)])
+      ++verdict.accepted;
+    verdict.next = reply[std::min(reply.size() - 1, done + static_cast<size_t>(verdict.accepted))];
+    return verdict;
+  };
+}
 
 // The reply replayed with plain decode calls.
 Run plain(kiln::Engine &engine, const Workload &w) {
@@ -180,17 +202,7 @@ Run speculative(kiln::Engine &engine, const Workload &w, const Options &o, int64
   kiln::Sampler sampler;
   kiln::speculate::SpeculativeDecoder decoder(engine, 0, drafter, sampler, draftTokens);
   size_t done = 1; // reply tokens yielded
-  decoder.setAcceptor([&](const float *, int64_t, const Tokens &drafts) {
-    kiln::speculate::Verdict verdict;
-    while (verdict.accepted < static_cast<int64_t>(drafts.size()) &&
-           done + static_cast<size_t>(verdict.accepted) < w.reply.size() &&
-           drafts[static_cast<size_t>(verdict.accepted)] ==
-               w.reply[done + static_cast<size_t>(verdict.accepted)])
-      ++verdict.accepted;
-    const size_t at = std::min(w.reply.size() - 1, done + static_cast<size_t>(verdict.accepted));
-    verdict.next = w.reply[at];
-    return verdict;
-  });
+  decoder.setAcceptor(scriptAcceptor(w.reply, done));
   decoder.start(w.prompt, w.reply[0]);
   const auto start = Clock::now();
   while (done < w.reply.size())
@@ -200,6 +212,76 @@ Run speculative(kiln::Engine &engine, const Workload &w, const Options &o, int64
                    static_cast<double>(w.reply.size() - 1);
   run.stats = decoder.stats();
   return run;
+}
+
+// Conversations 0..n-1 replay their workloads through decode_batch calls
+// until the shortest reply ends.
+Run plainBatch(kiln::Engine &engine, const std::vector<Workload> &ws) {
+  engine.reset();
+  size_t length = SIZE_MAX;
+  for (size_t c = 0; c < ws.size(); ++c) {
+    engine.prefill(static_cast<int64_t>(c), ws[c].prompt);
+    length = std::min(length, ws[c].reply.size());
+  }
+  const auto start = Clock::now();
+  Tokens step(ws.size());
+  for (size_t i = 0; i + 1 < length; ++i) {
+    for (size_t c = 0; c < ws.size(); ++c)
+      step[c] = ws[c].reply[i];
+    engine.decodeBatch(step);
+  }
+  Run run;
+  run.msPerToken = std::chrono::duration<double, std::milli>(Clock::now() - start).count() /
+                   static_cast<double>(length - 1);
+  return run;
+}
+
+// The same through verify_batch calls with lookup drafts, each member
+// accepted by its own script, until one reply ends; per user, the mean of
+// the tokens they got.
+Run speculativeBatch(kiln::Engine &engine, const std::vector<Workload> &ws, const Options &o,
+                     int64_t draftTokens) {
+  engine.reset();
+  const size_t n = ws.size();
+  std::vector<kiln::speculate::LookupDrafter> drafters(
+      n, kiln::speculate::LookupDrafter({o.ngramMin, o.ngramMax, static_cast<int>(draftTokens)}));
+  std::vector<size_t> done(n, 1);
+  std::vector<kiln::speculate::SpeculativeBatch::Member> members(n);
+  for (size_t c = 0; c < n; ++c) {
+    engine.prefill(static_cast<int64_t>(c), ws[c].prompt);
+    members[c].drafter = &drafters[c];
+    members[c].accept = scriptAcceptor(ws[c].reply, done[c]);
+    members[c].remaining = static_cast<int64_t>(ws[c].reply.size()) - 1;
+    kiln::speculate::SpeculativeBatch::start(members[c], ws[c].prompt, ws[c].reply[0]);
+  }
+  kiln::speculate::SpeculativeBatch batch(engine, draftTokens);
+  const auto start = Clock::now();
+  size_t yielded = 0;
+  while (std::all_of(members.begin(), members.end(),
+                     [](const auto &member) { return member.remaining > 0; })) {
+    const std::vector<Tokens> out = batch.step(members);
+    for (size_t c = 0; c < n; ++c) {
+      done[c] += out[c].size();
+      yielded += out[c].size();
+    }
+  }
+  Run run;
+  run.msPerToken = std::chrono::duration<double, std::milli>(Clock::now() - start).count() /
+                   (static_cast<double>(yielded) / static_cast<double>(n));
+  run.stats = batch.stats();
+  return run;
+}
+
+void print(const char *name, size_t batch, size_t prompt, size_t reply, const Run &base,
+           const Run &fast) {
+  std::printf("%-9s batch %zu, prompt %zu, reply %zu tokens: plain %.3f ms/token (%.1f tokens/s "
+              "per user); speculative %.3f ms/token (%.1f tokens/s per user), %.2f tokens a "
+              "step (%lld calls, %lld of %lld drafts accepted): %.2fx\n",
+              name, batch, prompt, reply, base.msPerToken, 1000 / base.msPerToken, fast.msPerToken,
+              1000 / fast.msPerToken, fast.stats.tokensPerStep(),
+              static_cast<long long>(fast.stats.verifyCalls),
+              static_cast<long long>(fast.stats.accepted),
+              static_cast<long long>(fast.stats.drafted), base.msPerToken / fast.msPerToken);
 }
 
 } // namespace
@@ -226,14 +308,27 @@ int main(int argc, char **argv) {
       plain(*engine, w); // warm-up: CUDA graphs recorded, caches touched
       const Run base = plain(*engine, w);
       const Run fast = speculative(*engine, w, o, draftTokens);
-      std::printf("%-9s prompt %zu, reply %zu tokens: plain %.3f ms/token (%.1f tokens/s); "
-                  "speculative %.3f ms/token (%.1f tokens/s), %.2f tokens a step (%lld verify "
-                  "calls, %lld of %lld drafts accepted): %.2fx\n",
-                  w.name, w.prompt.size(), w.reply.size(), base.msPerToken, 1000 / base.msPerToken,
-                  fast.msPerToken, 1000 / fast.msPerToken, fast.stats.tokensPerStep(),
-                  static_cast<long long>(fast.stats.verifyCalls),
-                  static_cast<long long>(fast.stats.accepted),
-                  static_cast<long long>(fast.stats.drafted), base.msPerToken / fast.msPerToken);
+      print(w.name, 1, w.prompt.size(), w.reply.size(), base, fast);
+    }
+    // The batch: every conversation its own workload.
+    const int64_t n = engine->conversations();
+    if (n > 1) {
+      for (const bool edit : {true, false}) {
+        std::vector<Workload> ws;
+        for (int64_t c = 0; c < n; ++c)
+          ws.push_back(edit ? codeEdit(o.fileTokens, engine->vocabSize(), 100 + unsigned(c))
+                            : freeText(o.fileTokens, engine->vocabSize(), 200 + unsigned(c)));
+        plainBatch(*engine, ws); // warm-up
+        const Run base = plainBatch(*engine, ws);
+        Run fast;
+        try {
+          fast = speculativeBatch(*engine, ws, o, draftTokens);
+        } catch (const std::exception &error) {
+          std::printf("batch %lld: %s\n", static_cast<long long>(n), error.what());
+          break;
+        }
+        print(ws[0].name, ws.size(), ws[0].prompt.size(), ws[0].reply.size(), base, fast);
+      }
     }
   } catch (const std::exception &error) {
     std::fprintf(stderr, "kiln-bench-speculate: error: %s\n", error.what());

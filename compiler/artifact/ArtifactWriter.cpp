@@ -205,7 +205,8 @@ mlir::FailureOr<fb::Offset<art::EntryPoint>> Writer::entry(plan::EntryOp op) {
   return art::CreateEntryPoint(fbb, fbb.CreateString(op.getSymName().str()), op.getMaxTokens(),
                                op.getArenaBytes().value_or(0), fbb.CreateVector(steps), &logitsRows,
                                static_cast<uint32_t>(op.getSequences().value_or(0)),
-                               static_cast<uint32_t>(op.getTokenSplit().value_or(0)));
+                               static_cast<uint32_t>(op.getTokenSplit().value_or(0)),
+                               static_cast<uint32_t>(op.getSequenceRows().value_or(0)));
 }
 
 mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &library) {

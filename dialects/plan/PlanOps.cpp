@@ -195,11 +195,16 @@ LogicalResult LaunchOp::verify() {
 LogicalResult EntryOp::verify() {
   if (getMaxTokens() < 1)
     return emitOpError() << "max_tokens must be at least 1, got " << getMaxTokens();
+  const int64_t rows = getSequenceRows().value_or(1);
+  if (rows < 1 || (getSequenceRows() && !getSequences()))
+    return emitOpError() << "sequence_rows (" << rows
+                         << ") must be at least 1, and goes with sequences";
   if (std::optional<int64_t> sequences = getSequences();
-      sequences && (*sequences < 2 || *sequences != getMaxTokens()))
+      sequences && (*sequences < 2 || *sequences * rows != getMaxTokens()))
     return emitOpError() << "sequences (" << *sequences
-                         << ") must be at least 2 and equal max_tokens (" << getMaxTokens()
-                         << "): token t continues conversation t";
+                         << ") must be at least 2 and, times sequence_rows (" << rows
+                         << "), equal max_tokens (" << getMaxTokens()
+                         << "): token t continues conversation t / sequence_rows";
   if (std::optional<int64_t> split = getTokenSplit()) {
     if (*split < 2)
       return emitOpError() << "token_split must be at least 2, got " << *split;

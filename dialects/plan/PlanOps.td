@@ -16,8 +16,10 @@ def Plan_EntryOp : Plan_Op<"entry", [Symbol, SingleBlock, NoTerminator,
   let description = [{
     Runs its body top to bottom for a call of T tokens, 1 <= T <= max_tokens.
     `arena_bytes` is set by `plan-assign-offsets`. With `sequences` = N the
-    call's token t is the next token of conversation t of N (batched decode):
-    it sits at positions[t], and KV cache bindings hold all N conversations.
+    call's token t is a token of conversation t / R of N, R = `sequence_rows`
+    (default 1; batched decode: each conversation's next token; batched
+    verify: R consecutive tokens of each): it sits at positions[t], and KV
+    cache bindings hold all N conversations.
     With `token_split` = S (sequence parallelism) S ranks share a call of
     S * T tokens, T each; the inputs and whole-sequence buffers have S * T
     rows, and "seq:N" scalars count them.
@@ -32,7 +34,8 @@ def Plan_EntryOp : Plan_Op<"entry", [Symbol, SingleBlock, NoTerminator,
   let arguments = (ins SymbolNameAttr:$sym_name, I64Attr:$max_tokens,
                        OptionalAttr<I64Attr>:$sequences,
                        OptionalAttr<I64Attr>:$token_split,
-                       OptionalAttr<I64Attr>:$arena_bytes);
+                       OptionalAttr<I64Attr>:$arena_bytes,
+                       OptionalAttr<I64Attr>:$sequence_rows);
   let regions = (region SizedRegion<1>:$body);
   let assemblyFormat = "$sym_name attr-dict-with-keyword $body";
   let hasVerifier = 1;

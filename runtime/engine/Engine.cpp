@@ -225,10 +225,12 @@ void Engine::Impl::planEntries() {
     entry.name = source.name()->str();
     entry.maxTokens = source.max_tokens();
     entry.sequences = source.sequences();
+    entry.rows = std::max<int64_t>(1, source.sequence_rows());
     entry.split = std::max<int64_t>(1, source.token_split());
-    if (entry.sequences && (entry.sequences != entry.maxTokens || entry.sequences < 2))
+    if (entry.sequences && (entry.sequences * entry.rows != entry.maxTokens || entry.sequences < 2))
       fail("entry point '" + entry.name + "': sequences " + std::to_string(entry.sequences) +
-           " must be at least 2 and equal max_tokens (" + std::to_string(entry.maxTokens) + ")");
+           " must be at least 2 and, times sequence_rows " + std::to_string(entry.rows) +
+           ", equal max_tokens (" + std::to_string(entry.maxTokens) + ")");
     entry.arenaBytes = source.arena_bytes();
     if (source.logits_rows())
       entry.logitsRows = *source.logits_rows();
@@ -261,6 +263,8 @@ void Engine::Impl::planEntries() {
       prefillEntry = &entry;
     else if (entry.name == "decode")
       decodeEntry = &entry;
+    else if (entry.name == "verify_batch" && entry.sequences)
+      verifyBatchEntry = &entry;
     else if (entry.sequences)
       batchEntry = &entry;
     else if (entry.split > 1)
@@ -500,15 +504,17 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count, b
   int32_t *ids = hostInputs.data();
   int32_t *positions = ids + count;
   if (entry.sequences) {
-    // Token t continues conversation t.
-    for (int64_t t = 0; t < count; ++t)
-      if (past[t] + 1 > contextLength)
-        throw RuntimeError("the context of conversation " + std::to_string(t) + " is full (" +
-                           std::to_string(past[t]) + " tokens of " + std::to_string(contextLength) +
+    // Token t is row t % rows of conversation t / rows.
+    const int64_t rows = entry.rows;
+    for (int64_t c = 0; c < count / rows; ++c)
+      if (past[c] + rows > contextLength)
+        throw RuntimeError("the context of conversation " + std::to_string(c) + " is full (" +
+                           std::to_string(past[c]) + " tokens of " + std::to_string(contextLength) +
+                           (rows > 1 ? ", a call of " + std::to_string(rows) + " rows" : "") +
                            "; raise the context length)");
     for (int64_t t = 0; t < count; ++t) {
       ids[t] = tokens[t];
-      positions[t] = static_cast<int32_t>(past[t]);
+      positions[t] = static_cast<int32_t>(past[t / rows] + t % rows);
     }
   } else {
     // A split entry's call of T takes split * T tokens, all in the inputs.
@@ -552,8 +558,8 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count, b
   }
   backend->synchronize();
   if (entry.sequences) {
-    for (int64_t t = 0; t < count; ++t)
-      written[t] = std::max(written[t], ++past[t]);
+    for (int64_t c = 0; c < count / entry.rows; ++c)
+      written[c] = std::max(written[c], past[c] += entry.rows);
   } else {
     past[current] += count * entry.split;
     written[current] = std::max(written[current], past[current]);
@@ -793,6 +799,40 @@ std::vector<float> Engine::verify(int64_t conversation, const std::vector<int32_
   std::vector<float> result(static_cast<size_t>(count * impl.vocab));
   impl.backend->download(result.data(), impl.logits.address(),
                          static_cast<uint64_t>(count * impl.vocab * 4));
+  return result;
+}
+
+std::vector<float> Engine::verifyBatch(const std::vector<std::vector<int32_t>> &tokens) {
+  Impl &impl = *impl_;
+  if (!impl.verifyBatchEntry)
+    throw RuntimeError("the artifact has no verify_batch entry point (compile it with kilnc "
+                       "--verify-tokens N --decode-batch M)");
+  EntryPlan &entry = *impl.verifyBatchEntry;
+  const auto count = static_cast<int64_t>(tokens.size());
+  if (count < 1 || count > entry.sequences)
+    throw RuntimeError("verifyBatch takes 1 to " + std::to_string(entry.sequences) +
+                       " conversations, not " + std::to_string(count));
+  // Each conversation's rows, padded with its last token: the padding's K/V
+  // go past its tokens and are dropped below.
+  std::vector<int32_t> ids(static_cast<size_t>(count * entry.rows));
+  for (int64_t c = 0; c < count; ++c) {
+    const std::vector<int32_t> &mine = tokens[static_cast<size_t>(c)];
+    if (mine.empty() || static_cast<int64_t>(mine.size()) > entry.rows)
+      throw RuntimeError("verifyBatch: conversation " + std::to_string(c) + " has " +
+                         std::to_string(mine.size()) + " tokens; a call takes 1 to " +
+                         std::to_string(entry.rows) + " of each");
+    impl.checkTokens(mine.data(), static_cast<int64_t>(mine.size()));
+    for (int64_t j = 0; j < entry.rows; ++j)
+      ids[static_cast<size_t>(c * entry.rows + j)] =
+          mine[std::min(static_cast<size_t>(j), mine.size() - 1)];
+  }
+  impl.current = 0;
+  impl.run(entry, ids.data(), count * entry.rows, false);
+  for (int64_t c = 0; c < count; ++c)
+    impl.past[c] -= entry.rows - static_cast<int64_t>(tokens[static_cast<size_t>(c)].size());
+  std::vector<float> result(static_cast<size_t>(count * entry.rows * impl.vocab));
+  impl.backend->download(result.data(), impl.logits.address(),
+                         static_cast<uint64_t>(result.size() * 4));
   return result;
 }
 

@@ -126,6 +126,13 @@ public:
   // token's logits, n * vocabSize() floats, row t the next token's after
   // tokens[t]. Throws without a verify entry.
   std::vector<float> verify(int64_t conversation, const std::vector<int32_t> &tokens);
+  // verify for conversations 0 .. n-1 (n = tokens.size(), at most
+  // conversations()) in one call of the verify_batch entry point (kilnc
+  // --verify-tokens N --decode-batch M): each conversation's own 1..N tokens.
+  // Returns N rows of logits per conversation, n * N * vocabSize() floats,
+  // conversation c's row t at (c * N + t) * vocabSize() (rows past its
+  // tokens are padding). Each conversation continues as after verify.
+  std::vector<float> verifyBatch(const std::vector<std::vector<int32_t>> &tokens);
   // N, the most tokens a verify call takes; 0 without a verify entry.
   int64_t verifyTokens() const;
   // Keeps the conversation's first `keep` positions and drops the rest (the

@@ -81,7 +81,10 @@ using StepPlan = std::variant<LaunchPlan, CopyPlan, CollectivePlan>;
 struct EntryPlan {
   std::string name;
   int64_t maxTokens = 1;
-  int64_t sequences = 0; // EntryPoint.sequences: token t continues conversation t
+  // EntryPoint.sequences and sequence_rows: token t continues conversation
+  // t / rows.
+  int64_t sequences = 0;
+  int64_t rows = 1;
   // EntryPoint.token_split: the ranks that share a call's tokens (sequence
   // parallelism); a call of T takes split * T tokens.
   int64_t split = 1;
@@ -137,9 +140,10 @@ struct Engine::Impl {
   std::vector<EntryPlan> entries;
   EntryPlan *prefillEntry = nullptr;
   EntryPlan *decodeEntry = nullptr;
-  EntryPlan *batchEntry = nullptr;  // decode_batch
-  EntryPlan *splitEntry = nullptr;  // prefill_sp: tokens split over the TP group
-  EntryPlan *verifyEntry = nullptr; // verify: a few tokens, every one's logits
+  EntryPlan *batchEntry = nullptr;       // decode_batch
+  EntryPlan *splitEntry = nullptr;       // prefill_sp: tokens split over the TP group
+  EntryPlan *verifyEntry = nullptr;      // verify: a few tokens, every one's logits
+  EntryPlan *verifyBatchEntry = nullptr; // verify_batch: rows of each conversation
   // Conversations the caches hold (the decode_batch entry's batch, or 1),
   // each one's tokens so far, and the one the next one-conversation call
   // continues.

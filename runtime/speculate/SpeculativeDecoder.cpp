@@ -14,9 +14,7 @@ SpeculativeDecoder::SpeculativeDecoder(Engine &engine, int64_t conversation, Dra
   if (engine.verifyTokens() < 2)
     throw RuntimeError("speculative decoding needs an artifact with a verify entry point "
                        "(compile it with kilnc --verify-tokens N)");
-  acceptor_ = [&sampler](const float *logits, int64_t vocab, const std::vector<int32_t> &drafts) {
-    return verifySampled(logits, vocab, drafts, sampler);
-  };
+  acceptor_ = samplingAcceptor(sampler);
   if (draftTokens < 1)
     throw RuntimeError("speculative decoding drafts at least 1 token a step, got " +
                        std::to_string(draftTokens));

@@ -17,7 +17,6 @@
 #include "runtime/speculate/Verification.h"
 
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 namespace kiln::speculate {
@@ -51,12 +50,8 @@ public:
 
   const SpeculationStats &stats() const { return stats_; }
 
-  // What a step keeps of the drafts, given the logits of the pending token
-  // and the drafts (one row per token; one row and no drafts after a plain
-  // decode call). By default verifySampled with the sampler; a replay
-  // (kiln-bench-speculate) accepts by its script instead.
-  using Acceptor = std::function<Verdict(const float *logits, int64_t vocab,
-                                         const std::vector<int32_t> &drafts)>;
+  // What a step keeps of the drafts: by default verifySampled with the
+  // sampler; a replay (kiln-bench-speculate) accepts by its script instead.
   void setAcceptor(Acceptor acceptor) { acceptor_ = std::move(acceptor); }
 
 private:

@@ -65,4 +65,10 @@ Verdict verifySampled(const float *logits, int64_t vocab, const std::vector<int3
   return verdict;
 }
 
+Acceptor samplingAcceptor(Sampler &sampler) {
+  return [&sampler](const float *logits, int64_t vocab, const std::vector<int32_t> &drafts) {
+    return verifySampled(logits, vocab, drafts, sampler);
+  };
+}
+
 } // namespace kiln::speculate

@@ -17,6 +17,7 @@
 #include "runtime/engine/Sampler.h"
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 namespace kiln::speculate {
@@ -32,5 +33,12 @@ Verdict verifyGreedy(const float *logits, int64_t vocab, const std::vector<int32
 // (a temperature of 0 is verifyGreedy).
 Verdict verifySampled(const float *logits, int64_t vocab, const std::vector<int32_t> &drafts,
                       Sampler &sampler);
+
+// What a speculative step keeps of the drafts, given the rows of the pending
+// token and the drafts (one row and no drafts after a plain decode call).
+using Acceptor =
+    std::function<Verdict(const float *logits, int64_t vocab, const std::vector<int32_t> &drafts)>;
+// verifySampled with `sampler` (which must outlive it).
+Acceptor samplingAcceptor(Sampler &sampler);
 
 } // namespace kiln::speculate

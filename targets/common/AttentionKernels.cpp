@@ -22,7 +22,7 @@ namespace kiln::kernels {
 
 using namespace mlir;
 
-KernelSpec attention(const AttentionShape &shape, int64_t sequences) {
+KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
   const int64_t qHeads = shape.qHeads, kvHeads = shape.kvHeads, headDim = shape.headDim;
   const int64_t window = shape.window;
   const double scale = shape.scale;
@@ -182,11 +182,9 @@ KernelSpec attention(const AttentionShape &shape, int64_t sequences) {
     Value t2 = append.getInductionVar();
     Value slot;
     if (sequences) {
-      Value apI = memref::LoadOp::create(b, positions, ValueRange{t2});
-      Value ap = arith::IndexCastOp::create(b, b.getIndexType(), apI);
-      Value aring = arith::RemUIOp::create(b, ap, slots);
-      Value abase = arith::MulIOp::create(b, t2, slots);
-      slot = arith::AddIOp::create(b, abase, aring);
+      TokenState at = tokenState(b, sequences, positions, past, t2, slots, c0);
+      Value aring = arith::RemUIOp::create(b, at.position, slots);
+      slot = arith::AddIOp::create(b, at.base, aring);
     } else {
       Value pp = arith::AddIOp::create(b, past, t2);
       slot = arith::RemUIOp::create(b, pp, slots);

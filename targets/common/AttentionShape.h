@@ -18,6 +18,18 @@ int64_t kvElementBytes(KvElement element);
 // "_kvbf16" for bf16.
 std::string kvSuffix(KvElement element);
 
+// How a call's tokens map to conversations. `count` 0: every token continues
+// the one conversation whose caches are bound. `count` N: the caches hold N
+// conversations one after another, and token t continues conversation
+// t / rows at positions[t], a conversation's `rows` tokens at consecutive
+// positions (batched decode: rows 1; batched verify: the last accepted token
+// and the drafts).
+struct SequenceLayout {
+  int64_t count = 0;
+  int64_t rows = 1;
+  explicit operator bool() const { return count > 0; }
+};
+
 struct AttentionShape {
   int64_t qHeads = 0, kvHeads = 0, headDim = 0;
   int64_t window = 0; // 0: a global layer

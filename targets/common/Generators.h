@@ -23,7 +23,7 @@ namespace kiln::kernels {
 
 // The name suffix of a batched entry's attention kernels ("_b8" for 8
 // conversations, nothing for sequential ones).
-std::string batchSuffix(int64_t sequences);
+std::string batchSuffix(SequenceLayout sequences);
 // "_eps10000" for eps 1e-5: a norm kernel's name suffix.
 std::string epsSuffix(double eps);
 // An f64/f32 literal MLIR parses back to the same value.
@@ -62,7 +62,7 @@ KernelSpec linearVector(int64_t n, int64_t k);
 
 // Attention (AttentionKernels.cpp). Rotary embedding is a row stage
 // (HeadRowKernels.h).
-KernelSpec attention(const AttentionShape &shape, int64_t sequences = 0);
+KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences = {});
 
 // Latent MoE (MoEKernels.cpp).
 KernelSpec routerTopK(int64_t experts, int64_t k);
@@ -138,8 +138,9 @@ bool warpAttentionFits(int64_t headDim);
 // Query heads a split warp takes (a divisor of qHeads / kvHeads, at most 4):
 // its launch is Work{0, 32 * qHeads / that * splits}.
 int64_t attentionHeadsPerWarp(int64_t qHeads, int64_t kvHeads);
-KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits, int64_t sequences = 0);
+KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits,
+                              SequenceLayout sequences = {});
 KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits);
-KernelSpec kvAppendWarp(const AttentionShape &shape, int64_t sequences = 0);
+KernelSpec kvAppendWarp(const AttentionShape &shape, SequenceLayout sequences = {});
 
 } // namespace kiln::kernels

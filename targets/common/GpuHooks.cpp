@@ -110,13 +110,14 @@ TargetHooks::Gemv GpuTargetHooks::gemv(int64_t n, int64_t k, int64_t maxRows,
   return TargetHooks::gemv(n, k, maxRows, splitRows);
 }
 
-KernelLaunch GpuTargetHooks::kvAppendKernel(const AttentionShape &shape, int64_t sequences) const {
+KernelLaunch GpuTargetHooks::kvAppendKernel(const AttentionShape &shape,
+                                            SequenceLayout sequences) const {
   return {kvAppendWarp(shape, sequences), warpPerHead(shape.kvHeads)};
 }
 
 std::optional<TargetHooks::SplitAttention>
 GpuTargetHooks::splitAttention(const AttentionShape &shape, int64_t maxTokens,
-                               int64_t sequences) const {
+                               SequenceLayout sequences) const {
   if (!warpAttentionFits(shape.headDim))
     return std::nullopt;
   SplitAttention split;

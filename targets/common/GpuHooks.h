@@ -22,7 +22,7 @@ public:
   KernelLaunch routerTopKKernel(int64_t experts, int64_t k) const override;
   Gemv gemv(int64_t n, int64_t k, int64_t maxRows, bool splitRows) const override;
   std::optional<SplitAttention> splitAttention(const AttentionShape &shape, int64_t maxTokens,
-                                               int64_t sequences) const override;
+                                               SequenceLayout sequences) const override;
   std::optional<ExpertStage> expertStage(int64_t experts, int64_t k, int64_t intermediate,
                                          int64_t latent, double eps, bool nvfp4, int64_t maxTokens,
                                          int64_t members) const override;
@@ -36,7 +36,7 @@ protected:
   // The append of a call's new K/V to the caches after attention (the split
   // attention's, and a target's tiled attention's); head_dim must fit the
   // warp kernels (warpAttentionFits).
-  KernelLaunch kvAppendKernel(const AttentionShape &shape, int64_t sequences) const;
+  KernelLaunch kvAppendKernel(const AttentionShape &shape, SequenceLayout sequences) const;
 };
 
 } // namespace kiln::kernels

@@ -53,14 +53,14 @@ void storeToCache(ImplicitLocOpBuilder &b, Value f32Vector, Value cache, ValueRa
   vector::StoreOp::create(b, v, cache, indices, /*nontemporal=*/false, alignment(alignBytes));
 }
 
-Value cacheSlots(ImplicitLocOpBuilder &b, Value cache, Value c0, int64_t sequences) {
+Value cacheSlots(ImplicitLocOpBuilder &b, Value cache, Value c0, SequenceLayout sequences) {
   Value rows = memref::DimOp::create(b, cache, c0);
   if (!sequences)
     return rows;
-  return arith::DivUIOp::create(b, rows, arith::ConstantIndexOp::create(b, sequences));
+  return arith::DivUIOp::create(b, rows, arith::ConstantIndexOp::create(b, sequences.count));
 }
-TokenState tokenState(ImplicitLocOpBuilder &b, int64_t sequences, Value positions, Value past,
-                      Value t, Value slots, Value c0) {
+TokenState tokenState(ImplicitLocOpBuilder &b, SequenceLayout sequences, Value positions,
+                      Value past, Value t, Value slots, Value c0) {
   TokenState s;
   if (!sequences) {
     s.past = arith::AddIOp::create(b, past, c0);
@@ -70,10 +70,21 @@ TokenState tokenState(ImplicitLocOpBuilder &b, int64_t sequences, Value position
     return s;
   }
   Value at = memref::LoadOp::create(b, positions, ValueRange{t});
-  s.past = arith::IndexCastOp::create(b, b.getIndexType(), at);
-  s.position = arith::AddIOp::create(b, s.past, c0);
-  s.base = arith::MulIOp::create(b, t, slots);
-  s.row0 = arith::AddIOp::create(b, t, c0);
+  if (sequences.rows == 1) {
+    s.past = arith::IndexCastOp::create(b, b.getIndexType(), at);
+    s.position = arith::AddIOp::create(b, s.past, c0);
+    s.base = arith::MulIOp::create(b, t, slots);
+    s.row0 = arith::AddIOp::create(b, t, c0);
+    return s;
+  }
+  // Token t is row j of its conversation's rows: the call's K/V of that
+  // conversation start j rows and j positions before it.
+  Value rows = arith::ConstantIndexOp::create(b, sequences.rows);
+  Value j = arith::RemUIOp::create(b, t, rows);
+  s.position = arith::IndexCastOp::create(b, b.getIndexType(), at);
+  s.past = arith::SubIOp::create(b, s.position, j);
+  s.base = arith::MulIOp::create(b, arith::DivUIOp::create(b, t, rows), slots);
+  s.row0 = arith::SubIOp::create(b, t, j);
   return s;
 }
 

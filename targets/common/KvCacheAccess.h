@@ -28,18 +28,17 @@ mlir::Value loadCachedF32(mlir::ImplicitLocOpBuilder &b, mlir::Value cache,
 void storeToCache(mlir::ImplicitLocOpBuilder &b, mlir::Value f32Vector, mlir::Value cache,
                   mlir::ValueRange indices, KvElement element, int64_t alignBytes = 0);
 
-// Where a token's keys live. A batched entry's token t continues
-// conversation t of `sequences`, at positions[t], in caches that hold every
-// conversation one after another: the slots a conversation has (from the
-// key cache), and per token its positions before it (past), its position,
-// its conversation's first slot (base) and the row of this call's K/V at
-// position `past` (row0). A sequential entry's tokens share one.
+// Where a token's keys live: the slots a conversation has (from the key
+// cache), and per token its positions before this call (past), its
+// position, its conversation's first slot (base) and the row of this call's
+// K/V at position `past` (row0). A sequential entry's tokens share one.
 mlir::Value cacheSlots(mlir::ImplicitLocOpBuilder &b, mlir::Value cache, mlir::Value c0,
-                       int64_t sequences);
+                       SequenceLayout sequences);
 struct TokenState {
   mlir::Value past, position, base, row0;
 };
-TokenState tokenState(mlir::ImplicitLocOpBuilder &b, int64_t sequences, mlir::Value positions,
-                      mlir::Value past, mlir::Value t, mlir::Value slots, mlir::Value c0);
+TokenState tokenState(mlir::ImplicitLocOpBuilder &b, SequenceLayout sequences,
+                      mlir::Value positions, mlir::Value past, mlir::Value t, mlir::Value slots,
+                      mlir::Value c0);
 
 } // namespace kiln::kernels

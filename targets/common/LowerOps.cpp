@@ -214,9 +214,10 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
       values[o.getResult()] = y;
       return success();
     }
-  // A batched entry's tokens each decode one conversation: split like decode.
-  if (std::optional<TargetHooks::SplitAttention> split =
-          hooks.splitAttention(shape, entrySequences ? 1 : maxRows(), entrySequences)) {
+  // A batched entry's tokens each continue one conversation: split like
+  // decode (or a verify call of a conversation's rows).
+  if (std::optional<TargetHooks::SplitAttention> split = hooks.splitAttention(
+          shape, entrySequences ? entrySequenceRows : maxRows(), entryLayout())) {
     Buf partial = alloc({qHeads, split->splits, dim + 4}, f32);
     SmallVector<Buf> partials = {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc};
     SmallVector<Buf> append = {act(o.getK()), act(o.getV()), kc, vc};
@@ -238,7 +239,7 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
   if (entrySequences)
     args.push_back(positions);
   args.push_back(y);
-  launch(attention(shape, entrySequences), args, {"tokens:0", "past:0", "part", "parts"},
+  launch(attention(shape, entryLayout()), args, {"tokens:0", "past:0", "part", "parts"},
          Work{kvHeads, 0}, what);
   values[o.getResult()] = y;
   return success();

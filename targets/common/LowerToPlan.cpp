@@ -148,11 +148,13 @@ LogicalResult Lowering::lowerEntry(func::FuncOp forward, const EntryInfo &entry)
   auto op = plan::EntryOp::create(
       b, forward.getLoc(), b.getStringAttr(entry.name), b.getI64IntegerAttr(entry.maxTokens),
       entry.sequences ? b.getI64IntegerAttr(entry.sequences) : IntegerAttr(),
-      entry.split > 1 ? b.getI64IntegerAttr(entry.split) : IntegerAttr(), IntegerAttr());
+      entry.split > 1 ? b.getI64IntegerAttr(entry.split) : IntegerAttr(), IntegerAttr(),
+      entry.rowsPerSequence > 1 ? b.getI64IntegerAttr(entry.rowsPerSequence) : IntegerAttr());
   op.getBody().emplaceBlock();
   b.setInsertionPointToStart(&op.getBody().front());
   entryMaxTokens = entry.maxTokens;
   entrySequences = entry.sequences;
+  entrySequenceRows = entry.rowsPerSequence;
   entryEveryLogit = entry.logitsPerToken;
   entrySplit = entry.split;
   rowScale = 1;
@@ -188,8 +190,17 @@ FailureOr<LoweredModel> Lowering::run() {
   model.entries = {{"prefill", options.maxPrefillTokens, perToken}, {"decode", 1, perToken}};
   if (options.decodeBatch > 1)
     model.entries.push_back({"decode_batch", options.decodeBatch, true, options.decodeBatch});
-  if (options.verifyTokens > 0)
+  if (options.verifyTokens > 0) {
     model.entries.push_back({"verify", options.verifyTokens, true});
+    // With conversations stepped together, also their verify calls: each
+    // conversation's rows (the last accepted token and its drafts, padded).
+    if (options.decodeBatch > 1) {
+      EntryInfo batch{"verify_batch", options.decodeBatch * options.verifyTokens, true,
+                      options.decodeBatch};
+      batch.rowsPerSequence = options.verifyTokens;
+      model.entries.push_back(batch);
+    }
+  }
   for (const EntryInfo &entry : model.entries)
     if (failed(lowerEntry(forward, entry)))
       return failure();

@@ -51,12 +51,15 @@ struct EntryInfo {
   std::string name;
   int64_t maxTokens = 1;
   bool logitsPerToken = false; // logits of every token (else the last only)
-  // 0: the call's tokens continue one conversation. N: token t is the next
-  // token of conversation t of N (batched decode), at positions[t].
+  // 0: the call's tokens continue one conversation. N: token t is a token
+  // of conversation t / rowsPerSequence of N, at positions[t] (batched
+  // decode: each conversation's next token; batched verify: each one's
+  // last accepted token and drafts).
   int64_t sequences = 0;
   // Sequence parallelism (the "prefill_sp" entry, from the SP graph): the
   // ranks that share a call's tokens; T is each rank's share.
   int64_t split = 1;
+  int64_t rowsPerSequence = 1;
 };
 
 struct LoweredModel {
@@ -77,7 +80,8 @@ struct LowerOptions {
   // Tokens of a `verify` entry point (speculative decoding: the last
   // accepted token and its drafts, logits for each); 0: no such entry. Its
   // caller may roll back all but the first, so sliding rings keep that many
-  // slots beyond their window.
+  // slots beyond their window. With decodeBatch > 1 also `verify_batch`:
+  // that many rows for each of the batch's conversations.
   int64_t verifyTokens = 0;
   // The same model after the graph pipeline with sequence parallelism: it
   // becomes a "prefill_sp" entry whose calls split their tokens over the TP

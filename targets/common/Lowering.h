@@ -162,7 +162,11 @@ private:
   // The most rows the op being lowered sees: its entry's max tokens, times
   // the split for a split entry's whole-sequence ops.
   int64_t maxRows() const { return entryMaxTokens * rowScale; }
-  int64_t entrySequences = 0;   // EntryInfo::sequences of the entry being lowered
+  int64_t entrySequences = 0;    // EntryInfo::sequences of the entry being lowered
+  int64_t entrySequenceRows = 1; // EntryInfo::rowsPerSequence of the entry being lowered
+  SequenceLayout entryLayout() const {
+    return entrySequences ? SequenceLayout{entrySequences, entrySequenceRows} : SequenceLayout{};
+  }
   bool entryEveryLogit = false; // EntryInfo::logitsPerToken of the entry being lowered
   int64_t entrySplit = 1;       // EntryInfo::split of the entry being lowered
   // The rows of the op being lowered: 1 (T) or, for a split entry's

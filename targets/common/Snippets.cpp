@@ -5,8 +5,11 @@
 namespace kiln::kernels {
 
 // The pieces of batched attention kernels (Generators.h).
-std::string batchSuffix(int64_t sequences) {
-  return sequences ? "_b" + std::to_string(sequences) : "";
+std::string batchSuffix(SequenceLayout sequences) {
+  if (!sequences)
+    return "";
+  return "_b" + std::to_string(sequences.count) +
+         (sequences.rows > 1 ? "x" + std::to_string(sequences.rows) : "");
 }
 
 std::string epsSuffix(double eps) {

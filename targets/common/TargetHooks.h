@@ -181,14 +181,15 @@ public:
   // (partials, y; tokens, part, parts) and the append of the new K/V to the
   // cache (k, v, k cache, v cache[, positions]; tokens, past, part, parts);
   // or none, and the generic attention kernel serves. `maxTokens`: the most
-  // tokens of one conversation a launch sees (1 for decode, batched or not).
+  // tokens of one conversation a launch sees (1 for decode, batched or not;
+  // a batched verify's rows); `sequences`: how tokens map to conversations.
   struct SplitAttention {
     KernelLaunch partials, merge, append;
     int64_t splits = 1;
   };
   virtual std::optional<SplitAttention> splitAttention(const AttentionShape & /*shape*/,
                                                        int64_t /*maxTokens*/,
-                                                       int64_t /*sequences*/) const {
+                                                       SequenceLayout /*sequences*/) const {
     return std::nullopt;
   }
 

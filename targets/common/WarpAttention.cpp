@@ -54,7 +54,8 @@ int64_t attentionHeadsPerWarp(int64_t qHeads, int64_t kvHeads) {
 }
 
 // Built as typed IR (KernelBuilder.h).
-KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits, int64_t sequences) {
+KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits,
+                              SequenceLayout sequences) {
   const int64_t qHeads = shape.qHeads, kvHeads = shape.kvHeads, headDim = shape.headDim;
   const int64_t window = shape.window;
   const double scale = shape.scale;
@@ -323,7 +324,7 @@ KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits) {
 }
 
 // Built as typed IR (KernelBuilder.h).
-KernelSpec kvAppendWarp(const AttentionShape &shape, int64_t sequences) {
+KernelSpec kvAppendWarp(const AttentionShape &shape, SequenceLayout sequences) {
   const int64_t kvHeads = shape.kvHeads, headDim = shape.headDim;
   const KvElement cache = shape.cache;
   std::string name = "kv_append_warp_" + str(kvHeads) + "x" + str(headDim) + kvSuffix(cache) +

@@ -29,7 +29,7 @@ constexpr int64_t kRows = 16;     // query heads an MMA holds
 class DecodeAttentionBuilder {
 public:
   DecodeAttentionBuilder(kernels::KernelScope &k, const kernels::AttentionShape &shape,
-                         int64_t splits, int64_t sequences)
+                         int64_t splits, kernels::SequenceLayout sequences)
       : k(k), b(k.b), s(shape), splits(splits), sequences(sequences), ctx(b.getContext()),
         f32(b.getF32Type()), bf16(b.getBF16Type()), i32(b.getI32Type()) {}
 
@@ -309,7 +309,8 @@ private:
   kernels::KernelScope &k;
   ImplicitLocOpBuilder &b;
   const kernels::AttentionShape &s;
-  int64_t splits, sequences;
+  int64_t splits;
+  kernels::SequenceLayout sequences;
   MLIRContext *ctx;
   FloatType f32, bf16;
   Type i32;
@@ -327,7 +328,7 @@ bool mmaDecodeAttentionFits(const kernels::AttentionShape &shape) {
 }
 
 kernels::KernelSpec mmaDecodeAttention(const kernels::AttentionShape &shape, int64_t splits,
-                                       int64_t sequences) {
+                                       kernels::SequenceLayout sequences) {
   const std::string name = "attention_mma_decode_" + kernels::str(shape.qHeads) + "x" +
                            kernels::str(shape.kvHeads) + "x" + kernels::str(shape.headDim) +
                            (shape.window ? "_w" + kernels::str(shape.window) : "_global") + "_s" +

@@ -30,7 +30,7 @@ bool mmaDecodeAttentionFits(const kernels::AttentionShape &shape);
 // The partials kernel: the split warp kernel's arguments (q, k, v, the caches,
 // [positions,] partials [T, qHeads, splits, headDim + 4]; tokens, past).
 kernels::KernelSpec mmaDecodeAttention(const kernels::AttentionShape &shape, int64_t splits,
-                                       int64_t sequences);
+                                       kernels::SequenceLayout sequences);
 // A warp per (token, KV head, split).
 kernels::Work mmaDecodeAttentionWork(const kernels::AttentionShape &shape, int64_t splits);
 

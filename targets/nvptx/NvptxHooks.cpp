@@ -124,14 +124,14 @@ NvptxHooks::tileAttention(const kernels::AttentionShape &shape, int64_t maxToken
   WgmmaAttentionShape wide{shape};
   if (wgmmaAttentionFits(wide)) {
     WgmmaAttentionKernels kernels = wgmmaAttention(wide, maxTokens, broken);
-    return TileAttention{kernels.attend, kvAppendKernel(shape, /*sequences=*/0), kernels.stage,
+    return TileAttention{kernels.attend, kvAppendKernel(shape, /*sequences=*/{}), kernels.stage,
                          kernels.stagedRows, kernels.attendScalars};
   }
   MmaAttentionShape tiles{shape};
   if (!mmaAttentionFits(tiles))
     return std::nullopt;
   return TileAttention{{mmaAttention(tiles, broken), mmaAttentionWork(tiles, maxTokens)},
-                       kvAppendKernel(shape, /*sequences=*/0)};
+                       kvAppendKernel(shape, /*sequences=*/{})};
 }
 
 // Split-KV attention over a bf16 cache on mma.sync (a KV head's query heads
@@ -139,18 +139,18 @@ NvptxHooks::tileAttention(const kernels::AttentionShape &shape, int64_t maxToken
 // kernels otherwise. The merge and the append stay the warp kernels.
 std::optional<kernels::TargetHooks::SplitAttention>
 NvptxHooks::splitAttention(const kernels::AttentionShape &shape, int64_t maxTokens,
-                           int64_t sequences) const {
+                           kernels::SequenceLayout sequences) const {
   std::optional<SplitAttention> split = GpuTargetHooks::splitAttention(shape, maxTokens, sequences);
   if (!split || chip.matrix == MatrixCores::None || !mmaDecodeAttentionFits(shape))
     return split;
   // A batch's conversations already spread the warps over the machine:
   // fewer splits there (about kDecodeWarps warps in all), so that the
   // partials, written and read once a layer, stay small beside the cache.
-  if (sequences > 0) {
+  if (sequences) {
     constexpr int64_t kDecodeWarps = 4096;
-    const int64_t splits = std::clamp<int64_t>((kDecodeWarps + sequences * shape.kvHeads - 1) /
-                                                   (sequences * shape.kvHeads),
-                                               1, split->splits);
+    const int64_t tokens = sequences.count * sequences.rows;
+    const int64_t splits = std::clamp<int64_t>(
+        (kDecodeWarps + tokens * shape.kvHeads - 1) / (tokens * shape.kvHeads), 1, split->splits);
     if (splits != split->splits) {
       split->splits = splits;
       split->merge = {kernels::attentionMergeWarp(shape.qHeads, shape.headDim, splits),

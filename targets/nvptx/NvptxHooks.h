@@ -32,7 +32,7 @@ public:
                                              int64_t maxTokens) const override;
   std::optional<SplitAttention> splitAttention(const kernels::AttentionShape &shape,
                                                int64_t maxTokens,
-                                               int64_t sequences) const override;
+                                               kernels::SequenceLayout sequences) const override;
   kernels::LaunchShape shape(kernels::Work work, int64_t maxTokens) const override;
 
 protected:

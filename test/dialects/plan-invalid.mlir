@@ -54,8 +54,20 @@ plan.entry @misaligned attributes {max_tokens = 1 : i64} {
 
 // -----
 
-// expected-error @+1 {{sequences (4) must be at least 2 and equal max_tokens (8): token t continues conversation t}}
+// expected-error @+1 {{sequences (4) must be at least 2 and, times sequence_rows (1), equal max_tokens (8): token t continues conversation t / sequence_rows}}
 plan.entry @batch attributes {max_tokens = 8 : i64, sequences = 4 : i64} {
+}
+
+// -----
+
+// expected-error @+1 {{sequences (4) must be at least 2 and, times sequence_rows (4), equal max_tokens (8)}}
+plan.entry @verify_batch attributes {max_tokens = 8 : i64, sequences = 4 : i64, sequence_rows = 4 : i64} {
+}
+
+// -----
+
+// expected-error @+1 {{sequence_rows (2) must be at least 1, and goes with sequences}}
+plan.entry @rows attributes {max_tokens = 8 : i64, sequence_rows = 2 : i64} {
 }
 
 // -----

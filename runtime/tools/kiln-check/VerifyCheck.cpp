@@ -5,7 +5,9 @@
 //     each row's logits against decode's for the same position;
 //  3. speculative greedy decoding with drafts of those tokens, wrong at a
 //     moving place (ScriptedDrafter): every accepted count and rollback
-//     length occurs, and the output must be decode's tokens.
+//     length occurs, and the output must be decode's tokens;
+//  4. with a verify_batch entry, every conversation at once (prompts of
+//     their own), each against itself decoded alone, the same way.
 // A verify call of several tokens may run other kernels than decode's single
 // token (on a GPU, tensor-core products with the rows as the narrow side
 // where decode has f32 GEMVs), so sums differ in their last bits, and a bf16
@@ -20,13 +22,102 @@
 #include "runtime/engine/Reference.h"
 #include "runtime/engine/Sampler.h"
 #include "runtime/speculate/ScriptedDrafter.h"
+#include "runtime/speculate/SpeculativeBatch.h"
 #include "runtime/speculate/SpeculativeDecoder.h"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
+#include <string>
 
 namespace kiln {
+namespace {
+
+// Where `out` first differs from `plain`, and whether that is allowed: only
+// where decode's own top-two margin was a near tie.
+bool sameUpToNearTie(const std::vector<int32_t> &out, const std::vector<int32_t> &plain,
+                     const std::vector<float> &margins, double limit, std::string &verdict) {
+  const auto first = static_cast<size_t>(
+      std::mismatch(out.begin(), out.end(), plain.begin(), plain.end()).first - out.begin());
+  if (first >= plain.size() || first >= out.size()) {
+    verdict = "identical";
+    return true;
+  }
+  const bool nearTie = margins[first] < limit;
+  verdict = "the same up to step " + std::to_string(first) + ", where decode's margin is " +
+            std::to_string(margins[first]) + (nearTie ? " (a near tie)" : " (WRONG)");
+  return nearTie;
+}
+
+// Step 4: conversations 0..n-1 through verify_batch calls.
+bool checkVerifyBatch(Engine &engine, const std::vector<int32_t> &prompt, int steps,
+                      double nearTie) {
+  const int64_t n = engine.conversations(), vocab = engine.vocabSize();
+  std::vector<std::vector<int32_t>> prompts(n), plain(n);
+  std::vector<std::vector<float>> margins(n);
+  double scale = 0;
+  engine.reset();
+  for (int64_t c = 0; c < n; ++c) {
+    // The prompt shifted per conversation: other lengths, other tokens.
+    for (size_t i = static_cast<size_t>(c) % prompt.size(); i < prompt.size(); ++i)
+      prompts[c].push_back(static_cast<int32_t>((prompt[i] + 11 * c) % vocab));
+    std::vector<float> logits = engine.prefill(c, prompts[c]);
+    for (int s = 0; s < steps; ++s) {
+      const ReferenceStep step = greedyStep(logits);
+      plain[c].push_back(step.token);
+      margins[c].push_back(step.margin);
+      for (float v : logits)
+        scale = std::max(scale, double(std::abs(v)));
+      logits = engine.decode(c, step.token);
+    }
+  }
+  engine.reset();
+  std::vector<std::unique_ptr<speculate::ScriptedDrafter>> drafters;
+  std::vector<Sampler> greedy(static_cast<size_t>(n));
+  std::vector<speculate::SpeculativeBatch::Member> members(static_cast<size_t>(n));
+  std::vector<std::vector<int32_t>> out(n);
+  for (int64_t c = 0; c < n; ++c) {
+    drafters.push_back(std::make_unique<speculate::ScriptedDrafter>(plain[c], prompts[c].size(),
+                                                                    static_cast<int32_t>(vocab)));
+    auto &member = members[static_cast<size_t>(c)];
+    member.drafter = drafters.back().get();
+    member.accept = speculate::samplingAcceptor(greedy[static_cast<size_t>(c)]);
+    member.remaining = steps - 1;
+    out[c] = {greedyStep(engine.prefill(c, prompts[c])).token};
+    speculate::SpeculativeBatch::start(member, prompts[c], out[c].back());
+  }
+  speculate::SpeculativeBatch batch(engine, engine.verifyTokens() - 1);
+  while (std::all_of(members.begin(), members.end(),
+                     [](const auto &member) { return member.remaining > 0; })) {
+    const std::vector<std::vector<int32_t>> yielded = batch.step(members);
+    for (int64_t c = 0; c < n; ++c)
+      out[c].insert(out[c].end(), yielded[c].begin(), yielded[c].end());
+  }
+  int same = 0, nearTies = 0, wrong = 0;
+  for (int64_t c = 0; c < n; ++c) {
+    std::string verdict;
+    if (!sameUpToNearTie(out[c], plain[c], margins[c], nearTie * scale, verdict))
+      ++wrong;
+    else if (verdict == "identical")
+      ++same;
+    else
+      ++nearTies;
+    if (verdict != "identical")
+      std::printf("verify_batch: conversation %lld: %s\n", static_cast<long long>(c),
+                  verdict.c_str());
+  }
+  const speculate::SpeculationStats &stats = batch.stats();
+  std::printf("speculative greedy decoding, %lld conversations in verify_batch calls: %lld "
+              "calls, %.2f tokens a conversation a call; %d identical to decoding alone, %d "
+              "after a near tie, %d wrong (%s)\n",
+              static_cast<long long>(n), static_cast<long long>(stats.verifyCalls),
+              stats.tokensPerStep(), same, nearTies, wrong, wrong == 0 ? "ok" : "FAILED");
+  engine.reset();
+  return wrong == 0;
+}
+
+} // namespace
 
 bool checkVerify(Engine &engine, const std::vector<int32_t> &prompt, int steps, double nearTie) {
   const auto vocab = static_cast<size_t>(engine.vocabSize());
@@ -96,17 +187,8 @@ bool checkVerify(Engine &engine, const std::vector<int32_t> &prompt, int steps, 
   while (static_cast<int>(out.size()) < steps)
     for (int32_t token : decoder.step(steps - static_cast<int64_t>(out.size())))
       out.push_back(token);
-  const auto firstDifference =
-      static_cast<size_t>(std::mismatch(out.begin(), out.end(), plain.begin()).first - out.begin());
-  bool tokensOk = true;
-  std::string verdict = "identical";
-  if (firstDifference < plain.size()) {
-    const float margin = margins[firstDifference];
-    tokensOk = margin < nearTie * scale;
-    verdict = "the same up to step " + std::to_string(firstDifference) +
-              ", where decode's margin is " + std::to_string(margin) +
-              (tokensOk ? " (a near tie)" : " (WRONG)");
-  }
+  std::string verdict;
+  bool tokensOk = sameUpToNearTie(out, plain, margins, nearTie * scale, verdict);
   const speculate::SpeculationStats &stats = decoder.stats();
   std::printf("speculative greedy decoding: %d tokens in %lld steps (%.2f a step, %lld of %lld "
               "drafts accepted): %s (%s)\n",
@@ -114,6 +196,10 @@ bool checkVerify(Engine &engine, const std::vector<int32_t> &prompt, int steps, 
               static_cast<long long>(stats.accepted), static_cast<long long>(stats.drafted),
               verdict.c_str(), tokensOk ? "ok" : "FAILED");
   engine.reset();
+  if (engine.conversations() > 1 && engine.artifact()->entry_points())
+    for (const auto *entry : *engine.artifact()->entry_points())
+      if (entry->name() && entry->name()->str() == "verify_batch")
+        tokensOk = checkVerifyBatch(engine, prompt, steps, nearTie) && tokensOk;
   return rowsOk && tokensOk;
 }
 

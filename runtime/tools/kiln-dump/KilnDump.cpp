@@ -242,7 +242,10 @@ void dumpEntryPoint(const Artifact &artifact, const fb::EntryPoint &entry,
   }
   const int64_t tokens = entry.max_tokens();
   out << "entry point   " << text(entry.name()) << ": max_tokens " << tokens;
-  if (entry.sequences())
+  if (entry.sequences() && entry.sequence_rows() > 1)
+    out << " (" << entry.sequence_rows() << " rows of each of " << entry.sequences()
+        << " conversations)";
+  else if (entry.sequences())
     out << " (token t continues conversation t of " << entry.sequences() << ")";
   if (entry.token_split() > 1)
     out << " (sequence parallel: a call takes " << entry.token_split() << " x T tokens, T a rank)";

@@ -18,6 +18,7 @@
 #include "runtime/speculate/LookupDrafter.h"
 #include "runtime/speculate/ModelDrafter.h"
 #include "runtime/speculate/ScriptedDrafter.h"
+#include "runtime/speculate/SpeculativeBatch.h"
 #include "runtime/speculate/SpeculativeDecoder.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -53,7 +54,7 @@ std::string caseName(const ::testing::TestParamInfo<Case> &info) {
   return name + (info.param.format == WeightFormat::NVFP4 ? "_nvfp4" : "_bf16");
 }
 
-std::vector<uint8_t> compile(const Config &config, WeightFormat format) {
+std::vector<uint8_t> compile(const Config &config, WeightFormat format, int64_t decodeBatch = 1) {
   mlir::MLIRContext context;
   context.loadDialect<KilnDialect, plan::PlanDialect, mlir::func::FuncDialect,
                       mlir::shard::ShardDialect>();
@@ -72,6 +73,7 @@ std::vector<uint8_t> compile(const Config &config, WeightFormat format) {
   kernels::LowerOptions lower;
   lower.maxPrefillTokens = 16;
   lower.verifyTokens = kVerifyTokens;
+  lower.decodeBatch = decodeBatch;
   mlir::FailureOr<TargetBuild> build =
       buildArtifact(*module, config, lower, TargetChoice::x86(*cpu), error);
   EXPECT_TRUE(mlir::succeeded(build)) << error;
@@ -177,6 +179,77 @@ TEST_P(SpeculativeDecoding, GreedyOutputIsDecodingsOwn) {
       EXPECT_GT(stats.tokensPerStep(), 6.0);
     }
   }
+}
+
+// Four conversations stepped together through verify_batch, each with its
+// own drafter (scripted with wrong places, or lookup) and so its own draft
+// length each step: every one's tokens are its tokens decoded alone.
+TEST(SpeculativeBatch, EachConversationGetsItsOwnTokens) {
+  const Config config = muse_spark::loadConfig("muse-spark-tiny");
+  const std::vector<uint8_t> bytes = compile(config, WeightFormat::BF16, 4);
+  ASSERT_FALSE(bytes.empty());
+  EngineOptions options;
+  options.weights = "synthetic:3";
+  options.contextLength = 256;
+  std::unique_ptr<Engine> engine = Engine::create(Artifact::fromBytes(bytes, "<batch>"), options);
+  ASSERT_EQ(engine->conversations(), 4);
+  const auto vocab = static_cast<size_t>(engine->vocabSize());
+  const int64_t count = 80;
+  std::vector<Tokens> prompts, plain(4);
+  for (size_t c = 0; c < 4; ++c) {
+    Tokens prompt(5 + 7 * c);
+    for (size_t i = 0; i < prompt.size(); ++i)
+      prompt[i] = static_cast<int32_t>((i * 389 + 17 * c + 3) % vocab);
+    prompts.push_back(prompt);
+    std::vector<float> logits = engine->prefill(static_cast<int64_t>(c), prompt);
+    for (int64_t i = 0; i < count; ++i) {
+      plain[c].push_back(argmax(logits.data(), vocab));
+      logits = engine->decode(static_cast<int64_t>(c), plain[c].back());
+    }
+  }
+
+  engine->reset();
+  std::vector<std::unique_ptr<speculate::Drafter>> drafters;
+  std::vector<Sampler> samplers(4);
+  std::vector<speculate::SpeculativeBatch::Member> members(4);
+  std::vector<Tokens> out(4);
+  for (size_t c = 0; c < 4; ++c) {
+    if (c % 2 == 0)
+      drafters.push_back(std::make_unique<speculate::ScriptedDrafter>(plain[c], prompts[c].size(),
+                                                                      static_cast<int32_t>(vocab)));
+    else
+      drafters.push_back(
+          std::make_unique<speculate::LookupDrafter>(speculate::LookupOptions{1, 4, 7}));
+    members[c].drafter = drafters.back().get();
+    members[c].accept = speculate::samplingAcceptor(samplers[c]);
+    out[c] = {argmax(engine->prefill(static_cast<int64_t>(c), prompts[c]).data(), vocab)};
+    members[c].remaining = count - 1;
+    speculate::SpeculativeBatch::start(members[c], prompts[c], out[c].back());
+  }
+  speculate::SpeculativeBatch batch(*engine, kVerifyTokens - 1);
+  // Step while every member has tokens to come (they finish together or
+  // nearly: the last ones step alone through plain decode, as a server would).
+  while (std::all_of(members.begin(), members.end(),
+                     [](const auto &member) { return member.remaining > 0; })) {
+    std::vector<Tokens> yielded = batch.step(members);
+    for (size_t c = 0; c < 4; ++c)
+      out[c].insert(out[c].end(), yielded[c].begin(), yielded[c].end());
+  }
+  for (size_t c = 0; c < 4; ++c) {
+    while (members[c].remaining > 0) {
+      out[c].push_back(
+          argmax(engine->decode(static_cast<int64_t>(c), members[c].pending).data(), vocab));
+      members[c].pending = out[c].back();
+      --members[c].remaining;
+    }
+    EXPECT_EQ(out[c], plain[c]) << "conversation " << c;
+  }
+  EXPECT_GT(batch.stats().tokensPerStep(), 2.0);
+  std::printf("[ measured ] verify_batch of 4 conversations: %lld calls, %.2f tokens a "
+              "conversation a call (%lld of %lld drafts accepted)\n",
+              static_cast<long long>(batch.stats().verifyCalls), batch.stats().tokensPerStep(),
+              static_cast<long long>(batch.stats().accepted),
+              static_cast<long long>(batch.stats().drafted));
 }
 
 INSTANTIATE_TEST_SUITE_P(

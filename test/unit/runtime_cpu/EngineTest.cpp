@@ -273,7 +273,8 @@ TEST_F(EngineTest, DecodeBatchContinuesEachConversation) {
 TEST_F(EngineTest, RefusesABatchEntryWhoseTokensAreNotItsConversations) {
   TestArtifact a = batchTestArtifact(3);
   a.entryPoints.back().maxTokens = 4;
-  EXPECT_HAS(errorOf([&] { make(a); }), "sequences 3 must be at least 2 and equal max_tokens (4)");
+  EXPECT_HAS(errorOf([&] { make(a); }),
+             "sequences 3 must be at least 2 and, times sequence_rows 1, equal max_tokens (4)");
   TestArtifact lastOnly = batchTestArtifact(3);
   lastOnly.entryPoints.back().logitsRows = fixed(1);
   EXPECT_HAS(errorOf([&] { make(lastOnly); }), "a batched entry writes every token's logits");
