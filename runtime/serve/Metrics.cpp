@@ -41,6 +41,12 @@ void Metrics::tokens(uint64_t prompt, uint64_t generated) {
   generatedTokens_ += generated;
 }
 
+void Metrics::speculation(uint64_t drafted, uint64_t accepted) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  draftTokens_ += drafted;
+  acceptedDrafts_ += accepted;
+}
+
 void Metrics::timeToFirstToken(double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   ttft_.observe(seconds);
@@ -74,7 +80,13 @@ std::string Metrics::text(const MetricsSnapshot &now) {
       << "kiln_prompt_tokens_total " << promptTokens_ << "\n"
       << "# HELP kiln_generation_tokens_total Tokens generated.\n"
       << "# TYPE kiln_generation_tokens_total counter\n"
-      << "kiln_generation_tokens_total " << generatedTokens_ << "\n";
+      << "kiln_generation_tokens_total " << generatedTokens_ << "\n"
+      << "# HELP kiln_spec_draft_tokens_total Drafted tokens speculative steps checked.\n"
+      << "# TYPE kiln_spec_draft_tokens_total counter\n"
+      << "kiln_spec_draft_tokens_total " << draftTokens_ << "\n"
+      << "# HELP kiln_spec_accepted_tokens_total Drafted tokens the model accepted.\n"
+      << "# TYPE kiln_spec_accepted_tokens_total counter\n"
+      << "kiln_spec_accepted_tokens_total " << acceptedDrafts_ << "\n";
   out << ttft_.text("kiln_time_to_first_token_seconds",
                     "From a request's arrival to its first token.");
   out << tpot_.text("kiln_time_per_output_token_seconds",

@@ -112,6 +112,7 @@ void parseGeneration(const json &body, const char *lengthField, const ModelInfo 
   if (params.sampling.topP <= 0)
     bad("top_p", "expected a number in (0, 1]");
   params.sampling.seed = static_cast<uint64_t>(integer(body, "seed", 0, 0, INT64_MAX));
+  params.draftTokens = integer(body, "draft_tokens", -1, 0, 256);
   if (const auto stream = body.find("stream"); stream != body.end() && !stream->is_null()) {
     if (!stream->is_boolean())
       bad("stream", "expected true or false");
@@ -135,9 +136,9 @@ void parseGeneration(const json &body, const char *lengthField, const ModelInfo 
 
 GenerationParams parseCompletion(const std::string &text, const ModelInfo &model,
                                  const text::Tokenizer *tokenizer) {
-  const json body =
-      parseBody(text, {"model", "prompt", "max_tokens", "temperature", "top_p", "seed", "stop",
-                       "logprobs", "stream", "n", "echo", "user", "stream_options"});
+  const json body = parseBody(text, {"model", "prompt", "max_tokens", "temperature", "top_p",
+                                     "seed", "stop", "logprobs", "stream", "n", "echo", "user",
+                                     "stream_options", "draft_tokens"});
   checkModel(body, model);
   if (const auto echo = body.find("echo");
       echo != body.end() && echo->is_boolean() && echo->get<bool>())
@@ -173,10 +174,10 @@ GenerationParams parseCompletion(const std::string &text, const ModelInfo &model
 
 GenerationParams parseChatCompletion(const std::string &text, const ModelInfo &model,
                                      const text::Tokenizer *tokenizer) {
-  const json body =
-      parseBody(text, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature",
-                       "top_p", "seed", "stop", "logprobs", "top_logprobs", "stream", "n", "user",
-                       "stream_options", "tools", "tool_choice", "parallel_tool_calls"});
+  const json body = parseBody(
+      text, {"model", "messages", "max_tokens", "max_completion_tokens", "temperature", "top_p",
+             "seed", "stop", "logprobs", "top_logprobs", "stream", "n", "user", "stream_options",
+             "tools", "tool_choice", "parallel_tool_calls", "draft_tokens"});
   checkModel(body, model);
   if (!tokenizer || !tokenizer->hasChatTemplate())
     throw ApiError(400,

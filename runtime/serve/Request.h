@@ -3,12 +3,14 @@
 #pragma once
 
 #include "runtime/engine/Sampler.h"
+#include "runtime/speculate/LookupDrafter.h"
 #include "runtime/text/Utf8.h"
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -27,6 +29,9 @@ struct GenerationParams {
   int logprobs = -1;             // -1: none; else the top N (0..20) besides the chosen one
   bool stream = false;
   bool chat = false; // /v1/chat/completions: its response objects
+  // Kiln's "draft_tokens": drafts a speculative step checks at most for this
+  // request (0: none); -1: the server's --draft-tokens.
+  int64_t draftTokens = -1;
 };
 
 // One generated token as the client sees it.
@@ -82,6 +87,14 @@ struct Request {
   std::string held; // decoded text held back: it may begin a stop text
   Clock::time_point firstToken, lastToken;
   bool done = false;
+  // Speculative decoding (kiln-serve --speculate lookup): the drafter, how
+  // many of the prompt and generated tokens it has seen, and the fallback:
+  // after a few verify steps in a row accept nothing, plain decoding until
+  // generated reaches pausedUntil.
+  std::unique_ptr<speculate::LookupDrafter> drafter;
+  size_t drafterSeen = 0;
+  int misses = 0;
+  size_t pausedUntil = 0;
 };
 
 } // namespace kiln::serve

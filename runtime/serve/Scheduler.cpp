@@ -1,5 +1,7 @@
 #include "runtime/serve/Scheduler.h"
 
+#include "runtime/speculate/VerifyStep.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -187,6 +189,10 @@ void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {
   bool prefix = options_.batchedDecode && decoding.size() > 1;
   for (size_t i = 0; prefix && i < decoding.size(); ++i)
     prefix = decoding[i]->conversation == static_cast<int64_t>(i);
+  if (options_.draftTokens > 0) {
+    speculate(decoding, prefix);
+    return;
+  }
   if (prefix) {
     std::vector<int32_t> tokens;
     for (const Request *r : decoding)
@@ -202,12 +208,92 @@ void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {
   }
 }
 
+std::vector<int32_t> Scheduler::draftsOf(Request &r) {
+  const int64_t most = engine_.verifyTokens() - 1;
+  int64_t limit = r.params.draftTokens >= 0 ? r.params.draftTokens : options_.draftTokens;
+  // The call's tokens (the pending one and the drafts) need room in the
+  // context, and a reply near max_tokens needs fewer.
+  limit = std::min({limit, most, r.params.maxTokens - static_cast<int64_t>(r.generated.size()) - 1,
+                    engine_.contextLength() - engine_.pastTokens(r.conversation) - 1});
+  if (limit <= 0 || r.generated.size() < r.pausedUntil)
+    return {};
+  if (!r.drafter)
+    r.drafter = std::make_unique<speculate::LookupDrafter>(
+        speculate::LookupOptions{options_.ngramMin, options_.ngramMax, static_cast<int>(most)});
+  // Catch the drafter up with the prompt, then the tokens generated.
+  const size_t known = r.params.prompt.size() + r.generated.size();
+  for (; r.drafterSeen < known; ++r.drafterSeen)
+    r.drafter->append(r.drafterSeen < r.params.prompt.size()
+                          ? r.params.prompt[r.drafterSeen]
+                          : r.generated[r.drafterSeen - r.params.prompt.size()]);
+  return r.drafter->draft(limit);
+}
+
+void Scheduler::speculate(std::vector<Request *> &decoding, bool batched) {
+  // A batched verify writes every conversation's rows, padding included.
+  const int64_t rows = engine_.verifyTokens();
+  for (const Request *r : decoding)
+    batched = batched && engine_.pastTokens(r->conversation) + rows <= engine_.contextLength();
+  const size_t n = decoding.size();
+  std::vector<std::vector<int32_t>> drafts(n);
+  std::vector<int32_t> pending(n);
+  std::vector<speculate::Acceptor> accept(n);
+  // The rows a request's yielded tokens were drawn from, for its logprobs.
+  std::vector<std::vector<std::vector<float>>> rowsOf(n);
+  for (size_t i = 0; i < n; ++i) {
+    Request &r = *decoding[i];
+    if (!r.sampler)
+      r.sampler.emplace(r.params.sampling);
+    drafts[i] = draftsOf(r);
+    pending[i] = r.generated.back();
+    accept[i] = [&r, &rows = rowsOf[i]](const float *logits, int64_t vocab,
+                                        const std::vector<int32_t> &d) {
+      const speculate::Verdict verdict = speculate::verifySampled(logits, vocab, d, *r.sampler);
+      if (r.params.logprobs >= 0)
+        for (int64_t row = 0; row <= verdict.accepted; ++row)
+          rows.emplace_back(logits + row * vocab, logits + (row + 1) * vocab);
+      return verdict;
+    };
+  }
+  std::vector<speculate::Verdict> verdicts;
+  int64_t verifyCalls = 0;
+  if (batched) {
+    verdicts = speculate::verifyBatchStep(engine_, pending, drafts, accept, verifyCalls);
+  } else {
+    for (size_t i = 0; i < n; ++i)
+      verdicts.push_back(speculate::verifyStep(engine_, decoding[i]->conversation, pending[i],
+                                               drafts[i], accept[i]));
+  }
+  for (size_t i = 0; i < n; ++i) {
+    Request &r = *decoding[i];
+    const speculate::Verdict &verdict = verdicts[i];
+    if (!drafts[i].empty()) {
+      metrics_.speculation(drafts[i].size(), static_cast<uint64_t>(verdict.accepted));
+      // Four verify steps in a row that accept nothing: plain decoding for
+      // the next 16 tokens, then drafts again.
+      r.misses = verdict.accepted ? 0 : r.misses + 1;
+      if (r.misses >= 4) {
+        r.pausedUntil = r.generated.size() + 16;
+        r.misses = 0;
+      }
+    }
+    std::vector<int32_t> tokens(drafts[i].begin(), drafts[i].begin() + verdict.accepted);
+    tokens.push_back(verdict.next);
+    for (size_t j = 0; j < tokens.size() && !r.done; ++j)
+      deliver(r, tokens[j], rowsOf[i].empty() ? nullptr : rowsOf[i][j].data());
+  }
+}
+
 void Scheduler::advance(Request &r, const float *logits) {
   if (!r.sampler)
     r.sampler.emplace(r.params.sampling);
+  deliver(r, r.sampler->sample(logits, static_cast<size_t>(vocab_)), logits);
+}
+
+void Scheduler::deliver(Request &r, int32_t token, const float *logits) {
   TokenEvent event;
-  event.id = r.sampler->sample(logits, static_cast<size_t>(vocab_));
-  if (r.params.logprobs >= 0)
+  event.id = token;
+  if (r.params.logprobs >= 0 && logits)
     logprobs(logits, vocab_, event.id, r.params.logprobs, event);
   const Clock::time_point now = Clock::now();
   if (r.generated.empty()) {

@@ -10,6 +10,11 @@
 // are exactly slots 0..n-1 (the entry point steps a prefix of the slots),
 // otherwise one decode call each. --decode=each always takes the second way,
 // whose kernels are kiln-run's, so that its tokens are exactly kiln-run's.
+// With speculation (draftTokens > 0; the artifact's verify entries) each
+// request drafts by lookup in its own tokens and the step verifies the
+// drafts: one verify_batch call for slots 0..n-1, else a verify call each
+// (a decode call where a request has no draft); a request whose drafts are
+// rejected several steps in a row decodes plainly for a while.
 #pragma once
 
 #include "runtime/engine/Engine.h"
@@ -33,6 +38,10 @@ struct SchedulerOptions {
   int64_t maxWaiting = 64;
   int64_t prefillTokensPerStep = 512; // prompt tokens a step prefills, at most
   bool batchedDecode = true;
+  // Speculative decoding by lookup: drafts a step checks at most (0: off),
+  // and the n-gram lengths looked up.
+  int64_t draftTokens = 0;
+  int ngramMin = 2, ngramMax = 4;
 };
 
 class Scheduler {
@@ -52,6 +61,12 @@ private:
   void step(std::vector<std::shared_ptr<Request>> &running);
   // Samples the next token of `request` from `logits` and hands it out.
   void advance(Request &request, const float *logits);
+  // Hands out `token` (its logprobs from `logits` where asked).
+  void deliver(Request &request, int32_t token, const float *logits);
+  // The speculative decode step of `decoding` (sorted by slot).
+  void speculate(std::vector<Request *> &decoding, bool batched);
+  // This step's drafts of `request`: none while it is paused or near its end.
+  std::vector<int32_t> draftsOf(Request &request);
   void end(Request &request, Finish finish);
 
   Engine &engine_;

@@ -1,6 +1,7 @@
 #include "runtime/speculate/SpeculativeBatch.h"
 
 #include "runtime/cpu/RuntimeError.h"
+#include "runtime/speculate/VerifyStep.h"
 
 #include <algorithm>
 #include <string>
@@ -25,48 +26,34 @@ void SpeculativeBatch::start(Member &member, const std::vector<int32_t> &prompt,
 }
 
 std::vector<std::vector<int32_t>> SpeculativeBatch::step(std::vector<Member> &members) {
-  const int64_t rows = engine_.verifyTokens(), vocab = engine_.vocabSize();
-  std::vector<std::vector<int32_t>> calls(members.size()), drafts(members.size());
-  std::vector<int64_t> past(members.size());
+  const int64_t rows = engine_.verifyTokens();
+  std::vector<std::vector<int32_t>> drafts(members.size());
   for (size_t m = 0; m < members.size(); ++m) {
     Member &member = members[m];
-    past[m] = engine_.pastTokens(static_cast<int64_t>(m));
     // A call writes all `rows` of a conversation (padding included).
-    const int64_t room = engine_.contextLength() - past[m] - rows + 1;
-    if (member.remaining < 1 || room < 1)
+    const int64_t left = engine_.contextLength() - engine_.pastTokens(static_cast<int64_t>(m));
+    if (member.remaining < 1 || left < rows)
       throw RuntimeError("speculative batch step: conversation " + std::to_string(m) +
                          " has no room (" + std::to_string(member.remaining) + " tokens wanted, " +
-                         std::to_string(engine_.contextLength() - past[m]) +
-                         " positions left, a call writes " + std::to_string(rows) + ")");
+                         std::to_string(left) + " positions left, a call writes " +
+                         std::to_string(rows) + ")");
     const int64_t limit = std::min(draftTokens_, member.remaining - 1);
     drafts[m] = limit > 0 ? member.drafter->draft(limit) : std::vector<int32_t>{};
     if (static_cast<int64_t>(drafts[m].size()) > limit)
       drafts[m].resize(static_cast<size_t>(limit));
-    calls[m] = {member.pending};
-    calls[m].insert(calls[m].end(), drafts[m].begin(), drafts[m].end());
   }
-  // Nothing drafted: a plain decode_batch call, one row each instead of
-  // `rows`.
-  const bool plain = std::all_of(drafts.begin(), drafts.end(),
-                                 [](const std::vector<int32_t> &d) { return d.empty(); });
-  std::vector<float> logits;
-  if (plain) {
-    std::vector<int32_t> pending;
-    for (const Member &member : members)
-      pending.push_back(member.pending);
-    logits = engine_.decodeBatch(pending);
-  } else {
-    logits = engine_.verifyBatch(calls);
-    ++stats_.verifyCalls;
+  std::vector<int32_t> pending;
+  std::vector<Acceptor> accept;
+  for (const Member &member : members) {
+    pending.push_back(member.pending);
+    accept.push_back(member.accept);
   }
-  const int64_t stride = plain ? vocab : rows * vocab;
+  const std::vector<Verdict> verdicts =
+      verifyBatchStep(engine_, pending, drafts, accept, stats_.verifyCalls);
   std::vector<std::vector<int32_t>> yielded(members.size());
   for (size_t m = 0; m < members.size(); ++m) {
     Member &member = members[m];
-    const float *mine = logits.data() + static_cast<int64_t>(m) * stride;
-    const Verdict verdict = member.accept(mine, vocab, drafts[m]);
-    if (!plain)
-      engine_.rollback(static_cast<int64_t>(m), past[m] + 1 + verdict.accepted);
+    const Verdict &verdict = verdicts[m];
     yielded[m].assign(drafts[m].begin(), drafts[m].begin() + verdict.accepted);
     yielded[m].push_back(verdict.next);
     member.drafter->append(yielded[m]);

@@ -1,7 +1,7 @@
 #include "runtime/speculate/SpeculativeDecoder.h"
 
 #include "runtime/cpu/RuntimeError.h"
-#include "runtime/speculate/Verification.h"
+#include "runtime/speculate/VerifyStep.h"
 
 #include <algorithm>
 
@@ -39,22 +39,8 @@ std::vector<int32_t> SpeculativeDecoder::step(int64_t maxTokens) {
   if (static_cast<int64_t>(drafts.size()) > limit)
     drafts.resize(static_cast<size_t>(limit));
 
-  Verdict verdict;
-  if (drafts.empty()) {
-    // Nothing to check: a plain decode step, cheaper than a verify call.
-    verdict = acceptor_(engine_.decode(conversation_, pending_).data(), engine_.vocabSize(), {});
-  } else {
-    std::vector<int32_t> tokens;
-    tokens.reserve(drafts.size() + 1);
-    tokens.push_back(pending_);
-    tokens.insert(tokens.end(), drafts.begin(), drafts.end());
-    const std::vector<float> logits = engine_.verify(conversation_, tokens);
-    verdict = acceptor_(logits.data(), engine_.vocabSize(), drafts);
-    // Keep the pending token and the accepted drafts.
-    engine_.rollback(conversation_, past + 1 + verdict.accepted);
-    ++stats_.verifyCalls;
-  }
-
+  const Verdict verdict = verifyStep(engine_, conversation_, pending_, drafts, acceptor_);
+  stats_.verifyCalls += drafts.empty() ? 0 : 1;
   std::vector<int32_t> yielded(drafts.begin(), drafts.begin() + verdict.accepted);
   yielded.push_back(verdict.next);
   drafter_.append(yielded);

@@ -30,6 +30,8 @@ Serves a Kiln artifact over HTTP with OpenAI's completions APIs:
                         through the tokenizer's chat template
   POST /v1/completions  {"prompt": "text" | [ids], "max_tokens", "temperature",
                         "top_p", "seed", "stop", "logprobs", "stream"}
+                        (both also take Kiln's "draft_tokens": this
+                        request's speculative drafts a step, 0 for none)
   GET  /v1/models, /health, /metrics (Prometheus)
 Requests join and leave the running batch at any step (the artifact's
 decode_batch conversations: kilnc --decode-batch N); long prompts prefill in
@@ -51,6 +53,13 @@ one, prompts are token ids and replies carry token_ids only.
                                 requests when they are slots 0..n-1 (batch,
                                 the default), or one decode call each, whose
                                 tokens are exactly kiln-run's (each)
+  --speculate lookup            speculative decoding (an artifact compiled with
+                                kilnc --verify-tokens N): each request drafts
+                                from earlier occurrences of its last n-gram,
+                                verified in one call a step (verify_batch for
+                                slots 0..n-1); greedy replies are the same
+  --draft-tokens K              drafts a step at most (default: N - 1)
+  --ngram-min N, --ngram-max N  lookup's n-gram lengths (default 2, 4)
   --threads N                   CPU threads (x86 artifacts)
   --device N                    the GPU (nvptx, amdgcn artifacts)
   --http-threads N              HTTP worker threads (default 16)
@@ -78,9 +87,10 @@ int run(const std::vector<std::string> &args) {
   std::string artifactPath;
   std::map<std::string, std::string> values;
   static const char *const kFlags[] = {
-      "--weights",    "--tokenizer",   "--host",         "--port",
-      "--model-name", "--context",     "--threads",      "--device",
-      "--decode",     "--max-waiting", "--http-threads", "--prefill-tokens-per-step"};
+      "--weights",    "--tokenizer",    "--host",         "--port",
+      "--model-name", "--context",      "--threads",      "--device",
+      "--decode",     "--max-waiting",  "--http-threads", "--prefill-tokens-per-step",
+      "--speculate",  "--draft-tokens", "--ngram-min",    "--ngram-max"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -137,6 +147,21 @@ int run(const std::vector<std::string> &args) {
                        "'");
     schedulerOptions.batchedDecode = values["--decode"] == "batch";
   }
+  if (values.count("--speculate") && values["--speculate"] != "lookup")
+    throw UsageError("--speculate: 'lookup', not '" + values["--speculate"].substr(0, 40) + "'");
+  for (const char *flag : {"--draft-tokens", "--ngram-min", "--ngram-max"})
+    if (values.count(flag) && !values.count("--speculate"))
+      throw UsageError(std::string(flag) + " needs --speculate lookup");
+  if (values.count("--draft-tokens"))
+    schedulerOptions.draftTokens = integer("--draft-tokens", values["--draft-tokens"], 1, 256);
+  if (values.count("--ngram-min"))
+    schedulerOptions.ngramMin =
+        static_cast<int>(integer("--ngram-min", values["--ngram-min"], 1, 64));
+  if (values.count("--ngram-max"))
+    schedulerOptions.ngramMax =
+        static_cast<int>(integer("--ngram-max", values["--ngram-max"], 1, 64));
+  if (schedulerOptions.ngramMin > schedulerOptions.ngramMax)
+    throw UsageError("--ngram-min exceeds --ngram-max");
   if (values.count("--context"))
     engineOptions.contextLength = integer("--context", values["--context"], 1, int64_t{1} << 40);
   if (values.count("--threads"))
@@ -162,6 +187,23 @@ int run(const std::vector<std::string> &args) {
       throw std::runtime_error(
           "--tokenizer: " + tokenizer->source() + " has " + std::to_string(tokenizer->idLimit()) +
           " token ids; the model's vocabulary has " + std::to_string(facts.vocabSize));
+  }
+  if (values.count("--speculate")) {
+    // The verify entry's tokens: the pending one and N - 1 drafts.
+    int64_t verifyTokens = 0;
+    for (const auto *entry : *artifact->entry_points())
+      if (entry->name() && entry->name()->str() == "verify")
+        verifyTokens = entry->max_tokens();
+    if (verifyTokens < 2)
+      throw std::runtime_error("--speculate: '" + artifactPath.substr(0, 200) +
+                               "' has no verify entry point (compile it with kilnc "
+                               "--verify-tokens N)");
+    if (schedulerOptions.draftTokens > verifyTokens - 1)
+      throw UsageError("--draft-tokens " + std::to_string(schedulerOptions.draftTokens) +
+                       ": the verify entry takes at most " + std::to_string(verifyTokens - 1) +
+                       " drafts");
+    if (schedulerOptions.draftTokens == 0)
+      schedulerOptions.draftTokens = verifyTokens - 1;
   }
   const flatbuffers::String *modelName = artifact->model()->name();
   kiln::serve::ModelInfo model;
@@ -190,12 +232,13 @@ int run(const std::vector<std::string> &args) {
     server.stop();
   }).detach();
   std::fprintf(stderr,
-               "kiln-serve: %s on %s, %lld conversation slots of %lld positions, %s\n"
+               "kiln-serve: %s on %s, %lld conversation slots of %lld positions, %s%s\n"
                "kiln-serve: listening on http://%s:%d\n",
                model.name.c_str(), engine->device().c_str(),
                static_cast<long long>(engine->conversations()),
                static_cast<long long>(model.contextLength),
                tokenizer ? "text and token ids" : "token ids only (no --tokenizer)",
+               schedulerOptions.draftTokens ? ", speculative decoding by lookup" : "",
                serverOptions.host.c_str(), port);
   if (!server.serve())
     throw std::runtime_error("the HTTP server stopped on an error");

@@ -289,6 +289,48 @@ for prompt, n in zip(PROMPTS, LENGTHS):
 print("batched decode: 8 concurrent replies whole, each first token kiln-run's")
 server.stop()
 
+# Speculative decoding by lookup (an artifact with verify entries): with a
+# verify call each (decode where nothing was drafted) the greedy replies are
+# kiln-run's; with verify_batch for slots 0..n-1 they are whole and begin
+# with kiln-run's token (its kernels differ from decode's, as decode_batch's
+# do). Longer replies, so that tiny's repetitions give lookup drafts.
+SPEC_LENGTHS = [40, 24, 33, 48, 17, 29, 36, 44]
+spec_reference = {p: until_eos(kiln_run(tokenize(p), n)) for p, n in zip(PROMPTS, SPEC_LENGTHS)}
+try:
+    server = Server("--speculate", "lookup", "--ngram-min", "1", "--decode", "each")
+except SystemExit as refused:
+    if "has no verify entry point" not in str(refused):
+        raise
+    server = None
+    print("speculation: skipped (the artifact has no verify entry point)")
+if server:
+    counts = []
+    for mode in ("each", "batch"):
+        if mode == "batch":
+            server = Server("--speculate", "lookup", "--ngram-min", "1", "--decode", "batch")
+        results = {}
+        threads = [threading.Thread(target=ask, args=(p, n)) for p, n in zip(PROMPTS, SPEC_LENGTHS)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        for prompt, n in zip(PROMPTS, SPEC_LENGTHS):
+            status, body = results[prompt]
+            ids = body["choices"][0]["token_ids"] if status == 200 else None
+            want = spec_reference[prompt]
+            if status != 200 or (mode == "each" and ids != want) or ids[0] != want[0] or \
+                    (len(ids) != n and ids[-1] != EOS):
+                fail(f"speculative ({mode}) {prompt!r}: {status} {ids} against kiln-run's {want}")
+        m = server.metrics()
+        counts.append((int(m["kiln_spec_accepted_tokens_total"]),
+                       int(m["kiln_spec_draft_tokens_total"])))
+        server.stop()
+    if counts[0][0] == 0:
+        fail(f"speculation: no draft accepted ({counts})")
+    print("speculation (lookup): kiln-run's tokens with a verify call each, whole replies "
+          "through verify_batch; drafts accepted: " +
+          ", ".join(f"{a} of {d}" for a, d in counts))
+
 # A full queue answers 429: 8 more long requests at once than there are
 # slots, of which 1 may wait.
 server = Server("--max-waiting", "1")
