@@ -47,6 +47,11 @@ void Metrics::speculation(uint64_t drafted, uint64_t accepted) {
   acceptedDrafts_ += accepted;
 }
 
+void Metrics::prefixReuse(uint64_t tokens) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  reusedTokens_ += tokens;
+}
+
 void Metrics::timeToFirstToken(double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   ttft_.observe(seconds);
@@ -78,6 +83,10 @@ std::string Metrics::text(const MetricsSnapshot &now) {
   out << "# HELP kiln_prompt_tokens_total Prompt tokens prefilled.\n"
       << "# TYPE kiln_prompt_tokens_total counter\n"
       << "kiln_prompt_tokens_total " << promptTokens_ << "\n"
+      << "# HELP kiln_prefix_reused_tokens_total Prompt tokens found in a slot's caches (not "
+         "prefilled).\n"
+      << "# TYPE kiln_prefix_reused_tokens_total counter\n"
+      << "kiln_prefix_reused_tokens_total " << reusedTokens_ << "\n"
       << "# HELP kiln_generation_tokens_total Tokens generated.\n"
       << "# TYPE kiln_generation_tokens_total counter\n"
       << "kiln_generation_tokens_total " << generatedTokens_ << "\n"

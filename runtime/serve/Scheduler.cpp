@@ -112,8 +112,7 @@ void Scheduler::loop() {
       while (!waiting_.empty() && !freeSlots_.empty()) {
         std::shared_ptr<Request> request = std::move(waiting_.front());
         waiting_.pop_front();
-        request->conversation = *freeSlots_.begin();
-        freeSlots_.erase(freeSlots_.begin());
+        admit(*request);
         running.push_back(std::move(request));
       }
       runningCount_ = static_cast<int64_t>(running.size());
@@ -137,8 +136,22 @@ void Scheduler::loop() {
     for (auto it = running.begin(); it != running.end();) {
       if ((*it)->done) {
         if (problem_.empty()) {
-          engine_.forget((*it)->conversation);
-          freeSlots_.insert((*it)->conversation);
+          // The slot keeps what its caches hold, for a request that
+          // continues it.
+          const Request &r = **it;
+          const int64_t slot = r.conversation;
+          std::vector<int32_t> tokens(r.params.prompt.begin(),
+                                      r.params.prompt.begin() +
+                                          static_cast<std::ptrdiff_t>(r.prefilled));
+          if (r.prefilled == r.params.prompt.size())
+            tokens.insert(tokens.end(), r.generated.begin(), r.generated.end());
+          tokens.resize(
+              std::min<size_t>(tokens.size(), static_cast<size_t>(engine_.pastTokens(slot))));
+          if (options_.prefixReuse && !tokens.empty())
+            cachedSlots_[slot] = CachedSlot{std::move(tokens), ++useClock_};
+          else
+            engine_.forget(slot);
+          freeSlots_.insert(slot);
         }
         it = running.erase(it);
       } else {
@@ -150,6 +163,59 @@ void Scheduler::loop() {
   for (const std::shared_ptr<Request> &request : running)
     if (!request->done)
       end(*request, Finish{"", "the server is shutting down", 503});
+}
+
+void Scheduler::admit(Request &r) {
+  const std::vector<int32_t> &prompt = r.params.prompt;
+  // The free slot sharing the longest prefix with the prompt; at least its
+  // last token is prefilled again, for its logits.
+  int64_t best = -1;
+  size_t common = 0;
+  for (const auto &[slot, cached] : cachedSlots_) {
+    const size_t n = std::min(cached.tokens.size(), prompt.empty() ? 0 : prompt.size() - 1);
+    const size_t shared = static_cast<size_t>(
+        std::mismatch(cached.tokens.begin(), cached.tokens.begin() + static_cast<std::ptrdiff_t>(n),
+                      prompt.begin())
+            .first -
+        cached.tokens.begin());
+    if (shared > common) {
+      best = slot;
+      common = shared;
+    }
+  }
+  if (best >= 0) {
+    try {
+      engine_.rollback(best, static_cast<int64_t>(common));
+      r.conversation = best;
+      r.prefilled = common;
+      cachedSlots_.erase(best);
+      freeSlots_.erase(best);
+      metrics_.prefixReuse(common);
+      return;
+    } catch (const std::exception &) {
+      // The sliding rings no longer hold that prefix's window: start cold.
+    }
+  }
+  // Cold: a free slot holding nothing (the lowest, so that running requests
+  // tend to be slots 0..n-1), else the least recently used.
+  int64_t slot = -1;
+  for (int64_t free : freeSlots_)
+    if (!cachedSlots_.count(free)) {
+      slot = free;
+      break;
+    }
+  if (slot < 0) {
+    uint64_t oldest = UINT64_MAX;
+    for (const auto &[cachedSlot, cached] : cachedSlots_)
+      if (cached.lastUse < oldest) {
+        oldest = cached.lastUse;
+        slot = cachedSlot;
+      }
+  }
+  engine_.forget(slot);
+  cachedSlots_.erase(slot);
+  freeSlots_.erase(slot);
+  r.conversation = slot;
 }
 
 void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {

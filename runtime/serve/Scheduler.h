@@ -15,6 +15,13 @@
 // drafts: one verify_batch call for slots 0..n-1, else a verify call each
 // (a decode call where a request has no draft); a request whose drafts are
 // rejected several steps in a row decodes plainly for a while.
+//
+// Prefix reuse: a slot a request leaves keeps what its caches hold (the
+// prompt and the reply so far). A new request takes the free slot whose
+// tokens share the longest prefix with its prompt (the next turn of a
+// conversation, a shared system prompt), rolls it back to that prefix where
+// it holds more (within what the sliding rings allow) and prefills only the
+// rest; otherwise a free slot holding nothing, else the least recently used.
 #pragma once
 
 #include "runtime/engine/Engine.h"
@@ -24,6 +31,7 @@
 
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -42,6 +50,10 @@ struct SchedulerOptions {
   // and the n-gram lengths looked up.
   int64_t draftTokens = 0;
   int ngramMin = 2, ngramMax = 4;
+  // Prefix reuse: a finished request's slot keeps its tokens' K/V, and a new
+  // request whose prompt begins with them takes that slot and prefills only
+  // the rest.
+  bool prefixReuse = true;
 };
 
 class Scheduler {
@@ -79,6 +91,15 @@ private:
   std::condition_variable wake_;
   std::deque<std::shared_ptr<Request>> waiting_;
   std::set<int64_t> freeSlots_;
+  // Free slots whose caches still hold a finished request's tokens.
+  struct CachedSlot {
+    std::vector<int32_t> tokens;
+    uint64_t lastUse = 0;
+  };
+  std::map<int64_t, CachedSlot> cachedSlots_;
+  uint64_t useClock_ = 0;
+  // Gives `request` a free slot (prefix reuse, else cold); mutex_ held.
+  void admit(Request &request);
   int64_t runningCount_ = 0;
   std::string problem_;
   bool stopping_ = false;

@@ -60,6 +60,11 @@ one, prompts are token ids and replies carry token_ids only.
                                 slots 0..n-1); greedy replies are the same
   --draft-tokens K              drafts a step at most (default: N - 1)
   --ngram-min N, --ngram-max N  lookup's n-gram lengths (default 2, 4)
+  --no-prefix-reuse             forget a slot's caches when its request ends
+                                (by default a new request whose prompt begins
+                                with what a free slot holds, such as the next
+                                turn of a conversation, takes that slot and
+                                prefills only the rest)
   --threads N                   CPU threads (x86 artifacts)
   --device N                    the GPU (nvptx, amdgcn artifacts)
   --http-threads N              HTTP worker threads (default 16)
@@ -96,6 +101,10 @@ int run(const std::vector<std::string> &args) {
     if (arg == "--help" || arg == "-h") {
       std::cout << kUsage;
       return 0;
+    }
+    if (arg == "--no-prefix-reuse") {
+      values["--no-prefix-reuse"] = "";
+      continue;
     }
     if (arg.rfind("--", 0) != 0) {
       if (!artifactPath.empty())
@@ -147,6 +156,7 @@ int run(const std::vector<std::string> &args) {
                        "'");
     schedulerOptions.batchedDecode = values["--decode"] == "batch";
   }
+  schedulerOptions.prefixReuse = !values.count("--no-prefix-reuse");
   if (values.count("--speculate") && values["--speculate"] != "lookup")
     throw UsageError("--speculate: 'lookup', not '" + values["--speculate"].substr(0, 40) + "'");
   for (const char *flag : {"--draft-tokens", "--ngram-min", "--ngram-max"})

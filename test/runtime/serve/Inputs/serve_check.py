@@ -331,6 +331,33 @@ if server:
           "through verify_batch; drafts accepted: " +
           ", ".join(f"{a} of {d}" for a, d in counts))
 
+# Prefix reuse: the next turn of a conversation (its prompt, the reply and
+# new text, as token ids) finds the first turn's tokens in the slot it left,
+# prefills only the rest, and answers what a cold run answers; with
+# --no-prefix-reuse nothing is found.
+turn1 = tokenize("Plan the change to the parser:")
+reused = {}
+for reuse in (True, False):
+    server = Server("--decode", "each", *([] if reuse else ["--no-prefix-reuse"]))
+    status, body = server.complete({"model": MODEL, "prompt": turn1, "max_tokens": 20,
+                                    "temperature": 0})
+    reply = body["choices"][0]["token_ids"]
+    if status != 200 or reply != until_eos(kiln_run(turn1, 20)):
+        fail(f"first turn: {status} {body}")
+    turn2 = turn1 + reply + tokenize(" now apply it to the lexer")
+    status, body = server.complete({"model": MODEL, "prompt": turn2, "max_tokens": 12,
+                                    "temperature": 0})
+    want = until_eos(kiln_run(turn2, 12))
+    if status != 200 or body["choices"][0]["token_ids"] != want:
+        fail(f"next turn (reuse {reuse}): {status} {body} against a cold run's {want}")
+    reused[reuse] = int(server.metrics()["kiln_prefix_reused_tokens_total"])
+    server.stop()
+# The slot holds the first prompt and the reply but its last token (never fed).
+if reused[True] != len(turn1) + len(reply) - 1 or reused[False] != 0:
+    fail(f"prefix reuse: {reused} tokens reused, expected {len(turn1) + len(reply) - 1} and 0")
+print(f"prefix reuse: the next turn prefills {len(turn2) - reused[True]} of its {len(turn2)} "
+      "prompt tokens and answers as a cold run; --no-prefix-reuse prefills them all")
+
 # A full queue answers 429: 8 more long requests at once than there are
 # slots, of which 1 may wait.
 server = Server("--max-waiting", "1")
