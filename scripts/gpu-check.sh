@@ -180,7 +180,7 @@ if [ -x "$BIN/kiln-serve" ] && [ -x "$BIN/kiln-tokenize" ] && command -v python3
   python3 "$root/test/runtime/text/Inputs/make_tokenizer.py" "$work/tok" --vocab-size 32000 \
     --chat-template "$root/test/runtime/text/Inputs/chat_headers.jinja" &&
     PATH="$BIN:$PATH" python3 "$root/test/runtime/serve/Inputs/serve_check.py" \
-      "$DATA/small-nvfp4.b24.sm_90.kiln" "$work/tok" || status=1
+      "$DATA/small-nvfp4.b24.sm_90.kiln" "$work/tok" --gpu || status=1
 else
   echo "gpu-check: kiln-serve or kiln-tokenize not in $BIN: the server check is skipped"
 fi

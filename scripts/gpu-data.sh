@@ -82,7 +82,7 @@ kiln_log "small nvfp4, 64 conversations: sm_90 artifacts for 1 and 2 ranks"
   -o "$OUT/small-nvfp4.b64.sm_90.kiln"
 # 24 conversations: batched decode's narrow tensor-core linears in three
 # groups of 8 tokens.
-"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=24 \
+"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=24 --verify-tokens=8 \
   -o "$OUT/small-nvfp4.b24.sm_90.kiln"
 "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=64 --tp=2 --ep=2 \
   -o "$OUT/small-nvfp4.b64.tp2ep2.sm_90.kiln"

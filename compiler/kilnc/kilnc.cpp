@@ -102,8 +102,9 @@ cl::opt<int64_t> verifyTokens(
     "verify-tokens",
     cl::desc("Also build a verify entry point for speculative decoding: up to N tokens of one "
              "conversation (the last accepted token and N-1 drafts) in one call, logits for "
-             "each; sliding layers keep N-1 slots beyond their window for rollback (default 0: "
-             "none)"),
+             "each; sliding layers keep N-1 slots beyond their window for rollback; with "
+             "--decode-batch M, M * N <= 128, also a verify_batch entry of N rows for each of M "
+             "conversations (default 0: none)"),
     cl::init(0), cl::cat(kilncCategory));
 
 enum class MoEExchange { Peer, Collective };

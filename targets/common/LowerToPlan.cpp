@@ -173,6 +173,9 @@ LogicalResult Lowering::lowerEntry(func::FuncOp forward, const EntryInfo &entry)
   return success();
 }
 
+// The most rows of a verify_batch entry (decode batch times verify tokens).
+constexpr int64_t kMaxVerifyBatchRows = 128;
+
 FailureOr<LoweredModel> Lowering::run() {
   auto forward = graph.lookupSymbol<func::FuncOp>("forward");
   if (!forward || forward.getNumArguments() != 2)
@@ -194,7 +197,11 @@ FailureOr<LoweredModel> Lowering::run() {
     model.entries.push_back({"verify", options.verifyTokens, true});
     // With conversations stepped together, also their verify calls: each
     // conversation's rows (the last accepted token and its drafts, padded).
-    if (options.decodeBatch > 1) {
+    // Up to kMaxVerifyBatchRows rows in all: beyond, targets run products of
+    // that many rows as prefill's (bf16 activations on tensor cores), whose
+    // rounding would no longer give decode's tokens.
+    if (options.decodeBatch > 1 &&
+        options.decodeBatch * options.verifyTokens <= kMaxVerifyBatchRows) {
       EntryInfo batch{"verify_batch", options.decodeBatch * options.verifyTokens, true,
                       options.decodeBatch};
       batch.rowsPerSequence = options.verifyTokens;

@@ -81,7 +81,9 @@ struct LowerOptions {
   // accepted token and its drafts, logits for each); 0: no such entry. Its
   // caller may roll back all but the first, so sliding rings keep that many
   // slots beyond their window. With decodeBatch > 1 also `verify_batch`:
-  // that many rows for each of the batch's conversations.
+  // that many rows for each of the batch's conversations, where the two
+  // multiply to at most 128 rows (beyond, the products would round as
+  // prefill's).
   int64_t verifyTokens = 0;
   // The same model after the graph pipeline with sequence parallelism: it
   // becomes a "prefill_sp" entry whose calls split their tokens over the TP

@@ -63,6 +63,15 @@ TEST(KvCache, FullModelGlobalBytesPerToken) {
   EXPECT_EQ(caches.globalBytesPerToken(), 64u * 1024);
 }
 
+// A verify entry's rollback room: the ring holds window + N - 1 slots.
+TEST(KvCache, RingBeyondTheWindow) {
+  const KvCacheSpec sliding{1, 8, 2, 16, DType::BF16, 15};
+  EXPECT_EQ(kvCacheSlots(sliding, 4096), 15);
+  EXPECT_EQ(kvCacheBufferBytes(sliding, 4096), 15u * 2 * 16 * 2);
+  const KvCacheSpec global{0, 0, 2, 16, DType::BF16, 0};
+  EXPECT_EQ(kvCacheSlots(global, 4096), 4096);
+}
+
 TEST(KvCache, F32Cache) {
   KvCaches caches({{0, 0, 1, 4, DType::F32}}, 3);
   EXPECT_EQ(caches.bufferBytes(0), 3u * 4 * 4);

@@ -1,7 +1,12 @@
 """Drives kiln-serve as a client would and checks what it answers against
 kiln-run on the same artifact and weights.
 
-  serve_check.py ARTIFACT TOKENIZER_DIR
+  serve_check.py ARTIFACT TOKENIZER_DIR [--gpu]
+
+--gpu: on a GPU the kernels of a verify call, and a prefix decoded in an
+earlier turn, round differently from kiln-run's cold decode (docs/
+speculative-decoding.md); there speculative and reused replies must be whole
+and begin with kiln-run's token, elsewhere they must be kiln-run's.
 
 Each check prints one line; any failure exits non-zero with what differed."""
 import http.client
@@ -14,6 +19,7 @@ import threading
 import time
 
 ARTIFACT, TOK = sys.argv[1], sys.argv[2]
+EXACT = "--gpu" not in sys.argv[3:]
 WEIGHTS = "synthetic:1"
 
 
@@ -28,10 +34,12 @@ class Server:
              *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.port = None
         deadline = time.time() + 60
+        said = ""
         while self.port is None:
             line = self.proc.stderr.readline()
+            said += line
             if not line:
-                fail("kiln-serve exited: " + self.proc.stderr.read())
+                fail("kiln-serve exited: " + said + self.proc.stderr.read())
             if "listening on http://" in line:
                 self.port = int(line.strip().rsplit(":", 1)[1])
             if time.time() > deadline:
@@ -318,8 +326,8 @@ if server:
             status, body = results[prompt]
             ids = body["choices"][0]["token_ids"] if status == 200 else None
             want = spec_reference[prompt]
-            if status != 200 or (mode == "each" and ids != want) or ids[0] != want[0] or \
-                    (len(ids) != n and ids[-1] != EOS):
+            if status != 200 or (mode == "each" and EXACT and ids != want) or \
+                    ids[0] != want[0] or (len(ids) != n and ids[-1] != EOS):
                 fail(f"speculative ({mode}) {prompt!r}: {status} {ids} against kiln-run's {want}")
         m = server.metrics()
         counts.append((int(m["kiln_spec_accepted_tokens_total"]),
@@ -348,7 +356,8 @@ for reuse in (True, False):
     status, body = server.complete({"model": MODEL, "prompt": turn2, "max_tokens": 12,
                                     "temperature": 0})
     want = until_eos(kiln_run(turn2, 12))
-    if status != 200 or body["choices"][0]["token_ids"] != want:
+    got = body["choices"][0]["token_ids"] if status == 200 else []
+    if status != 200 or (got != want if EXACT else got[:1] != want[:1]):
         fail(f"next turn (reuse {reuse}): {status} {body} against a cold run's {want}")
     reused[reuse] = int(server.metrics()["kiln_prefix_reused_tokens_total"])
     server.stop()
