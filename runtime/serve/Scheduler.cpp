@@ -58,6 +58,8 @@ Scheduler::Scheduler(Engine &engine, std::shared_ptr<const text::Tokenizer> toke
       vocab_(engine.vocabSize()) {
   for (int64_t c = 0; c < engine_.conversations(); ++c)
     freeSlots_.insert(c);
+  for (const auto *entry : *engine_.artifact()->entry_points())
+    verifyBatch_ = verifyBatch_ || (entry->name() && entry->name()->str() == "verify_batch");
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -296,8 +298,10 @@ std::vector<int32_t> Scheduler::draftsOf(Request &r) {
 }
 
 void Scheduler::speculate(std::vector<Request *> &decoding, bool batched) {
-  // A batched verify writes every conversation's rows, padding included.
+  // A batched verify writes every conversation's rows, padding included;
+  // without the entry (too many rows), a verify call each.
   const int64_t rows = engine_.verifyTokens();
+  batched = batched && verifyBatch_;
   for (const Request *r : decoding)
     batched = batched && engine_.pastTokens(r->conversation) + rows <= engine_.contextLength();
   const size_t n = decoding.size();

@@ -86,6 +86,7 @@ private:
   Metrics &metrics_;
   SchedulerOptions options_;
   int64_t vocab_ = 0;
+  bool verifyBatch_ = false; // the artifact has a verify_batch entry
 
   std::mutex mutex_;
   std::condition_variable wake_;
