@@ -46,8 +46,8 @@ TEST(VerificationTest, GreedyAcceptsTheArgmaxChain) {
   EXPECT_EQ(sampled.next, 1);
 }
 
-// Two rows over six tokens: the first emitted token must follow row 0's
-// distribution and, when it is the draft, the second row 1's.
+// Rows over six tokens: the first emitted token must follow row 0's
+// distribution and, when it is the first draft, the second row 1's.
 struct Histograms {
   std::vector<double> first, secondAfterDraft;
   int64_t afterDraft = 0;
@@ -110,8 +110,10 @@ Verdict acceptAll(const float *logits, int64_t vocab, const Tokens &drafts, Samp
 }
 
 TEST(VerificationTest, SamplingKeepsTheTargetDistribution) {
-  const std::vector<float> logits = {1.0f, 2.0f,  0.5f, 2.5f, -1.0f, 1.5f,  // row 0
-                                     0.2f, -0.5f, 1.8f, 0.9f, 1.1f,  0.0f}; // row 1
+  // Two drafts: three rows (the bonus row after both).
+  const std::vector<float> logits = {1.0f, 2.0f,  0.5f,  2.5f, -1.0f, 1.5f,  // row 0
+                                     0.2f, -0.5f, 1.8f,  0.9f, 1.1f,  0.0f,  // row 1
+                                     0.7f, 0.1f,  -0.3f, 1.2f, 0.4f,  2.2f}; // row 2
   // 5 degrees of freedom at most: 20.5 is the 0.999 quantile.
   constexpr double kCritical = 20.5;
   constexpr int kRuns = 60000;
