@@ -568,10 +568,13 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count, b
 
 std::vector<float> Engine::Impl::lastLogits(const EntryPlan &entry, int64_t tokens) {
   const int64_t rows = evaluate(entry.logitsRows, tokens);
-  const int64_t row = rows == 1 ? 0 : tokens - 1;
-  std::vector<float> result(static_cast<size_t>(vocab));
-  backend->download(result.data(), logits.address() + static_cast<uint64_t>(row * vocab * 4),
-                    static_cast<uint64_t>(vocab * 4));
+  return logitRows(rows == 1 ? 0 : tokens - 1, 1);
+}
+
+std::vector<float> Engine::Impl::logitRows(int64_t first, int64_t count) {
+  std::vector<float> result(static_cast<size_t>(count * vocab));
+  backend->download(result.data(), logits.address() + static_cast<uint64_t>(first * vocab * 4),
+                    result.size() * 4);
   return result;
 }
 
@@ -685,11 +688,7 @@ std::vector<float> Engine::decode(int64_t conversation, int32_t token) {
 std::vector<float> Engine::decodeBatch(const std::vector<int32_t> &tokens) {
   Impl &impl = *impl_;
   impl.runBatch(tokens, nullptr);
-  const auto count = static_cast<int64_t>(tokens.size());
-  std::vector<float> result(static_cast<size_t>(count * impl.vocab));
-  impl.backend->download(result.data(), impl.logits.address(),
-                         static_cast<uint64_t>(count * impl.vocab * 4));
-  return result;
+  return impl.logitRows(0, static_cast<int64_t>(tokens.size()));
 }
 
 std::vector<int32_t> Engine::decodeBatchGreedy(const std::vector<int32_t> &tokens) {
@@ -698,8 +697,7 @@ std::vector<int32_t> Engine::decodeBatchGreedy(const std::vector<int32_t> &token
   const auto count = static_cast<int64_t>(tokens.size());
   if (impl.greedy)
     return impl.greedy->choose(impl.logits.address(), count, impl.vocab);
-  std::vector<float> rows(static_cast<size_t>(count * impl.vocab));
-  impl.backend->download(rows.data(), impl.logits.address(), rows.size() * 4);
+  const std::vector<float> rows = impl.logitRows(0, count);
   std::vector<int32_t> chosen(static_cast<size_t>(count));
   for (int64_t c = 0; c < count; ++c)
     chosen[size_t(c)] = argmax(rows.data() + c * impl.vocab, static_cast<size_t>(impl.vocab));
@@ -796,10 +794,7 @@ std::vector<float> Engine::verify(int64_t conversation, const std::vector<int32_
                        " tokens, got " + std::to_string(count));
   impl.checkTokens(tokens.data(), count);
   impl.run(entry, tokens.data(), count, false);
-  std::vector<float> result(static_cast<size_t>(count * impl.vocab));
-  impl.backend->download(result.data(), impl.logits.address(),
-                         static_cast<uint64_t>(count * impl.vocab * 4));
-  return result;
+  return impl.logitRows(0, count);
 }
 
 std::vector<float> Engine::verifyBatch(const std::vector<std::vector<int32_t>> &tokens) {
@@ -830,10 +825,7 @@ std::vector<float> Engine::verifyBatch(const std::vector<std::vector<int32_t>> &
   impl.run(entry, ids.data(), count * entry.rows, false);
   for (int64_t c = 0; c < count; ++c)
     impl.past[c] -= entry.rows - static_cast<int64_t>(tokens[static_cast<size_t>(c)].size());
-  std::vector<float> result(static_cast<size_t>(count * entry.rows * impl.vocab));
-  impl.backend->download(result.data(), impl.logits.address(),
-                         static_cast<uint64_t>(result.size() * 4));
-  return result;
+  return impl.logitRows(0, count * entry.rows);
 }
 
 int64_t Engine::verifyTokens() const {

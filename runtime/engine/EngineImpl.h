@@ -205,6 +205,8 @@ struct Engine::Impl {
   LaunchCall evaluateLaunch(LaunchPlan &launch, int64_t tokens) const;
   void updateRecording(EntryPlan &entry, int64_t tokens);
   std::vector<float> lastLogits(const EntryPlan &entry, int64_t tokens);
+  // Rows first .. first + count - 1 of the logits output, on the host.
+  std::vector<float> logitRows(int64_t first, int64_t count);
   void checkTokens(const int32_t *tokens, int64_t count) const;
   // One call of the decode_batch entry for conversations 0 .. n-1.
   void runBatch(const std::vector<int32_t> &tokens, StepClock *clock);

@@ -58,8 +58,7 @@ Scheduler::Scheduler(Engine &engine, std::shared_ptr<const text::Tokenizer> toke
       vocab_(engine.vocabSize()) {
   for (int64_t c = 0; c < engine_.conversations(); ++c)
     freeSlots_.insert(c);
-  for (const auto *entry : *engine_.artifact()->entry_points())
-    verifyBatch_ = verifyBatch_ || (entry->name() && entry->name()->str() == "verify_batch");
+  verifyBatch_ = engine_.artifact().findEntryPoint("verify_batch") != nullptr;
   thread_ = std::thread([this] { loop(); });
 }
 

@@ -196,10 +196,8 @@ bool checkVerify(Engine &engine, const std::vector<int32_t> &prompt, int steps, 
               static_cast<long long>(stats.accepted), static_cast<long long>(stats.drafted),
               verdict.c_str(), tokensOk ? "ok" : "FAILED");
   engine.reset();
-  if (engine.conversations() > 1 && engine.artifact()->entry_points())
-    for (const auto *entry : *engine.artifact()->entry_points())
-      if (entry->name() && entry->name()->str() == "verify_batch")
-        tokensOk = checkVerifyBatch(engine, prompt, steps, nearTie) && tokensOk;
+  if (engine.conversations() > 1 && engine.artifact().findEntryPoint("verify_batch"))
+    tokensOk = checkVerifyBatch(engine, prompt, steps, nearTie) && tokensOk;
   return rowsOk && tokensOk;
 }
 

@@ -388,10 +388,8 @@ int run(const Options &options, std::ostream &out, std::ostream &err, bool errIs
                              "; it holds " + std::to_string(context) + " (--context)");
   Sampler sampler(options.sampling);
   // Speculation needs the verify entry point, and drafts fewer than it takes.
-  int64_t verifyTokens = 0;
-  for (const artifact::EntryPoint *entry : *artifact->entry_points())
-    if (entry->name() && entry->name()->str() == "verify")
-      verifyTokens = entry->max_tokens();
+  const artifact::EntryPoint *verify = artifact.findEntryPoint("verify");
+  const int64_t verifyTokens = verify ? verify->max_tokens() : 0;
   if (!options.speculate.empty()) {
     if (verifyTokens < 2)
       throw std::runtime_error("--speculate: " + quoteName(options.artifact) +

@@ -200,10 +200,8 @@ int run(const std::vector<std::string> &args) {
   }
   if (values.count("--speculate")) {
     // The verify entry's tokens: the pending one and N - 1 drafts.
-    int64_t verifyTokens = 0;
-    for (const auto *entry : *artifact->entry_points())
-      if (entry->name() && entry->name()->str() == "verify")
-        verifyTokens = entry->max_tokens();
+    const kiln::artifact::EntryPoint *verify = artifact.findEntryPoint("verify");
+    const int64_t verifyTokens = verify ? verify->max_tokens() : 0;
     if (verifyTokens < 2)
       throw std::runtime_error("--speculate: '" + artifactPath.substr(0, 200) +
                                "' has no verify entry point (compile it with kilnc "

@@ -8,10 +8,7 @@
 // layers' rings. A verify call's logits are those decode gives, to f32
 // rounding. Rolling back further than the rings keep is refused.
 #include "compiler/artifact/CompileTarget.h"
-#include "compiler/pipeline/Pipeline.h"
-#include "dialects/kiln/KilnDialect.h"
-#include "dialects/plan/PlanDialect.h"
-#include "models/muse_spark/GraphBuilder.h"
+#include "models/muse_spark/Config.h"
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/engine/Engine.h"
 #include "runtime/engine/Sampler.h"
@@ -20,11 +17,7 @@
 #include "runtime/speculate/ScriptedDrafter.h"
 #include "runtime/speculate/SpeculativeBatch.h"
 #include "runtime/speculate/SpeculativeDecoder.h"
-
-#include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/Shard/IR/ShardDialect.h"
-#include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
+#include "test/unit/e2e/ForwardGraph.h"
 
 #include <gtest/gtest.h>
 
@@ -56,17 +49,8 @@ std::string caseName(const ::testing::TestParamInfo<Case> &info) {
 
 std::vector<uint8_t> compile(const Config &config, WeightFormat format, int64_t decodeBatch = 1) {
   mlir::MLIRContext context;
-  context.loadDialect<KilnDialect, plan::PlanDialect, mlir::func::FuncDialect,
-                      mlir::shard::ShardDialect>();
-  muse_spark::GraphOptions options;
-  options.tokens = mlir::ShapedType::kDynamic;
-  options.format = format;
-  options.lastTokenLogits = true;
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      muse_spark::buildForwardGraph(context, config, options);
-  mlir::PassManager pm(&context);
-  buildGraphPipeline(pm, Layout{});
-  EXPECT_TRUE(mlir::succeeded(pm.run(*module)));
+  e2e::loadDialects(context);
+  mlir::OwningOpRef<mlir::ModuleOp> module = e2e::forwardGraph(context, config, format, true);
   std::string error;
   std::optional<x86::CpuTarget> cpu = x86::resolveCpu("host", error);
   EXPECT_TRUE(cpu) << error;

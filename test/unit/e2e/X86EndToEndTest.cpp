@@ -7,18 +7,14 @@
 // each other family the machine runs (AMX, AVX-512 BF16, FMA).
 #include "compiler/artifact/CompileTarget.h"
 #include "compiler/interpreter/Interpreter.h"
-#include "compiler/pipeline/Pipeline.h"
-#include "dialects/kiln/KilnDialect.h"
-#include "dialects/plan/PlanDialect.h"
 #include "models/muse_spark/CheckpointSynth.h"
 #include "models/muse_spark/GraphBuilder.h"
 #include "runtime/cpu/CpuFeatures.h"
 #include "runtime/engine/Engine.h"
+#include "test/unit/e2e/ForwardGraph.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
-#include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/IR/MLIRContext.h"
-#include "mlir/Pass/PassManager.h"
 
 #include <gtest/gtest.h>
 
@@ -89,28 +85,14 @@ protected:
   }
 
   void SetUp() override {
-    context.loadDialect<KilnDialect, plan::PlanDialect, mlir::func::FuncDialect,
-                        mlir::shard::ShardDialect>();
+    e2e::loadDialects(context);
     config = muse_spark::loadConfig("muse-spark-tiny");
   }
 
   // The dynamic-token graph both sides run: as built for the interpreter,
   // after the graph pipeline for the compiler.
   mlir::OwningOpRef<mlir::ModuleOp> graph(WeightFormat format, bool pipeline, bool fuse = true) {
-    muse_spark::GraphOptions options;
-    options.tokens = mlir::ShapedType::kDynamic;
-    options.format = format;
-    options.lastTokenLogits = true;
-    mlir::OwningOpRef<mlir::ModuleOp> module =
-        muse_spark::buildForwardGraph(context, config, options);
-    if (pipeline) {
-      mlir::PassManager pm(&context);
-      Layout layout;
-      layout.fuse = fuse;
-      buildGraphPipeline(pm, layout);
-      EXPECT_TRUE(mlir::succeeded(pm.run(*module)));
-    }
-    return module;
+    return e2e::forwardGraph(context, config, format, pipeline, fuse);
   }
 
   mlir::MLIRContext context;

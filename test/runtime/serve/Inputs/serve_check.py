@@ -91,6 +91,16 @@ class Server:
             fail(f"kiln-serve did not stop cleanly ({self.proc.returncode}): {rest}")
 
 
+def at_once(target, arg_lists):
+    """Calls target(*args) for every args in a thread of its own, all at once,
+    and returns when every call has."""
+    threads = [threading.Thread(target=target, args=args) for args in arg_lists]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def tokenize(text):
     return json.loads(subprocess.run(["kiln-tokenize", TOK, "--text", text], check=True,
                                      capture_output=True).stdout)
@@ -139,12 +149,7 @@ def ask(prompt, n):
                                        "max_tokens": n, "temperature": 0})
 
 
-threads = [threading.Thread(target=ask, args=(p, n)) for p, n in zip(PROMPTS, LENGTHS)]
-threads.append(threading.Thread(target=ask, args=(long_prompt, 10)))
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
+at_once(ask, list(zip(PROMPTS, LENGTHS)) + [(long_prompt, 10)])
 for prompt, (status, body) in results.items():
     if status != 200:
         fail(f"{prompt!r}: {status} {body}")
@@ -284,11 +289,7 @@ server.stop()
 # each reply is whole, and its first token, from prefill, is kiln-run's.
 server = Server("--decode", "batch")
 results = {}
-threads = [threading.Thread(target=ask, args=(p, n)) for p, n in zip(PROMPTS, LENGTHS)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
+at_once(ask, zip(PROMPTS, LENGTHS))
 for prompt, n in zip(PROMPTS, LENGTHS):
     status, body = results[prompt]
     ids = body["choices"][0]["token_ids"]
@@ -317,11 +318,7 @@ if server:
         if mode == "batch":
             server = Server("--speculate", "lookup", "--ngram-min", "1", "--decode", "batch")
         results = {}
-        threads = [threading.Thread(target=ask, args=(p, n)) for p, n in zip(PROMPTS, SPEC_LENGTHS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        at_once(ask, zip(PROMPTS, SPEC_LENGTHS))
         for prompt, n in zip(PROMPTS, SPEC_LENGTHS):
             status, body = results[prompt]
             ids = body["choices"][0]["token_ids"] if status == 200 else None
@@ -377,11 +374,7 @@ def long_request():
     statuses.append(server.complete({"prompt": "go", "max_tokens": 1500, "temperature": 0})[0])
 
 
-threads = [threading.Thread(target=long_request) for _ in range(SLOTS + 8)]
-for t in threads:
-    t.start()
-for t in threads:
-    t.join()
+at_once(long_request, [()] * (SLOTS + 8))
 if statuses.count(429) == 0 or statuses.count(200) < SLOTS or set(statuses) - {200, 429}:
     fail(f"statuses {sorted(statuses)}")
 print(f"a full queue answers 429 ({statuses.count(200)} served, {statuses.count(429)} refused)")
