@@ -26,6 +26,8 @@
 #include "runtime/artifact/Artifact.h"
 #include "runtime/artifact/kiln_artifact_generated.h"
 #include "runtime/comm/RankLauncher.h"
+#include "runtime/core/AtomicFile.h"
+#include "runtime/core/FlagValue.h"
 #include "runtime/cpu/ThreadPool.h"
 #include "runtime/cuda/CudaDriver.h"
 #include "runtime/engine/Engine.h"
@@ -35,6 +37,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -42,6 +45,7 @@
 #include <functional>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -79,6 +83,23 @@ struct Options {
   std::exit(status);
 }
 
+template <typename Int>
+Int integer(const std::string &flag, const std::string &text, Int min, Int max) {
+  const std::optional<Int> value = kiln::integerIn(text, min, max);
+  if (!value)
+    usage(kiln::notAnIntegerIn(flag, text, min, max).c_str());
+  return *value;
+}
+
+double positive(const std::string &flag, const std::string &text) {
+  char *end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !std::isfinite(value) || value <= 0 || value > 1e9)
+    usage(
+        (flag + ": " + kiln::quoteName(text) + " is not a number above 0 and at most 1e9").c_str());
+  return value;
+}
+
 Options parse(int argc, char **argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -93,15 +114,15 @@ Options parse(int argc, char **argv) {
     else if (a == "--weights")
       o.weights = value();
     else if (a == "--context")
-      o.context = std::stoll(value());
+      o.context = integer<int64_t>(a, value(), 1, int64_t{1} << 24);
     else if (a == "--steps")
-      o.steps = std::stoi(value());
+      o.steps = integer<int>(a, value(), 1, 1 << 20);
     else if (a == "--tensor-tflops")
-      o.tensorTflops = std::stod(value());
+      o.tensorTflops = positive(a, value());
     else if (a == "--json")
       o.json = value();
     else if (a == "--nproc")
-      o.nproc = std::stoi(value());
+      o.nproc = integer<int>(a, value(), 1, 1024);
     else if (!a.empty() && a[0] == '-')
       usage(("unknown option " + a).c_str());
     else if (o.artifact.empty())
@@ -479,9 +500,7 @@ int main(int argc, char **argv) {
       }
       for (const KernelRow &row : rows)
         out["profile_us"][row.kernel] = row.ms * 1e3;
-      std::string tmp = options.json + ".tmp";
-      std::ofstream(tmp) << out.dump(2) << "\n";
-      std::rename(tmp.c_str(), options.json.c_str());
+      kiln::writeFileAtomically(options.json, out.dump(2) + "\n");
     }
   } catch (const std::exception &e) {
     std::fprintf(stderr, "kiln-bench-decode: %s\n", e.what());

@@ -23,6 +23,7 @@
 // the figures are the speed of Kiln's kernels on these shapes at this
 // acceptance; with real weights acceptance is what the model's reply gives.
 #include "runtime/artifact/Artifact.h"
+#include "runtime/core/FlagValue.h"
 #include "runtime/engine/Engine.h"
 #include "runtime/speculate/LookupDrafter.h"
 #include "runtime/speculate/SpeculativeBatch.h"
@@ -33,6 +34,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <random>
 #include <string>
 #include <vector>
@@ -66,13 +68,10 @@ struct Options {
 }
 
 long long integer(const char *flag, const std::string &text, long long min, long long max) {
-  char *end = nullptr;
-  const long long value = std::strtoll(text.c_str(), &end, 10);
-  if (text.empty() || *end != '\0' || value < min || value > max)
-    usage((std::string(flag) + " takes an integer from " + std::to_string(min) + " to " +
-           std::to_string(max))
-              .c_str());
-  return value;
+  const std::optional<long long> value = kiln::integerIn(text, min, max);
+  if (!value)
+    usage(kiln::notAnIntegerIn(flag, text, min, max).c_str());
+  return *value;
 }
 
 Options parse(int argc, char **argv) {

@@ -6,6 +6,7 @@
 // Both read bf16 activations and prepacked bf16 weights and write f32.
 //
 //   build/bin/kiln-bench-x86-gemm [--cpu NAME] [--reps N]
+#include "runtime/core/FlagValue.h"
 #include "runtime/cpu/CpuFeatures.h"
 #include "runtime/cpu/KernelLibrary.h"
 #include "runtime/cpu/MemRef.h"
@@ -24,6 +25,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 #include <random>
 #include <string>
 #include <thread>
@@ -89,7 +91,13 @@ int main(int argc, char **argv) {
   std::string cpuName = "host";
   for (int i = 1; i < argc; ++i) {
     if (std::string(argv[i]) == "--reps" && i + 1 < argc) {
-      reps = std::max(1, std::atoi(argv[++i]));
+      const std::optional<int> value = kiln::integerIn(std::string_view(argv[++i]), 1, 100000);
+      if (!value) {
+        std::fprintf(stderr, "kiln-bench-x86-gemm: %s\n",
+                     kiln::notAnIntegerIn("--reps", argv[i], 1, 100000).c_str());
+        return 2;
+      }
+      reps = *value;
     } else if (std::string(argv[i]) == "--cpu" && i + 1 < argc) {
       cpuName = argv[++i];
     } else {

@@ -3,11 +3,14 @@
 # libFuzzer targets for a bounded time; GPU tests carry the label `cuda` or
 # `hip` and run on GPU machines, not here), then build the runtime alone
 # (-DKILN_BUILD_COMPILER=OFF) and run its tests, plainly and under ASan and
-# UBSan.
+# UBSan, and the x86 tools' lit tests with those sanitized tools.
 source "$(dirname "$0")/lib.sh"
 
 kiln_install_packages
-kiln_configure "$KILN_BUILD"
+# The full build's ctest also runs the x86 tools' lit tests with the
+# runtime's tools from the sanitized build below (lit-sanitized-tools).
+ASAN_BUILD=${KILN_ASAN_BUILD:-$KILN_ROOT/build-asan}
+kiln_configure "$KILN_BUILD" "-DKILN_SANITIZED_TOOLS_DIR=$ASAN_BUILD/bin"
 kiln_install_oracles "$KILN_BUILD"
 kiln_build "$KILN_BUILD"
 
@@ -18,7 +21,6 @@ kiln_build "$RUNTIME_BUILD"
 # The runtime again under AddressSanitizer and UndefinedBehaviorSanitizer
 # (any report fails its test): the x86 tools' code paths, the loader, the
 # engine, the tokenizer, the server's parts.
-ASAN_BUILD=${KILN_ASAN_BUILD:-$KILN_ROOT/build-asan}
 kiln_configure "$ASAN_BUILD" -DKILN_BUILD_COMPILER=OFF -DKILN_BUILD_FUZZERS=OFF \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   "-DCMAKE_CXX_FLAGS=-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \

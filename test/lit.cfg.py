@@ -11,10 +11,16 @@ config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", 
 config.test_source_root = os.path.dirname(__file__)
 config.test_exec_root = os.path.join(config.kiln_obj_root, "test")
 
-# Kiln's tools first, then LLVM's FileCheck / not / count.
+# Kiln's tools first, then LLVM's FileCheck / not / count. KILN_LIT_TOOLS_FIRST
+# names a folder of tools to use before those (the runtime's tools built under
+# ASan and UBSan: the lit-sanitized-tools test); the rest still come from here.
+_tools_first = [os.environ["KILN_LIT_TOOLS_FIRST"]] if os.environ.get("KILN_LIT_TOOLS_FIRST") else []
 config.environment["PATH"] = os.pathsep.join(
-    [config.kiln_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")]
+    _tools_first + [config.kiln_tools_dir, config.llvm_tools_dir, config.environment.get("PATH", "")]
 )
+for _name in ("ASAN_OPTIONS", "UBSAN_OPTIONS"):
+    if _name in os.environ:
+        config.environment[_name] = os.environ[_name]
 config.substitutions.append(("%kiln_src", config.kiln_src_root))
 config.substitutions.append(("%configs", os.path.join(config.kiln_src_root, "models", "muse_spark", "configs")))
 

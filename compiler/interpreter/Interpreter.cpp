@@ -3,6 +3,7 @@
 #include "compiler/interpreter/Collectives.h"
 #include "compiler/interpreter/ReferenceOps.h"
 #include "dialects/kiln/KilnOps.h"
+#include "runtime/safetensors/NonFinite.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
@@ -361,7 +362,11 @@ std::vector<int32_t> generateGreedy(Interpreter &interpreter, mlir::func::FuncOp
         interpreter.run(forward, {HostTensor::ints({n}, tokens), HostTensor::ints({n}, positions)});
     const HostTensor &logits = out.at(0);
     int64_t vocab = logits.dim(1);
-    int32_t next = argmax(&logits.f[logits.f.size() - vocab], vocab);
+    const float *last = &logits.f[logits.f.size() - vocab];
+    if (std::string found = nonFiniteLogits(last, static_cast<size_t>(vocab)); !found.empty())
+      throw InterpreterError("greedy step " + std::to_string(step) + ": " + found +
+                             ": a weight or the computation is not finite");
+    int32_t next = argmax(last, vocab);
     generated.push_back(next);
     tokens.push_back(next);
   }

@@ -4,7 +4,9 @@
 #include "compiler/interpreter/ReferenceOps.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "models/muse_spark/GraphBuilder.h"
+#include "runtime/core/QuoteName.h"
 #include "runtime/engine/Reference.h"
+#include "runtime/safetensors/NonFinite.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
 #include "mlir/IR/MLIRContext.h"
@@ -93,12 +95,14 @@ int main(int argc, char **argv) {
     for (llvm::StringRef piece : llvm::split(llvm::StringRef(promptIds), ',')) {
       int32_t id;
       if (piece.trim().getAsInteger(10, id) || id < 0 || id >= config.vocabSize)
-        return fail("--prompt-ids: '" + piece + "' is not a token id in [0, " +
+        return fail("--prompt-ids: " + quoteName(piece) + " is not a token id in [0, " +
                     llvm::Twine(config.vocabSize) + ")");
       prompt.push_back(id);
     }
     if (maxNewTokens < 0)
       return fail("--max-new-tokens must not be negative");
+    if (topLogits < 0)
+      return fail("--print-top-logits takes a count of 0 or more, not " + llvm::Twine(topLogits));
     // The prompt and every generated token take a position.
     const int64_t positionsLeft = config.maxPositionEmbeddings - int64_t(prompt.size());
     if (positionsLeft < 0)
@@ -132,6 +136,15 @@ int main(int argc, char **argv) {
     const interp::HostTensor &logits = out.at(0);
     int64_t vocab = logits.dim(1);
     const float *last = &logits.f[logits.f.size() - vocab];
+    // A NaN in a weight reaches every logit: refused, not printed as tokens.
+    auto requireFinite = [&](const float *row, const llvm::Twine &what) {
+      if (std::string found = nonFiniteLogits(row, static_cast<size_t>(vocab)); !found.empty())
+        throw std::runtime_error((what + ": " + found +
+                                  ": a weight or the computation is not finite (kiln-ckpt check "
+                                  "names non-finite weights)")
+                                     .str());
+    };
+    requireFinite(last, "prefill of " + llvm::Twine(n) + " tokens");
     if (topLogits > 0) {
       std::vector<int32_t> order(vocab);
       std::iota(order.begin(), order.end(), 0);
@@ -166,6 +179,7 @@ int main(int argc, char **argv) {
                                                            interp::HostTensor::ints({m}, pos)})
                                             .at(0);
         logitsNow.assign(next.f.end() - vocab, next.f.end());
+        requireFinite(logitsNow.data(), "greedy step " + llvm::Twine(step));
       }
       writeReference(saveReference, reference);
       llvm::outs() << "reference: " << saveReference << " (" << reference.steps.size()

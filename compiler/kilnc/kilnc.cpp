@@ -181,7 +181,7 @@ std::string gibText(double gib) {
   return text;
 }
 constexpr double kMaxMemoryGiB = 1048576; // a PiB
-cl::opt<double> deviceMemory("device-memory", cl::init(141.0), cl::cat(kilncCategory));
+cl::opt<double> deviceMemory("device-memory", cl::init(0.0), cl::cat(kilncCategory));
 cl::opt<bool> progressLines("progress",
                             cl::desc("Print a line as each stage ends (on by default when "
                                      "stderr is a terminal)"),
@@ -235,10 +235,13 @@ void describeTargets() {
     memory += (memory.empty() ? "" : ", ") + std::string(chip.target) + " " +
               std::to_string(chip.memoryGiB);
   }
+  // Without --target, the --report's plan is for the chip table's first row.
+  const kiln::Chip &first = kiln::allChips().front();
+  deviceMemory.setInitialValue(double(first.memoryGiB));
   help.push_back("GiB of memory per device: the --report's memory plan, and with --target the "
-                 "size an artifact's rank must fit (default 141, an H200; with --target the "
-                 "chip's: " +
-                 memory + "; x86 unchecked)");
+                 "size an artifact's rank must fit (default " +
+                 std::to_string(first.memoryGiB) + ", " + std::string(first.target) +
+                 "'s; with --target the chip's: " + memory + "; x86 unchecked)");
   deviceMemory.setDescription(help.back());
 }
 
@@ -299,8 +302,11 @@ int main(int argc, char **argv) {
   }
   if (tokens < 1)
     return fail("--tokens must be at least 1, got " + llvm::Twine(tokens));
-  if (tp < 1 || ep < 1)
-    return fail("--tp and --ep must be at least 1");
+  // As many ranks as kiln-run --nproc starts, at most.
+  constexpr int64_t kMaxRanks = 1024;
+  if (tp < 1 || ep < 1 || tp > kMaxRanks || ep > kMaxRanks)
+    return fail("--tp and --ep take a rank count in 1.." + llvm::Twine(kMaxRanks) + ", got --tp " +
+                llvm::Twine(int64_t(tp)) + " --ep " + llvm::Twine(int64_t(ep)));
   if (sp && tp < 2)
     return fail("--sp splits tokens over the TP group: it needs --tp of at least 2");
   kiln::Layout layout{tp, ep, sp, !noFuse};

@@ -4,6 +4,7 @@
 #include "models/muse_spark/Config.h"
 
 #include "runtime/core/InputFile.h"
+#include "runtime/core/QuoteName.h"
 #include "runtime/core/StrictJson.h"
 
 #include <nlohmann/json.hpp>
@@ -33,9 +34,8 @@ using nlohmann::json;
 
 // A short description of a JSON value for "got ..." in messages.
 std::string describe(const json &value) {
-  std::string text = value.dump();
-  if (text.size() > 60)
-    text = text.substr(0, 57) + "...";
+  // Whole characters only, cut past about 60 bytes (a value can be 1 MiB).
+  const std::string text = printableText(value.dump(), 60);
   switch (value.type()) {
   case json::value_t::null:
     return "null";
@@ -221,7 +221,7 @@ WeightFormat Config::expertFormat(int64_t layer) const {
 
 void validateConfig(const Config &config, const std::string &source) {
   if (config.modelType != "muse_spark")
-    fail(source, "model_type", "\"muse_spark\"", json(config.modelType).dump());
+    fail(source, "model_type", "\"muse_spark\"", printableText(json(config.modelType).dump(), 60));
 
   requirePositive(config.vocabSize, source, "vocab_size");
   requirePositive(config.hiddenSize, source, "hidden_size");
@@ -285,10 +285,10 @@ void validateConfig(const Config &config, const std::string &source) {
     const Quantization &quant = *config.quantization;
     if (quant.quantMethod != "modelopt")
       fail(source, "quantization_config.quant_method", "\"modelopt\" (the only supported value)",
-           json(quant.quantMethod).dump());
+           printableText(json(quant.quantMethod).dump(), 60));
     if (quant.quantAlgo != "NVFP4")
       fail(source, "quantization_config.quant_algo", "\"NVFP4\" (the only supported value)",
-           json(quant.quantAlgo).dump());
+           printableText(json(quant.quantAlgo).dump(), 60));
     if (quant.groupSize != 16)
       fail(source, "quantization_config.group_size", "16 (NVFP4 scales groups of 16 elements)",
            std::to_string(quant.groupSize));
@@ -324,7 +324,7 @@ Config parseConfig(const std::string &jsonText, const std::string &source) {
   config.modelType =
       asString(require(root, source, "", "model_type", "\"muse_spark\""), source, "model_type");
   if (config.modelType != "muse_spark")
-    fail(source, "model_type", "\"muse_spark\"", json(config.modelType).dump());
+    fail(source, "model_type", "\"muse_spark\"", printableText(json(config.modelType).dump(), 60));
   config.vocabSize = requireInt(root, source, "vocab_size");
   config.hiddenSize = requireInt(root, source, "hidden_size");
   config.numHiddenLayers = requireInt(root, source, "num_hidden_layers");
@@ -375,15 +375,14 @@ Config loadConfig(const std::string &pathOrName) {
     throw ConfigError(pathOrName + ": " + std::to_string(info.st_size) +
                       " bytes, larger than any config (" + std::to_string(kMaxConfigBytes) +
                       " bytes at most)");
-  std::ifstream in(pathOrName, std::ios::binary);
-  if (!in)
-    throw ConfigError(pathOrName + ": cannot open: " + std::strerror(errno));
-  std::ostringstream buffer;
-  buffer << in.rdbuf();
-  if (in.bad())
-    throw ConfigError(pathOrName + ": cannot read: " + std::strerror(errno));
+  std::string text;
+  try {
+    text = readInputFile(pathOrName, kMaxConfigBytes, "a config");
+  } catch (const std::runtime_error &error) {
+    throw ConfigError(std::string("cannot read: ") + error.what());
+  }
 
-  Config config = parseConfig(buffer.str(), pathOrName);
+  Config config = parseConfig(text, pathOrName);
   config.name = std::filesystem::path(pathOrName).stem().string();
   return config;
 }

@@ -35,8 +35,6 @@ constexpr uint64_t kMaxSize = FLATBUFFERS_MAX_BUFFER_SIZE;
 // runtime checks its device's).
 constexpr uint32_t kMaxBlock = 1024;
 constexpr int64_t kMaxGrid = (int64_t{1} << 31) - 1;
-// Dynamic shared memory: the most an H100/H200 block can have (227 KiB).
-constexpr uint32_t kMaxSharedBytes = 232448;
 // Tensor maps (cuTensorMapEncodeTiled): ranks 1..5, box sides 1..256, the
 // box's rows a multiple of 16 bytes.
 constexpr size_t kMaxTensorMapRank = 5;
@@ -540,7 +538,8 @@ private:
   }
 
   // Kernel.shared_bytes (schema 1.5): dynamic shared memory, for nvptx
-  // kernels only, within what a Hopper block can have.
+  // kernels only, within what a block of the artifact's chip can have (the
+  // chip table's; a chip not in it, the most of any nvptx chip there).
   void checkSharedBytes(const fb::Kernel &kernel, const std::string &where) const {
     const uint32_t bytes = kernel.shared_bytes();
     if (bytes == 0)
@@ -549,10 +548,25 @@ private:
       fail(where + " " + std::to_string(bytes) +
            ": dynamic shared memory is for nvptx kernels (the artifact is for " +
            describeTarget(*root_.target()) + ")");
-    if (bytes > kMaxSharedBytes)
-      fail(where + " " + std::to_string(bytes) + ": more than the " +
-           std::to_string(kMaxSharedBytes) +
-           " bytes (227 KiB) of dynamic shared memory a block can have");
+    const std::string chip = str(root_.target()->chip());
+    const Chip *row = findChip(chip);
+    if (!row && !chip.empty() && (chip.back() == 'a' || chip.back() == 'f'))
+      row = chipForTarget(std::string_view(chip).substr(0, chip.size() - 1));
+    if (!row)
+      row = chipForTarget(chip);
+    int64_t limit = 0;
+    if (row) {
+      limit = row->sharedBytes();
+    } else {
+      for (const Chip &any : allChips())
+        if (any.kind == ChipKind::Nvptx)
+          limit = std::max(limit, any.sharedBytes());
+    }
+    if (bytes > limit)
+      fail(where + " " + std::to_string(bytes) + ": more than the " + std::to_string(limit) +
+           " bytes (" + std::to_string(limit / 1024) +
+           " KiB) of dynamic shared memory a block can have on " +
+           (row ? std::string(row->chip) : "any nvptx chip Kiln knows"));
   }
 
   void checkEntryPoints() const {
@@ -580,10 +594,36 @@ private:
           fail(where + ".logits_rows " + dimText(*rows) +
                ": invalid (negative, align < 1 or too large)");
       }
+      checkEntryShape(entry, where);
       const auto *steps = entry.steps();
       for (flatbuffers::uoffset_t s = 0; s < sizeOf(steps); ++s)
         checkStep(entry, *steps->Get(s), where + ": steps[" + std::to_string(s) + "]");
     }
+    if (!names.count("prefill") && !names.count("decode"))
+      fail("entry_points: no entry point 'prefill' or 'decode'");
+  }
+
+  // What the runtime's calls rely on: a batched entry's tokens are its
+  // conversations' rows; logits are the last token's or every token's (all
+  // of them for a batched or verify entry); a prefill or a decode entry.
+  void checkEntryShape(const fb::EntryPoint &entry, const std::string &where) const {
+    const int64_t maxTokens = entry.max_tokens();
+    const int64_t sequences = entry.sequences();
+    const int64_t rows = std::max<int64_t>(1, entry.sequence_rows());
+    if (sequences && (sequences < 2 || sequences * rows != maxTokens))
+      fail(where + ": sequences " + std::to_string(sequences) +
+           " must be at least 2 and, times sequence_rows " + std::to_string(rows) +
+           ", equal max_tokens (" + std::to_string(maxTokens) + ")");
+    const fb::Dim lastToken{1, 0, 1};
+    const fb::Dim &logitsRows = entry.logits_rows() ? *entry.logits_rows() : lastToken;
+    const int64_t rowsAtOne = evaluate(logitsRows, 1);
+    const int64_t rowsAtMax = evaluate(logitsRows, maxTokens);
+    if (sequences && rowsAtMax != maxTokens)
+      fail(where + ": a batched entry writes every token's logits");
+    if (rowsAtOne < 1 || (rowsAtMax != 1 && rowsAtMax < maxTokens))
+      fail(where + ": logits_rows must be 1 (last token) or at least T");
+    if (entry.name()->str() == "verify" && rowsAtMax == 1 && maxTokens > 1)
+      fail(where + ": a verify entry must write every token's logits");
   }
 
   void checkStep(const fb::EntryPoint &entry, const fb::StepEntry &step, std::string where) const {
@@ -966,6 +1006,34 @@ Artifact::Artifact(std::vector<uint8_t> bytes, std::string source)
   } catch (const std::runtime_error &error) {
     throw ArtifactError(error.what());
   }
+  checkLogitsWidth();
+}
+
+// Every entry's logits (its rank-2 outputs) are rows of the config's
+// vocabulary: the runtime sizes logits and token choice by it.
+void Artifact::checkLogitsWidth() const {
+  const auto &entryPoints = *root_->entry_points();
+  for (flatbuffers::uoffset_t i = 0; i < entryPoints.size(); ++i) {
+    const fb::EntryPoint &entry = *entryPoints.Get(i);
+    const auto *steps = entry.steps();
+    for (flatbuffers::uoffset_t s = 0; s < sizeOf(steps); ++s) {
+      const fb::Launch *launch = steps->Get(s)->step_as_Launch();
+      if (!launch || !launch->buffers())
+        continue;
+      for (flatbuffers::uoffset_t b = 0; b < launch->buffers()->size(); ++b) {
+        const fb::BufferRef &ref = *launch->buffers()->Get(b);
+        if (ref.kind() != fb::BufferKind::Output || !ref.shape() || ref.shape()->size() != 2)
+          continue;
+        const int64_t width = evaluate(*ref.shape()->Get(1), entry.max_tokens());
+        if (width != facts_.vocabSize)
+          fail(source_, "entry_points[" + std::to_string(i) + "] " + quoted(entry.name()) +
+                            ": steps[" + std::to_string(s) + "]: buffers[" + std::to_string(b) +
+                            "]: logits of width " + std::to_string(width) +
+                            ", but the vocabulary has " + std::to_string(facts_.vocabSize) +
+                            " tokens (model.config_json's vocab_size)");
+      }
+    }
+  }
 }
 
 Artifact Artifact::fromBytes(std::vector<uint8_t> bytes, std::string source) {
@@ -977,7 +1045,7 @@ Artifact Artifact::load(const std::string &path) {
   // waiting for a writer.
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
-    fail(path, "cannot open: " + errnoText());
+    fail(path, openFailure(path, errno));
   std::vector<uint8_t> bytes;
   try {
     struct stat info;

@@ -76,6 +76,7 @@ public:
 
 private:
   Artifact(std::vector<uint8_t> bytes, std::string source);
+  void checkLogitsWidth() const;
 
   std::vector<uint8_t> bytes_;
   std::string source_;

@@ -31,13 +31,18 @@ std::string describe(const nlohmann::json &value) {
   return text.size() > 40 ? text.substr(0, 40) + "..." : text;
 }
 
+// At most 2^24, as kilnc bounds the config it compiles: the runtime sizes
+// logits and caches from these before anything else checks them.
+constexpr int64_t kMaxSize = int64_t{1} << 24;
+
 int64_t positive(const nlohmann::json &config, const std::string &source,
                  const std::string &field) {
+  const std::string expected = "an integer in 1.." + std::to_string(kMaxSize);
   auto it = config.find(field);
   if (it == config.end())
-    fail(source, field, "a positive integer", "nothing");
-  if (!it->is_number_integer() || it->get<int64_t>() < 1)
-    fail(source, field, "a positive integer", describe(*it));
+    fail(source, field, expected, "nothing");
+  if (!it->is_number_integer() || it->get<int64_t>() < 1 || it->get<int64_t>() > kMaxSize)
+    fail(source, field, expected, describe(*it));
   return it->get<int64_t>();
 }
 

@@ -14,7 +14,14 @@ namespace kiln {
 // "a FIFO, not a regular file".
 std::string inputFileProblem(const std::string &path);
 
-// The whole of the regular file at `path`, at most `maxBytes`. Throws
+// Why open(2) of `path` failed with `error`, for a message: what the path
+// is when it is no regular file (a socket refuses to open with ENXIO),
+// else "cannot open: " and the error's text.
+std::string openFailure(const std::string &path, int error);
+
+// The whole of the regular file at `path`, at most `maxBytes`: opened
+// without blocking and checked through the descriptor (what is read is what
+// was checked). Throws
 // std::runtime_error "<path>: <why>" (inputFileProblem's reasons, "N bytes,
 // more than <what> may hold (at most M)", a read that fails).
 std::string readInputFile(const std::string &path, uint64_t maxBytes, const std::string &what);

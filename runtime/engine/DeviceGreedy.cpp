@@ -61,9 +61,14 @@ std::vector<int32_t> DeviceGreedy::choose(DeviceAddress logits, int64_t rows, in
   std::vector<int32_t> tokens(keys.size());
   for (size_t r = 0; r < keys.size(); ++r) {
     // The low word holds the index's complement; a row of no number kept
-    // the index `vocab` (or was never written).
+    // the index `vocab` (or was never written): NaN only, as argmax refuses.
     const auto index = static_cast<int64_t>(~static_cast<uint32_t>(keys[r]));
-    tokens[r] = keys[r] != 0 && index < vocab ? static_cast<int32_t>(index) : 0;
+    if (keys[r] == 0 || index >= vocab)
+      throw RuntimeError("greedy token choice, row " + std::to_string(r) + ": every one of the " +
+                         std::to_string(vocab) +
+                         " logits is NaN: the model computed no number (a non-finite weight or "
+                         "activation), so no token can be chosen");
+    tokens[r] = static_cast<int32_t>(index);
   }
   return tokens;
 }

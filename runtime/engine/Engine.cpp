@@ -119,12 +119,6 @@ BufferArg Engine::Impl::planBuffer(const fb::BufferRef &ref, const EntryPlan &en
     if (!entry.sequences)
       arg.conversationBytes = kv.at(arg.index).size() / static_cast<uint64_t>(conversations);
   }
-  if (arg.kind == fb::BufferKind::Output && rank == 2) {
-    const int64_t width = evaluate(arg.dims[1], entry.maxTokens);
-    if (width != vocab)
-      fail(where + ": logits of width " + std::to_string(width) + ", but the vocabulary has " +
-           std::to_string(vocab) + " tokens");
-  }
   // An exchange table's offset is its site in the members' memory; the
   // artifact's checks have placed it.
   if (arg.kind == fb::BufferKind::Exchange)
@@ -227,18 +221,11 @@ void Engine::Impl::planEntries() {
     entry.sequences = source.sequences();
     entry.rows = std::max<int64_t>(1, source.sequence_rows());
     entry.split = std::max<int64_t>(1, source.token_split());
-    if (entry.sequences && (entry.sequences * entry.rows != entry.maxTokens || entry.sequences < 2))
-      fail("entry point '" + entry.name + "': sequences " + std::to_string(entry.sequences) +
-           " must be at least 2 and, times sequence_rows " + std::to_string(entry.rows) +
-           ", equal max_tokens (" + std::to_string(entry.maxTokens) + ")");
+    // The artifact's checks have held sequences, rows and logits_rows to
+    // what these calls rely on (Artifact.cpp, checkEntryShape).
     entry.arenaBytes = source.arena_bytes();
     if (source.logits_rows())
       entry.logitsRows = *source.logits_rows();
-    const int64_t rowsAtMax = evaluate(entry.logitsRows, entry.maxTokens);
-    if (entry.sequences && rowsAtMax != entry.maxTokens)
-      fail("entry point '" + entry.name + "': a batched entry writes every token's logits");
-    if (evaluate(entry.logitsRows, 1) < 1 || (rowsAtMax != 1 && rowsAtMax < entry.maxTokens))
-      fail("entry point '" + entry.name + "': logits_rows must be 1 (last token) or at least T");
 
     const auto *steps = source.steps();
     for (flatbuffers::uoffset_t s = 0; steps && s < steps->size(); ++s) {
@@ -272,15 +259,12 @@ void Engine::Impl::planEntries() {
     else if (entry.name == "verify")
       verifyEntry = &entry;
   }
-  if (verifyEntry && evaluate(verifyEntry->logitsRows, verifyEntry->maxTokens) == 1 &&
-      verifyEntry->maxTokens > 1)
-    fail("entry point 'verify' must write every token's logits");
-  if (!prefillEntry && !decodeEntry)
-    fail("no entry point 'prefill' or 'decode'");
 }
 
 void Engine::Impl::bindAllWeights(const EngineOptions &options) {
-  std::vector<WeightSpec> specs;
+  // This rank's pieces (specs), and the whole model's tensors (modelSpecs:
+  // an expert stack split over a group counts every member's experts).
+  std::vector<WeightSpec> specs, modelSpecs;
   if (const auto *bindings = artifact->weights())
     for (const fb::WeightBinding *binding : *bindings) {
       WeightSpec spec;
@@ -306,6 +290,13 @@ void Engine::Impl::bindAllWeights(const EngineOptions &options) {
         spec.sliceIndex = spec.sliceCount > 0 ? artifact->rank() % spec.sliceCount : 0;
       }
       spec.bytes = binding->bytes();
+      WeightSpec whole = spec;
+      if (binding->slice_group() >= 0 && spec.sliceDim < 0) {
+        whole.firstExpert = binding->first_expert();
+        whole.stack *= static_cast<uint32_t>(
+            memberships.at(static_cast<size_t>(binding->slice_group())).members.size());
+      }
+      modelSpecs.push_back(std::move(whole));
       specs.push_back(std::move(spec));
     }
   if (specs.empty())
@@ -317,6 +308,7 @@ void Engine::Impl::bindAllWeights(const EngineOptions &options) {
   if (options.checkWeights && !dynamic_cast<const SyntheticWeightSource *>(source.get()))
     source = checkFiniteWeights(std::move(source));
   // Every tensor is checked before any is bound.
+  checkDecoderTensors(modelSpecs, *source);
   checkWeights(specs, *source);
 
   // Synthetic weights (the source says so) may be made where they live.

@@ -4,6 +4,7 @@
 
 #include "runtime/core/AtomicFile.h"
 #include "runtime/cpu/RuntimeError.h"
+#include "runtime/safetensors/NonFinite.h"
 
 #include <algorithm>
 #include <cmath>
@@ -42,6 +43,10 @@ ReferenceStep greedyStep(const std::vector<float> &logits) {
 }
 
 void writeReference(const std::string &path, const Reference &reference) {
+  // A reference of NaN logits would pass nothing and fail nothing usefully.
+  if (std::string found = nonFiniteLogits(reference.logits.data(), reference.logits.size());
+      !found.empty())
+    throw RuntimeError(path + ": not written: " + found);
   std::ostringstream os;
   os.precision(9);
   os << "kiln-reference 1\n";
@@ -56,9 +61,14 @@ void writeReference(const std::string &path, const Reference &reference) {
 Reference readReference(const std::string &path) {
   if (std::string problem = inputFileProblem(path); !problem.empty())
     throw RuntimeError(path + ": cannot open the reference: " + problem);
-  std::ifstream in(path);
-  if (!in)
-    throw RuntimeError(path + ": cannot open the reference");
+  // A reference holds a row of logits: 16 bytes a token of even a large
+  // vocabulary, well under this bound.
+  std::istringstream in;
+  try {
+    in.str(readInputFile(path, uint64_t{1} << 30, "a reference"));
+  } catch (const std::runtime_error &error) {
+    throw RuntimeError(std::string("cannot open the reference: ") + error.what());
+  }
   Reference reference;
   std::string line;
   int number = 0;

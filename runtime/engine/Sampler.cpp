@@ -36,6 +36,10 @@ int32_t argmax(const float *logits, size_t count) {
       found = true;
     }
   }
+  if (!found && count > 0)
+    throw RuntimeError("every one of the " + std::to_string(count) +
+                       " logits is NaN: the model computed no number (a non-finite weight or "
+                       "activation), so no token can be chosen");
   return best;
 }
 

@@ -22,7 +22,8 @@ struct SamplingOptions {
 };
 
 // Index of the largest logit, the lowest index on ties; NaN counts as the
-// smallest value. 0 for an empty row.
+// smallest value. 0 for an empty row; throws RuntimeError for a row of NaN
+// only (the model computed nothing to choose from: not token 0).
 int32_t argmax(const float *logits, size_t count);
 
 class Sampler {

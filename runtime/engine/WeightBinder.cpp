@@ -1,5 +1,7 @@
 #include "runtime/engine/WeightBinder.h"
 
+#include "runtime/core/QuoteName.h"
+
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/cpu/ThreadPool.h"
 #include "runtime/engine/WeightLayout.h"
@@ -20,7 +22,7 @@ namespace {
 
 constexpr const char *kExpertPattern = "{e}";
 
-std::string quoted(const std::string &name) { return "'" + name + "'"; }
+std::string quoted(const std::string &name) { return quoteName(name); }
 
 // Elements of one tensor; RuntimeError on a negative size or overflow.
 uint64_t elementCount(const WeightSpec &spec) {
@@ -181,26 +183,55 @@ int64_t layerOf(const std::string &name) {
   return -1;
 }
 
+// The N of "experts.N." in a tensor name, or -1.
+int64_t expertOf(const std::string &name) {
+  static const std::string kExperts = ".experts.";
+  const size_t at = name.find(kExperts);
+  if (at == std::string::npos)
+    return -1;
+  size_t end = at + kExperts.size();
+  int64_t expert = 0;
+  bool digits = false;
+  while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end])) &&
+         expert < (1 << 24)) {
+    expert = expert * 10 + (name[end++] - '0');
+    digits = true;
+  }
+  return digits && end < name.size() && name[end] == '.' ? expert : -1;
+}
+
 } // namespace
 
-void checkNoLayersBeyond(const std::vector<WeightSpec> &specs, const WeightSource &source) {
+void checkDecoderTensors(const std::vector<WeightSpec> &modelSpecs, const WeightSource &source) {
   int64_t last = -1;
-  for (const WeightSpec &spec : specs)
+  uint64_t experts = 0;
+  for (const WeightSpec &spec : modelSpecs) {
+    if (spec.stack > 0)
+      experts = std::max(experts, uint64_t{spec.firstExpert} + spec.stack);
     for (const std::string &name : tensorNames(spec))
       last = std::max(last, layerOf(name));
+  }
   if (last < 0)
     return;
-  for (const std::string &name : source.tensorNames())
-    if (const int64_t layer = layerOf(name); layer > last)
+  for (const std::string &name : source.tensorNames()) {
+    const int64_t layer = layerOf(name);
+    if (layer > last)
       throw RuntimeError(source.description() + " holds " + quoted(name) + " of layer " +
                          std::to_string(layer) + ", but the artifact's model has layers 0.." +
                          std::to_string(last) +
                          " (was it compiled from a config with fewer layers than the "
                          "checkpoint's? num_hidden_layers)");
+    if (const int64_t expert = expertOf(name);
+        layer >= 0 && experts > 0 && expert >= static_cast<int64_t>(experts))
+      throw RuntimeError(source.description() + " holds " + quoted(name) + " of expert " +
+                         std::to_string(expert) + ", but the artifact's model has experts 0.." +
+                         std::to_string(experts - 1) +
+                         " (was it compiled from a config with fewer experts than the "
+                         "checkpoint's? num_experts)");
+  }
 }
 
 void checkWeights(const std::vector<WeightSpec> &specs, const WeightSource &source) {
-  checkNoLayersBeyond(specs, source);
   for (const WeightSpec &spec : specs) {
     checkSpec(spec);
     const TensorType expected{spec.dtype, spec.shape};

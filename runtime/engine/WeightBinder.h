@@ -45,11 +45,16 @@ std::vector<std::string> tensorNames(const WeightSpec &spec);
 // adds up) and against the source (every tensor present with the spec's
 // dtype and shape). Throws RuntimeError naming the first offending tensor,
 // with what was expected and what was found.
-// Also refuses a source holding a decoder layer ("layers.N." in a tensor's
-// name) past the last the specs use: the artifact's config has fewer layers
-// than the checkpoint, whose last layers would silently go unused.
 void checkWeights(const std::vector<WeightSpec> &specs, const WeightSource &source);
-void checkNoLayersBeyond(const std::vector<WeightSpec> &specs, const WeightSource &source);
+
+// Refuses a source holding decoder-layer tensors ("layers.N." in the name)
+// of a layer past the last that `modelSpecs` (the whole model's bindings,
+// every rank's experts) name, or of an expert ("experts.N.") past their
+// experts: the artifact was compiled from a config with fewer layers or
+// experts than the checkpoint's, whose rest would silently go unused. Other
+// tensors the artifact does not read (NVFP4 input scales, a vision tower)
+// are the checkpoint's business.
+void checkDecoderTensors(const std::vector<WeightSpec> &modelSpecs, const WeightSource &source);
 
 // Bytes done out of the total; called from one thread at a time.
 using BindProgress = std::function<void(uint64_t done, uint64_t total)>;

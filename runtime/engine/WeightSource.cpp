@@ -1,6 +1,7 @@
 #include "runtime/engine/WeightSource.h"
 
 #include "runtime/artifact/ModelFacts.h"
+#include "runtime/core/QuoteName.h"
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/engine/SyntheticWeights.h"
 #include "runtime/safetensors/Checkpoint.h"
@@ -74,11 +75,11 @@ private:
 
 uint64_t parseSeed(const std::string &text) {
   if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos)
-    throw RuntimeError("synthetic weights: seed '" + text + "' is not a decimal number");
+    throw RuntimeError("synthetic weights: seed " + quoteName(text) + " is not a decimal number");
   try {
     return std::stoull(text);
   } catch (const std::out_of_range &) {
-    throw RuntimeError("synthetic weights: seed '" + text + "' does not fit in 64 bits");
+    throw RuntimeError("synthetic weights: seed " + quoteName(text) + " does not fit in 64 bits");
   }
 }
 
@@ -104,8 +105,8 @@ std::unique_ptr<WeightSource> openWeightSource(const std::string &spec,
     return openCheckpointWeights(spec);
   const uint64_t seed = parseSeed(spec.substr(prefix.size()));
   if (weightFormat != "bf16" && weightFormat != "nvfp4")
-    throw RuntimeError("synthetic weights: unknown weight format '" + weightFormat +
-                       "' (expected bf16 or nvfp4)");
+    throw RuntimeError("synthetic weights: unknown weight format " + quoteName(weightFormat) +
+                       " (expected bf16 or nvfp4)");
   const ModelFacts model = readModelFacts(configJson, "the artifact's model.config_json");
   return makeSyntheticWeights(model.modelType, configJson, weightFormat, seed);
 }

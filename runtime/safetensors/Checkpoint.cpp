@@ -55,11 +55,11 @@ std::string readIndexFile(const std::string &path) {
   if (size > kMaxIndexSize)
     throw SafetensorsError(path + ": index of " + std::to_string(size) +
                            " bytes is implausibly large");
-  std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof())
-    throw SafetensorsError(path + ": cannot read");
-  return text;
+  try {
+    return readInputFile(path, kMaxIndexSize, "a shard index");
+  } catch (const std::runtime_error &error) {
+    throw SafetensorsError(std::string("cannot read: ") + error.what());
+  }
 }
 
 // Optional "metadata.total_size": a non-negative integer (some writers emit

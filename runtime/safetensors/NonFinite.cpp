@@ -71,4 +71,10 @@ std::string describeNonFinite(const NonFiniteCount &count) {
          std::to_string(count.first) + ")";
 }
 
+std::string nonFiniteLogits(const float *values, size_t count) {
+  const NonFiniteCount found = countNonFinite(DType::F32, reinterpret_cast<const uint8_t *>(values),
+                                              uint64_t{count} * sizeof(float));
+  return found.any() ? "the logits hold " + describeNonFinite(found) : std::string();
+}
+
 } // namespace kiln

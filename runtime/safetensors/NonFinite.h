@@ -6,6 +6,7 @@
 
 #include "runtime/core/DType.h"
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -24,5 +25,10 @@ NonFiniteCount countNonFinite(DType dtype, const uint8_t *bytes, uint64_t size);
 
 // "3 NaN and 1 infinite value(s) (the first at element 17)", for messages.
 std::string describeNonFinite(const NonFiniteCount &count);
+
+// For a row of computed values (logits): empty when every value is finite,
+// else "the logits hold 3 NaN values (the first at element 17)", so that a
+// tool can refuse them by name instead of comparing them or choosing a token.
+std::string nonFiniteLogits(const float *values, size_t count);
 
 } // namespace kiln

@@ -183,7 +183,7 @@ SafetensorsFile SafetensorsFile::open(const std::string &path) {
   // O_NONBLOCK: a FIFO opens at once (and is refused below).
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   if (fd < 0)
-    throw SafetensorsError(path + ": cannot open: " + std::strerror(errno));
+    throw SafetensorsError(path + ": " + openFailure(path, errno));
   FdGuard guard{fd};
   struct stat status;
   if (::fstat(fd, &status) != 0)

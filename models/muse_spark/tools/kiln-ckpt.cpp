@@ -5,6 +5,7 @@
 // (including a config that cannot be loaded).
 #include "models/muse_spark/CheckpointSynth.h"
 #include "models/muse_spark/Config.h"
+#include "runtime/core/QuoteName.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -140,17 +141,17 @@ ParsedArgs parseArgs(int argc, char **argv, int first, const std::vector<std::st
     for (const std::string &name : flags)
       isFlag |= name == arg;
     if (!isKnown && !isFlag)
-      throw UsageError{command + ": unknown option '" + arg + "'"};
+      throw UsageError{command + ": unknown option " + kiln::quoteName(arg)};
     if (isFlag && hasValue)
-      throw UsageError{command + ": option '" + arg + "' takes no value"};
+      throw UsageError{command + ": option " + kiln::quoteName(arg) + " takes no value"};
     if (isKnown && !hasValue) {
       if (i + 1 >= argc)
-        throw UsageError{command + ": option '" + arg + "' needs a value"};
+        throw UsageError{command + ": option " + kiln::quoteName(arg) + " needs a value"};
       value = argv[++i];
     }
     for (const auto &option : parsed.options)
       if (option.first == arg)
-        throw UsageError{command + ": option '" + arg + "' given twice"};
+        throw UsageError{command + ": option " + kiln::quoteName(arg) + " given twice"};
     parsed.options.emplace_back(arg, value);
   }
   return parsed;
@@ -248,19 +249,19 @@ int runSynth(int argc, char **argv) {
   else if (*format == "nvfp4")
     weightFormat = WeightFormat::NVFP4;
   else
-    throw UsageError{cmd + ": --format: expected bf16 or nvfp4, got '" + *format + "'"};
+    throw UsageError{cmd + ": --format: expected bf16 or nvfp4, got " + kiln::quoteName(*format)};
   const std::optional<uint64_t> seed = parseUnsigned(*seedText, false);
   if (!seed)
-    throw UsageError{cmd + ": --seed: expected an unsigned 64-bit integer, got '" + *seedText +
-                     "'"};
+    throw UsageError{cmd + ": --seed: expected an unsigned 64-bit integer, got " +
+                     kiln::quoteName(*seedText)};
   uint64_t maxShard = 2ull << 30;
   if (const std::optional<std::string> text = option(args, "--max-shard-size")) {
     const std::optional<uint64_t> parsed = parseUnsigned(*text, true);
     if (!parsed || *parsed == 0)
       throw UsageError{cmd +
                        ": --max-shard-size: expected a positive byte "
-                       "count (suffix K, M or G allowed), got '" +
-                       *text + "'"};
+                       "count (suffix K, M or G allowed), got " +
+                       kiln::quoteName(*text)};
     maxShard = *parsed;
   }
   const Config config = loadConfigArg(cmd, args.positionals[0]);
@@ -337,7 +338,7 @@ int main(int argc, char **argv) {
       return runSynth(argc, argv);
     if (command == "check")
       return runCheck(argc, argv);
-    throw UsageError{"unknown command '" + command + "' (expected synth or check)"};
+    throw UsageError{"unknown command " + kiln::quoteName(command) + " (expected synth or check)"};
   } catch (const UsageError &error) {
     std::fprintf(stderr, "kiln-ckpt: error: %s\n", error.message.c_str());
     return 2;

@@ -15,6 +15,7 @@
 //   kiln-check ARTIFACT --weights W --prompt-ids 1,2,3 --steps 64 --write FILE
 #include "runtime/comm/Collectives.h"
 #include "runtime/comm/RankLauncher.h"
+#include "runtime/core/FlagValue.h"
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/engine/Engine.h"
 #include "runtime/engine/Reference.h"
@@ -30,6 +31,8 @@
 #include <cstdio>
 #include <cstring>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -80,11 +83,12 @@ std::vector<int32_t> parseIds(const std::string &text) {
     size_t comma = text.find(',', at);
     std::string piece =
         text.substr(at, comma == std::string::npos ? std::string::npos : comma - at);
-    char *end = nullptr;
-    long v = std::strtol(piece.c_str(), &end, 10);
-    if (piece.empty() || *end || v < 0)
-      throw RuntimeError("--prompt-ids: '" + piece + "' is not a token id");
-    ids.push_back(static_cast<int32_t>(v));
+    const std::optional<int32_t> id =
+        integerIn<int32_t>(piece, 0, std::numeric_limits<int32_t>::max());
+    if (!id)
+      throw RuntimeError(
+          notAnIntegerIn<int32_t>("--prompt-ids", piece, 0, std::numeric_limits<int32_t>::max()));
+    ids.push_back(*id);
     if (comma == std::string::npos)
       break;
     at = comma + 1;
@@ -100,13 +104,9 @@ struct UsageError {
 // `text` as an integer in [min, max] (the whole text, 64-bit), or a usage
 // error naming the flag and the range.
 int64_t parseInteger(const std::string &flag, const std::string &text, int64_t min, int64_t max) {
-  int64_t value = 0;
-  const char *end = text.data() + text.size();
-  auto [ptr, error] = std::from_chars(text.data(), end, value);
-  if (text.empty() || error != std::errc() || ptr != end || value < min || value > max)
-    throw UsageError{flag + " takes an integer in " + std::to_string(min) + ".." +
-                     std::to_string(max) + ", not '" + text + "'"};
-  return value;
+  if (std::optional<int64_t> value = integerIn(text, min, max))
+    return *value;
+  throw UsageError{notAnIntegerIn(flag, text, min, max)};
 }
 
 std::string formatNumber(double value) {
@@ -121,8 +121,8 @@ double parsePositive(const std::string &flag, const std::string &text, double ma
   const double value = std::strtod(text.c_str(), &end);
   if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value <= 0 ||
       value > max)
-    throw UsageError{flag + " takes a number above 0 and at most " + formatNumber(max) + ", not '" +
-                     text + "'"};
+    throw UsageError{flag + " takes a number above 0 and at most " + formatNumber(max) + ", not " +
+                     quoteName(text)};
   return value;
 }
 
@@ -130,11 +130,9 @@ double parsePositive(const std::string &flag, const std::string &text, double ma
 // value (or read one from its weights): refused by name, rather than
 // compared (a NaN compares false with everything) or turned into a token.
 void requireFinite(const std::vector<float> &logits, const std::string &what) {
-  const NonFiniteCount count = countNonFinite(
-      DType::F32, reinterpret_cast<const uint8_t *>(logits.data()), logits.size() * sizeof(float));
-  if (count.any())
-    throw RuntimeError(what + ": the logits hold " + describeNonFinite(count) +
-                       ": the artifact computed a non-finite value");
+  const std::string found = nonFiniteLogits(logits.data(), logits.size());
+  if (!found.empty())
+    throw RuntimeError(what + ": " + found + ": the artifact computed a non-finite value");
 }
 
 // Conversation c's prompt: the reference prompt without its first c tokens,
@@ -348,8 +346,8 @@ int main(int argc, char **argv) {
       } else if (arg == "--synthesize") {
         const std::string where = value();
         if (where != "host" && where != "device") {
-          std::fprintf(stderr, "kiln-check: --synthesize takes host or device, not '%s'\n",
-                       where.c_str());
+          std::fprintf(stderr, "kiln-check: --synthesize takes host or device, not %s\n",
+                       quoteName(where).c_str());
           return 2;
         }
         synthesis =
@@ -363,19 +361,11 @@ int main(int argc, char **argv) {
       } else if (arg == "--no-check-weights") {
         checkWeights = false;
       } else if (arg == "--rank") {
-        const std::string text = value();
-        char *end = nullptr;
-        const long r = std::strtol(text.c_str(), &end, 10);
-        if (text.empty() || *end || r < 0) {
-          std::fprintf(stderr, "kiln-check: --rank takes a rank (0, 1, ...), not '%s'\n",
-                       text.c_str());
-          return 2;
-        }
-        loadRank = static_cast<int>(r);
+        loadRank = static_cast<int>(parseInteger(arg, value(), 0, 1023));
       } else if (!arg.empty() && arg[0] != '-' && artifact.empty()) {
         artifact = arg;
       } else {
-        std::fprintf(stderr, "kiln-check: unknown argument '%s'\n", arg.c_str());
+        std::fprintf(stderr, "kiln-check: unknown argument %s\n", quoteName(arg).c_str());
         usage();
         return 2;
       }
@@ -396,8 +386,8 @@ int main(int argc, char **argv) {
     return 2;
   }
   if (synthesis != EngineOptions::Synthesis::Auto && weights.rfind("synthetic:", 0) != 0) {
-    std::fprintf(stderr, "kiln-check: --synthesize applies to synthetic:SEED weights, not '%s'\n",
-                 weights.c_str());
+    std::fprintf(stderr, "kiln-check: --synthesize applies to synthetic:SEED weights, not %s\n",
+                 quoteName(weights).c_str());
     return 2;
   }
   if (nproc > 1)

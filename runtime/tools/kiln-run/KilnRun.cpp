@@ -1,4 +1,5 @@
 #include "runtime/tools/kiln-run/KilnRun.h"
+#include "runtime/core/FlagValue.h"
 #include "runtime/core/QuoteName.h"
 
 #include "runtime/artifact/Artifact.h"
@@ -36,8 +37,8 @@ constexpr const char *kUsage =
                 (--prompt TEXT | --prompt-file PATH) --max-new-tokens N [options]
 
 Generates tokens with a Kiln artifact, x86 (kilnc --target=x86) on this CPU,
-nvptx (kilnc --target=sm_90|sm_100) on an NVIDIA GPU or amdgcn (kilnc
---target=gfx942|gfx950) on an AMD GPU, and reports the time
+nvptx (kilnc --target=sm_90, sm_100, ...) on an NVIDIA GPU or amdgcn (kilnc
+--target=gfx942, gfx950, ...) on an AMD GPU, and reports the time
 to first token, the time per output token and tokens/s.
 
   ARTIFACT                  the .kiln file
@@ -121,13 +122,9 @@ struct Options {
 
 template <typename Int>
 Int parseInteger(const std::string &flag, const std::string &text, Int min, Int max) {
-  Int value{};
-  const char *end = text.data() + text.size();
-  auto [ptr, error] = std::from_chars(text.data(), end, value);
-  if (text.empty() || error != std::errc() || ptr != end || value < min || value > max)
-    throw UsageError(flag + ": " + quoteName(text) + " is not an integer in " +
-                     std::to_string(min) + ".." + std::to_string(max));
-  return value;
+  if (std::optional<Int> value = integerIn(text, min, max))
+    return *value;
+  throw UsageError(notAnIntegerIn(flag, text, min, max));
 }
 
 double parseNumber(const std::string &flag, const std::string &text) {

@@ -2,6 +2,7 @@
 // (runtime/serve/).
 #include "runtime/artifact/Artifact.h"
 #include "runtime/artifact/ModelFacts.h"
+#include "runtime/core/FlagValue.h"
 #include "runtime/core/QuoteName.h"
 #include "runtime/engine/Engine.h"
 #include "runtime/serve/Scheduler.h"
@@ -79,13 +80,9 @@ struct UsageError : std::runtime_error {
 };
 
 int64_t integer(const std::string &flag, const std::string &text, int64_t low, int64_t high) {
-  int64_t value = 0;
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size() || value < low ||
-      value > high)
-    throw UsageError(flag + ": " + kiln::quoteName(text) + " is not an integer in " +
-                     std::to_string(low) + ".." + std::to_string(high));
-  return value;
+  if (std::optional<int64_t> value = kiln::integerIn(text, low, high))
+    return *value;
+  throw UsageError(kiln::notAnIntegerIn(flag, text, low, high));
 }
 
 int run(const std::vector<std::string> &args) {

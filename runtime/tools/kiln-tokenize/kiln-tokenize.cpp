@@ -1,6 +1,7 @@
 // kiln-tokenize: text to token ids and back with a checkpoint's tokenizer
 // (runtime/text/Tokenizer.h).
 #include "runtime/core/InputFile.h"
+#include "runtime/core/QuoteName.h"
 #include "runtime/core/StrictJson.h"
 #include "runtime/text/Tokenizer.h"
 
@@ -51,8 +52,8 @@ std::vector<int32_t> parseIds(const std::string &text) {
     int32_t id = 0;
     const auto [end, error] = std::from_chars(text.data() + at, text.data() + comma, id);
     if (error != std::errc() || end != text.data() + comma || id < 0)
-      throw std::runtime_error("--decode: '" + text.substr(at, comma - at).substr(0, 40) +
-                               "' is not a token id (expected 1,2,3)");
+      throw std::runtime_error("--decode: " + kiln::quoteName(text.substr(at, comma - at)) +
+                               " is not a token id (expected 1,2,3)");
     ids.push_back(id);
     at = comma + 1;
   }
@@ -88,7 +89,7 @@ int run(const std::vector<std::string> &args) {
     } else if (tokenizerPath.empty()) {
       tokenizerPath = arg;
     } else {
-      throw std::runtime_error("one tokenizer only ('" + arg + "' is a second)");
+      throw std::runtime_error("one tokenizer only (" + kiln::quoteName(arg) + " is a second)");
     }
   }
   if (tokenizerPath.empty() || mode.empty())

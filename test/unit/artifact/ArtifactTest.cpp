@@ -385,10 +385,15 @@ TEST(ArtifactTest, AConfigWithoutTheModelsSizesIsRefusedAtLoad) {
   std::string message = loadError(a);
   expectOneLine(message);
   EXPECT_CONTAINS_ALL(message, "model.config_json: field 'max_position_embeddings'",
-                      "expected a positive integer, got nothing");
+                      "expected an integer in 1..16777216, got nothing");
   a.configJson = R"({"model_type":"muse_spark","vocab_size":"many","max_position_embeddings":8})";
   EXPECT_CONTAINS_ALL(loadError(a),
-                      "field 'vocab_size': expected a positive integer, got \"many\"");
+                      "field 'vocab_size': expected an integer in 1..16777216, got \"many\"");
+  // Bounded before the runtime sizes logits by it (rows times vocab_size).
+  a.configJson =
+      R"({"model_type":"muse_spark","vocab_size":4611686018427387904,"max_position_embeddings":8})";
+  EXPECT_CONTAINS_ALL(loadError(a), "field 'vocab_size': expected an integer in 1..16777216",
+                      "4611686018427387904");
   a.configJson = std::string(100000, '[') + std::string(100000, ']');
   EXPECT_CONTAINS_ALL(loadError(a), "model.config_json", "nesting deeper than");
 }
@@ -579,7 +584,15 @@ TEST(ArtifactTest, SharedBytesAreForNvptxWithinTheLimit) {
   std::string message = loadError(a);
   expectOneLine(message);
   EXPECT_EQ(message, "test.kiln: kernels[0] 'linear_amx_bf16'.shared_bytes 232449: more than "
-                     "the 232448 bytes (227 KiB) of dynamic shared memory a block can have");
+                     "the 232448 bytes (227 KiB) of dynamic shared memory a block can have on "
+                     "sm_90a");
+  // The limit is the chip table's: a Blackwell workstation block has 99 KiB.
+  a.chip = "sm_120";
+  a.kernels[0].sharedBytes = 99 * 1024 + 1;
+  EXPECT_CONTAINS_ALL(loadError(a), "shared_bytes 101377: more than the 101376 bytes (99 KiB)",
+                      "a block can have on sm_120");
+  a.kernels[0].sharedBytes = 99 * 1024;
+  EXPECT_NO_THROW(Artifact::fromBytes(serialize(a), kSource));
   a = minimalArtifact();
   a.kernels[1].sharedBytes = 1024;
   EXPECT_EQ(loadError(a), "test.kiln: kernels[1] 'attention_bf16'.shared_bytes 1024: dynamic "
@@ -858,6 +871,9 @@ TEST(ArtifactTest, KvCacheRing) {
   verify.name = "verify";
   verify.maxTokens = 4;
   a.entryPoints.push_back(verify);
+  // A verify entry writes every token's logits.
+  EXPECT_CONTAINS_ALL(loadError(a), "'verify': a verify entry must write every token's logits");
+  a.entryPoints.back().logitsRows = tokens();
   EXPECT_NO_THROW(Artifact::fromBytes(serialize(a), kSource));
   a.kvCaches[1].ring = 12;
   EXPECT_CONTAINS_ALL(loadError(a), "kv_caches[1].ring: 12 slots for window 8", "tokens - 1, 3)");

@@ -311,11 +311,14 @@ TEST_F(EngineTest, OnlyOneEntryPoint) {
 TEST_F(EngineTest, CheckpointWeightsMatchSynthetic) {
   std::string dir = ::testing::TempDir() + "/kiln-engine-XXXXXX";
   ASSERT_NE(::mkdtemp(dir.data()), nullptr);
-  // The test artifact holds layer 0 of tiny: its checkpoint, one layer (a
-  // checkpoint with layers the artifact lacks is refused).
+  // The test artifact holds layer 0 of tiny and experts 1 and 2: its
+  // checkpoint, one layer of three experts (a checkpoint with layers or
+  // experts the artifact lacks is refused).
   muse_spark::Config oneLayer = muse_spark::loadConfig("muse-spark-tiny");
   oneLayer.numHiddenLayers = 1;
   oneLayer.globalAttentionPeriod = 1;
+  oneLayer.numExperts = 3;
+  oneLayer.numExpertsPerTok = std::min<int64_t>(oneLayer.numExpertsPerTok, 3);
   muse_spark::writeSyntheticCheckpoint(oneLayer, muse_spark::WeightFormat::BF16, 5, dir,
                                        uint64_t{2} << 20);
   EngineOptions options;

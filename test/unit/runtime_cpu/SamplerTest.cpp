@@ -39,6 +39,11 @@ TEST(Sampler, ArgmaxLowestIndexOnTies) {
   const std::vector<float> allLow = {-inf, -inf};
   EXPECT_EQ(argmax(allLow.data(), allLow.size()), 0);
   EXPECT_EQ(argmax(nullptr, 0), 0);
+  // A row of NaN only is the model failing, not token 0.
+  const std::vector<float> allNan = {nan, nan, nan};
+  EXPECT_THROW(argmax(allNan.data(), allNan.size()), RuntimeError);
+  Sampler sampling({1.0, 0.9, 3});
+  EXPECT_THROW(sampling.sample(allNan), RuntimeError);
 }
 
 TEST(Sampler, TemperatureZeroIsGreedy) {

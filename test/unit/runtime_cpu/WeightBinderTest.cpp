@@ -5,10 +5,10 @@
 
 #include "models/muse_spark/CheckpointSynth.h"
 #include "models/muse_spark/SyntheticWeights.h"
+#include "runtime/artifact/ModelFacts.h"
 #include "runtime/core/Float.h"
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/cpu/ThreadPool.h"
-#include "runtime/artifact/ModelFacts.h"
 #include "runtime/engine/WeightLayout.h"
 #include "runtime/engine/WeightSource.h"
 #include "runtime/safetensors/Checkpoint.h"
@@ -346,10 +346,10 @@ TEST(ModelFactsTest, ReadsTheConfigsFieldsAndNamesWhatIsWrong) {
                    R"({"model_type": "m", "vocab_size": 0, "max_position_embeddings": 8})",
                    "c.json");
              }),
-             "c.json: field 'vocab_size': expected a positive integer, got 0");
+             "c.json: field 'vocab_size': expected an integer in 1..16777216, got 0");
   EXPECT_HAS(
       runtimeErrorOf([] { readModelFacts(R"({"model_type": "m", "vocab_size": 8})", "c.json"); }),
-      "field 'max_position_embeddings': expected a positive integer, got nothing");
+      "field 'max_position_embeddings': expected an integer in 1..16777216, got nothing");
   EXPECT_HAS(runtimeErrorOf([] { readModelFacts("[1]", "c.json"); }),
              "expected a JSON object, got an array");
   // JSON nested deeper than any config is refused as it is parsed (printing
@@ -364,9 +364,10 @@ TEST(ModelFactsTest, ReadsTheConfigsFieldsAndNamesWhatIsWrong) {
   const std::string message = runtimeErrorOf([&] {
     readModelFacts(R"({"model_type": "m", "vocab_size": ")" + longName + R"("})", "c.json");
   });
-  EXPECT_HAS(message, "field 'vocab_size': expected a positive integer, got \"xxx");
+  EXPECT_HAS(message, "field 'vocab_size': expected an integer in 1..16777216, got \"xxx");
   EXPECT_LT(message.size(), 200u);
-  EXPECT_HAS(runtimeErrorOf([] { readModelFacts("{", "c.json"); }), "c.json: not valid JSON at byte 2");
+  EXPECT_HAS(runtimeErrorOf([] { readModelFacts("{", "c.json"); }),
+             "c.json: not valid JSON at byte 2");
 }
 
 TEST_F(WeightBinderTest, Nvfp4Synthetic) {

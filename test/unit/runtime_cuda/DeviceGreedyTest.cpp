@@ -7,8 +7,9 @@
 // build lacks); ctest label "cuda", skipped without a CUDA device.
 #include "runtime/engine/DeviceGreedy.h"
 
-#include "runtime/cuda/CudaDriverTable.h"
+#include "runtime/cpu/RuntimeError.h"
 #include "runtime/cuda/CudaDriver.h"
+#include "runtime/cuda/CudaDriverTable.h"
 #include "runtime/engine/Sampler.h"
 
 #include <gtest/gtest.h>
@@ -64,14 +65,13 @@ TEST(DeviceGreedyTest, ChoosesWhatTheHostArgmaxChooses) {
   rows.push_back(std::vector<float>(kVocab, -1.0f));
   rows.back()[3] = -0.0f;
   rows.back()[10] = 0.0f;
-  // NaN never wins; +inf does; a row of -inf only: 0; of NaN only: 0.
+  // NaN never wins; +inf does; a row of -inf only: 0 (NaN only: below).
   rows.push_back(noise());
   rows.back()[0] = nan;
   rows.back()[100] = 90.0f;
   rows.push_back(noise());
   rows.back()[123456] = inf;
   rows.push_back(std::vector<float>(kVocab, -inf));
-  rows.push_back(std::vector<float>(kVocab, nan));
   // -inf counts as a number: the first one after NaNs.
   rows.push_back(std::vector<float>(kVocab, -inf));
   rows.back()[0] = rows.back()[1] = nan;
@@ -95,6 +95,14 @@ TEST(DeviceGreedyTest, ChoosesWhatTheHostArgmaxChooses) {
   EXPECT_EQ(greedy->choose(logits.address(), 2, kVocab),
             std::vector<int32_t>(chosen.begin(), chosen.begin() + 2));
   EXPECT_THROW(greedy->choose(logits.address(), count + 1, kVocab), std::exception);
+
+  // A row of NaN only (the model computed no number) is an error, as the
+  // host's argmax says, not token 0.
+  std::vector<float> nanRows(noise());
+  nanRows.resize(2 * size_t(kVocab), nan);
+  EXPECT_THROW(argmax(nanRows.data() + kVocab, size_t(kVocab)), RuntimeError);
+  backend->upload(logits.address(), nanRows.data(), nanRows.size() * 4);
+  EXPECT_THROW(greedy->choose(logits.address(), 2, kVocab), RuntimeError);
 }
 
 } // namespace
