@@ -12,7 +12,6 @@
 #include "mlir/IR/BuiltinOps.h"
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/DenseSet.h"
-#include "llvm/ADT/TypeSwitch.h"
 
 using namespace mlir;
 
@@ -26,51 +25,13 @@ namespace {
 using sharding::kEpGrid;
 using sharding::kTpGrid;
 
-// Operands whose leading dimension is the token dimension, for ops that work
-// token by token. Empty for ops that are not token-local.
-SmallVector<OpOperand *> tokenOperands(Operation *op) {
-  SmallVector<OpOperand *> operands;
-  auto add = [&](OpOperand &o) { operands.push_back(&o); };
-  llvm::TypeSwitch<Operation *>(op)
-      .Case([&](RmsNormOp o) { add(o.getInputMutable()); })
-      .Case<MulOp, AddOp>([&](auto o) {
-        add(o.getLhsMutable());
-        auto lhs = llvm::cast<RankedTensorType>(o.getLhs().getType());
-        if (llvm::cast<RankedTensorType>(o.getRhs().getType()).getRank() == lhs.getRank())
-          add(o.getRhsMutable());
-      })
-      .Case([&](LinearOp o) { add(o.getInputMutable()); })
-      .Case([&](RouterTopKOp o) { add(o.getLogitsMutable()); })
-      .Case([&](LocalExpertsOp o) { add(o.getIndicesMutable()); })
-      .Case([&](ExpertSwiGLUOp o) {
-        add(o.getInputMutable());
-        add(o.getIndicesMutable());
-      })
-      .Case([&](ExpertNormOp o) {
-        add(o.getInputMutable());
-        add(o.getIndicesMutable());
-      })
-      .Case([&](CombineOp o) {
-        add(o.getInputMutable());
-        add(o.getWeightsMutable());
-      })
-      .Case([&](MegaMoEOp o) {
-        add(o.getInputMutable());
-        add(o.getIndicesMutable());
-        add(o.getWeightsMutable());
-      })
-      .Case([&](NormResidualOp o) {
-        add(o.getResidualMutable());
-        add(o.getUpdateMutable());
-      });
-  return operands;
-}
-
-// Ops of the attention block that need every token: the QKV projections
-// (their results are split into heads), the head-wise ops, attention and the
-// o_proj (it reads merged heads), plus the output head.
+// Ops of the attention block that need every token: those that declare it
+// (attention, the merge of its heads, the output head), the head-wise ops
+// between a QKV projection and attention, and the projections on either side
+// of them, QKV (its results are split into heads) and o_proj (it reads merged
+// heads), which are token-wise ops that only their place makes whole-sequence.
 bool needsAllTokens(Operation *op) {
-  if (op->hasTrait<OpTrait::HeadWise>() || llvm::isa<AttentionOp, MergeHeadsOp, LogitsOp>(op))
+  if (op->hasTrait<OpTrait::HeadWise>() || op->hasTrait<OpTrait::WholeSequence>())
     return true;
   if (auto linear = llvm::dyn_cast<LinearOp>(op))
     return linear.getInput().getDefiningOp<MergeHeadsOp>() ||
@@ -174,9 +135,21 @@ struct InsertSPCollectives final : impl::InsertSPCollectivesBase<InsertSPCollect
             operand.set(gather(operand.get(), &op));
         continue;
       }
-      SmallVector<OpOperand *> tokens = tokenOperands(&op);
-      if (tokens.empty() ||
-          llvm::none_of(tokens, [&](OpOperand *o) { return sharded.contains(o->get()); }))
+      const bool takesShard =
+          llvm::any_of(op.getOpOperands(), [&](OpOperand &o) { return sharded.contains(o.get()); });
+      auto tokenWise = llvm::dyn_cast<TokenWiseOp>(&op);
+      if (!tokenWise) {
+        // An op of no declared kind would silently compute on a shard as if
+        // it were the sequence.
+        if (takesShard)
+          return op.emitOpError()
+                 << "takes a token-sharded operand but declares neither TokenWiseOp (it "
+                    "works token by token) nor WholeSequence (it needs every token): "
+                    "kiln-insert-sp-collectives cannot place it (KilnInterfaces.td)";
+        continue;
+      }
+      SmallVector<OpOperand *> tokens = tokenWise.getTokenOperands();
+      if (llvm::none_of(tokens, [&](OpOperand *o) { return sharded.contains(o->get()); }))
         continue;
       for (OpOperand *operand : tokens)
         if (!sharded.contains(operand->get()))

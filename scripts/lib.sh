@@ -16,8 +16,9 @@ KILN_PACKAGES=(
   # kiln-serve's HTTP (Debian builds cpp-httplib with OpenSSL, zlib and
   # Brotli, whose headers its header then includes)
   libcpp-httplib-dev libssl-dev zlib1g-dev libbrotli-dev
-  # the libFuzzer targets (clang's fuzzer runtime is its own package)
-  clang libclang-rt-14-dev
+  # the libFuzzer targets (clang's fuzzer runtime is its own package), and
+  # the source-format test
+  clang libclang-rt-14-dev clang-format
   rocm-device-libs libamdhip64-dev
   # oneDNN's CMake package config (the x86 GEMM benchmark's yardstick) asks
   # for OpenCL; without these, configuring stops on a fresh machine.

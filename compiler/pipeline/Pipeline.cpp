@@ -35,7 +35,8 @@ struct GraphPipelineOptions : public mlir::PassPipelineOptions<GraphPipelineOpti
   Option<int64_t> ep{*this, "ep", llvm::cl::desc("Expert-parallel ranks"), llvm::cl::init(1)};
   Option<bool> sp{*this, "sp", llvm::cl::desc("Sequence parallelism over the TP group"),
                   llvm::cl::init(false)};
-  Option<bool> fuse{*this, "fuse", llvm::cl::desc("Norm/residual, head-norm/rope and MegaMoE fusion"),
+  Option<bool> fuse{*this, "fuse",
+                    llvm::cl::desc("Norm/residual, head-norm/rope and MegaMoE fusion"),
                     llvm::cl::init(true)};
   Option<bool> splitPooler{*this, "split-pooler",
                            llvm::cl::desc("Split the pooler over TP where SP allows it"),

@@ -528,12 +528,44 @@ LogicalResult MegaMoEOp::verifySymbolUses(SymbolTableCollection &) {
   return success();
 }
 
+//===----------------------------------------------------------------------===//
+// TokenWiseOp: the operands whose dimension 0 is the token dimension
+//===----------------------------------------------------------------------===//
+
+namespace {
+using Operands = llvm::SmallVector<mlir::OpOperand *>;
+// A broadcast binary op's rhs is per-token only when it has lhs's rank (a
+// per-channel vector is broadcast over the tokens).
+template <typename BinaryOp> Operands binaryTokenOperands(BinaryOp op) {
+  Operands operands{&op.getLhsMutable()};
+  if (op.getRhs().getType().getRank() == op.getLhs().getType().getRank())
+    operands.push_back(&op.getRhsMutable());
+  return operands;
+}
+} // namespace
+
+Operands RmsNormOp::getTokenOperands() { return {&getInputMutable()}; }
+Operands MulOp::getTokenOperands() { return binaryTokenOperands(*this); }
+Operands AddOp::getTokenOperands() { return binaryTokenOperands(*this); }
+Operands LinearOp::getTokenOperands() { return {&getInputMutable()}; }
+Operands RouterTopKOp::getTokenOperands() { return {&getLogitsMutable()}; }
+Operands LocalExpertsOp::getTokenOperands() { return {&getIndicesMutable()}; }
+Operands ExpertSwiGLUOp::getTokenOperands() { return {&getInputMutable(), &getIndicesMutable()}; }
+Operands ExpertNormOp::getTokenOperands() { return {&getInputMutable(), &getIndicesMutable()}; }
+Operands CombineOp::getTokenOperands() { return {&getInputMutable(), &getWeightsMutable()}; }
+Operands MegaMoEOp::getTokenOperands() {
+  return {&getInputMutable(), &getIndicesMutable(), &getWeightsMutable()};
+}
+Operands NormResidualOp::getTokenOperands() { return {&getResidualMutable(), &getUpdateMutable()}; }
+
 bool isRouterLogits(LinearOp op) {
   return llvm::any_of(op.getResult().getUsers(),
                       [](mlir::Operation *user) { return llvm::isa<RouterTopKOp>(user); });
 }
 
 } // namespace kiln
+
+#include "dialects/kiln/KilnInterfaces.cpp.inc"
 
 #define GET_OP_CLASSES
 #include "dialects/kiln/KilnOps.cpp.inc"

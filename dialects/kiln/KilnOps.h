@@ -7,8 +7,9 @@
 #include "mlir/IR/SymbolTable.h"
 #include "mlir/Interfaces/SideEffectInterfaces.h"
 
-#include "dialects/kiln/KilnDialect.h"
 #include "dialects/kiln/KilnAttrs.h"
+#include "dialects/kiln/KilnDialect.h"
+#include "dialects/kiln/KilnInterfaces.h"
 #include "dialects/kiln/KilnTraits.h"
 
 #include <string>

@@ -10,6 +10,7 @@
 
 include "dialects/kiln/KilnDialect.td"
 include "dialects/kiln/KilnAttrs.td"
+include "dialects/kiln/KilnInterfaces.td"
 include "mlir/Interfaces/SideEffectInterfaces.td"
 include "mlir/IR/CommonAttrConstraints.td"
 include "mlir/IR/SymbolInterfaces.td"
@@ -18,6 +19,11 @@ include "mlir/IR/SymbolInterfaces.td"
 def Kiln_HeadWise : NativeOpTrait<"HeadWise"> {
   let cppNamespace = "::kiln::OpTrait";
 }
+def Kiln_WholeSequence : NativeOpTrait<"WholeSequence"> {
+  let cppNamespace = "::kiln::OpTrait";
+}
+// The op works token by token: getTokenOperands() in KilnOps.cpp.
+def Kiln_TokenWise : DeclareOpInterfaceMethods<Kiln_TokenWiseOpInterface>;
 
 def Kiln_FloatTensor : RankedTensorOf<[AnyFloat]>;
 def Kiln_IndexTensor : RankedTensorOf<[I32]>;
@@ -110,7 +116,7 @@ def Kiln_EmbedOp : Kiln_Op<"embed", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {
+def Kiln_LogitsOp : Kiln_Op<"logits", [Pure, Kiln_WholeSequence]> {
   let summary = "output head: fp32 logits over the vocabulary";
   let description = [{
     `result[t, v] = sum_i x[t, i] * head[v, i]`, accumulated and returned in
@@ -132,7 +138,8 @@ def Kiln_LogitsOp : Kiln_Op<"logits", [Pure]> {
 // Norms and elementwise ops
 //===----------------------------------------------------------------------===//
 
-def Kiln_RmsNormOp : Kiln_Op<"rms_norm", [Pure, AllTypesMatch<["input", "result"]>]> {
+def Kiln_RmsNormOp : Kiln_Op<"rms_norm", [Pure, Kiln_TokenWise,
+    AllTypesMatch<["input", "result"]>]> {
   let summary = "RMSNorm over the feature dimension";
   let description = [{
     `result[t, :] = x[t, :] / sqrt(mean(x[t, :]^2) + eps) * weight`, computed in
@@ -168,7 +175,7 @@ def Kiln_HeadNormOp : Kiln_Op<"head_norm", [Pure, Kiln_HeadWise,
 }
 
 class Kiln_BroadcastBinaryOp<string mnemonic, string formula>
-    : Kiln_Op<mnemonic, [Pure, AllTypesMatch<["lhs", "result"]>]> {
+    : Kiln_Op<mnemonic, [Pure, Kiln_TokenWise, AllTypesMatch<["lhs", "result"]>]> {
   let arguments = (ins Kiln_FloatTensor:$lhs, Kiln_FloatTensor:$rhs);
   let results = (outs Kiln_FloatTensor:$result);
   let assemblyFormat = "$lhs `,` $rhs attr-dict `:` type($lhs) `,` type($rhs)";
@@ -196,7 +203,7 @@ def Kiln_AddOp : Kiln_BroadcastBinaryOp<"add", "`lhs + rhs`"> {
 // Projections
 //===----------------------------------------------------------------------===//
 
-def Kiln_LinearOp : Kiln_Op<"linear", [Pure]> {
+def Kiln_LinearOp : Kiln_Op<"linear", [Pure, Kiln_TokenWise]> {
   let summary = "x · Wᵀ with an [out, in] weight";
   let description = [{
     `result[t, o] = sum_i x[t, i] * weight[o, i]`, accumulated in f32 and
@@ -231,7 +238,7 @@ def Kiln_SplitHeadsOp : Kiln_Op<"split_heads", [Pure, Kiln_HeadWise]> {
   let hasVerifier = 1;
 }
 
-def Kiln_MergeHeadsOp : Kiln_Op<"merge_heads", [Pure]> {
+def Kiln_MergeHeadsOp : Kiln_Op<"merge_heads", [Pure, Kiln_WholeSequence]> {
   let summary = "view [tokens, heads, head_dim] as [tokens, heads*head_dim]";
   let description = [{
     The inverse of `kiln.split_heads`: concatenates the heads of each token.
@@ -263,7 +270,7 @@ def Kiln_RopeOp : Kiln_Op<"rope", [Pure, Kiln_HeadWise, AllTypesMatch<["input", 
   let hasVerifier = 1;
 }
 
-def Kiln_AttentionOp : Kiln_Op<"attention", [Pure]> {
+def Kiln_AttentionOp : Kiln_Op<"attention", [Pure, Kiln_WholeSequence]> {
   let summary = "causal grouped-query attention, optionally within a sliding window";
   let description = [{
     Scaled dot-product attention of `q` (`[T, Hq, D]`) over `k` and `v`
@@ -300,7 +307,7 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [Pure]> {
 // Latent mixture of experts
 //===----------------------------------------------------------------------===//
 
-def Kiln_RouterTopKOp : Kiln_Op<"router_topk", [Pure]> {
+def Kiln_RouterTopKOp : Kiln_Op<"router_topk", [Pure, Kiln_TokenWise]> {
   let summary = "softmax router: top-k experts per token, renormalised weights";
   let description = [{
     For router logits `[T, E]`: `p = softmax(logits)` in f32, the `k` experts
@@ -319,7 +326,7 @@ def Kiln_RouterTopKOp : Kiln_Op<"router_topk", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Kiln_ExpertSwiGLUOp : Kiln_Op<"expert_swiglu", [Pure]> {
+def Kiln_ExpertSwiGLUOp : Kiln_Op<"expert_swiglu", [Pure, Kiln_TokenWise]> {
   let summary = "grouped SwiGLU MLP of each token's selected experts";
   let description = [{
     For latent input `z` (`[T, Lt]`) and selected experts `indices` (`[T, k]`),
@@ -344,7 +351,8 @@ def Kiln_ExpertSwiGLUOp : Kiln_Op<"expert_swiglu", [Pure]> {
   let hasVerifier = 1;
 }
 
-def Kiln_ExpertNormOp : Kiln_Op<"expert_norm", [Pure, AllTypesMatch<["input", "result"]>]> {
+def Kiln_ExpertNormOp : Kiln_Op<"expert_norm", [Pure, Kiln_TokenWise,
+    AllTypesMatch<["input", "result"]>]> {
   let summary = "per-expert RMSNorm of each selected expert's output";
   let description = [{
     `result[t, j] = RMSNorm(input[t, j]; weight[indices[t, j]])`: each expert
@@ -366,7 +374,7 @@ def Kiln_ExpertNormOp : Kiln_Op<"expert_norm", [Pure, AllTypesMatch<["input", "r
   let hasVerifier = 1;
 }
 
-def Kiln_CombineOp : Kiln_Op<"combine", [Pure]> {
+def Kiln_CombineOp : Kiln_Op<"combine", [Pure, Kiln_TokenWise]> {
   let summary = "weighted sum of each token's expert outputs, in f32";
   let description = [{
     `result[t] = sum_j weights[t, j] * input[t, j]`, accumulated in f32.
@@ -386,7 +394,7 @@ def Kiln_CombineOp : Kiln_Op<"combine", [Pure]> {
 // Fused ops (formed by passes/)
 //===----------------------------------------------------------------------===//
 
-def Kiln_NormResidualOp : Kiln_Op<"norm_residual", [Pure,
+def Kiln_NormResidualOp : Kiln_Op<"norm_residual", [Pure, Kiln_TokenWise,
     AllTypesMatch<["residual", "update", "new_residual", "normed"]>]> {
   let summary = "post-norm, gated residual add and the next norm, as one op";
   let description = [{
@@ -445,7 +453,8 @@ def Kiln_HeadNormRopeOp : Kiln_Op<"head_norm_rope", [Pure, Kiln_HeadWise,
   let hasVerifier = 1;
 }
 
-def Kiln_LocalExpertsOp : Kiln_Op<"local_experts", [Pure, AllTypesMatch<["indices", "result"]>,
+def Kiln_LocalExpertsOp : Kiln_Op<"local_experts", [Pure, Kiln_TokenWise,
+    AllTypesMatch<["indices", "result"]>,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "renumber selected experts to this rank's block, -1 for the others";
   let description = [{
@@ -476,7 +485,8 @@ def Kiln_LocalExpertsOp : Kiln_Op<"local_experts", [Pure, AllTypesMatch<["indice
   }];
 }
 
-def Kiln_MegaMoEOp : Kiln_Op<"megamoe", [Pure, AllTypesMatch<["input", "result"]>,
+def Kiln_MegaMoEOp : Kiln_Op<"megamoe", [Pure, Kiln_TokenWise,
+    AllTypesMatch<["input", "result"]>,
     DeclareOpInterfaceMethods<SymbolUserOpInterface>]> {
   let summary = "the whole expert stage: dispatch, SwiGLU experts, per-expert norm, combine";
   let description = [{

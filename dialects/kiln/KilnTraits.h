@@ -14,4 +14,12 @@ namespace kiln::OpTrait {
 template <typename ConcreteType>
 class HeadWise : public mlir::OpTrait::TraitBase<ConcreteType, HeadWise> {};
 
+// The op needs every token of the sequence (attention, the merge of its
+// heads, the output head): kiln-insert-sp-collectives gathers a token-sharded
+// operand back before it. Ops that work token by token implement
+// TokenWiseOp (KilnInterfaces.td) instead; an op with neither takes no
+// token-sharded operand.
+template <typename ConcreteType>
+class WholeSequence : public mlir::OpTrait::TraitBase<ConcreteType, WholeSequence> {};
+
 } // namespace kiln::OpTrait

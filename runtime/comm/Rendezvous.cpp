@@ -1,6 +1,7 @@
 #include "runtime/comm/Rendezvous.h"
 
 #include "runtime/comm/Collectives.h"
+#include "runtime/core/AtomicFile.h"
 
 #include <cerrno>
 #include <chrono>
@@ -14,18 +15,10 @@
 namespace kiln {
 
 void publishRendezvous(const std::string &path, const std::string &bytes) {
-  const std::string temporary = path + ".tmp." + std::to_string(getpid());
-  {
-    std::ofstream out(temporary, std::ios::binary | std::ios::trunc);
-    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-    if (!out.flush())
-      throw RuntimeError("rendezvous " + path + ": cannot write " + temporary + ": " +
-                         std::strerror(errno));
-  }
-  if (std::rename(temporary.c_str(), path.c_str()) != 0) {
-    const std::string reason = std::strerror(errno);
-    std::remove(temporary.c_str());
-    throw RuntimeError("rendezvous " + path + ": cannot rename " + temporary + ": " + reason);
+  try {
+    writeFileAtomically(path, bytes);
+  } catch (const FileWriteError &error) {
+    throw RuntimeError("rendezvous " + path + ": " + error.what());
   }
 }
 

@@ -3,6 +3,8 @@
 #include "runtime/gpu/GpuGraph.h"
 #include "runtime/gpu/KernelParams.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -207,9 +209,19 @@ void GpuBackend::loadKernels(const Artifact &artifact) {
     loadedKernel.name = kernel->name()->str();
     check(table_->function(&loadedKernel.function, module_, loadedKernel.name.c_str()),
           source_ + ": kernel '" + loadedKernel.name + "' (not in " + table_->libraryKind() + "?)");
-    const std::string tiling = kernel->tiling() ? kernel->tiling()->str() : std::string();
-    loadedKernel.persistent = tiling.find("\"kind\": \"persistent\"") != std::string::npos;
-    loadedKernel.exchanges = tiling.find("\"exchange\": \"peer\"") != std::string::npos;
+    // The tiling (JSON, as the compiler wrote it beside the kernel) says how
+    // it is launched: a persistent kernel, one exchanging with peers.
+    const nlohmann::json tiling =
+        kernel->tiling() ? nlohmann::json::parse(kernel->tiling()->str(), nullptr, false)
+                         : nlohmann::json();
+    auto field = [&](const char *key) {
+      if (!tiling.is_object())
+        return std::string();
+      auto it = tiling.find(key);
+      return it != tiling.end() && it->is_string() ? it->get<std::string>() : std::string();
+    };
+    loadedKernel.persistent = field("kind") == "persistent";
+    loadedKernel.exchanges = field("exchange") == "peer";
     loadedKernel.sharedLimit =
         allowSharedBytes(loadedKernel.function, loadedKernel.name, kernel->shared_bytes());
     kernels_.push_back(std::move(loadedKernel));

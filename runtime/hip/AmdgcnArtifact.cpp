@@ -8,10 +8,10 @@ namespace fb = kiln::artifact;
 
 namespace {
 
-// LLVM's AMDGPU feature names a gfx942 / gfx950 artifact may carry, with an
+// LLVM's AMDGPU feature names an amdgcn artifact may carry, with an
 // optional '+' or '-': the code object's XNACK and SRAMECC modes, and the
-// modes that do not change how HIP runs it. wavefrontsize32 is not among
-// them: these chips run wavefronts of 64.
+// modes that do not change how HIP runs it. The wavefront size is not among
+// them: it is the chip's (the chip table's warp column).
 struct Feature {
   std::string_view name;
   bool mayDisable;

@@ -10,7 +10,8 @@
 
 namespace kiln {
 
-// gfx942 (MI300) and gfx950 (MI350): the chips this runtime runs.
+// An amdgcn chip of the chip table (runtime/core/Chips.def): the chips this
+// runtime runs.
 bool isKnownAmdgcnChip(std::string_view chip);
 
 // Why a device whose gcnArchName is `gcnArchName` ("gfx942:sramecc+:xnack-")

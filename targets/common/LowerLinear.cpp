@@ -53,13 +53,12 @@ LogicalResult Lowering::lower(LinearOp o, StringRef what) {
   std::optional<TargetHooks::TiledGemm> tiled =
       wType.getElementType().isBF16() && !exact ? hooks.tiledGemm(n, k) : std::nullopt;
   if (tiled) {
-    // The tiled GEMM reads a bf16 copy of the input and weights in VNNI
-    // blocks.
-    FailureOr<Buf> w = weight(weightValue, Transform::VnniBf16);
+    // The tiled GEMM reads the weights in its layout and its copy of x.
+    FailureOr<Buf> w = weight(weightValue, tiled->weights);
     if (failed(w))
       return failure();
     Buf xb = alloc({k}, b.getBF16Type());
-    launch(castToBf16(k), {x, xb}, {"const:0", "part", "parts"}, Work{0, 1}, what);
+    launch(tiled->cast, {x, xb}, {"const:0", "part", "parts"}, tiled->castWork, what);
     launch(tiled->kernel, {xb, *w, y}, {"tokens:0", "part", "parts"}, tiled->work, what);
     return success();
   }
@@ -78,7 +77,7 @@ LogicalResult Lowering::lower(LogitsOp o, StringRef what) {
   bool last = o.getLastOnly() && !entrySequences && !entryEveryLogit;
   std::optional<TargetHooks::TiledGemm> tiled =
       head.getElementType().isBF16() ? hooks.tiledGemm(vocab, hidden) : std::nullopt;
-  FailureOr<Buf> w = weight(o.getHead(), tiled ? Transform::VnniBf16 : Transform::None);
+  FailureOr<Buf> w = weight(o.getHead(), tiled ? tiled->weights : Transform::None);
   if (failed(w))
     return failure();
   plan::DimAttr rowDim = last ? fixed(kTileRows) : rows();
@@ -86,8 +85,8 @@ LogicalResult Lowering::lower(LogitsOp o, StringRef what) {
   Buf y = allocShape({rowDim, fixed(vocab)}, b.getF32Type());
   if (tiled) {
     Buf xb = allocShape({rowDim, fixed(hidden)}, b.getBF16Type());
-    launch(castToBf16(hidden), {x, xb}, {last ? "tokens:-1" : "const:0", "part", "parts"},
-           Work{0, 1}, what);
+    launch(tiled->cast, {x, xb}, {last ? "tokens:-1" : "const:0", "part", "parts"}, tiled->castWork,
+           what);
     launch(tiled->kernel, {xb, *w, y}, {last ? "const:1" : "tokens:0", "part", "parts"},
            tiled->work, what);
   } else if (auto matrix = hooks.matrixGemm(vocab, hidden, maxRows(), false);

@@ -11,6 +11,7 @@
 #include "mlir/Dialect/Shard/IR/ShardDialect.h"
 #include "mlir/Dialect/Shard/IR/ShardOps.h"
 #include "llvm/ADT/TypeSwitch.h"
+#include "llvm/Support/JSON.h"
 
 #include <algorithm>
 
@@ -19,6 +20,24 @@ using namespace mlir;
 namespace kiln::kernels {
 
 namespace lowering {
+
+// A kernel whose tiling names its block was built for that many threads:
+// the launch the hooks shaped must give it exactly those (the tiling is
+// written once, where the kernel is built; a launch that disagrees is a
+// compiler bug, caught here rather than as wrong results on a GPU).
+static void requireTilingBlock(const KernelSpec &kernel, int64_t blockThreads) {
+  llvm::Expected<llvm::json::Value> tiling = llvm::json::parse(kernel.tiling);
+  if (!tiling) {
+    llvm::consumeError(tiling.takeError());
+    return;
+  }
+  const llvm::json::Object *object = tiling->getAsObject();
+  std::optional<int64_t> block = object ? object->getInteger("block") : std::nullopt;
+  if (block && *block != blockThreads)
+    llvm::report_fatal_error(llvm::Twine("kernel '") + kernel.name + "' is tiled for blocks of " +
+                             llvm::Twine(*block) + " threads but launched with " +
+                             llvm::Twine(blockThreads));
+}
 
 void Lowering::launch(const KernelSpec &kernel, ArrayRef<Buf> buffers, ArrayRef<StringRef> scalars,
                       Work work, StringRef what) {
@@ -44,6 +63,7 @@ void Lowering::launch(const KernelSpec &kernel, ArrayRef<Buf> buffers, ArrayRef<
     grid = plan::DimAttr::get(ctx, shape.gridBlocks->constant,
                               shape.gridBlocks->perToken * rowScale, 1);
     block = b.getI64IntegerAttr(shape.blockThreads);
+    requireTilingBlock(kernel, shape.blockThreads);
   }
   plan::LaunchOp::create(b, loc, FlatSymbolRefAttr::get(ctx, kernel.name), operands,
                          b.getArrayAttr(scalarAttrs), b.getI64IntegerAttr(shape.maxParts),

@@ -21,8 +21,6 @@
 
 namespace kiln::kernels {
 
-enum class Transform { None, VnniBf16 };
-
 struct WeightInfo {
   std::string name;           // checkpoint name, "{e}" for stacks
   int64_t stack = 0;          // experts in a stack, 0 for one tensor

@@ -9,6 +9,7 @@
 
 #include "targets/common/AttentionShape.h"
 #include "targets/common/KernelSpec.h"
+#include "targets/common/WeightTransform.h"
 
 #include <cstdint>
 #include <optional>
@@ -78,14 +79,18 @@ public:
     bool everyRow = false;
   };
   virtual Gemv gemv(int64_t n, int64_t k, int64_t maxRows, bool splitRows) const;
-  // A tiled GEMM y[rows, n] = x_bf16[rows, k] · Wᵀ for bf16 weights in VNNI
-  // blocks (WeightTransform VnniBf16: x86's AMX tiles and vector dot products
-  // read the same layout) with its launch: arguments (x_bf16, W, y; rows,
-  // part, parts), x_bf16 padded to a multiple of 16 rows; or none, and the
-  // vector GEMM serves.
+  // A tiled GEMM y[rows, n] = x'[rows, k] · Wᵀ for bf16 weights, with its
+  // launch: arguments (x', W, y; rows, part, parts), x' padded to a multiple
+  // of 16 rows; or none, and the vector GEMM serves. The target says how it
+  // reads them: the weights' layout (x86's AMX tiles and vector dot products
+  // read VNNI blocks), and the kernel writing x' from the f32 activations
+  // (x, x'; first row, part, parts), a bf16 copy on x86.
   struct TiledGemm {
     KernelSpec kernel;
     Work work;
+    Transform weights = Transform::None;
+    KernelSpec cast;
+    Work castWork;
   };
   virtual std::optional<TiledGemm> tiledGemm(int64_t n, int64_t k) const = 0;
   // A matrix-core GEMM for prefill-shaped products (entry points of up to

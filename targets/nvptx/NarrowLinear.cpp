@@ -41,7 +41,8 @@ bool splitFits(int64_t k, int64_t splits) { return k % (splits * kChunk) == 0; }
 } // namespace
 
 bool narrowLinearFits(int64_t n, int64_t k, int64_t maxTokens) {
-  return n % kWarpRows == 0 && k % kChunk == 0 && maxTokens >= 2 && groupsOf(maxTokens) <= kMaxGroups;
+  return n % kWarpRows == 0 && k % kChunk == 0 && maxTokens >= 2 &&
+         groupsOf(maxTokens) <= kMaxGroups;
 }
 
 int64_t narrowLinearSplits(int64_t n, int64_t k, int64_t maxTokens, int64_t sms) {
@@ -49,8 +50,8 @@ int64_t narrowLinearSplits(int64_t n, int64_t k, int64_t maxTokens, int64_t sms)
   // quarter of the weights' bytes, 4 x 2 x splits x T x n against 2 x n x k.
   auto partsCheap = [&](int64_t splits) { return 16 * splits * maxTokens <= k; };
   int64_t splits = 1;
-  while (n / kWarpRows * tokenParts(maxTokens) * splits < kWarpsPerSM * sms && splits < kMaxSplits &&
-         splitFits(k, 2 * splits) && partsCheap(2 * splits))
+  while (n / kWarpRows * tokenParts(maxTokens) * splits < kWarpsPerSM * sms &&
+         splits < kMaxSplits && splitFits(k, 2 * splits) && partsCheap(2 * splits))
     splits *= 2;
   return splits;
 }
@@ -61,9 +62,9 @@ kernels::Work narrowLinearWork(int64_t n, int64_t maxTokens, int64_t splits) {
 }
 
 kernels::KernelSpec narrowLinear(int64_t n, int64_t k, int64_t maxTokens, int64_t splits) {
-  const std::string name = "linear_narrow_" + (splits > 1 ? "split" + std::to_string(splits) + "_" : std::string()) +
-                           "t" + std::to_string(maxTokens) + "_" + std::to_string(n) + "x" +
-                           std::to_string(k);
+  const std::string name =
+      "linear_narrow_" + (splits > 1 ? "split" + std::to_string(splits) + "_" : std::string()) +
+      "t" + std::to_string(maxTokens) + "_" + std::to_string(n) + "x" + std::to_string(k);
   const int64_t span = k / splits, groups = warpGroups(maxTokens), parts = tokenParts(maxTokens);
   const int64_t perStep = narrow::chunksPerStep(span, false);
   kernels::Tiling tiling;
@@ -91,11 +92,10 @@ kernels::KernelSpec narrowLinear(int64_t n, int64_t k, int64_t maxTokens, int64_
                                        arith::DivUIOp::create(b, tid, s.index(32)));
     Value lane = arith::RemUIOp::create(b, tid, s.index(32));
     Value rowWarps = s.index(n / kWarpRows);
-    auto ifLive = scf::IfOp::create(
-        b,
-        arith::CmpIOp::create(b, arith::CmpIPredicate::ult, warp,
-                              s.index(n / kWarpRows * parts * splits)),
-        /*withElse=*/false);
+    auto ifLive = scf::IfOp::create(b,
+                                    arith::CmpIOp::create(b, arith::CmpIPredicate::ult, warp,
+                                                          s.index(n / kWarpRows * parts * splits)),
+                                    /*withElse=*/false);
     b.setInsertionPointToStart(&ifLive.getThenRegion().front());
     // Warp (split, row warp, token part), the token part fastest.
     Value part = arith::RemUIOp::create(b, warp, s.index(parts));
@@ -131,9 +131,10 @@ kernels::KernelSpec narrowLinear(int64_t n, int64_t k, int64_t maxTokens, int64_
       raw.push_back(vector::BitCastOp::create(b, VectorType::get({8}, i32), values));
     };
     auto xOf = [&](int64_t j, Value col) {
-      return vector::LoadOp::create(b, VectorType::get({4}, b.getF32Type()), s.arg(0),
-                                    ValueRange{sourceTokens[j], arith::AddIOp::create(b, col0, col)},
-                                    false, llvm::MaybeAlign(16))
+      return vector::LoadOp::create(
+                 b, VectorType::get({4}, b.getF32Type()), s.arg(0),
+                 ValueRange{sourceTokens[j], arith::AddIOp::create(b, col0, col)}, false,
+                 llvm::MaybeAlign(16))
           .getResult();
     };
     narrow::Operands ops;
@@ -149,10 +150,10 @@ kernels::KernelSpec narrowLinear(int64_t n, int64_t k, int64_t maxTokens, int64_
     // Thread (g, t) holds tokens 8 j + 2 t and 8 j + 2 t + 1 of each group.
     for (int64_t j = 0; j < groups; ++j)
       for (int64_t col = 0; col < 2; ++col) {
-        Value token = arith::AddIOp::create(
-            b, token0,
-            arith::AddIOp::create(b, arith::MulIOp::create(b, t, s.index(2)),
-                                  s.index(kItems * j + col)));
+        Value token =
+            arith::AddIOp::create(b, token0,
+                                  arith::AddIOp::create(b, arith::MulIOp::create(b, t, s.index(2)),
+                                                        s.index(kItems * j + col)));
         auto ifToken = scf::IfOp::create(
             b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, token, tokens), false);
         OpBuilder::InsertionGuard guard(b);

@@ -27,18 +27,18 @@ struct KernelScope;
 
 namespace kiln::nvptx::narrow {
 
-constexpr int64_t kTileRows = 16;          // an MMA's weight rows
+constexpr int64_t kTileRows = 16;            // an MMA's weight rows
 constexpr int64_t kWarpRows = 2 * kTileRows; // a warp's
-constexpr int64_t kItems = 8;              // an MMA's activation rows
-constexpr int64_t kChunk = 64;             // k of a chunk
-constexpr int64_t kRows = 4;               // weight rows a thread loads
+constexpr int64_t kItems = 8;                // an MMA's activation rows
+constexpr int64_t kChunk = 64;               // k of a chunk
+constexpr int64_t kRows = 4;                 // weight rows a thread loads
 
 // Chunks a k step loads ahead over `in` columns: NVFP4 four (4 rows x 9
 // bytes each), bf16 two (4 rows x 32 bytes).
 int64_t chunksPerStep(int64_t in, bool nvfp4);
 
 struct Operands {
-  int64_t in = 0;   // k
+  int64_t in = 0; // k
   bool nvfp4 = false;
   int64_t steps = 0; // k steps run (fewer than in / (kChunk x chunksPerStep)
                      // only for a kernel broken on purpose)

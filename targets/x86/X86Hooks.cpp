@@ -1,5 +1,7 @@
 #include "targets/x86/X86Hooks.h"
 
+#include "targets/common/Generators.h"
+
 #include "targets/x86/AmxGemm.h"
 #include "targets/x86/VnniGemm.h"
 
@@ -48,13 +50,22 @@ const char *gemmFamilyInstruction(GemmFamily family) {
 std::optional<kernels::TargetHooks::TiledGemm> X86Hooks::tiledGemm(int64_t n, int64_t k) const {
   if (n % 16 != 0 || k % 32 != 0) // whole VNNI blocks
     return std::nullopt;
+  // Every family reads the weights in VNNI blocks and a bf16 copy of x.
+  TiledGemm gemm;
+  gemm.weights = kernels::Transform::VnniBf16;
+  gemm.cast = kernels::castToBf16(k);
+  gemm.castWork = kernels::Work{0, 1};
   switch (family) {
   case GemmFamily::Amx:
-    return TiledGemm{linearAmx(n, k), kernels::Work{n / 16, 0}};
+    gemm.kernel = linearAmx(n, k);
+    gemm.work = kernels::Work{n / 16, 0};
+    return gemm;
   case GemmFamily::Avx512Bf16:
   case GemmFamily::Fma: {
     VnniGemmTiling tiling = vnniGemmTiling(family == GemmFamily::Avx512Bf16, cpu.vectorBits(), n);
-    return TiledGemm{linearVnni(tiling, n, k), kernels::Work{tiling.panels(n), 0}};
+    gemm.kernel = linearVnni(tiling, n, k);
+    gemm.work = kernels::Work{tiling.panels(n), 0};
+    return gemm;
   }
   case GemmFamily::Vector:
     break;
