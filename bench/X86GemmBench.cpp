@@ -134,7 +134,10 @@ int main(int argc, char **argv) {
   std::vector<kiln::kernels::TargetHooks::TiledGemm> gemms;
   std::vector<kiln::kernels::KernelSpec> specs;
   for (const Shape &s : shapes) {
-    std::optional<kiln::kernels::TargetHooks::TiledGemm> gemm = hooks.tiledGemm(s.n, s.k);
+    // The kernel kilnc gives a decode step's GEMM (M = 1) or a prefill's
+    // (decode and prefill may take different families on one CPU).
+    std::optional<kiln::kernels::TargetHooks::TiledGemm> gemm =
+        hooks.tiledGemm(s.n, s.k, /*decodeStep=*/s.m == 1);
     if (!gemm) {
       std::fprintf(stderr, "kiln-bench-x86-gemm: --cpu %s has no tiled GEMM (family %s)\n",
                    cpu->cpu.c_str(), kiln::x86::gemmFamilyName(hooks.gemmFamily()));
@@ -162,11 +165,12 @@ int main(int argc, char **argv) {
   std::mt19937 rng(7);
   std::normal_distribution<float> normal(0.0f, 1.0f);
 
-  std::printf("cpu %s: Kiln's GEMMs on %s (%s), %d threads\n", cpu->cpu.c_str(),
+  std::printf("cpu %s: Kiln's GEMMs on %s (%s; decode on %s), %d threads\n", cpu->cpu.c_str(),
               kiln::x86::gemmFamilyName(hooks.gemmFamily()),
-              kiln::x86::gemmFamilyInstruction(hooks.gemmFamily()), pool.numThreads());
-  std::printf("%-24s %5s %6s %6s %12s %12s %8s %10s  %s\n", "shape", "M", "N", "K", "kiln GFLOP/s",
-              "oneDNN GF/s", "ratio", "max |diff|", "oneDNN's kernel");
+              kiln::x86::gemmFamilyInstruction(hooks.gemmFamily()),
+              kiln::x86::gemmFamilyName(hooks.familyFor(true)), pool.numThreads());
+  std::printf("%-24s %5s %6s %6s %-10s %12s %12s %8s %10s  %s\n", "shape", "M", "N", "K", "kiln's",
+              "kiln GFLOP/s", "oneDNN GF/s", "ratio", "max |diff|", "oneDNN's kernel");
   for (size_t i = 0; i < shapes.size(); ++i) {
     const Shape &s = shapes[i];
     int64_t mp = (s.m + 15) / 16 * 16;
@@ -216,9 +220,10 @@ int main(int argc, char **argv) {
       for (int64_t j = 0; j < s.n; ++j)
         worst = std::max(worst, double(std::abs(c[i * s.n + j] - ref[i * s.n + j])));
     double flops = 2.0 * s.m * s.n * s.k;
-    std::printf("%-24s %5lld %6lld %6lld %12.1f %12.1f %8.2f %10.2e  %s\n", s.what, (long long)s.m,
-                (long long)s.n, (long long)s.k, flops / kiln / 1e9, flops / onednn / 1e9,
-                onednn / kiln, worst, pd.impl_info_str());
+    std::printf("%-24s %5lld %6lld %6lld %-10s %12.1f %12.1f %8.2f %10.2e  %s\n", s.what,
+                (long long)s.m, (long long)s.n, (long long)s.k,
+                kiln::x86::gemmFamilyName(hooks.familyFor(s.m == 1)), flops / kiln / 1e9,
+                flops / onednn / 1e9, onednn / kiln, worst, pd.impl_info_str());
   }
   std::printf("ratio = oneDNN time / Kiln time (above 1: Kiln is faster); median of %d\n", reps);
   return 0;

@@ -9,7 +9,11 @@ config.test_format = lit.formats.ShTest(execute_external=False)
 config.suffixes = [".mlir", ".test"]
 config.excludes = ["Inputs", "lit.cfg.py", "lit.site.cfg.py", "CMakeLists.txt", "unit", "fuzz"]
 config.test_source_root = os.path.dirname(__file__)
-config.test_exec_root = os.path.join(config.kiln_obj_root, "test")
+# The sanitized tools' run (KILN_LIT_TOOLS_FIRST, below) keeps its outputs
+# apart: ctest runs it beside the plain suites, which use the same %t names.
+config.test_exec_root = os.path.join(
+    config.kiln_obj_root,
+    "test-sanitized" if os.environ.get("KILN_LIT_TOOLS_FIRST") else "test")
 
 # Kiln's tools first, then LLVM's FileCheck / not / count. KILN_LIT_TOOLS_FIRST
 # names a folder of tools to use before those (the runtime's tools built under

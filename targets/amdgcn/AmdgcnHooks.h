@@ -15,7 +15,7 @@ public:
   // shapes the launches, its matrix cores (Mfma) the prefill kernels.
   explicit AmdgcnHooks(const Chip &chip) : chip(chip) {}
   std::string name() const override { return "amdgcn"; }
-  std::optional<TiledGemm> tiledGemm(int64_t, int64_t) const override { return std::nullopt; }
+  std::optional<TiledGemm> tiledGemm(int64_t, int64_t, bool) const override { return std::nullopt; }
   std::optional<MatrixGemm> matrixGemm(int64_t n, int64_t k, int64_t maxTokens,
                                        bool exactInput) const override;
   std::optional<MatrixExperts> matrixExperts(int64_t experts, int64_t k, int64_t intermediate,

@@ -50,8 +50,9 @@ LogicalResult Lowering::lower(LinearOp o, StringRef what) {
     launchMatrixGemm(*matrix, n, x, *w, y, what);
     return success();
   }
-  std::optional<TargetHooks::TiledGemm> tiled =
-      wType.getElementType().isBF16() && !exact ? hooks.tiledGemm(n, k) : std::nullopt;
+  std::optional<TargetHooks::TiledGemm> tiled = wType.getElementType().isBF16() && !exact
+                                                    ? hooks.tiledGemm(n, k, decodeStep())
+                                                    : std::nullopt;
   if (tiled) {
     // The tiled GEMM reads the weights in its layout and its copy of x.
     FailureOr<Buf> w = weight(weightValue, tiled->weights);
@@ -76,7 +77,7 @@ LogicalResult Lowering::lower(LogitsOp o, StringRef what) {
   // entry wants every token's.
   bool last = o.getLastOnly() && !entrySequences && !entryEveryLogit;
   std::optional<TargetHooks::TiledGemm> tiled =
-      head.getElementType().isBF16() ? hooks.tiledGemm(vocab, hidden) : std::nullopt;
+      head.getElementType().isBF16() ? hooks.tiledGemm(vocab, hidden, decodeStep()) : std::nullopt;
   FailureOr<Buf> w = weight(o.getHead(), tiled ? tiled->weights : Transform::None);
   if (failed(w))
     return failure();

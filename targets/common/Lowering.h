@@ -168,7 +168,10 @@ private:
     return entrySequences ? SequenceLayout{entrySequences, entrySequenceRows} : SequenceLayout{};
   }
   bool entryEveryLogit = false; // EntryInfo::logitsPerToken of the entry being lowered
-  int64_t entrySplit = 1;       // EntryInfo::split of the entry being lowered
+  // The entry is a decode step's (decode, batched decode, verify): its
+  // results must be decode's bit for bit (TargetHooks::tiledGemm).
+  bool decodeStep() const { return maxRows() == 1 || entrySequences || entryEveryLogit; }
+  int64_t entrySplit = 1; // EntryInfo::split of the entry being lowered
   // The rows of the op being lowered: 1 (T) or, for a split entry's
   // whole-sequence ops, entrySplit.
   int64_t rowScale = 1;

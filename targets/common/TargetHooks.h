@@ -92,7 +92,11 @@ public:
     KernelSpec cast;
     Work castWork;
   };
-  virtual std::optional<TiledGemm> tiledGemm(int64_t n, int64_t k) const = 0;
+  // `decodeStep`: a GEMM of a decode step's entry (decode, batched decode,
+  // verify), whose results must be the decode entry's bit for bit (greedy
+  // speculation and batching give decode's tokens), so all of them take one
+  // kernel family; a prefill entry's may take another.
+  virtual std::optional<TiledGemm> tiledGemm(int64_t n, int64_t k, bool decodeStep) const = 0;
   // A matrix-core GEMM for prefill-shaped products (entry points of up to
   // `maxTokens` > 1 tokens): y[T, n] = x[T, k] · Wᵀ straight from the f32
   // activations and the checkpoint's bf16 weights, with the launch it needs;

@@ -21,7 +21,7 @@ public:
   explicit NvptxHooks(const Chip &chip, std::string fault = "")
       : chip(chip), fault(std::move(fault)) {}
   std::string name() const override { return "nvptx"; }
-  std::optional<TiledGemm> tiledGemm(int64_t, int64_t) const override { return std::nullopt; }
+  std::optional<TiledGemm> tiledGemm(int64_t, int64_t, bool) const override { return std::nullopt; }
   std::optional<MatrixGemm> matrixGemm(int64_t n, int64_t k, int64_t maxTokens,
                                        bool exactInput) const override;
   std::optional<MatrixExperts> matrixExperts(int64_t experts, int64_t k, int64_t intermediate,

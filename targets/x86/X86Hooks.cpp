@@ -47,7 +47,15 @@ const char *gemmFamilyInstruction(GemmFamily family) {
   return "mulps/addps";
 }
 
-std::optional<kernels::TargetHooks::TiledGemm> X86Hooks::tiledGemm(int64_t n, int64_t k) const {
+GemmFamily X86Hooks::familyFor(bool decodeStep) const {
+  if (family == GemmFamily::Amx && decodeStep && cpu.has("avx512bf16"))
+    return GemmFamily::Avx512Bf16;
+  return family;
+}
+
+std::optional<kernels::TargetHooks::TiledGemm> X86Hooks::tiledGemm(int64_t n, int64_t k,
+                                                                   bool decodeStep) const {
+  const GemmFamily chosen = familyFor(decodeStep);
   if (n % 16 != 0 || k % 32 != 0) // whole VNNI blocks
     return std::nullopt;
   // Every family reads the weights in VNNI blocks and a bf16 copy of x.
@@ -55,14 +63,14 @@ std::optional<kernels::TargetHooks::TiledGemm> X86Hooks::tiledGemm(int64_t n, in
   gemm.weights = kernels::Transform::VnniBf16;
   gemm.cast = kernels::castToBf16(k);
   gemm.castWork = kernels::Work{0, 1};
-  switch (family) {
+  switch (chosen) {
   case GemmFamily::Amx:
     gemm.kernel = linearAmx(n, k);
     gemm.work = kernels::Work{n / 16, 0};
     return gemm;
   case GemmFamily::Avx512Bf16:
   case GemmFamily::Fma: {
-    VnniGemmTiling tiling = vnniGemmTiling(family == GemmFamily::Avx512Bf16, cpu.vectorBits(), n);
+    VnniGemmTiling tiling = vnniGemmTiling(chosen == GemmFamily::Avx512Bf16, cpu.vectorBits(), n);
     gemm.kernel = linearVnni(tiling, n, k);
     gemm.work = kernels::Work{tiling.panels(n), 0};
     return gemm;

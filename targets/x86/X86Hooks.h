@@ -28,7 +28,14 @@ public:
   explicit X86Hooks(CpuTarget cpu, int64_t maxParts = 64)
       : cpu(std::move(cpu)), family(gemmFamilyFor(this->cpu)), maxParts(maxParts) {}
   std::string name() const override { return "x86"; }
-  std::optional<TiledGemm> tiledGemm(int64_t n, int64_t k) const override;
+  std::optional<TiledGemm> tiledGemm(int64_t n, int64_t k, bool decodeStep) const override;
+  // The family of a GEMM: the CPU's best, but a decode step's on an AMX CPU
+  // with AVX-512 BF16 takes vdpbf16ps: a tile multiplies 16 rows, one a
+  // conversation would leave 15 of padding, while vdpbf16ps' panels stream
+  // the weights with less overhead (kiln-bench-x86-gemm measures both). All
+  // of a decode step's entries take the same family, so that batched decode
+  // and verify give decode's results bit for bit.
+  GemmFamily familyFor(bool decodeStep) const;
   kernels::LaunchShape shape(kernels::Work work, int64_t maxTokens) const override;
   GemmFamily gemmFamily() const { return family; }
 

@@ -54,7 +54,8 @@ protected:
     X86Hooks hooks(cpu);
     family = hooks.gemmFamily();
     for (const Shape &s : kShapes) {
-      std::optional<kernels::TargetHooks::TiledGemm> gemm = hooks.tiledGemm(s.n, s.k);
+      // A prefill's GEMM: the family under test, not decode's.
+      std::optional<kernels::TargetHooks::TiledGemm> gemm = hooks.tiledGemm(s.n, s.k, false);
       ASSERT_TRUE(gemm) << s.n << "x" << s.k;
       gemms.push_back(*gemm);
     }
@@ -160,6 +161,24 @@ INSTANTIATE_TEST_SUITE_P(Cpus, X86Gemm, ::testing::ValuesIn(cpusThisMachineRuns(
                            return name;
                          });
 
+// On an AMX CPU, a decode step's GEMMs (decode, batched decode, verify)
+// take AVX-512 BF16 dot products, prefill's AMX tiles; other CPUs one family
+// for all.
+TEST(X86GemmFamily, DecodeOnAmxCpusTakesAvx512Bf16) {
+  std::string error;
+  std::optional<CpuTarget> spr = resolveCpu("sapphirerapids", error);
+  ASSERT_TRUE(spr) << error;
+  X86Hooks amx(*spr);
+  EXPECT_EQ(amx.familyFor(true), GemmFamily::Avx512Bf16);
+  EXPECT_EQ(amx.familyFor(false), GemmFamily::Amx);
+  EXPECT_NE(amx.tiledGemm(192, 256, true)->kernel.name.find("avx512bf16"), std::string::npos);
+  EXPECT_NE(amx.tiledGemm(192, 256, false)->kernel.name.find("amx"), std::string::npos);
+  std::optional<CpuTarget> zen = resolveCpu("znver4", error);
+  ASSERT_TRUE(zen) << error;
+  EXPECT_EQ(X86Hooks(*zen).familyFor(true), GemmFamily::Avx512Bf16);
+  EXPECT_EQ(X86Hooks(*zen).familyFor(false), GemmFamily::Avx512Bf16);
+}
+
 // Every family's kernels compile whatever this machine is (test/targets/x86
 // reads their disassembly); a CPU without FMA has no tiled GEMM.
 TEST(X86GemmFamily, EveryFamilyCompilesOnAnyMachine) {
@@ -168,7 +187,7 @@ TEST(X86GemmFamily, EveryFamilyCompilesOnAnyMachine) {
     std::optional<CpuTarget> cpu = resolveCpu(name, error);
     ASSERT_TRUE(cpu) << error;
     X86Hooks hooks(*cpu);
-    std::optional<kernels::TargetHooks::TiledGemm> gemm = hooks.tiledGemm(192, 256);
+    std::optional<kernels::TargetHooks::TiledGemm> gemm = hooks.tiledGemm(192, 256, false);
     if (hooks.gemmFamily() == GemmFamily::Vector) {
       EXPECT_FALSE(gemm) << name;
       continue;
