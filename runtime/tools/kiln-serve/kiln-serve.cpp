@@ -61,6 +61,8 @@ one, prompts are token ids and replies carry token_ids only.
                                 slots 0..n-1); greedy replies are the same
   --draft-tokens K              drafts a step at most (default: N - 1)
   --ngram-min N, --ngram-max N  lookup's n-gram lengths (default 2, 4)
+  --check-weights               scan the checkpoint's tensors as they load and
+                                refuse non-finite values, naming the tensor
   --no-prefix-reuse             forget a slot's caches when its request ends
                                 (by default a new request whose prompt begins
                                 with what a free slot holds, such as the next
@@ -99,8 +101,8 @@ int run(const std::vector<std::string> &args) {
       std::cout << kUsage;
       return 0;
     }
-    if (arg == "--no-prefix-reuse") {
-      values["--no-prefix-reuse"] = "";
+    if (arg == "--no-prefix-reuse" || arg == "--check-weights") {
+      values[arg] = "";
       continue;
     }
     if (arg.rfind("--", 0) != 0) {
@@ -135,6 +137,7 @@ int run(const std::vector<std::string> &args) {
   kiln::serve::SchedulerOptions schedulerOptions;
   kiln::EngineOptions engineOptions;
   engineOptions.weights = values["--weights"];
+  engineOptions.checkWeights = values.count("--check-weights") > 0;
   if (values.count("--host"))
     serverOptions.host = values["--host"];
   if (values.count("--port"))
@@ -155,7 +158,7 @@ int run(const std::vector<std::string> &args) {
   }
   schedulerOptions.prefixReuse = !values.count("--no-prefix-reuse");
   if (values.count("--speculate") && values["--speculate"] != "lookup")
-    throw UsageError("--speculate: 'lookup', not '" + values["--speculate"].substr(0, 40) + "'");
+    throw UsageError("--speculate: 'lookup', not " + kiln::quoteName(values["--speculate"]));
   for (const char *flag : {"--draft-tokens", "--ngram-min", "--ngram-max"})
     if (values.count(flag) && !values.count("--speculate"))
       throw UsageError(std::string(flag) + " needs --speculate lookup");
