@@ -15,6 +15,10 @@ CheckpointWeights::CheckpointWeights(const std::string &dir)
 
 CheckpointWeights::~CheckpointWeights() = default;
 
+std::vector<std::string> CheckpointWeights::tensorNames() const {
+  return checkpoint->tensorNames();
+}
+
 HostTensor CheckpointWeights::load(const std::string &name) {
   CheckpointTensor tensor = checkpoint->find(name);
   if (!tensor)

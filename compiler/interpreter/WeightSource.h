@@ -8,6 +8,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace kiln {
 class Checkpoint;
@@ -29,6 +30,7 @@ public:
   explicit CheckpointWeights(const std::string &dir);
   ~CheckpointWeights() override;
   HostTensor load(const std::string &name) override;
+  std::vector<std::string> tensorNames() const;
 
 private:
   std::unique_ptr<Checkpoint> checkpoint;

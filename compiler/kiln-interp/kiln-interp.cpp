@@ -6,6 +6,7 @@
 #include "models/muse_spark/GraphBuilder.h"
 #include "runtime/core/QuoteName.h"
 #include "runtime/engine/Reference.h"
+#include "runtime/safetensors/DecoderTensors.h"
 #include "runtime/safetensors/NonFinite.h"
 
 #include "mlir/Dialect/Func/IR/FuncOps.h"
@@ -127,6 +128,12 @@ int main(int argc, char **argv) {
     auto forward = module->lookupSymbol<mlir::func::FuncOp>("forward");
 
     interp::CheckpointWeights weights(weightsDir);
+    // Layers or experts the config does not have would silently go unused.
+    if (std::string problem =
+            tensorsBeyond(weights.tensorNames(), config.numHiddenLayers - 1, config.numExperts,
+                          "checkpoint " + weightsDir, "the config's model");
+        !problem.empty())
+      return fail(problem);
     interp::Interpreter interpreter(weights, linearInputs, attentionInputs);
     int64_t n = static_cast<int64_t>(prompt.size());
     std::vector<int32_t> positions(n);

@@ -6,6 +6,7 @@
 #include "runtime/cpu/ThreadPool.h"
 #include "runtime/engine/WeightLayout.h"
 #include "runtime/engine/WeightSource.h"
+#include "runtime/safetensors/DecoderTensors.h"
 
 #include <algorithm>
 #include <atomic>
@@ -160,48 +161,6 @@ std::vector<std::string> tensorNames(const WeightSpec &spec) {
   return names;
 }
 
-namespace {
-
-// The N of "layers.N." in a tensor name (Hugging Face's naming of decoder
-// layers), or -1.
-int64_t layerOf(const std::string &name) {
-  static const std::string kLayers = "layers.";
-  for (size_t at = name.find(kLayers); at != std::string::npos; at = name.find(kLayers, at + 1)) {
-    if (at > 0 && name[at - 1] != '.')
-      continue;
-    size_t end = at + kLayers.size();
-    int64_t layer = 0;
-    bool digits = false;
-    while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end])) &&
-           layer < (1 << 24)) {
-      layer = layer * 10 + (name[end++] - '0');
-      digits = true;
-    }
-    if (digits && end < name.size() && name[end] == '.')
-      return layer;
-  }
-  return -1;
-}
-
-// The N of "experts.N." in a tensor name, or -1.
-int64_t expertOf(const std::string &name) {
-  static const std::string kExperts = ".experts.";
-  const size_t at = name.find(kExperts);
-  if (at == std::string::npos)
-    return -1;
-  size_t end = at + kExperts.size();
-  int64_t expert = 0;
-  bool digits = false;
-  while (end < name.size() && std::isdigit(static_cast<unsigned char>(name[end])) &&
-         expert < (1 << 24)) {
-    expert = expert * 10 + (name[end++] - '0');
-    digits = true;
-  }
-  return digits && end < name.size() && name[end] == '.' ? expert : -1;
-}
-
-} // namespace
-
 void checkDecoderTensors(const std::vector<WeightSpec> &modelSpecs, const WeightSource &source) {
   int64_t last = -1;
   uint64_t experts = 0;
@@ -209,26 +168,14 @@ void checkDecoderTensors(const std::vector<WeightSpec> &modelSpecs, const Weight
     if (spec.stack > 0)
       experts = std::max(experts, uint64_t{spec.firstExpert} + spec.stack);
     for (const std::string &name : tensorNames(spec))
-      last = std::max(last, layerOf(name));
+      last = std::max(last, decoderLayerOf(name));
   }
   if (last < 0)
     return;
-  for (const std::string &name : source.tensorNames()) {
-    const int64_t layer = layerOf(name);
-    if (layer > last)
-      throw RuntimeError(source.description() + " holds " + quoted(name) + " of layer " +
-                         std::to_string(layer) + ", but the artifact's model has layers 0.." +
-                         std::to_string(last) +
-                         " (was it compiled from a config with fewer layers than the "
-                         "checkpoint's? num_hidden_layers)");
-    if (const int64_t expert = expertOf(name);
-        layer >= 0 && experts > 0 && expert >= static_cast<int64_t>(experts))
-      throw RuntimeError(source.description() + " holds " + quoted(name) + " of expert " +
-                         std::to_string(expert) + ", but the artifact's model has experts 0.." +
-                         std::to_string(experts - 1) +
-                         " (was it compiled from a config with fewer experts than the "
-                         "checkpoint's? num_experts)");
-  }
+  if (std::string problem = tensorsBeyond(source.tensorNames(), last, static_cast<int64_t>(experts),
+                                          source.description(), "the artifact's model");
+      !problem.empty())
+    throw RuntimeError(problem);
 }
 
 void checkWeights(const std::vector<WeightSpec> &specs, const WeightSource &source) {
