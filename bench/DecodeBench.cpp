@@ -92,12 +92,11 @@ Int integer(const std::string &flag, const std::string &text, Int min, Int max) 
 }
 
 double positive(const std::string &flag, const std::string &text) {
-  char *end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || *end != '\0' || !std::isfinite(value) || value <= 0 || value > 1e9)
+  const std::optional<double> value = kiln::finiteNumber(text);
+  if (!value || *value <= 0 || *value > 1e9)
     usage(
         (flag + ": " + kiln::quoteName(text) + " is not a number above 0 and at most 1e9").c_str());
-  return value;
+  return *value;
 }
 
 Options parse(int argc, char **argv) {

@@ -193,7 +193,9 @@ class Checker {
 public:
   Checker(const fb::Artifact &root, const std::string &source) : root_(root), source_(source) {}
 
-  void run() {
+  // Verifies the artifact and returns what its config says of the model,
+  // which the entry points' logits are checked against.
+  ModelFacts run() {
     checkVersion(root_.version(), source_);
     requireTables();
     checkTarget();
@@ -202,7 +204,9 @@ public:
     checkWeights();
     checkKvCaches();
     checkKernels();
+    readFacts();
     checkEntryPoints();
+    return facts_;
   }
 
   // Also used before the full verification, so that an artifact of another
@@ -222,6 +226,17 @@ public:
 
 private:
   [[noreturn]] void fail(const std::string &reason) const { kiln::fail(source_, reason); }
+
+  // The config every tool reads the model's sizes from.
+  void readFacts() {
+    const auto *config = root_.model()->config_json();
+    try {
+      facts_ =
+          readModelFacts(config ? config->str() : std::string(), source_ + ": model.config_json");
+    } catch (const std::runtime_error &error) {
+      throw ArtifactError(error.what());
+    }
+  }
 
   void requireTables() const {
     const std::pair<const void *, const char *> required[] = {
@@ -548,12 +563,7 @@ private:
       fail(where + " " + std::to_string(bytes) +
            ": dynamic shared memory is for nvptx kernels (the artifact is for " +
            describeTarget(*root_.target()) + ")");
-    const std::string chip = str(root_.target()->chip());
-    const Chip *row = findChip(chip);
-    if (!row && !chip.empty() && (chip.back() == 'a' || chip.back() == 'f'))
-      row = chipForTarget(std::string_view(chip).substr(0, chip.size() - 1));
-    if (!row)
-      row = chipForTarget(chip);
+    const Chip *row = findChipOrTarget(str(root_.target()->chip()));
     int64_t limit = 0;
     if (row) {
       limit = row->sharedBytes();
@@ -917,6 +927,12 @@ private:
         fail(where + ".index: Output index " + index + " out of range (0: logits)");
       if (ref.dtype() != fb::DType::F32 || rank != 2)
         fail(where + ": the logits output is rank-2 F32");
+      // Rows of the config's vocabulary: the runtime sizes logits and token
+      // choice by it.
+      if (const int64_t width = evaluate(*ref.shape()->Get(1), maxTokens);
+          width != facts_.vocabSize)
+        fail(where + ": logits of width " + std::to_string(width) + ", but the vocabulary has " +
+             std::to_string(facts_.vocabSize) + " tokens (model.config_json's vocab_size)");
       break;
     case fb::BufferKind::Exchange: {
       const size_t count = sizeOf(root_.comm_groups());
@@ -942,6 +958,7 @@ private:
 
   const fb::Artifact &root_;
   const std::string &source_;
+  ModelFacts facts_;
 };
 
 // Runs the table verifier on the root and its version only: enough to read
@@ -997,43 +1014,7 @@ Artifact::Artifact(std::vector<uint8_t> bytes, std::string source)
     fail(source_, mismatch);
 
   root_ = fb::GetArtifact(data);
-  Checker(*root_, source_).run();
-  // The config every tool reads the model's sizes from.
-  const auto *config = root_->model()->config_json();
-  try {
-    facts_ =
-        readModelFacts(config ? config->str() : std::string(), source_ + ": model.config_json");
-  } catch (const std::runtime_error &error) {
-    throw ArtifactError(error.what());
-  }
-  checkLogitsWidth();
-}
-
-// Every entry's logits (its rank-2 outputs) are rows of the config's
-// vocabulary: the runtime sizes logits and token choice by it.
-void Artifact::checkLogitsWidth() const {
-  const auto &entryPoints = *root_->entry_points();
-  for (flatbuffers::uoffset_t i = 0; i < entryPoints.size(); ++i) {
-    const fb::EntryPoint &entry = *entryPoints.Get(i);
-    const auto *steps = entry.steps();
-    for (flatbuffers::uoffset_t s = 0; s < sizeOf(steps); ++s) {
-      const fb::Launch *launch = steps->Get(s)->step_as_Launch();
-      if (!launch || !launch->buffers())
-        continue;
-      for (flatbuffers::uoffset_t b = 0; b < launch->buffers()->size(); ++b) {
-        const fb::BufferRef &ref = *launch->buffers()->Get(b);
-        if (ref.kind() != fb::BufferKind::Output || !ref.shape() || ref.shape()->size() != 2)
-          continue;
-        const int64_t width = evaluate(*ref.shape()->Get(1), entry.max_tokens());
-        if (width != facts_.vocabSize)
-          fail(source_, "entry_points[" + std::to_string(i) + "] " + quoted(entry.name()) +
-                            ": steps[" + std::to_string(s) + "]: buffers[" + std::to_string(b) +
-                            "]: logits of width " + std::to_string(width) +
-                            ", but the vocabulary has " + std::to_string(facts_.vocabSize) +
-                            " tokens (model.config_json's vocab_size)");
-      }
-    }
-  }
+  facts_ = Checker(*root_, source_).run();
 }
 
 Artifact Artifact::fromBytes(std::vector<uint8_t> bytes, std::string source) {

@@ -76,7 +76,6 @@ public:
 
 private:
   Artifact(std::vector<uint8_t> bytes, std::string source);
-  void checkLogitsWidth() const;
 
   std::vector<uint8_t> bytes_;
   std::string source_;

@@ -35,6 +35,16 @@ const Chip *findChip(std::string_view name) {
   return nullptr;
 }
 
+const Chip *findChipOrTarget(std::string_view name) {
+  if (const Chip *chip = findChip(name))
+    return chip;
+  if (const Chip *chip = chipForTarget(name))
+    return chip;
+  if (!name.empty() && (name.back() == 'a' || name.back() == 'f'))
+    return chipForTarget(name.substr(0, name.size() - 1));
+  return nullptr;
+}
+
 std::string_view chipKindName(ChipKind kind) {
   return kind == ChipKind::Nvptx ? "nvptx" : "amdgcn";
 }

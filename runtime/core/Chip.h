@@ -37,6 +37,10 @@ const std::vector<Chip> &allChips();
 // By kilnc --target value ("sm_90") or by chip ("sm_90a"); null if none.
 const Chip *chipForTarget(std::string_view target);
 const Chip *findChip(std::string_view chip);
+// The row an artifact's chip name belongs to: by chip, by target, or, for an
+// NVIDIA arch- or family-specific name ("sm_100a", "sm_120f"), by the target
+// it refines; null if none.
+const Chip *findChipOrTarget(std::string_view name);
 // "nvptx" or "amdgcn".
 std::string_view chipKindName(ChipKind kind);
 // The chips of one kind, "gfx942, gfx950".

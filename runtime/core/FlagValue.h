@@ -7,6 +7,8 @@
 #include "runtime/core/QuoteName.h"
 
 #include <charconv>
+#include <cmath>
+#include <cstdlib>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -20,6 +22,16 @@ template <typename Int> std::optional<Int> integerIn(std::string_view text, Int 
   const char *end = text.data() + text.size();
   const auto [ptr, error] = std::from_chars(text.data(), end, value);
   if (text.empty() || error != std::errc() || ptr != end || value < min || value > max)
+    return std::nullopt;
+  return value;
+}
+
+// `text` as a finite number (all of it, as strtod reads numbers), or
+// nothing; each tool checks its own range.
+inline std::optional<double> finiteNumber(const std::string &text) {
+  char *end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value))
     return std::nullopt;
   return value;
 }

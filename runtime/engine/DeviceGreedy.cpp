@@ -1,6 +1,7 @@
 #include "runtime/engine/DeviceGreedy.h"
 
 #include "runtime/cpu/RuntimeError.h"
+#include "runtime/engine/Sampler.h"
 
 #include <algorithm>
 
@@ -64,10 +65,8 @@ std::vector<int32_t> DeviceGreedy::choose(DeviceAddress logits, int64_t rows, in
     // the index `vocab` (or was never written): NaN only, as argmax refuses.
     const auto index = static_cast<int64_t>(~static_cast<uint32_t>(keys[r]));
     if (keys[r] == 0 || index >= vocab)
-      throw RuntimeError("greedy token choice, row " + std::to_string(r) + ": every one of the " +
-                         std::to_string(vocab) +
-                         " logits is NaN: the model computed no number (a non-finite weight or "
-                         "activation), so no token can be chosen");
+      throw RuntimeError("greedy token choice, row " + std::to_string(r) + ": " +
+                         allNanLogits(vocab));
     tokens[r] = static_cast<int32_t>(index);
   }
   return tokens;

@@ -37,10 +37,14 @@ int32_t argmax(const float *logits, size_t count) {
     }
   }
   if (!found && count > 0)
-    throw RuntimeError("every one of the " + std::to_string(count) +
-                       " logits is NaN: the model computed no number (a non-finite weight or "
-                       "activation), so no token can be chosen");
+    throw RuntimeError(allNanLogits(static_cast<int64_t>(count)));
   return best;
+}
+
+std::string allNanLogits(int64_t count) {
+  return "every one of the " + std::to_string(count) +
+         " logits is NaN: the model computed no number (a non-finite weight or activation), so "
+         "no token can be chosen";
 }
 
 Sampler::Sampler(const SamplingOptions &options) : options_(options), rng_(options.seed) {

@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -25,6 +26,9 @@ struct SamplingOptions {
 // smallest value. 0 for an empty row; throws RuntimeError for a row of NaN
 // only (the model computed nothing to choose from: not token 0).
 int32_t argmax(const float *logits, size_t count);
+// The refusal of a row of `count` logits that are all NaN (argmax's, and the
+// GPU's greedy choice's).
+std::string allNanLogits(int64_t count);
 
 class Sampler {
 public:

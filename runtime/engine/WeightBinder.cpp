@@ -23,17 +23,15 @@ namespace {
 
 constexpr const char *kExpertPattern = "{e}";
 
-std::string quoted(const std::string &name) { return quoteName(name); }
-
 // Elements of one tensor; RuntimeError on a negative size or overflow.
 uint64_t elementCount(const WeightSpec &spec) {
   uint64_t count = 1;
   for (int64_t size : spec.shape) {
     if (size < 0)
-      throw RuntimeError("weight " + quoted(spec.name) + ": negative size " + std::to_string(size) +
-                         " in its shape");
+      throw RuntimeError("weight " + quoteName(spec.name) + ": negative size " +
+                         std::to_string(size) + " in its shape");
     if (size != 0 && count > std::numeric_limits<uint64_t>::max() / 4 / static_cast<uint64_t>(size))
-      throw RuntimeError("weight " + quoted(spec.name) + ": shape too large");
+      throw RuntimeError("weight " + quoteName(spec.name) + ": shape too large");
     count *= static_cast<uint64_t>(size);
   }
   return count;
@@ -47,7 +45,7 @@ uint64_t boundTensorBytes(const WeightSpec &spec) {
 
 // The spec on its own: name, slice, transform and byte count agree.
 void checkSpec(const WeightSpec &spec) {
-  const std::string what = "weight " + quoted(spec.name);
+  const std::string what = "weight " + quoteName(spec.name);
   const bool isStack = spec.name.find(kExpertPattern) != std::string::npos;
   if (isStack != (spec.stack > 0))
     throw RuntimeError(what + ": stack " + std::to_string(spec.stack) +
@@ -185,9 +183,9 @@ void checkWeights(const std::vector<WeightSpec> &specs, const WeightSource &sour
     for (const std::string &name : tensorNames(spec)) {
       std::optional<TensorType> found = source.find(name);
       if (!found)
-        throw RuntimeError("weight " + quoted(name) + ": not in " + source.description());
+        throw RuntimeError("weight " + quoteName(name) + ": not in " + source.description());
       if (found->dtype != spec.dtype || found->shape != spec.shape)
-        throw RuntimeError("weight " + quoted(name) + ": the artifact expects " +
+        throw RuntimeError("weight " + quoteName(name) + ": the artifact expects " +
                            describeTensorType(expected) + ", " + source.description() + " has " +
                            describeTensorType(*found));
     }

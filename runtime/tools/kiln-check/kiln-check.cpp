@@ -25,7 +25,6 @@
 #include "runtime/tools/kiln-check/VerifyCheck.h"
 
 #include <algorithm>
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -117,13 +116,11 @@ std::string formatNumber(double value) {
 
 // `text` as a finite number in (0, max].
 double parsePositive(const std::string &flag, const std::string &text, double max) {
-  char *end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value) || value <= 0 ||
-      value > max)
+  const std::optional<double> value = finiteNumber(text);
+  if (!value || *value <= 0 || *value > max)
     throw UsageError{flag + " takes a number above 0 and at most " + formatNumber(max) + ", not " +
                      quoteName(text)};
-  return value;
+  return *value;
 }
 
 // Logits holding NaN or infinities mean the artifact computed a non-finite

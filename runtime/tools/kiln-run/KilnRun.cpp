@@ -14,7 +14,6 @@
 #include "runtime/text/Tokenizer.h"
 #include "runtime/text/Utf8.h"
 
-#include <charconv>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -128,11 +127,10 @@ Int parseInteger(const std::string &flag, const std::string &text, Int min, Int 
 }
 
 double parseNumber(const std::string &flag, const std::string &text) {
-  char *end = nullptr;
-  const double value = std::strtod(text.c_str(), &end);
-  if (text.empty() || end != text.c_str() + text.size() || !std::isfinite(value))
+  const std::optional<double> value = finiteNumber(text);
+  if (!value)
     throw UsageError(flag + ": " + quoteName(text) + " is not a number");
-  return value;
+  return *value;
 }
 
 std::vector<int32_t> parseIds(const std::string &text) {

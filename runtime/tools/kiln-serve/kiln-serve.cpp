@@ -9,7 +9,6 @@
 #include "runtime/serve/Server.h"
 #include "runtime/text/Tokenizer.h"
 
-#include <charconv>
 #include <csignal>
 #include <cstdio>
 #include <iostream>

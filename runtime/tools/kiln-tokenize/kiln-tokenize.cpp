@@ -1,5 +1,6 @@
 // kiln-tokenize: text to token ids and back with a checkpoint's tokenizer
 // (runtime/text/Tokenizer.h).
+#include "runtime/core/FlagValue.h"
 #include "runtime/core/InputFile.h"
 #include "runtime/core/QuoteName.h"
 #include "runtime/core/StrictJson.h"
@@ -7,9 +8,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include <charconv>
 #include <iostream>
+#include <limits>
+#include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace {
@@ -49,12 +52,13 @@ std::vector<int32_t> parseIds(const std::string &text) {
   size_t at = 0;
   while (at <= text.size()) {
     const size_t comma = std::min(text.find(',', at), text.size());
-    int32_t id = 0;
-    const auto [end, error] = std::from_chars(text.data() + at, text.data() + comma, id);
-    if (error != std::errc() || end != text.data() + comma || id < 0)
-      throw std::runtime_error("--decode: " + kiln::quoteName(text.substr(at, comma - at)) +
+    const std::string_view piece = std::string_view(text).substr(at, comma - at);
+    const std::optional<int32_t> id =
+        kiln::integerIn<int32_t>(piece, 0, std::numeric_limits<int32_t>::max());
+    if (!id)
+      throw std::runtime_error("--decode: " + kiln::quoteName(piece) +
                                " is not a token id (expected 1,2,3)");
-    ids.push_back(id);
+    ids.push_back(*id);
     at = comma + 1;
   }
   return ids;
