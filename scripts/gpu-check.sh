@@ -20,8 +20,11 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   tiny-bf16.p512.sm_90.kiln tiny-bf16.nofuse.sm_90.kiln \
   small-nvfp4.bf16tc-600.reference small-nvfp4.p512-experts-broken.sm_90.kiln \
   tiny-nvfp4.p512.sm_90.kiln tiny-nvfp4.bf16tc-24.reference tiny-nvfp4.bf16tc-100.reference \
-  tiny-nvfp4.bf16tc-600.reference tiny-wide.p512.sm_90.kiln tiny-wide.bf16tc-24.reference \
-  tiny-wide.bf16tc-100.reference tiny-wide.bf16tc-600.reference small-nvfp4.narrow-broken.sm_90.kiln small-nvfp4.b24.sm_90.kiln \
+  tiny-nvfp4.bf16tc-600.reference tiny-wide.p500.sm_90.kiln tiny-wide.bf16tc-24.reference \
+  tiny-wide.bf16tc-100.reference tiny-wide.bf16tc-600.reference tiny-wide128.p500.sm_90.kiln \
+  tiny-wide128.p500-attn-broken.sm_90.kiln tiny-wide128.bf16tc-24.reference \
+  tiny-wide128.bf16tc-100.reference tiny-wide128.bf16tc-600.reference \
+  small-nvfp4.narrow-broken.sm_90.kiln small-nvfp4.b24.sm_90.kiln \
   tiny-bf16.f32kv.sm_90.kiln tiny-bf16.f32kv.reference; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
@@ -98,12 +101,16 @@ for format in bf16 nvfp4; do
   done
 done
 # The wgmma attention with a head's 128 queries a block (tiny-wide's groups
-# of three), its window of two tiles and a second chunk over the cache.
-for n in 24 100 600; do
-  echo "== tiny-wide, wgmma attention in prefill of $n tokens, against the interpreter with the same roundings"
-  "$BIN/kiln-check" "$DATA/tiny-wide.p512.sm_90.kiln" --weights synthetic:7 \
-    --reference "$DATA/tiny-wide.bf16tc-$n.reference" --tolerance 0.03 --batch-steps 0 ||
-    status=1
+# of three), its window of two tiles and a second chunk over the cache (its
+# tiles by TMA from the cache, wrapped around the ring, below position 0);
+# head_dim 64 and 128.
+for name in tiny-wide tiny-wide128; do
+  for n in 24 100 600; do
+    echo "== $name, wgmma attention in prefill of $n tokens, against the interpreter with the same roundings"
+    "$BIN/kiln-check" "$DATA/$name.p500.sm_90.kiln" --weights synthetic:7 \
+      --reference "$DATA/$name.bf16tc-$n.reference" --tolerance 0.03 --batch-steps 0 ||
+      status=1
+  done
 done
 for prompt in "" "-600"; do
   echo "== small-nvfp4, tensor-core prefill, against the interpreter with the same roundings$prompt"
@@ -111,10 +118,10 @@ for prompt in "" "-600"; do
     --reference "$DATA/small-nvfp4.bf16tc$prompt.reference" --tolerance 0.2 --batch-steps 0 ||
     status=1
 done
-broken() { # artifact, reference, what
-  echo "== small-nvfp4, $3: must fail"
-  if "$BIN/kiln-check" "$DATA/$1.sm_90.kiln" --weights synthetic:3 \
-    --reference "$DATA/$2.reference" --tolerance 0.2 --batch-steps 0; then
+broken() { # artifact, reference, what[, weights, tolerance]
+  echo "== ${1%%.*}, $3: must fail"
+  if "$BIN/kiln-check" "$DATA/$1.sm_90.kiln" --weights "${4:-synthetic:3}" \
+    --reference "$DATA/$2.reference" --tolerance "${5:-0.2}" --batch-steps 0; then
     echo "(the broken kernel passed the check)"
     status=1
   else
@@ -126,6 +133,8 @@ broken small-nvfp4.p512-attn-broken small-nvfp4.bf16tc-600 \
   "attention broken on purpose (each block's last key tile dropped)"
 broken small-nvfp4.p512-experts-broken small-nvfp4.bf16tc-600 \
   "the experts' gate/up GEMM broken on purpose (its last k step dropped)"
+broken tiny-wide128.p500-attn-broken tiny-wide128.bf16tc-600 \
+  "attention broken on purpose (each block's last key tile dropped)" synthetic:7 0.03
 # The narrow expert kernels (a few items an expert: small's 64-token prefill
 # and its batched decode) with gate/up's last k step dropped, against the f32
 # reference with the default tolerance.
@@ -166,9 +175,12 @@ if command -v compute-sanitizer >/dev/null; then
   sanitize memcheck tiny-bf16.nofuse "$DATA/tiny-bf16"
   sanitize racecheck tiny-bf16.p512 "$DATA/tiny-bf16"
   sanitize racecheck tiny-nvfp4.p512 "$DATA/tiny-nvfp4"
-  # The wgmma attention over two chunks (the second's tiles reach into the cache).
-  sanitize memcheck tiny-wide.p512 synthetic:7 600
-  sanitize racecheck tiny-wide.p512 synthetic:7 600
+  # The wgmma attention over two chunks (the second's tiles reach into the
+  # cache: by TMA and converted).
+  for name in tiny-wide tiny-wide128; do
+    sanitize memcheck $name.p500 synthetic:7 600
+    sanitize racecheck $name.p500 synthetic:7 600
+  done
 fi
 
 # kiln-serve on small NVFP4's 24 conversation slots, driven as a client would

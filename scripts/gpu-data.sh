@@ -101,22 +101,32 @@ kiln_log "tiny bf16 and nvfp4, prefill chunks of 512 (wgmma GEMMs and experts; r
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --max-prefill-tokens=512 -o "$OUT/tiny-bf16.p512.sm_90.kiln"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 \
   -o "$OUT/tiny-nvfp4.p512.sm_90.kiln"
-# Tiny widened to head_dim 64 and a window of 128 (tiny-wide): its attention
+# Tiny widened to head_dim 64 and a window of 128 (tiny-wide), and to head_dim
+# 128 (tiny-wide128: two 64-dim panels a key and value tile): their attention
 # takes the wgmma kernel (tiny's 32 keeps mma.sync), with groups of three
 # heads (a head's 128 queries a block) and a window of two tiles; references
-# with the kernels' roundings for 24, 100 and 600 tokens.
-kiln_log "tiny-wide bf16 (head_dim 64, window 128): references, sm_90 p512 artifact"
-sed -e 's/"head_dim": 32/"head_dim": 64/' -e 's/"sliding_window": 8/"sliding_window": 128/' \
-  "$KILN_ROOT/models/muse_spark/configs/muse-spark-tiny.json" > "$OUT/tiny-wide.json"
-# The checkpoint is temporary: the GPU makes the same bytes as synthetic:7.
-"$BIN/kiln-ckpt" synth "$OUT/tiny-wide.json" --format bf16 --seed 7 -o "$SMALL_CKPT" >/dev/null
-for n in 24 100 600; do
-  "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$(seq -s, 1 $n)" \
-    --linear-inputs=bf16 --attention-inputs=bf16 --save-reference "$OUT/tiny-wide.bf16tc-$n.reference"
+# with the kernels' roundings for 24, 100 and 600 tokens. Prefill chunks of
+# 500: the 600-token prompt's second chunk has cached tiles of all three
+# kinds (by TMA from the cache, wrapped around a sliding ring's end, reaching
+# below position 0; the last two converted).
+for wide in tiny-wide:64 tiny-wide128:128; do
+  name=${wide%%:*}
+  dim=${wide##*:}
+  kiln_log "$name bf16 (head_dim $dim, window 128): references, sm_90 p500 artifacts"
+  sed -e "s/\"head_dim\": 32/\"head_dim\": $dim/" -e 's/"sliding_window": 8/"sliding_window": 128/' \
+    "$KILN_ROOT/models/muse_spark/configs/muse-spark-tiny.json" > "$OUT/$name.json"
+  # The checkpoint is temporary: the GPU makes the same bytes as synthetic:7.
+  "$BIN/kiln-ckpt" synth "$OUT/$name.json" --format bf16 --seed 7 -o "$SMALL_CKPT" >/dev/null
+  for n in 24 100 600; do
+    "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$(seq -s, 1 $n)" \
+      --linear-inputs=bf16 --attention-inputs=bf16 --save-reference "$OUT/$name.bf16tc-$n.reference"
+  done
+  rm -rf "${SMALL_CKPT:?}"/*
+  "$BIN/kilnc" "$OUT/$name.json" --target=sm_90 --max-prefill-tokens=500 \
+    -o "$OUT/$name.p500.sm_90.kiln"
+  "$BIN/kilnc" "$OUT/$name.json" --target=sm_90 --max-prefill-tokens=500 \
+    --inject-fault=attention-drop-tile -o "$OUT/$name.p500-attn-broken.sm_90.kiln"
 done
-rm -rf "${SMALL_CKPT:?}"/*
-"$BIN/kilnc" "$OUT/tiny-wide.json" --target=sm_90 --max-prefill-tokens=512 \
-  -o "$OUT/tiny-wide.p512.sm_90.kiln"
 kiln_log "tiny bf16 without the graph fusions (separate norms, ropes, expert kernels)"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --no-fuse --decode-batch=8 -o "$OUT/tiny-bf16.nofuse.sm_90.kiln"
 kiln_log "tiny nvfp4 tp2ep2: sm_90 artifact for 2 ranks (the rank failure checks)"

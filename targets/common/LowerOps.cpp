@@ -202,7 +202,7 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
       if (tiled->stage) {
         Type bf16 = b.getBF16Type();
         Buf keys = allocShape({fixed(kvHeads), fixed(tiled->stagedRows), fixed(dim)}, bf16);
-        Buf values = allocShape({fixed(kvHeads), fixed(dim), fixed(tiled->stagedRows)}, bf16);
+        Buf values = allocShape({fixed(kvHeads), fixed(tiled->stagedRows), fixed(dim)}, bf16);
         launch(tiled->stage->kernel, {act(o.getK()), act(o.getV()), keys, values},
                {"tokens:0", "part", "parts"}, tiled->stage->work, what);
         buffers.append({keys, values});

@@ -170,10 +170,10 @@ public:
   // generic kernel) serves. `maxTokens`: the entry's most tokens.
   //
   // With `stage`, this call's K/V are first written as bf16 by it (k, v,
-  // keys [kvHeads, stagedRows, D], values transposed [kvHeads, D,
-  // stagedRows]; tokens, part, parts), and `attend` also takes the two
-  // staged buffers after y, and `attendScalars` (tokens, past, then its
-  // own, such as tensor maps over them).
+  // keys and values [kvHeads, stagedRows, D] each; tokens, part, parts),
+  // and `attend` also takes the two staged buffers after y, and
+  // `attendScalars` (tokens, past, then its own, such as tensor maps over
+  // them or over the caches).
   struct TileAttention {
     KernelLaunch attend, append;
     std::optional<KernelLaunch> stage;

@@ -1,7 +1,8 @@
 // Built as typed IR (targets/common/KernelBuilder.h) over WgmmaPipeline.h.
 //
-// Shared memory: the ring's stages (A: the key tile, D / 64 panels of 64
-// rows of 128 bytes; B: the transposed value tile, D rows of 64 keys), its
+// Shared memory: the ring's stages (A: the key tile, B: the value tile, each
+// D / 64 panels of 64 key rows of 128 bytes, as a TMA box brings them from
+// the staged K/V or a bf16 cache; the P V products read B MN-major), its
 // barriers, then each consumer's query panels and its P tile (64 rows of 64
 // keys), every tile in the 128-byte swizzle: 16-byte chunk c of row r at
 // chunk c ^ (r % 8), rows of 128 bytes, 1024-byte atoms.
@@ -104,8 +105,7 @@ public:
           arith::SubIOp::create(b, first, reach), k.index(0));
     }
     // Tiles on a grid of 64 keys from `past`, so that none straddles the
-    // cache and this call and the staged tiles' TMA boxes start on whole
-    // 16-byte chunks of the transposed values: cacheTiles tiles below past
+    // cache and this call (each comes whole from one): cacheTiles tiles below past
     // (the first may start below position 0: index arithmetic wraps, and
     // such keys are past keyEnd, hence masked), then this call's.
     const int64_t kKeys = S::kKeys;
@@ -245,20 +245,31 @@ private:
                               arith::MulIOp::create(b, c, idx(16))));
   }
 
-  // A tile wholly in this call: the issuer has the TMA bring the staged
-  // keys' panels and values (the others arrive at once); one that reaches
-  // into the cache: every thread converts its part.
+  // Whether the producer may bring cached tiles by TMA: a bf16 cache, over
+  // which the kernel takes two more tensor maps.
+  bool mapsCache() const { return s.cache == kernels::KvElement::BF16; }
+
+  // A tile wholly in this call comes by TMA from the staged keys and values;
+  // one below `past` from a bf16 cache by TMA too where its slots are whole
+  // (no wrap of a sliding ring, nothing below position 0); any other is
+  // converted by every thread.
   void produce(wgmma::Ring &ring, Value inGroup) {
     Type ptr = LLVM::LLVMPointerType::get(ctx);
-    Value keysMap = LLVM::IntToPtrOp::create(b, ptr, k.arg(10));
-    Value valuesMap = LLVM::IntToPtrOp::create(b, ptr, k.arg(11));
+    auto mapArg = [&](unsigned arg) { return LLVM::IntToPtrOp::create(b, ptr, k.arg(arg)); };
+    Value keysMap = mapArg(10), valuesMap = mapArg(11);
+    Value keyCacheMap, valueCacheMap;
+    if (mapsCache()) {
+      keyCacheMap = mapArg(12);
+      valueCacheMap = mapArg(13);
+    }
     Value issuer = cmp(arith::CmpIPredicate::eq, inGroup, idx(0));
     {
       auto ifIssuer = scf::IfOp::create(b, issuer, false);
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
-      ring.acquireTensorMap(keysMap);
-      ring.acquireTensorMap(valuesMap);
+      for (Value map : {keysMap, valuesMap, keyCacheMap, valueCacheMap})
+        if (map)
+          ring.acquireTensorMap(map);
     }
     Value keys = globalBase(1), values = globalBase(2);
     Value keyCache = globalBase(3), valueCache = globalBase(4);
@@ -266,47 +277,82 @@ private:
     b.setInsertionPointToStart(loop.getBody());
     Value step = loop.getInductionVar();
     tileStart = arith::AddIOp::create(b, keyBegin, arith::MulIOp::create(b, step, idx(S::kKeys)));
+    tileSlot = arith::RemUIOp::create(b, tileStart, slots);
     auto [stage, fullAt] = ring.claim(step);
-    Value keysAt = arith::MulIOp::create(b, stage, idx(ring.layout().aBytes()));
-    Value valuesAt = ring.bOffset(stage);
+    Tile tile{issuer, fullAt, arith::MulIOp::create(b, stage, idx(ring.layout().aBytes())),
+              ring.bOffset(stage)};
     auto staged =
         scf::IfOp::create(b, cmp(arith::CmpIPredicate::uge, step, cacheTiles), /*withElse=*/true);
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(&staged.getThenRegion().front());
-      auto ifIssuer = scf::IfOp::create(b, issuer, /*withElse=*/true);
-      b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
-      ring.expectBytes(fullAt, ring.layout().stageBytes());
-      Value row = arith::SubIOp::create(b, tileStart, past);
-      for (int64_t p = 0; p < s.panels(); ++p)
-        ring.copy(ring.at(arith::AddIOp::create(b, keysAt, idx(p * kPanelBytes))), keysMap,
-                  k.i32(p * S::kPanel), {row, kvHead}, fullAt);
-      ring.copy(ring.at(valuesAt), valuesMap, arith::IndexCastOp::create(b, i32, row),
-                {idx(0), kvHead}, fullAt);
-      b.setInsertionPointToStart(&ifIssuer.getElseRegion().front());
-      NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), fullAt, Value(),
-                                     NVVM::MemScopeKind::CTA, false);
+      bring(ring, tile, keysMap, valuesMap, {arith::SubIOp::create(b, tileStart, past), kvHead});
     }
     b.setInsertionPointToStart(&staged.getElseRegion().front());
-    convertTile(ring, inGroup, keysAt, valuesAt, fullAt, {keys, values, keyCache, valueCache});
+    const Sources sources{keys, values, keyCache, valueCache};
+    if (!mapsCache()) {
+      convertTile(ring, inGroup, tile, sources);
+      return;
+    }
+    Value whole = arith::AndIOp::create(
+        b, cmp(arith::CmpIPredicate::ult, tileStart, past),
+        cmp(arith::CmpIPredicate::ule, arith::AddIOp::create(b, tileSlot, idx(S::kKeys)), slots));
+    auto cached = scf::IfOp::create(b, whole, /*withElse=*/true);
+    b.setInsertionPointToStart(&cached.getThenRegion().front());
+    bring(ring, tile, keyCacheMap, valueCacheMap, {kvHead, tileSlot});
+    b.setInsertionPointToStart(&cached.getElseRegion().front());
+    convertTile(ring, inGroup, tile, sources);
+  }
+
+  // A ring stage being filled: the producer's issuing thread, the stage's
+  // full barrier, its key and value tiles' byte offsets.
+  struct Tile {
+    Value issuer, fullAt, keysAt, valuesAt;
+  };
+  // The issuer has the TMA bring the tile's key and value panels (boxes of
+  // 64 dims by 64 rows at `outer`, the coordinates after the dims', innermost
+  // first); the producer's other threads arrive at once.
+  void bring(wgmma::Ring &ring, const Tile &tile, Value keysMap, Value valuesMap,
+             ArrayRef<Value> outer) {
+    OpBuilder::InsertionGuard guard(b);
+    auto ifIssuer = scf::IfOp::create(b, tile.issuer, /*withElse=*/true);
+    b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
+    ring.expectBytes(tile.fullAt, ring.layout().stageBytes());
+    for (int64_t p = 0; p < s.panels(); ++p) {
+      Value panel = idx(p * kPanelBytes);
+      ring.copy(ring.at(arith::AddIOp::create(b, tile.keysAt, panel)), keysMap,
+                k.i32(p * S::kPanel), outer, tile.fullAt);
+      ring.copy(ring.at(arith::AddIOp::create(b, tile.valuesAt, panel)), valuesMap,
+                k.i32(p * S::kPanel), outer, tile.fullAt);
+    }
+    b.setInsertionPointToStart(&ifIssuer.getElseRegion().front());
+    NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), tile.fullAt, Value(),
+                                   NVVM::MemScopeKind::CTA, false);
   }
 
   struct Sources {
     Value keys, values, keyCache, valueCache;
   };
-  void convertTile(wgmma::Ring &ring, Value inGroup, Value keysAt, Value valuesAt, Value fullAt,
-                   const Sources &src) {
+  void convertTile(wgmma::Ring &ring, Value inGroup, const Tile &tile, const Sources &src) {
+    convertRows(ring, inGroup, src.keys, src.keyCache, tile.keysAt);
+    convertRows(ring, inGroup, src.values, src.valueCache, tile.valuesAt);
+    NVVM::FenceProxyOp::create(b, b.getLoc(), NVVM::ProxyKind::async_shared,
+                               NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
+    NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), tile.fullAt, Value(),
+                                   NVVM::MemScopeKind::CTA, false);
+  }
+
+  // The tile's keys (or values) into its panels at `at`, as a TMA box would
+  // bring them: chunk (key r, dims 8 c ..) a unit, consecutive threads along
+  // a row; eight f32 dims (lo, hi) to convert, or from a bf16 cache the
+  // eight as stored (one 16-byte load). Every load is issued before the
+  // first store (the generic-pointer loads may not pass a shared store).
+  void convertRows(wgmma::Ring &ring, Value inGroup, Value callBase, Value cacheBase, Value at) {
     const int64_t chunksPerRow = s.headDim / 8;
-    Value keys = src.keys, values = src.values, keyCache = src.keyCache,
-          valueCache = src.valueCache;
-    tileSlot = arith::RemUIOp::create(b, tileStart, slots);
-    // A key chunk: eight f32 dims (lo, hi) to convert, or from a bf16 cache
-    // the eight as stored (one 16-byte load).
     struct Chunk {
       Value lo, hi, stored, at;
     };
-    SmallVector<Chunk> keyChunks;
-    // Keys: chunk (key r, dims 8 c ..) a unit, consecutive threads along a row.
+    SmallVector<Chunk> chunks;
     for (int64_t i = 0; i < S::kKeys * chunksPerRow / wgmma::kWarpgroup; ++i) {
       Value e = arith::AddIOp::create(b, inGroup, idx(i * wgmma::kWarpgroup));
       Value c = arith::RemUIOp::create(b, e, idx(chunksPerRow));
@@ -315,66 +361,25 @@ private:
       Chunk chunk;
       if (s.cache == kernels::KvElement::BF16) {
         chunk.stored = vector::BitCastOp::create(b, VectorType::get({4}, i32),
-                                                 bf16Cached(keyCache, r, col, 8));
+                                                 bf16Cached(cacheBase, r, col, 8));
       } else {
-        chunk.lo = kvQuad(keys, keyCache, r, col);
-        chunk.hi = kvQuad(keys, keyCache, r, arith::AddIOp::create(b, col, idx(4)));
+        chunk.lo = kvQuad(callBase, cacheBase, r, col);
+        chunk.hi = kvQuad(callBase, cacheBase, r, arith::AddIOp::create(b, col, idx(4)));
       }
       Value panelAt = arith::AddIOp::create(
-          b, keysAt,
-          arith::MulIOp::create(b, arith::DivUIOp::create(b, c, idx(8)), idx(kPanelBytes)));
+          b, at, arith::MulIOp::create(b, arith::DivUIOp::create(b, c, idx(8)), idx(kPanelBytes)));
       chunk.at = swizzled(panelAt, r, arith::RemUIOp::create(b, c, idx(8)));
-      keyChunks.push_back(chunk);
+      chunks.push_back(chunk);
     }
-    // Every load of the tile's keys is issued before the first store (the
-    // generic-pointer loads may not pass a shared store), then stored.
-    for (const Chunk &chunk : keyChunks) {
-      Value target = ring.at(chunk.at);
+    for (const Chunk &chunk : chunks) {
       Value packed = chunk.stored;
       if (!packed) {
         SmallVector<Value> values = elements(chunk.lo);
         values.append(elements(chunk.hi));
         packed = chunkOf(values);
       }
-      LLVM::StoreOp::create(b, packed, target, /*alignment=*/16);
+      LLVM::StoreOp::create(b, packed, ring.at(chunk.at), /*alignment=*/16);
     }
-    // Values, transposed: keys 8 kc .. + 7 at dims 4 dq .. + 3 a unit (eight
-    // quads in, four chunks out: row d holds the eight keys of dim d).
-    const int64_t quadsPerRow = s.headDim / 4;
-    struct ValueUnit {
-      SmallVector<Value> quads;
-      Value col, kc;
-    };
-    SmallVector<ValueUnit> valueUnits;
-    for (int64_t i = 0; i < (S::kKeys / 8) * quadsPerRow / wgmma::kWarpgroup; ++i) {
-      Value u = arith::AddIOp::create(b, inGroup, idx(i * wgmma::kWarpgroup));
-      Value dq = arith::RemUIOp::create(b, u, idx(quadsPerRow));
-      Value kc = arith::DivUIOp::create(b, u, idx(quadsPerRow));
-      Value col = arith::MulIOp::create(b, dq, idx(4));
-      SmallVector<Value> quads;
-      for (int64_t j = 0; j < 8; ++j) {
-        Value row = arith::AddIOp::create(b, arith::MulIOp::create(b, kc, idx(8)), idx(j));
-        quads.push_back(kvQuad(values, valueCache, row, col));
-      }
-      valueUnits.push_back({quads, col, kc});
-    }
-    for (auto &[quads, col, kc] : valueUnits) {
-      SmallVector<SmallVector<Value>> rows;
-      for (Value quad : quads)
-        rows.push_back(elements(quad));
-      for (int64_t di = 0; di < 4; ++di) {
-        SmallVector<Value> keys;
-        for (int64_t j = 0; j < 8; ++j)
-          keys.push_back(rows[j][di]);
-        Value d = arith::AddIOp::create(b, col, idx(di));
-        LLVM::StoreOp::create(b, chunkOf(keys), ring.at(swizzled(valuesAt, d, kc)),
-                              /*alignment=*/16);
-      }
-    }
-    NVVM::FenceProxyOp::create(b, b.getLoc(), NVVM::ProxyKind::async_shared,
-                               NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
-    NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), fullAt, Value(), NVVM::MemScopeKind::CTA,
-                                   false);
   }
 
   // --- the consumers --------------------------------------------------------
@@ -394,12 +399,15 @@ private:
                                NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
     syncWarpgroup(consumer);
   }
-  Value mma(Type type, Value acc, Value a, Value bDesc, int64_t n) {
+  // layoutB: col for a K-major B (the keys), row for an MN-major one (the
+  // values).
+  Value mma(Type type, Value acc, Value a, Value bDesc, int64_t n,
+            NVVM::MMALayout layoutB = NVVM::MMALayout::col) {
     return NVVM::WgmmaMmaAsyncOp::create(
         b, b.getLoc(), type, acc, a, bDesc, NVVM::MMAShapeAttr::get(ctx, kRows, n, wgmma::kMmaK),
         NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32,
         NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
-        NVVM::MMALayout::row, NVVM::MMALayout::col, nullptr);
+        NVVM::MMALayout::row, layoutB, nullptr);
   }
   Value descriptor(Value baseBytes, int64_t advance, wgmma::Ring &ring) {
     Value addr = arith::AddIOp::create(b, ring.shared32(ring.at(baseBytes)), k.i32(advance));
@@ -524,9 +532,14 @@ private:
       }
       publish(consumer);
       NVVM::WgmmaFenceAlignedOp::create(b, b.getLoc());
-      for (int64_t kk = 0; kk < S::kKeys / wgmma::kMmaK; ++kk)
+      for (int64_t kk = 0; kk < S::kKeys / wgmma::kMmaK; ++kk) {
+        // The values' 16 key rows of this product, MN-major over the panels.
+        Value vAddr = arith::AddIOp::create(b, ring.shared32(ring.at(valuesAt)),
+                                            k.i32(kk * wgmma::kMmaK * wgmma::kRowBytes));
         out = mma(outputType, out, descriptor(probsAt, kk * wgmma::kMmaK * 2, ring),
-                  descriptor(valuesAt, kk * wgmma::kMmaK * 2, ring), s.headDim);
+                  wgmma::matrixDescriptorMnMajor(b, vAddr, kPanelBytes), s.headDim,
+                  NVVM::MMALayout::row);
+      }
       NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
       NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 0);
       // The stage's keys and values are read: each warp frees it.
@@ -698,9 +711,12 @@ kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastT
     Type kvCache = MemRefType::get({dynamic, shape.kvHeads, shape.headDim},
                                    kernels::kvElementType(b, shape.cache));
     Type keys = MemRefType::get({shape.kvHeads, rows, shape.headDim}, b.getBF16Type());
-    Type values = MemRefType::get({shape.kvHeads, shape.headDim, rows}, b.getBF16Type());
+    Type values = keys;
     Type i64 = b.getI64Type();
-    return {q, kv, kv, kvCache, kvCache, q, keys, values, i64, i64, i64, i64};
+    std::vector<Type> types = {q, kv, kv, kvCache, kvCache, q, keys, values, i64, i64, i64, i64};
+    if (shape.cache == kernels::KvElement::BF16) // the caches' tensor maps
+      types.insert(types.end(), {i64, i64});
+    return types;
   };
   const std::string smemName = name + "_smem";
   kernels::KernelSpec spec =
@@ -712,11 +728,10 @@ kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastT
   return spec;
 }
 
-// This call's K/V as bf16: keys [Hkv, R, D] as they are, values transposed
-// [Hkv, D, R]; rows T .. T + 63 zeros (a tile that starts below T reads
-// them; their scores are masked, and zero values keep P V finite). A thread
-// a (row, head, four dims), rows fastest, so that the transposed stores of
-// a warp are neighbours.
+// This call's K/V as bf16, [Hkv, R, D] each; rows T .. T + 63 zeros (a tile
+// that starts below T reads them; their scores are masked, and zero values
+// keep P V finite). A thread a (row, head, four dims), the dims fastest, so
+// that a warp's loads and stores are each one contiguous run.
 kernels::KernelSpec stageKernel(const S &shape, int64_t rows) {
   const std::string name = "attention_stage_bf16_" + shapeSuffix(shape);
   const int64_t quads = shape.kvHeads * shape.headDim / 4;
@@ -726,8 +741,8 @@ kernels::KernelSpec stageKernel(const S &shape, int64_t rows) {
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     Type kv = MemRefType::get({dynamic, shape.kvHeads, shape.headDim}, b.getF32Type());
-    return {kv, kv, MemRefType::get({shape.kvHeads, rows, shape.headDim}, b.getBF16Type()),
-            MemRefType::get({shape.kvHeads, shape.headDim, rows}, b.getBF16Type()), b.getI64Type()};
+    Type staged = MemRefType::get({shape.kvHeads, rows, shape.headDim}, b.getBF16Type());
+    return {kv, kv, staged, staged, b.getI64Type()};
   };
   return kernels::buildKernel(name, "kiln.attention", tiling, args, [&](kernels::KernelScope &k) {
     ImplicitLocOpBuilder &b = k.b;
@@ -736,12 +751,12 @@ kernels::KernelSpec stageKernel(const S &shape, int64_t rows) {
     Value id = arith::AddIOp::create(b, arith::MulIOp::create(b, bid, k.index(block)), tid);
     Value tokens = k.argIndex(4);
     Value span = arith::AddIOp::create(b, tokens, k.index(S::kKeys));
-    Value row = arith::RemUIOp::create(b, id, span);
-    Value quad = arith::DivUIOp::create(b, id, span);
+    Value quad = arith::RemUIOp::create(b, id, k.index(quads));
+    Value row = arith::DivUIOp::create(b, id, k.index(quads));
     auto live = scf::IfOp::create(
         b,
         arith::AndIOp::create(
-            b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, quad, k.index(quads)),
+            b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row, span),
             arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row, k.index(rows))),
         false);
     b.setInsertionPointToStart(&live.getThenRegion().front());
@@ -759,10 +774,8 @@ kernels::KernelSpec stageKernel(const S &shape, int64_t rows) {
     value = arith::TruncFOp::create(b, bf4, arith::SelectOp::create(b, inCall, value, zeros));
     vector::StoreOp::create(b, key, k.arg(2), ValueRange{head, row, col}, false,
                             llvm::MaybeAlign(8));
-    for (int64_t i = 0; i < 4; ++i)
-      memref::StoreOp::create(b, vector::ExtractOp::create(b, value, ArrayRef<int64_t>{i}),
-                              k.arg(3),
-                              ValueRange{head, arith::AddIOp::create(b, col, k.index(i)), row});
+    vector::StoreOp::create(b, value, k.arg(3), ValueRange{head, row, col}, false,
+                            llvm::MaybeAlign(8));
   });
 }
 
@@ -778,12 +791,16 @@ WgmmaAttentionKernels wgmmaAttention(const S &shape, int64_t maxTokens, bool dro
       (maxTokens + shape.blockQueries() - 1) / shape.blockQueries() * shape.headUnits();
   out.attend = {attentionKernel(shape, out.stagedRows, dropLastTile),
                 kernels::Work{blocks * kThreads, 0, kThreads}};
-  // The staged keys: boxes of 64 dims x 64 keys; the values: 64 keys x D.
-  const std::string keys =
-      "tmap:6:" + std::to_string(S::kPanel) + "," + std::to_string(S::kKeys) + ",1:128";
-  const std::string values =
-      "tmap:7:" + std::to_string(S::kKeys) + "," + std::to_string(shape.headDim) + ",1:128";
-  out.attendScalars = {"tokens:0", "past:0", keys, values, "part", "parts"};
+  // The staged keys and values [Hkv, R, D]: boxes of 64 dims x 64 keys of
+  // one head; a bf16 cache's [slots, Hkv, D]: 64 dims of one head x 64 slots.
+  const std::string panel = std::to_string(S::kPanel), keys64 = std::to_string(S::kKeys);
+  out.attendScalars = {"tokens:0", "past:0", "tmap:6:" + panel + "," + keys64 + ",1:128",
+                       "tmap:7:" + panel + "," + keys64 + ",1:128"};
+  if (shape.cache == kernels::KvElement::BF16)
+    for (const char *cache : {"3", "4"})
+      out.attendScalars.push_back(std::string("tmap:") + cache + ":" + panel + ",1," + keys64 +
+                                  ":128");
+  out.attendScalars.insert(out.attendScalars.end(), {"part", "parts"});
   return out;
 }
 

@@ -5,30 +5,31 @@
 //
 //   producer:  walks the keys the block's queries may see (causal, within
 //              the sliding window), 64 a tile, through a ring of shared-memory
-//              stages (WgmmaPipeline.h): keys before `past` from the f32 KV
-//              cache, the rest from this call's f32 K/V, converted to bf16
-//              and stored in the 128-byte swizzle, the keys as [64, D] and
-//              the values transposed, [D, 64], so that both are K-major wgmma
-//              operands; then it fences the async proxy and arrives;
+//              stages (WgmmaPipeline.h), keys and values alike as 64 rows of
+//              D / 64 panels in the 128-byte swizzle: the keys a K-major
+//              wgmma operand, the values an MN-major one;
 //   consumers: each holds its 64 queries as bf16 in shared memory, computes
 //              its 64 x 64 scores with wgmma m64n64k16 (f32 accumulate),
 //              masks them, updates its online softmax in registers, writes
 //              the probabilities as bf16 into its own swizzled P tile and
-//              accumulates P V with wgmma m64nDk16 into its f32 output.
+//              accumulates P V with wgmma m64nDk16 (B transposed) into its
+//              f32 output.
 //
 // This call's K/V are first staged as bf16 by a kernel of their own (keys
-// [Hkv, R, D], values transposed [Hkv, D, R], R rows for the entry's most
-// tokens and a tile of zeros past them), so that the producer brings a tile
-// that lies wholly in this call by three TMA copies (the keys' two 64-dim
-// panels and the values), as the wgmma GEMMs bring theirs; tiles that reach
-// into the cache (chunked prefill) are loaded, converted and stored by the
-// producer's 128 threads.
+// and values [Hkv, R, D], R rows for the entry's most tokens and a tile of
+// zeros past them), so that the producer brings a tile that lies wholly in
+// this call by TMA copies of 64 dims by 64 rows (D / 64 panels each of keys
+// and values), as the wgmma GEMMs bring theirs. A tile of a bf16 cache
+// (chunked prefill) comes by TMA from the cache as well where its 64 slots
+// are whole (not wrapped around a sliding ring, none below position 0);
+// other cached tiles, and all of an f32 cache, are loaded, converted and
+// stored by the producer's 128 threads, then the async proxy fenced.
 //
 // Arguments: q [T, Hq, D], k and v [T, Hkv, D] (this call's), the K and V
 // caches [slots, Hkv, D] (a ring of `window` slots on sliding layers), y [T,
-// Hq, D], all f32, the staged keys and values; T, past, the two tensor maps;
-// part, parts. The new K/V go into the cache after (the split attention's
-// append kernel).
+// Hq, D], all f32 but a bf16 cache, the staged keys and values; T, past, the
+// staged keys' and values' tensor maps (and a bf16 cache's two); part, parts. The new K/V go into
+// the cache after (the split attention's append kernel).
 #pragma once
 
 #include "targets/common/KernelSpec.h"

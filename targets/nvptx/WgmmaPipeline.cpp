@@ -55,6 +55,18 @@ Value matrixDescriptor(ImplicitLocOpBuilder &b, Value addr32) {
   return arith::OrIOp::create(b, start, c64(fixed));
 }
 
+Value matrixDescriptorMnMajor(ImplicitLocOpBuilder &b, Value addr32, int64_t panelBytes) {
+  Type i64 = b.getI64Type();
+  auto c64 = [&](uint64_t v) { return arith::ConstantIntOp::create(b, i64, int64_t(v)); };
+  Value addr = arith::ExtUIOp::create(b, i64, addr32);
+  Value start = arith::ShRUIOp::create(b, arith::AndIOp::create(b, addr, c64(0x3FFFF)), c64(4));
+  // Leading byte offset: from one MN panel to the next; stride byte offset:
+  // from one 8-row (k) atom to the next.
+  uint64_t fixed =
+      (uint64_t(panelBytes >> 4) << 16) | (uint64_t(kAtomBytes >> 4) << 32) | (uint64_t(1) << 62);
+  return arith::OrIOp::create(b, start, c64(fixed));
+}
+
 Ring::Ring(kernels::KernelScope &k, const RingLayout &layout, const std::string &smemName)
     : k(k), b(k.b), ring(layout), ptr3(LLVM::LLVMPointerType::get(b.getContext(), 3)),
       acc(LLVM::LLVMStructType::getLiteral(b.getContext(),

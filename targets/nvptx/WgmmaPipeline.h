@@ -61,6 +61,12 @@ void declareKernel(kernels::KernelScope &k, const std::string &smemName, int64_t
 // The wgmma shared-memory matrix descriptor of a K-major, 128-byte-swizzled
 // tile at the 32-bit shared address `addr32`.
 mlir::Value matrixDescriptor(mlir::ImplicitLocOpBuilder &b, mlir::Value addr32);
+// The descriptor of an MN-major, 128-byte-swizzled tile (the operand's k
+// rows each 64 MN elements, 128 bytes; 8-row atoms 1024 bytes apart) whose
+// further 64 MN elements lie in panels `panelBytes` apart: a row-major B
+// operand as a TMA box brings it, used with the MMA's transposed B.
+mlir::Value matrixDescriptorMnMajor(mlir::ImplicitLocOpBuilder &b, mlir::Value addr32,
+                                    int64_t panelBytes);
 
 class Ring {
 public:
