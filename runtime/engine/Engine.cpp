@@ -489,7 +489,7 @@ void Engine::Impl::updateRecording(EntryPlan &entry, int64_t tokens) {
 }
 
 void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count, bool decodeCall,
-                       StepClock *clock) {
+                       StepClock *clock, const std::vector<bool> *stepped) {
   if (alone)
     fail("rank " + std::to_string(rank.rank) + " of " + std::to_string(rank.world) +
          " was loaded alone (EngineOptions::loadAlone): it runs only in its job");
@@ -550,8 +550,11 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count, b
   }
   backend->synchronize();
   if (entry.sequences) {
+    // An idle row leaves its conversation as it was (Engine.h says why its
+    // write needs no mark in `written`).
     for (int64_t c = 0; c < count / entry.rows; ++c)
-      written[c] = std::max(written[c], past[c] += entry.rows);
+      if (!stepped || (*stepped)[static_cast<size_t>(c)])
+        written[c] = std::max(written[c], past[c] += entry.rows);
   } else {
     past[current] += count * entry.split;
     written[current] = std::max(written[current], past[current]);
@@ -686,17 +689,44 @@ std::vector<float> Engine::decodeBatch(const std::vector<int32_t> &tokens) {
 std::vector<int32_t> Engine::decodeBatchGreedy(const std::vector<int32_t> &tokens) {
   Impl &impl = *impl_;
   impl.runBatch(tokens, nullptr);
-  const auto count = static_cast<int64_t>(tokens.size());
-  if (impl.greedy)
-    return impl.greedy->choose(impl.logits.address(), count, impl.vocab);
-  const std::vector<float> rows = impl.logitRows(0, count);
+  return impl.chooseGreedy(static_cast<int64_t>(tokens.size()));
+}
+
+std::vector<int32_t> Engine::decodeBatchGreedy(const std::vector<int32_t> &tokens,
+                                               const std::vector<bool> &stepped) {
+  Impl &impl = *impl_;
+  impl.checkStepFlags(tokens, stepped);
+  impl.runBatch(tokens, nullptr, &stepped);
+  return impl.chooseGreedy(static_cast<int64_t>(tokens.size()));
+}
+
+std::vector<int32_t> Engine::Impl::chooseGreedy(int64_t count) {
+  if (greedy)
+    return greedy->choose(logits.address(), count, vocab);
+  const std::vector<float> rows = logitRows(0, count);
   std::vector<int32_t> chosen(static_cast<size_t>(count));
   for (int64_t c = 0; c < count; ++c)
-    chosen[size_t(c)] = argmax(rows.data() + c * impl.vocab, static_cast<size_t>(impl.vocab));
+    chosen[size_t(c)] = argmax(rows.data() + c * vocab, static_cast<size_t>(vocab));
   return chosen;
 }
 
-void Engine::Impl::runBatch(const std::vector<int32_t> &tokens, StepClock *clock) {
+std::vector<float> Engine::decodeBatch(const std::vector<int32_t> &tokens,
+                                       const std::vector<bool> &stepped) {
+  Impl &impl = *impl_;
+  impl.checkStepFlags(tokens, stepped);
+  impl.runBatch(tokens, nullptr, &stepped);
+  return impl.logitRows(0, static_cast<int64_t>(tokens.size()));
+}
+
+void Engine::Impl::checkStepFlags(const std::vector<int32_t> &tokens,
+                                  const std::vector<bool> &stepped) const {
+  if (stepped.size() != tokens.size())
+    throw RuntimeError("decodeBatch: " + std::to_string(stepped.size()) + " step flags for " +
+                       std::to_string(tokens.size()) + " tokens (one a conversation)");
+}
+
+void Engine::Impl::runBatch(const std::vector<int32_t> &tokens, StepClock *clock,
+                            const std::vector<bool> *stepped) {
   if (!batchEntry)
     fail("the artifact has no decode_batch entry (compile with kilnc --decode-batch N)");
   const auto count = static_cast<int64_t>(tokens.size());
@@ -705,7 +735,7 @@ void Engine::Impl::runBatch(const std::vector<int32_t> &tokens, StepClock *clock
                        " tokens (one per conversation), not " + std::to_string(count));
   checkTokens(tokens.data(), count);
   current = 0;
-  run(*batchEntry, tokens.data(), count, true, clock);
+  run(*batchEntry, tokens.data(), count, true, clock, stepped);
 }
 
 int64_t Engine::conversations() const { return impl_->conversations; }

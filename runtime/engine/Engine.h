@@ -99,10 +99,25 @@ public:
   // conversations()), in one call of the decode_batch entry point; returns
   // the n rows of logits, n * vocabSize() floats.
   std::vector<float> decodeBatch(const std::vector<int32_t> &tokens);
+  // decodeBatch where only the conversations c with stepped[c] take their
+  // step (stepped.size() == tokens.size()); the others are idle rows, so
+  // that one call serves any subset of the conversations: an idle row is
+  // computed at its conversation's next position and thrown away, its
+  // position does not advance, and what its caches held stays as it was for
+  // every later call, rollback included (its key and value land at that next
+  // position, which its own next token overwrites; on a sliding layer's ring
+  // the slot they take held a position no window and no allowed rollback
+  // reaches). An idle row needs room for one more token in its context.
+  std::vector<float> decodeBatch(const std::vector<int32_t> &tokens,
+                                 const std::vector<bool> &stepped);
   // decodeBatch, returning each conversation's greedy next token (argmax of
   // its logits) instead of the logits: on a GPU the artifact's greedy kernel
   // chooses where the logits are and only n token ids come back.
   std::vector<int32_t> decodeBatchGreedy(const std::vector<int32_t> &tokens);
+  // decodeBatchGreedy with idle rows, as decodeBatch(tokens, stepped) has
+  // them (an idle row's choice is thrown away: any value).
+  std::vector<int32_t> decodeBatchGreedy(const std::vector<int32_t> &tokens,
+                                         const std::vector<bool> &stepped);
 
   // One launch of a profile: its kernel, what it computes (the graph op's
   // name) and its time on the device.

@@ -198,8 +198,10 @@ struct Engine::Impl {
   void bindAllWeights(const EngineOptions &options);
   void resolveAddresses();
 
+  // `stepped` (a batched entry's, one flag a conversation): the
+  // conversations whose position advances; all of them where null.
   void run(EntryPlan &entry, const int32_t *tokens, int64_t count, bool decodeCall,
-           StepClock *clock = nullptr);
+           StepClock *clock = nullptr, const std::vector<bool> *stepped = nullptr);
   // With a clock: a mark before the first launch and after each.
   void runSteps(EntryPlan &entry, int64_t tokens, StepClock *clock = nullptr);
   LaunchCall evaluateLaunch(LaunchPlan &launch, int64_t tokens) const;
@@ -209,7 +211,13 @@ struct Engine::Impl {
   std::vector<float> logitRows(int64_t first, int64_t count);
   void checkTokens(const int32_t *tokens, int64_t count) const;
   // One call of the decode_batch entry for conversations 0 .. n-1.
-  void runBatch(const std::vector<int32_t> &tokens, StepClock *clock);
+  void runBatch(const std::vector<int32_t> &tokens, StepClock *clock,
+                const std::vector<bool> *stepped = nullptr);
+  // One flag a token, or throws.
+  void checkStepFlags(const std::vector<int32_t> &tokens, const std::vector<bool> &stepped) const;
+  // The greedy token of each of the first `count` rows of the logits: on
+  // the device where the artifact has the greedy kernel, else on the host.
+  std::vector<int32_t> chooseGreedy(int64_t count);
   // Throws unless 0 <= conversation < conversations.
   void checkConversation(int64_t conversation) const;
   // The conversation one-conversation calls continue from now on.

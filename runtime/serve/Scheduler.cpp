@@ -109,7 +109,8 @@ void Scheduler::loop() {
       if (stopping_)
         break;
       // Admission: the lowest free slot first, so that the running
-      // requests tend to be slots 0..n-1 (one decode_batch call).
+      // requests tend to be the first slots (few idle rows in a
+      // decode_batch call).
       while (!waiting_.empty() && !freeSlots_.empty()) {
         std::shared_ptr<Request> request = std::move(waiting_.front());
         waiting_.pop_front();
@@ -260,13 +261,36 @@ void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {
     speculate(decoding, prefix);
     return;
   }
-  if (prefix) {
-    std::vector<int32_t> tokens;
-    for (const Request *r : decoding)
-      tokens.push_back(r->generated.back());
-    const std::vector<float> rows = engine_.decodeBatch(tokens);
-    for (size_t i = 0; i < decoding.size(); ++i)
-      advance(*decoding[i], rows.data() + i * static_cast<size_t>(vocab_));
+  // One decode_batch call over slots 0 .. the highest decoding one, the
+  // slots not decoding now (prefilling, free) as idle rows, which leave them
+  // as they were; one that has no room left for the idle row's token keeps
+  // the requests to a decode call each.
+  const int64_t rows = decoding.back()->conversation + 1;
+  bool batched = options_.batchedDecode && decoding.size() > 1;
+  std::vector<int32_t> tokens(static_cast<size_t>(rows), 0);
+  std::vector<bool> stepped(static_cast<size_t>(rows), false);
+  for (const Request *r : decoding) {
+    tokens[static_cast<size_t>(r->conversation)] = r->generated.back();
+    stepped[static_cast<size_t>(r->conversation)] = true;
+  }
+  for (int64_t c = 0; batched && c < rows; ++c)
+    batched = stepped[static_cast<size_t>(c)] || engine_.pastTokens(c) < engine_.contextLength();
+  // Greedy requests that want no logprobs need only each row's best token,
+  // which a GPU artifact's greedy kernel picks where the logits are.
+  const bool greedy = std::all_of(decoding.begin(), decoding.end(), [](const Request *r) {
+    return r->params.sampling.temperature <= 0.0 && r->params.logprobs < 0;
+  });
+  if (batched && greedy) {
+    const std::vector<int32_t> chosen = engine_.decodeBatchGreedy(tokens, stepped);
+    for (Request *r : decoding)
+      deliver(*r, chosen[static_cast<size_t>(r->conversation)], nullptr);
+    return;
+  }
+  if (batched) {
+    const std::vector<float> logits = engine_.decodeBatch(tokens, stepped);
+    for (Request *r : decoding)
+      advance(*r,
+              logits.data() + static_cast<size_t>(r->conversation) * static_cast<size_t>(vocab_));
     return;
   }
   for (Request *r : decoding) {

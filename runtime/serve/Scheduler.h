@@ -6,9 +6,11 @@
 // the context's end, a client gone). One thread owns the engine; HTTP
 // handlers only queue requests and read their TokenChannel.
 //
-// A decode step runs every decoding request: one decode_batch call when they
-// are exactly slots 0..n-1 (the entry point steps a prefix of the slots),
-// otherwise one decode call each. --decode=each always takes the second way,
+// A decode step runs every decoding request: one decode_batch call over the
+// slots up to the highest decoding one (the entry point steps a prefix of
+// the slots), those not decoding now idle rows that leave them as they were
+// (Engine::decodeBatch with step flags); one decoding request alone takes a
+// decode call. --decode=each always takes a decode call each,
 // whose kernels are kiln-run's, so that its tokens are exactly kiln-run's.
 // With speculation (draftTokens > 0; the artifact's verify entries) each
 // request drafts by lookup in its own tokens and the step verifies the

@@ -49,10 +49,11 @@ one, prompts are token ids and replies carry token_ids only.
   --max-waiting N               queued requests beyond which the server
                                 answers 429 (default 64)
   --prefill-tokens-per-step N   prompt tokens one step prefills (default 512)
-  --decode batch|each           one decode_batch call for the running
-                                requests when they are slots 0..n-1 (batch,
-                                the default), or one decode call each, whose
-                                tokens are exactly kiln-run's (each)
+  --decode batch|each           one decode_batch call a step for the decoding
+                                requests, the slots between them that are not
+                                decoding as idle rows (batch, the default), or
+                                one decode call each, whose tokens are exactly
+                                kiln-run's (each)
   --speculate lookup            speculative decoding (an artifact compiled with
                                 kilnc --verify-tokens N): each request drafts
                                 from earlier occurrences of its last n-gram,

@@ -14,6 +14,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -268,6 +269,59 @@ TEST_F(EngineTest, DecodeBatchContinuesEachConversation) {
     EXPECT_EQ(engine->pastTokens(c), 0);
   Reference fresh(5);
   expectLogitsNear(engine->prefill(1, prompts[0]), fresh.append(prompts[0], 3), "after reset");
+}
+
+// A batch where some conversations sit out (a server stepping the requests
+// that decode while others prefill or are gone): their rows are computed and
+// thrown away, their positions stay, and every later call (alone, batched,
+// a rollback to what they hold) finds them as they were, the sliding rings
+// included.
+TEST_F(EngineTest, IdleRowsOfABatchLeaveTheirConversationsAsTheyWere) {
+  auto engine = make(batchTestArtifact(3));
+  const std::vector<std::vector<int32_t>> prompts = {prompt(5), prompt(11, 1), prompt(20, 2)};
+  std::vector<Reference> references(3, Reference(5));
+  for (int64_t c = 0; c < 3; ++c)
+    references[c].append(prompts[c], 3), engine->prefill(c, prompts[c]);
+  const std::vector<std::vector<bool>> patterns = {
+      {true, false, true}, {false, true, true}, {false, false, true}, {true, true, false}};
+  std::vector<int64_t> past = {5, 11, 20};
+  for (int step = 0; step < 8; ++step) {
+    const std::vector<bool> &stepped = patterns[size_t(step) % patterns.size()];
+    const std::vector<int32_t> tokens = {(3 * step + 1) % int32_t(kVocab),
+                                         (5 * step + 2) % int32_t(kVocab),
+                                         (7 * step + 3) % int32_t(kVocab)};
+    const std::vector<float> rows = engine->decodeBatch(tokens, stepped);
+    ASSERT_EQ(rows.size(), size_t(3 * kVocab));
+    for (int64_t c = 0; c < 3; ++c) {
+      if (!stepped[size_t(c)])
+        continue;
+      ++past[size_t(c)];
+      expectLogitsNear(
+          std::vector<float>(rows.begin() + c * kVocab, rows.begin() + (c + 1) * kVocab),
+          references[c].append({tokens[c]}, 3),
+          "step " + std::to_string(step) + " of conversation " + std::to_string(c));
+    }
+    for (int64_t c = 0; c < 3; ++c)
+      EXPECT_EQ(engine->pastTokens(c), past[size_t(c)]) << "step " << step;
+  }
+  // A rollback to all a conversation holds is still allowed, and each carries
+  // on alone from where it was.
+  engine->rollback(1, engine->pastTokens(1));
+  for (int64_t c = 0; c < 3; ++c)
+    expectLogitsNear(engine->decode(c, 13), references[c].append({13}, 3),
+                     "conversation " + std::to_string(c) + " alone after idle rows");
+  // The greedy form: the stepped row's best token, the idle ones unmoved.
+  const std::vector<double> expected = references[1].append({5}, 3);
+  const std::vector<int32_t> chosen = engine->decodeBatchGreedy({4, 5, 6}, {false, true, false});
+  EXPECT_EQ(chosen[1], std::max_element(expected.begin(), expected.end()) - expected.begin());
+  EXPECT_EQ(engine->pastTokens(0), past[0] + 1);
+  EXPECT_EQ(engine->pastTokens(1), past[1] + 2);
+  EXPECT_EQ(engine->pastTokens(2), past[2] + 1);
+  EXPECT_HAS(errorOf([&] { engine->decodeBatch({1, 2}, {true}); }), "1 step flags for 2 tokens");
+  EXPECT_HAS(errorOf([&] {
+               engine->decodeBatchGreedy({1, 2}, {true, false, true});
+             }),
+             "3 step flags for 2 tokens");
 }
 
 TEST_F(EngineTest, RefusesABatchEntryWhoseTokensAreNotItsConversations) {
