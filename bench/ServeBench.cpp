@@ -279,9 +279,9 @@ double quantile(std::vector<double> values, double q) {
 }
 
 struct RunResult {
-  int64_t concurrency = 0, sessions = 0, requests = 0, promptTokens = 0, generated = 0, retries = 0;
+  int64_t sessions = 0, requests = 0, promptTokens = 0, generated = 0, retries = 0;
   double seconds = 0, ttftP50 = 0, ttftP99 = 0, tpotP50 = 0, userTokensP50 = 0,
-         totalTokensPerSecond = 0, prefixHitRate = 0, longestPrompt = 0;
+         totalTokensPerSecond = 0, prefixHitRate = 0;
 };
 
 RunResult runAt(const Options &o, int64_t concurrency, const std::vector<int64_t> &system) {
@@ -329,7 +329,6 @@ RunResult runAt(const Options &o, int64_t concurrency, const std::vector<int64_t
   const double reused = probe.counter("kiln_prefix_reused_tokens_total") - reusedBefore;
 
   RunResult r;
-  r.concurrency = concurrency;
   r.sessions = sessions;
   r.seconds = wall.count();
   r.retries = retries;
@@ -339,7 +338,6 @@ RunResult runAt(const Options &o, int64_t concurrency, const std::vector<int64_t
       ++r.requests;
       r.promptTokens += s.prompt;
       r.generated += s.generated;
-      r.longestPrompt = std::max(r.longestPrompt, static_cast<double>(s.prompt));
       ttft.push_back(s.ttft);
       if (s.tpot > 0) {
         tpot.push_back(s.tpot);
@@ -400,11 +398,6 @@ int main(int argc, char **argv) {
                      {"retries", r.retries},
                      {"label", o.label}});
     }
-  } catch (const std::exception &e) {
-    std::fprintf(stderr, "kiln-bench-serve: error: %s\n", e.what());
-    return 1;
-  }
-  try {
     if (!o.jsonPath.empty())
       kiln::writeFileAtomically(o.jsonPath, out.dump(2) + "\n");
   } catch (const std::exception &e) {
