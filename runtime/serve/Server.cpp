@@ -18,6 +18,19 @@ void sendError(httplib::Response &res, const ApiError &error) {
   sendJson(res, error.status, errorBody(error));
 }
 
+// Counts a generation request in flight from its arrival until its answer
+// is written (a stream's provider holds it to the end).
+class InFlight {
+public:
+  explicit InFlight(std::atomic<int64_t> &count) : count_(count) { ++count_; }
+  ~InFlight() { --count_; }
+  InFlight(const InFlight &) = delete;
+  InFlight &operator=(const InFlight &) = delete;
+
+private:
+  std::atomic<int64_t> &count_;
+};
+
 json usage(size_t prompt, size_t generated) {
   return {{"prompt_tokens", prompt},
           {"completion_tokens", generated},
@@ -37,10 +50,12 @@ Server::Server(Scheduler &scheduler, Metrics &metrics, ModelInfo model,
   };
   http_->Get("/health", [this](const httplib::Request &, httplib::Response &res) {
     const std::string problem = scheduler_.problem();
-    if (problem.empty())
-      sendJson(res, 200, {{"status", "ok"}});
-    else
+    if (!problem.empty())
       sendJson(res, 503, {{"status", "failed"}, {"error", problem}});
+    else if (draining_)
+      sendJson(res, 503, {{"status", "draining"}});
+    else
+      sendJson(res, 200, {{"status", "ok"}});
   });
   http_->Get("/v1/models", [this](const httplib::Request &, httplib::Response &res) {
     sendJson(res, 200,
@@ -67,7 +82,10 @@ Server::Server(Scheduler &scheduler, Metrics &metrics, ModelInfo model,
   });
 }
 
-Server::~Server() = default;
+Server::~Server() {
+  if (drainer_.joinable())
+    drainer_.join();
+}
 
 int Server::bind() {
   const int port = options_.port == 0
@@ -82,6 +100,20 @@ int Server::bind() {
 bool Server::serve() { return http_->listen_after_bind(); }
 
 void Server::stop() { http_->stop(); }
+
+int64_t Server::drain() {
+  if (draining_.exchange(true))
+    return inFlight_;
+  const int64_t now = inFlight_;
+  drainer_ = std::thread([this] {
+    // A request that passed the draining check just before it was set
+    // counts itself before it reaches the scheduler; this waits for it too.
+    while (inFlight_ > 0)
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    http_->stop();
+  });
+  return now;
+}
 
 namespace {
 
@@ -112,6 +144,9 @@ json choiceOf(bool chat, bool streamed, bool first, const std::string &text, con
 
 void Server::generate(const std::string &body, bool chat, void *opaque) {
   httplib::Response &res = *static_cast<httplib::Response *>(opaque);
+  auto inFlight = std::make_shared<InFlight>(inFlight_);
+  if (draining_)
+    return sendError(res, ApiError(503, "the server is shutting down", "", "server_error"));
   auto request = std::make_shared<Request>();
   try {
     request->params = chat ? parseChatCompletion(body, model_, tokenizer_.get())
@@ -179,7 +214,8 @@ void Server::generate(const std::string &body, bool chat, void *opaque) {
   auto state = std::make_shared<StreamState>();
   res.set_chunked_content_provider(
       "text/event-stream",
-      [request, state, head, chat, logprobsOf, promptTokens](size_t, httplib::DataSink &sink) {
+      [request, state, head, chat, logprobsOf, promptTokens, inFlight](size_t,
+                                                                       httplib::DataSink &sink) {
         const auto send = [&](const json &chunk) {
           const std::string line = "data: " + chunk.dump() + "\n\n";
           if (!sink.write(line.data(), line.size())) {

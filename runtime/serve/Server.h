@@ -6,9 +6,11 @@
 //                          template; a message, or delta chunks
 //   GET  /v1/models        the one model this server runs
 //   GET  /health           200 while the engine works, else 503 and why
+//                          (also while draining)
 //   GET  /metrics          Prometheus text (Metrics.h)
 // A full queue answers 429; bad requests 400 naming the field; all errors
-// in OpenAI's error object.
+// in OpenAI's error object. drain() (kiln-serve's SIGTERM) lets the requests
+// in flight finish, streams included, answering new ones 503, then stops.
 #pragma once
 
 #include "runtime/serve/Metrics.h"
@@ -18,6 +20,7 @@
 #include <atomic>
 #include <memory>
 #include <string>
+#include <thread>
 
 namespace httplib {
 class Server;
@@ -38,9 +41,14 @@ public:
   ~Server();
   // Binds the port; throws std::runtime_error when it cannot.
   int bind();
-  // Serves until stop(); returns false on a listen error.
+  // Serves until stop() or a drain's end; returns false on a listen error.
   bool serve();
+  // Stops at once: streams in flight are cut.
   void stop();
+  // Refuses new generation requests (503) and stops once every request in
+  // flight has been answered, its stream written to the end. Returns at
+  // once; the requests in flight, when the drain began.
+  int64_t drain();
 
 private:
   // /v1/completions, or /v1/chat/completions where `chat`.
@@ -53,6 +61,10 @@ private:
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
   std::atomic<uint64_t> nextId_{1};
+  // Generation requests whose answer is not yet written to its end.
+  std::atomic<int64_t> inFlight_{0};
+  std::atomic<bool> draining_{false};
+  std::thread drainer_;
 };
 
 } // namespace kiln::serve

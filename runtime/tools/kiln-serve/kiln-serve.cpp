@@ -73,8 +73,9 @@ one, prompts are token ids and replies carry token_ids only.
   --http-threads N              HTTP worker threads (default 16)
   --help                        this text
 
-It prints "kiln-serve: listening on http://HOST:PORT" once it serves, and
-stops on SIGINT or SIGTERM.
+It prints "kiln-serve: listening on http://HOST:PORT" once it serves. SIGINT
+or SIGTERM drains it: the requests in flight finish (streams to their end),
+new ones are answered 503, then it exits; a second signal stops it at once.
 )";
 
 struct UsageError : std::runtime_error {
@@ -234,8 +235,13 @@ int run(const std::vector<std::string> &args) {
   kiln::serve::Scheduler scheduler(*engine, tokenizer, metrics, schedulerOptions);
   kiln::serve::Server server(scheduler, metrics, model, tokenizer, serverOptions);
   const int port = server.bind();
+  // The first signal drains (the requests in flight finish, new ones are
+  // refused), a second one stops at once.
   std::thread([&server, signals] {
     int received = 0;
+    sigwait(&signals, &received);
+    std::fprintf(stderr, "kiln-serve: draining %lld requests (%s again stops at once)\n",
+                 static_cast<long long>(server.drain()), received == SIGINT ? "SIGINT" : "SIGTERM");
     sigwait(&signals, &received);
     server.stop();
   }).detach();
