@@ -1,4 +1,4 @@
-// kiln-run --nproc N (and kiln-check's, kiln-bench-decode's): starts N
+// kiln-run --nproc N (and kiln-serve's, kiln-check's, kiln-bench-decode's): starts N
 // processes of this program on this machine, one per rank of a multi-rank
 // artifact, each with KILN_RANK, KILN_WORLD_SIZE, KILN_LOCAL_RANK (its GPU),
 // KILN_LOCAL_WORLD_SIZE and a fresh KILN_RENDEZVOUS in its environment, then

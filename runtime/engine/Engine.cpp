@@ -6,6 +6,7 @@
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/cuda/CudaDriverTable.h"
 #include "runtime/engine/CpuBackend.h"
+#include "runtime/engine/EngineCall.h"
 #include "runtime/engine/EngineImpl.h"
 
 #include "runtime/engine/DeviceGreedy.h"
@@ -638,6 +639,8 @@ void Engine::Impl::select(int64_t conversation) {
 
 std::vector<float> Engine::prefill(int64_t conversation, const std::vector<int32_t> &tokens) {
   Impl &impl = *impl_;
+  if (impl.observer)
+    impl.observer(EngineCall{EngineCall::Kind::Prefill, conversation, 0, tokens, {}, {}});
   impl.select(conversation);
   if (tokens.empty())
     throw RuntimeError("prefill needs at least one token");
@@ -673,6 +676,8 @@ std::vector<float> Engine::prefill(int64_t conversation, const std::vector<int32
 
 std::vector<float> Engine::decode(int64_t conversation, int32_t token) {
   Impl &impl = *impl_;
+  if (impl.observer)
+    impl.observer(EngineCall{EngineCall::Kind::Decode, conversation, 0, {token}, {}, {}});
   impl.select(conversation);
   impl.checkTokens(&token, 1);
   EntryPlan &entry = impl.decodeEntry ? *impl.decodeEntry : *impl.prefillEntry;
@@ -682,12 +687,16 @@ std::vector<float> Engine::decode(int64_t conversation, int32_t token) {
 
 std::vector<float> Engine::decodeBatch(const std::vector<int32_t> &tokens) {
   Impl &impl = *impl_;
+  if (impl.observer)
+    impl.observer(EngineCall{EngineCall::Kind::DecodeBatch, 0, 0, tokens, {}, {}});
   impl.runBatch(tokens, nullptr);
   return impl.logitRows(0, static_cast<int64_t>(tokens.size()));
 }
 
 std::vector<int32_t> Engine::decodeBatchGreedy(const std::vector<int32_t> &tokens) {
   Impl &impl = *impl_;
+  if (impl.observer)
+    impl.observer(EngineCall{EngineCall::Kind::DecodeBatchGreedy, 0, 0, tokens, {}, {}});
   impl.runBatch(tokens, nullptr);
   return impl.chooseGreedy(static_cast<int64_t>(tokens.size()));
 }
@@ -695,6 +704,8 @@ std::vector<int32_t> Engine::decodeBatchGreedy(const std::vector<int32_t> &token
 std::vector<int32_t> Engine::decodeBatchGreedy(const std::vector<int32_t> &tokens,
                                                const std::vector<bool> &stepped) {
   Impl &impl = *impl_;
+  if (impl.observer)
+    impl.observer(EngineCall{EngineCall::Kind::DecodeBatchGreedy, 0, 0, tokens, stepped, {}});
   impl.checkStepFlags(tokens, stepped);
   impl.runBatch(tokens, nullptr, &stepped);
   return impl.chooseGreedy(static_cast<int64_t>(tokens.size()));
@@ -713,6 +724,8 @@ std::vector<int32_t> Engine::Impl::chooseGreedy(int64_t count) {
 std::vector<float> Engine::decodeBatch(const std::vector<int32_t> &tokens,
                                        const std::vector<bool> &stepped) {
   Impl &impl = *impl_;
+  if (impl.observer)
+    impl.observer(EngineCall{EngineCall::Kind::DecodeBatch, 0, 0, tokens, stepped, {}});
   impl.checkStepFlags(tokens, stepped);
   impl.runBatch(tokens, nullptr, &stepped);
   return impl.logitRows(0, static_cast<int64_t>(tokens.size()));
@@ -805,6 +818,8 @@ std::vector<Engine::StepTime> Engine::profileDecodeBatch(const std::vector<int32
 
 std::vector<float> Engine::verify(int64_t conversation, const std::vector<int32_t> &tokens) {
   Impl &impl = *impl_;
+  if (impl.observer)
+    impl.observer(EngineCall{EngineCall::Kind::Verify, conversation, 0, tokens, {}, {}});
   impl.select(conversation);
   if (!impl.verifyEntry)
     throw RuntimeError("the artifact has no verify entry point (compile it with kilnc "
@@ -821,6 +836,14 @@ std::vector<float> Engine::verify(int64_t conversation, const std::vector<int32_
 
 std::vector<float> Engine::verifyBatch(const std::vector<std::vector<int32_t>> &tokens) {
   Impl &impl = *impl_;
+  if (impl.observer) {
+    EngineCall call{EngineCall::Kind::VerifyBatch, 0, 0, {}, {}, {}};
+    for (const std::vector<int32_t> &row : tokens) {
+      call.tokens.insert(call.tokens.end(), row.begin(), row.end());
+      call.rowLengths.push_back(static_cast<uint32_t>(row.size()));
+    }
+    impl.observer(call);
+  }
   if (!impl.verifyBatchEntry)
     throw RuntimeError("the artifact has no verify_batch entry point (compile it with kilnc "
                        "--verify-tokens N --decode-batch M)");
@@ -854,8 +877,21 @@ int64_t Engine::verifyTokens() const {
   return impl_->verifyEntry ? impl_->verifyEntry->maxTokens : 0;
 }
 
+bool Engine::canRollback(int64_t conversation, int64_t keep) const {
+  const Impl &impl = *impl_;
+  impl.checkConversation(conversation);
+  return keep >= 0 && keep <= impl.past[conversation] &&
+         impl.written[conversation] - keep <= impl.rollbackSlack;
+}
+
+void Engine::observeCalls(std::function<void(const EngineCall &)> observer) {
+  impl_->observer = std::move(observer);
+}
+
 void Engine::rollback(int64_t conversation, int64_t keep) {
   Impl &impl = *impl_;
+  if (impl.observer)
+    impl.observer(EngineCall{EngineCall::Kind::Rollback, conversation, keep, {}, {}, {}});
   impl.checkConversation(conversation);
   const int64_t past = impl.past[conversation];
   if (keep < 0 || keep > past)
@@ -880,6 +916,8 @@ int64_t Engine::pastTokens(int64_t conversation) const {
 
 void Engine::reset() {
   Impl &impl = *impl_;
+  if (impl.observer)
+    impl.observer(EngineCall{EngineCall::Kind::Reset, 0, 0, {}, {}, {}});
   std::fill(impl.past.begin(), impl.past.end(), 0);
   std::fill(impl.written.begin(), impl.written.end(), 0);
   for (const DeviceMemory &buffer : impl.kv)
@@ -888,6 +926,8 @@ void Engine::reset() {
 }
 
 void Engine::forget(int64_t conversation) {
+  if (impl_->observer)
+    impl_->observer(EngineCall{EngineCall::Kind::Forget, conversation, 0, {}, {}, {}});
   impl_->checkConversation(conversation);
   impl_->past[conversation] = 0;
   impl_->written[conversation] = 0;

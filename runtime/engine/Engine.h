@@ -30,12 +30,15 @@
 #include "runtime/engine/WeightBinder.h"
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 namespace kiln {
+
+struct EngineCall;
 
 struct EngineOptions {
   // A checkpoint directory or "synthetic:SEED".
@@ -155,6 +158,16 @@ public:
   // rings keep N - 1 positions beyond their windows, so a rollback may drop
   // positions up to N - 1 below the highest one written; further is refused.
   void rollback(int64_t conversation, int64_t keep);
+
+  // Whether rollback(conversation, keep) would succeed (else it throws).
+  bool canRollback(int64_t conversation, int64_t keep) const;
+
+  // Hands `observer` each call that changes this engine's state (prefill,
+  // decode, decodeBatch, decodeBatchGreedy, verify, verifyBatch, rollback,
+  // forget, reset; the overloads for conversation 0 as theirs) as data,
+  // before the call runs; an exception from the observer is the call's.
+  // Profile calls are not handed on. An empty function: none.
+  void observeCalls(std::function<void(const EngineCall &)> observer);
 
   // Tokens in a conversation's KV caches so far.
   int64_t pastTokens(int64_t conversation = 0) const;

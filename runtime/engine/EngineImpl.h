@@ -155,6 +155,8 @@ struct Engine::Impl {
   // Positions a rollback may drop: the fewest slots a sliding ring keeps
   // beyond its window (no limit without sliding layers).
   int64_t rollbackSlack = std::numeric_limits<int64_t>::max();
+  // Engine::observeCalls: handed each state-changing call before it runs.
+  std::function<void(const EngineCall &)> observer;
   int64_t current = 0;
   std::vector<int32_t> hostInputs; // a call's ids, then its positions
   // Multi-rank: this rank, where it sits in each comm group and the

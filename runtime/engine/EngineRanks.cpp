@@ -19,8 +19,8 @@ void Engine::Impl::joinLayout(const EngineOptions &options) {
   alone = options.loadAlone;
   std::optional<RankInfo> info = options.rank ? options.rank : rankFromEnvironment();
   if (!info)
-    fail("the artifact runs on " + shape + ", one process each: start it with kiln-run --nproc " +
-         std::to_string(layout.world()) +
+    fail("the artifact runs on " + shape + ", one process each: start it with --nproc " +
+         std::to_string(layout.world()) + " (kiln-run, kiln-serve, kiln-check, kiln-bench-decode)" +
          ", or set KILN_RANK, KILN_WORLD_SIZE and KILN_RENDEZVOUS in each process");
   if (info->world != layout.world())
     fail("the artifact runs on " + shape + ", but this job has " + std::to_string(info->world) +

@@ -111,27 +111,23 @@ void Scheduler::loop() {
       // Admission: the lowest free slot first, so that the running
       // requests tend to be the first slots (few idle rows in a
       // decode_batch call).
-      while (!waiting_.empty() && !freeSlots_.empty()) {
-        std::shared_ptr<Request> request = std::move(waiting_.front());
-        waiting_.pop_front();
-        admit(*request);
-        running.push_back(std::move(request));
+      try {
+        while (!waiting_.empty() && !freeSlots_.empty()) {
+          std::shared_ptr<Request> request = std::move(waiting_.front());
+          waiting_.pop_front();
+          running.push_back(request);
+          admit(*request);
+        }
+      } catch (const std::exception &error) {
+        engineFailed(error.what(), running);
       }
       runningCount_ = static_cast<int64_t>(running.size());
     }
     try {
       step(running);
     } catch (const std::exception &error) {
-      // The engine may be unusable (a GPU error is sticky): every request
-      // in it fails, and so do later ones.
       std::lock_guard<std::mutex> lock(mutex_);
-      problem_ = error.what();
-      for (const std::shared_ptr<Request> &request : running)
-        if (!request->done)
-          end(*request, Finish{"", std::string("the engine failed: ") + error.what(), 500});
-      for (const std::shared_ptr<Request> &request : waiting_)
-        end(*request, Finish{"", std::string("the engine failed: ") + error.what(), 503});
-      waiting_.clear();
+      engineFailed(error.what(), running);
     }
     // Leavers give their slot back.
     std::lock_guard<std::mutex> lock(mutex_);
@@ -149,10 +145,15 @@ void Scheduler::loop() {
             tokens.insert(tokens.end(), r.generated.begin(), r.generated.end());
           tokens.resize(
               std::min<size_t>(tokens.size(), static_cast<size_t>(engine_.pastTokens(slot))));
-          if (options_.prefixReuse && !tokens.empty())
+          if (options_.prefixReuse && !tokens.empty()) {
             cachedSlots_[slot] = CachedSlot{std::move(tokens), ++useClock_};
-          else
-            engine_.forget(slot);
+          } else {
+            try {
+              engine_.forget(slot); // throws only where followers are gone
+            } catch (const std::exception &error) {
+              engineFailed(error.what(), running);
+            }
+          }
           freeSlots_.insert(slot);
         }
         it = running.erase(it);
@@ -165,6 +166,19 @@ void Scheduler::loop() {
   for (const std::shared_ptr<Request> &request : running)
     if (!request->done)
       end(*request, Finish{"", "the server is shutting down", 503});
+}
+
+void Scheduler::engineFailed(const std::string &what,
+                             const std::vector<std::shared_ptr<Request>> &running) {
+  // The engine may be unusable (a GPU error is sticky, a rank is gone):
+  // every request in it fails, and so do later ones.
+  problem_ = what;
+  for (const std::shared_ptr<Request> &request : running)
+    if (!request->done)
+      end(*request, Finish{"", "the engine failed: " + what, 500});
+  for (const std::shared_ptr<Request> &request : waiting_)
+    end(*request, Finish{"", "the engine failed: " + what, 503});
+  waiting_.clear();
 }
 
 void Scheduler::admit(Request &r) {
@@ -185,18 +199,15 @@ void Scheduler::admit(Request &r) {
       common = shared;
     }
   }
-  if (best >= 0) {
-    try {
-      engine_.rollback(best, static_cast<int64_t>(common));
-      r.conversation = best;
-      r.prefilled = common;
-      cachedSlots_.erase(best);
-      freeSlots_.erase(best);
-      metrics_.prefixReuse(common);
-      return;
-    } catch (const std::exception &) {
-      // The sliding rings no longer hold that prefix's window: start cold.
-    }
+  // Unless the sliding rings no longer hold that prefix's window: then cold.
+  if (best >= 0 && engine_.canRollback(best, static_cast<int64_t>(common))) {
+    engine_.rollback(best, static_cast<int64_t>(common));
+    r.conversation = best;
+    r.prefilled = common;
+    cachedSlots_.erase(best);
+    freeSlots_.erase(best);
+    metrics_.prefixReuse(common);
+    return;
   }
   // Cold: a free slot holding nothing (the lowest, so that running requests
   // tend to be slots 0..n-1), else the least recently used.

@@ -103,6 +103,9 @@ private:
   uint64_t useClock_ = 0;
   // Gives `request` a free slot (prefix reuse, else cold); mutex_ held.
   void admit(Request &request);
+  // After an engine call threw: fails the running and waiting requests and
+  // keeps `what` as the server's problem; mutex_ held.
+  void engineFailed(const std::string &what, const std::vector<std::shared_ptr<Request>> &running);
   int64_t runningCount_ = 0;
   std::string problem_;
   bool stopping_ = false;

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <ctime>
+#include <sys/socket.h>
 
 namespace kiln::serve {
 namespace {
@@ -44,6 +45,15 @@ Server::Server(Scheduler &scheduler, Metrics &metrics, ModelInfo model,
     : scheduler_(scheduler), metrics_(metrics), model_(std::move(model)),
       tokenizer_(std::move(tokenizer)), options_(std::move(options)),
       http_(std::make_unique<httplib::Server>()) {
+  // The listening socket: SO_REUSEADDR (a restart binds at once) but not
+  // httplib's SO_REUSEPORT, with which a second server on the same port
+  // would share its connections instead of failing to bind; kept to raise
+  // its backlog after bind().
+  http_->set_socket_options([this](int socket) {
+    int yes = 1;
+    ::setsockopt(socket, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof(yes));
+    listenSocket_ = socket;
+  });
   const int threads = options_.httpThreads;
   http_->new_task_queue = [threads] {
     return new httplib::ThreadPool(static_cast<size_t>(threads));
@@ -94,6 +104,11 @@ int Server::bind() {
   if (port < 0)
     throw std::runtime_error("cannot listen on " + options_.host + ":" +
                              std::to_string(options_.port) + " (in use, or not this host's)");
+  // httplib listens with a backlog of 5: clients arriving together beyond
+  // that (a load balancer's burst, a benchmark's 128 sessions) had their
+  // connections reset. Listening again sets the backlog.
+  if (listenSocket_ >= 0)
+    ::listen(listenSocket_, SOMAXCONN);
   return port;
 }
 

@@ -65,6 +65,7 @@ private:
   std::atomic<int64_t> inFlight_{0};
   std::atomic<bool> draining_{false};
   std::thread drainer_;
+  int listenSocket_ = -1;
 };
 
 } // namespace kiln::serve

@@ -2,13 +2,18 @@
 // (runtime/serve/).
 #include "runtime/artifact/Artifact.h"
 #include "runtime/artifact/ModelFacts.h"
+#include "runtime/comm/LeaderChannel.h"
+#include "runtime/comm/RankInfo.h"
+#include "runtime/comm/RankLauncher.h"
 #include "runtime/core/FlagValue.h"
 #include "runtime/core/QuoteName.h"
 #include "runtime/engine/Engine.h"
+#include "runtime/serve/RankFollowing.h"
 #include "runtime/serve/Scheduler.h"
 #include "runtime/serve/Server.h"
 #include "runtime/text/Tokenizer.h"
 
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <iostream>
@@ -70,12 +75,17 @@ one, prompts are token ids and replies carry token_ids only.
                                 prefills only the rest)
   --threads N                   CPU threads (x86 artifacts)
   --device N                    the GPU (nvptx, amdgcn artifacts)
+  --nproc N                     a multi-rank artifact (kilnc --tp/--ep): N
+                                processes on this machine, one per rank (GPU
+                                r for rank r); rank 0 serves and schedules,
+                                the others make its engine calls with it
   --http-threads N              HTTP worker threads (default 16)
   --help                        this text
 
 It prints "kiln-serve: listening on http://HOST:PORT" once it serves. SIGINT
 or SIGTERM drains it: the requests in flight finish (streams to their end),
-new ones are answered 503, then it exits; a second signal stops it at once.
+new ones are answered 503, then it exits; a second signal (a second or more
+later) stops it at once.
 )";
 
 struct UsageError : std::runtime_error {
@@ -95,7 +105,8 @@ int run(const std::vector<std::string> &args) {
       "--weights",    "--tokenizer",    "--host",         "--port",
       "--model-name", "--context",      "--threads",      "--device",
       "--decode",     "--max-waiting",  "--http-threads", "--prefill-tokens-per-step",
-      "--speculate",  "--draft-tokens", "--ngram-min",    "--ngram-max"};
+      "--speculate",  "--draft-tokens", "--ngram-min",    "--ngram-max",
+      "--nproc"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -133,6 +144,11 @@ int run(const std::vector<std::string> &args) {
     throw UsageError("no artifact given");
   if (!values.count("--weights"))
     throw UsageError("--weights is required");
+  if (values.count("--nproc")) {
+    const int nproc = static_cast<int>(integer("--nproc", values["--nproc"], 1, 1024));
+    if (nproc > 1)
+      return kiln::launchRanks("kiln-serve", kiln::withoutNproc(args), nproc, std::cerr);
+  }
 
   kiln::serve::ServerOptions serverOptions;
   kiln::serve::SchedulerOptions schedulerOptions;
@@ -188,6 +204,14 @@ int run(const std::vector<std::string> &args) {
   sigaddset(&signals, SIGTERM);
   pthread_sigmask(SIG_BLOCK, &signals, nullptr);
 
+  // A rank of a multi-rank job (kiln-serve --nproc, mpirun): rank 0 listens
+  // for the others before its weights load, and they connect after theirs.
+  const std::optional<kiln::RankInfo> rank = kiln::rankFromEnvironment();
+  const bool follower = rank && rank->rank > 0;
+  std::unique_ptr<kiln::LeaderChannel> leaderChannel;
+  if (rank && rank->world > 1 && rank->rank == 0)
+    leaderChannel = kiln::LeaderChannel::listen(*rank);
+
   // Refused before the weights load: the artifact, the tokenizer.
   kiln::Artifact artifact = kiln::Artifact::load(artifactPath);
   const kiln::ModelFacts facts = kiln::readModelFacts(artifact);
@@ -219,15 +243,25 @@ int run(const std::vector<std::string> &args) {
   model.name = values.count("--model-name") ? values["--model-name"]
                                             : (modelName ? modelName->str() : "model");
   uint64_t lastPercent = 101;
-  engineOptions.progress = [&](uint64_t done, uint64_t total) {
-    const uint64_t percent = total ? 100 * done / total : 100;
-    if (percent / 10 != lastPercent / 10) {
-      std::fprintf(stderr, "kiln-serve: loading weights %3llu%%\n",
-                   static_cast<unsigned long long>(percent));
-      lastPercent = percent;
-    }
-  };
+  if (!follower)
+    engineOptions.progress = [&](uint64_t done, uint64_t total) {
+      const uint64_t percent = total ? 100 * done / total : 100;
+      if (percent / 10 != lastPercent / 10) {
+        std::fprintf(stderr, "kiln-serve: loading weights %3llu%%\n",
+                     static_cast<unsigned long long>(percent));
+        lastPercent = percent;
+      }
+    };
   std::unique_ptr<kiln::Engine> engine = kiln::Engine::create(std::move(artifact), engineOptions);
+  if (follower) {
+    // Signals stay blocked here: rank 0 drains on SIGTERM, then says stop.
+    std::unique_ptr<kiln::FollowerChannel> channel = kiln::FollowerChannel::connect(*rank);
+    kiln::serve::followRank0(*engine, *channel);
+    return 0;
+  }
+  std::unique_ptr<kiln::serve::RankLeader> leader;
+  if (leaderChannel)
+    leader = std::make_unique<kiln::serve::RankLeader>(*engine, std::move(leaderChannel));
   model.vocab = engine->vocabSize();
   model.contextLength = engine->contextLength();
 
@@ -236,24 +270,31 @@ int run(const std::vector<std::string> &args) {
   kiln::serve::Server server(scheduler, metrics, model, tokenizer, serverOptions);
   const int port = server.bind();
   // The first signal drains (the requests in flight finish, new ones are
-  // refused), a second one stops at once.
+  // refused), a later one stops at once. One that comes within a second is
+  // the same one again: under --nproc a terminal's Ctrl-C reaches rank 0
+  // from the terminal and from the launcher.
   std::thread([&server, signals] {
     int received = 0;
     sigwait(&signals, &received);
+    const auto first = std::chrono::steady_clock::now();
     std::fprintf(stderr, "kiln-serve: draining %lld requests (%s again stops at once)\n",
                  static_cast<long long>(server.drain()), received == SIGINT ? "SIGINT" : "SIGTERM");
-    sigwait(&signals, &received);
+    do
+      sigwait(&signals, &received);
+    while (std::chrono::steady_clock::now() - first < std::chrono::seconds(1));
     server.stop();
   }).detach();
-  std::fprintf(stderr,
-               "kiln-serve: %s on %s, %lld conversation slots of %lld positions, %s%s\n"
-               "kiln-serve: listening on http://%s:%d\n",
-               model.name.c_str(), engine->device().c_str(),
-               static_cast<long long>(engine->conversations()),
-               static_cast<long long>(model.contextLength),
-               tokenizer ? "text and token ids" : "token ids only (no --tokenizer)",
-               schedulerOptions.draftTokens ? ", speculative decoding by lookup" : "",
-               serverOptions.host.c_str(), port);
+  std::fprintf(
+      stderr,
+      "kiln-serve: %s on %s%s, %lld conversation slots of %lld positions, %s%s\n"
+      "kiln-serve: listening on http://%s:%d\n",
+      model.name.c_str(), engine->device().c_str(),
+      engine->worldSize() > 1 ? (" (rank 0 of " + std::to_string(engine->worldSize()) + ")").c_str()
+                              : "",
+      static_cast<long long>(engine->conversations()), static_cast<long long>(model.contextLength),
+      tokenizer ? "text and token ids" : "token ids only (no --tokenizer)",
+      schedulerOptions.draftTokens ? ", speculative decoding by lookup" : "",
+      serverOptions.host.c_str(), port);
   if (!server.serve())
     throw std::runtime_error("the HTTP server stopped on an error");
   std::fprintf(stderr, "kiln-serve: stopped\n");

@@ -3,6 +3,7 @@
 // KV caches (global and sliding), copies, VNNI weights and the logits, checked
 // against a plain C++ recomputation; then every refusal at load time.
 #include "runtime/engine/Engine.h"
+#include "runtime/engine/EngineCall.h"
 
 #include "models/muse_spark/CheckpointSynth.h"
 #include "models/muse_spark/SyntheticWeights.h"
@@ -324,6 +325,42 @@ TEST_F(EngineTest, IdleRowsOfABatchLeaveTheirConversationsAsTheyWere) {
              "3 step flags for 2 tokens");
 }
 
+// kiln-serve --nproc: each state-changing call of one engine, handed to the
+// observer as bytes, made again on a second engine of the same artifact,
+// leaves that one where the first is (positions, caches: the next batch's
+// logits are the same bits). Bytes that are not a call are refused.
+TEST_F(EngineTest, ObservedCallsReplayedOnAnotherEngineLeaveItTheSame) {
+  auto leader = make(batchTestArtifact(3));
+  auto follower = make(batchTestArtifact(3));
+  std::vector<std::string> sent;
+  leader->observeCalls([&](const EngineCall &call) { sent.push_back(encodeCall(call)); });
+  for (int64_t c = 0; c < 3; ++c)
+    leader->prefill(c, prompt(7 + 4 * int(c), int(c)));
+  leader->decodeBatch({1, 2, 3}, {true, false, true});
+  leader->decodeBatchGreedy({4, 5});
+  leader->decode(1, 6);
+  EXPECT_TRUE(leader->canRollback(0, leader->pastTokens(0)));
+  EXPECT_FALSE(leader->canRollback(0, leader->pastTokens(0) + 1));
+  leader->rollback(0, leader->pastTokens(0));
+  leader->forget(2);
+  leader->prefill(2, prompt(9, 4));
+  ASSERT_EQ(sent.size(), 9u);
+  EXPECT_EQ(describe(decodeCall(sent[3])), "decode_batch of 3 conversations");
+  EXPECT_EQ(describe(decodeCall(sent[6])), "rollback of conversation 0 to 9");
+  for (const std::string &bytes : sent)
+    replay(*follower, decodeCall(bytes));
+  leader->observeCalls(nullptr);
+  for (int64_t c = 0; c < 3; ++c)
+    EXPECT_EQ(follower->pastTokens(c), leader->pastTokens(c)) << "conversation " << c;
+  EXPECT_EQ(follower->decodeBatch({7, 8, 9}), leader->decodeBatch({7, 8, 9}));
+  EXPECT_EQ(sent.size(), 9u); // no longer observed
+
+  // The first call's 7 tokens, cut after the first.
+  EXPECT_HAS(errorOf([&] { decodeCall(sent[0].substr(0, 25)); }), "counts 7 elements past its end");
+  EXPECT_HAS(errorOf([&] { decodeCall(std::string(1, '\x20')); }), "unknown kind 32");
+  EXPECT_HAS(errorOf([&] { decodeCall(sent[6] + "x"); }), "bytes past its end");
+}
+
 TEST_F(EngineTest, RefusesABatchEntryWhoseTokensAreNotItsConversations) {
   TestArtifact a = batchTestArtifact(3);
   a.entryPoints.back().maxTokens = 4;
@@ -465,7 +502,7 @@ TEST_F(EngineTest, MultiRankArtifactsNeedTheirJob) {
   ::unsetenv("KILN_WORLD_SIZE");
   EXPECT_HAS(errorOf([&] { make(tp); }),
              "the artifact runs on 2 ranks (tp 2, ep 1), one process each: start it with "
-             "kiln-run --nproc 2");
+             "--nproc 2 (kiln-run, kiln-serve");
   ::setenv("KILN_RANK", "0", 1);
   ::setenv("KILN_WORLD_SIZE", "3", 1);
   ::setenv("KILN_RENDEZVOUS", "/nonexistent/rv", 1);

@@ -39,8 +39,12 @@ SEED = option("--seed", 1)
 VOCAB = 1000  # token ids drawn below tiny's vocabulary
 
 
+servers = []
+
+
 def fail(message):
-    sys.exit("FAIL: " + message)
+    said = "".join("\nkiln-serve said:\n" + "".join(server.said) for server in servers)
+    sys.exit("FAIL: " + message + said[-4000:])
 
 
 class Server:
@@ -59,6 +63,11 @@ class Server:
                 self.port = int(line.strip().rsplit(":", 1)[1])
             if time.time() > deadline:
                 fail("kiln-serve did not start: " + said)
+        # The rest of what it says, kept for a failure's message.
+        self.said = [said]
+        self.reader = threading.Thread(target=lambda: self.said.extend(self.proc.stderr))
+        self.reader.start()
+        servers.append(self)
 
     def connect(self):
         return http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
@@ -80,11 +89,17 @@ class Server:
         return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
                 for line in text.splitlines() if line and not line.startswith("#")}
 
+    def wait(self):
+        """Its exit status and all it said."""
+        self.proc.wait(timeout=120)
+        self.reader.join()
+        return self.proc.returncode, "".join(self.said)
+
     def stop(self):
         self.proc.send_signal(signal.SIGTERM)
-        rest = self.proc.communicate(timeout=120)[1]
-        if self.proc.returncode != 0 or "kiln-serve: stopped" not in rest:
-            fail(f"kiln-serve did not stop cleanly ({self.proc.returncode}): {rest[-2000:]}")
+        status, said = self.wait()
+        if status != 0 or "kiln-serve: stopped" not in said:
+            fail(f"kiln-serve did not stop cleanly ({status})")
 
 
 class Stream:
@@ -161,7 +176,11 @@ def client():
                 conn.close()
                 results[item["i"]] = ("vanished", None, None)
                 break
-            response = conn.getresponse()
+            try:
+                response = conn.getresponse()
+            except OSError as error:
+                results[item["i"]] = (f"no answer: {error}", None, None)
+                break
             if response.status == 429:
                 response.read()
                 conn.close()
@@ -282,9 +301,9 @@ if late != 503 or b"shutting down" not in said:
 drained_early = len(outcomes)
 for t in threads:
     t.join()
-rest = solo_server.proc.communicate(timeout=120)[1]
-if solo_server.proc.returncode != 0 or "kiln-serve: stopped" not in rest:
-    fail(f"kiln-serve did not stop cleanly after draining ({solo_server.proc.returncode}): {rest}")
+status, said = solo_server.wait()
+if status != 0 or "kiln-serve: stopped" not in said:
+    fail(f"kiln-serve did not stop cleanly after draining ({status})")
 if len(outcomes) != 12:
     fail(f"{12 - len(outcomes)} streams got no answer after SIGTERM")
 for k, (ids, finish) in outcomes.items():
