@@ -66,6 +66,8 @@ void usage() {
       "                     infinite values as they load (scanned by default; a\n"
       "                     tensor holding one is refused by name)\n"
       "  --device N         the GPU (default: KILN_LOCAL_RANK, else 0)\n"
+      "  --context N        positions the KV caches hold (default: min(4096, the\n"
+      "                     model's max_position_embeddings)); a longer prompt needs more\n"
       "  --nproc N          a multi-rank artifact: N processes, one per rank (as\n"
       "                     kiln-run --nproc); rank 0 reports\n"
       "  --load-only        only load the artifact with its weights and report what\n"
@@ -305,6 +307,7 @@ int main(int argc, char **argv) {
   double tolerance = 0.02, nearTie = 0.01;
   int maxNearTies = 2, steps = 0, device = -1, batchSteps = 16, verifySteps = 48, nproc = 1,
       loadRank = -1;
+  int64_t context = 0;
   bool loadOnly = false, checkWeights = true;
   EngineOptions::Synthesis synthesis = EngineOptions::Synthesis::Auto;
   try {
@@ -351,6 +354,8 @@ int main(int argc, char **argv) {
             where == "host" ? EngineOptions::Synthesis::Host : EngineOptions::Synthesis::Device;
       } else if (arg == "--device") {
         device = static_cast<int>(parseInteger(arg, value(), 0, 1023));
+      } else if (arg == "--context") {
+        context = parseInteger(arg, value(), 1, int64_t{1} << 40);
       } else if (arg == "--nproc") {
         nproc = static_cast<int>(parseInteger(arg, value(), 1, 1024));
       } else if (arg == "--load-only") {
@@ -396,6 +401,8 @@ int main(int argc, char **argv) {
     options.device = device;
     options.synthesis = synthesis;
     options.checkWeights = checkWeights;
+    if (context > 0)
+      options.contextLength = context;
     if (loadOnly)
       return loadAndReport(artifact, options, loadRank);
     std::unique_ptr<Engine> engine = Engine::load(artifact, options);
