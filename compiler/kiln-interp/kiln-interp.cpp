@@ -176,6 +176,8 @@ int main(int argc, char **argv) {
       std::vector<float> logitsNow = reference.logits;
       for (int64_t step = 0; step < maxNewTokens; ++step) {
         ReferenceStep s = greedyStep(logitsNow);
+        if (step > 0)
+          s.logits = logitsNow;
         reference.steps.push_back(s);
         ids.push_back(s.token);
         int64_t m = static_cast<int64_t>(ids.size());

@@ -53,8 +53,15 @@ void writeReference(const std::string &path, const Reference &reference) {
   os << "source " << reference.source << "\n";
   os << "prompt " << join(reference.prompt) << "\n";
   os << "logits " << join(reference.logits) << "\n";
-  for (const ReferenceStep &step : reference.steps)
+  for (size_t s = 0; s < reference.steps.size(); ++s) {
+    const ReferenceStep &step = reference.steps[s];
     os << "step " << step.token << " " << step.margin << "\n";
+    if (step.logits.empty())
+      continue;
+    if (std::string found = nonFiniteLogits(step.logits.data(), step.logits.size()); !found.empty())
+      throw RuntimeError(path + ": not written: step " + std::to_string(s) + ": " + found);
+    os << "step_logits " << join(step.logits) << "\n";
+  }
   writeFileAtomically(path, os.str());
 }
 
@@ -97,6 +104,15 @@ Reference readReference(const std::string &path) {
       if (!(fields >> step.token >> step.margin))
         throw bad("a step is a token and a margin");
       reference.steps.push_back(step);
+    } else if (key == "step_logits") {
+      if (reference.steps.empty() || !reference.steps.back().logits.empty())
+        throw bad("step_logits follows its step, once");
+      std::vector<float> &logits = reference.steps.back().logits;
+      for (float v; fields >> v;)
+        logits.push_back(v);
+      if (logits.size() != reference.logits.size())
+        throw bad("a step's logits are " + std::to_string(logits.size()) +
+                  " values; the prompt's " + std::to_string(reference.logits.size()));
     } else if (!key.empty()) {
       throw bad("unknown field '" + key + "'");
     }

@@ -2,7 +2,9 @@
 // trusted runtime's) and says whether they agree: the prompt's last logits
 // within a tolerance, then greedy steps that follow the reference's tokens
 // (teacher forcing) and must choose the same token, except where the
-// reference itself had a near tie. Or writes such a reference from this run.
+// reference itself had a near tie; with --step-tolerance, their logits too
+// must be within it of the reference's (kiln-interp and --write keep them).
+// Or writes such a reference from this run.
 // An artifact with a decode_batch entry is also checked against itself:
 // every conversation decoded in batches must match the same conversation
 // decoded alone, token for token with logits within 5e-5 of the largest (a
@@ -54,6 +56,10 @@ void usage() {
       "  --near-tie F       a step may choose another token where the reference's own\n"
       "                     margin is below F * max|logit| (default 0.01)\n"
       "  --max-near-ties N  how many such steps may differ (default 2)\n"
+      "  --step-tolerance T  also hold each decode step's logits to T (relative RMS below\n"
+      "                     T/2, every |diff| below T * max|logit|), where the reference\n"
+      "                     kept them: for a reference made with the artifact's own\n"
+      "                     roundings (an expert routing near tie moves logits far)\n"
       "  --batch-steps N    with a decode_batch entry: greedy steps of the batched\n"
       "                     check (default 16; 0 skips it)\n"
       "  --verify-steps N   with a verify entry (kilnc --verify-tokens): greedy steps\n"
@@ -176,6 +182,27 @@ BatchBounds batchBounds(const Artifact &artifact) {
   if (bf16Cache)
     return {1e-2, 0.2, 1.0 / 4, true};
   return {5e-5, 0.1, 1.0 / 8, false};
+}
+
+// How far `got` is from `want`: relative RMS and largest difference, beside
+// the largest |want|.
+struct LogitsDistance {
+  double relative = 0, worst = 0, scale = 0;
+  bool within(double tolerance) const {
+    return relative < tolerance / 2 && worst < tolerance * scale;
+  }
+};
+LogitsDistance distance(const std::vector<float> &got, const std::vector<float> &want) {
+  LogitsDistance d;
+  double diff2 = 0, ref2 = 0;
+  for (size_t i = 0; i < want.size() && i < got.size(); ++i) {
+    d.scale = std::max(d.scale, double(std::abs(want[i])));
+    d.worst = std::max(d.worst, double(std::abs(got[i] - want[i])));
+    diff2 += double(got[i] - want[i]) * (got[i] - want[i]);
+    ref2 += double(want[i]) * want[i];
+  }
+  d.relative = std::sqrt(diff2 / std::max(ref2, 1e-30));
+  return d;
 }
 
 bool checkBatched(Engine &engine, const std::vector<int32_t> &prompt, int steps) {
@@ -304,7 +331,7 @@ int loadAndReport(const std::string &path, EngineOptions options, int rank) {
 
 int main(int argc, char **argv) {
   std::string artifact, weights, referencePath, writePath, prompt;
-  double tolerance = 0.02, nearTie = 0.01;
+  double tolerance = 0.02, nearTie = 0.01, stepTolerance = 0;
   int maxNearTies = 2, steps = 0, device = -1, batchSteps = 16, verifySteps = 48, nproc = 1,
       loadRank = -1;
   int64_t context = 0;
@@ -335,6 +362,8 @@ int main(int argc, char **argv) {
         steps = static_cast<int>(parseInteger(arg, value(), 0, 1 << 20));
       } else if (arg == "--tolerance") {
         tolerance = parsePositive(arg, value(), 1);
+      } else if (arg == "--step-tolerance") {
+        stepTolerance = parsePositive(arg, value(), 1);
       } else if (arg == "--near-tie") {
         nearTie = parsePositive(arg, value(), 1);
       } else if (arg == "--max-near-ties") {
@@ -416,6 +445,8 @@ int main(int argc, char **argv) {
       reference.logits = logits;
       for (int s = 0; s < steps; ++s) {
         ReferenceStep step = greedyStep(logits);
+        if (s > 0)
+          step.logits = logits;
         reference.steps.push_back(step);
         logits = engine->decode(step.token);
         requireFinite(logits, "decode step " + std::to_string(s));
@@ -434,20 +465,28 @@ int main(int argc, char **argv) {
     if (got.size() != want.size())
       throw RuntimeError("the artifact's vocabulary (" + std::to_string(got.size()) +
                          ") differs from the reference's (" + std::to_string(want.size()) + ")");
-    double scale = 0, worst = 0, diff2 = 0, ref2 = 0;
-    for (size_t i = 0; i < want.size(); ++i) {
-      scale = std::max(scale, double(std::abs(want[i])));
-      worst = std::max(worst, double(std::abs(got[i] - want[i])));
-      diff2 += double(got[i] - want[i]) * (got[i] - want[i]);
-      ref2 += double(want[i]) * want[i];
-    }
-    double rel = std::sqrt(diff2 / std::max(ref2, 1e-30));
-    bool ok = rel < tolerance / 2 && worst < tolerance * scale;
+    const LogitsDistance prefill = distance(got, want);
+    const double scale = prefill.scale;
+    bool ok = prefill.within(tolerance);
     std::printf("prefill of %zu tokens: logits relative RMS %.2e, max |diff| %.2e of %.2f (%s)\n",
-                reference.prompt.size(), rel, worst, scale, ok ? "ok" : "TOO FAR");
+                reference.prompt.size(), prefill.relative, prefill.worst, scale,
+                ok ? "ok" : "TOO FAR");
     int same = 0, nearTies = 0, wrong = 0;
+    // With --step-tolerance, each decode step's logits against the
+    // reference's, where it kept them: the worst step is reported.
+    LogitsDistance worstStep;
+    size_t worstAt = 0, stepsCompared = 0, stepsTooFar = 0;
     for (size_t s = 0; s < reference.steps.size(); ++s) {
       const ReferenceStep &expected = reference.steps[s];
+      if (stepTolerance > 0 && !expected.logits.empty()) {
+        const LogitsDistance d = distance(got, expected.logits);
+        ++stepsCompared;
+        stepsTooFar += d.within(stepTolerance) ? 0 : 1;
+        if (d.relative >= worstStep.relative) {
+          worstStep = d;
+          worstAt = s;
+        }
+      }
       int32_t chosen = greedyStep(got).token;
       if (chosen == expected.token) {
         ++same;
@@ -466,6 +505,17 @@ int main(int argc, char **argv) {
     bool stepsOk = wrong == 0 && nearTies <= maxNearTies;
     std::printf("%zu greedy steps: %d identical, %d near ties, %d wrong (%s)\n",
                 reference.steps.size(), same, nearTies, wrong, stepsOk ? "ok" : "FAILED");
+    if (stepTolerance > 0 && stepsCompared == 0)
+      throw RuntimeError("--step-tolerance: " + referencePath +
+                         " keeps no step's logits (write it again with kiln-interp "
+                         "--max-new-tokens 2 or more)");
+    if (stepsCompared > 0) {
+      std::printf("decode steps' logits: %zu compared, worst at step %zu: relative RMS %.2e, max "
+                  "|diff| %.2e of %.2f; %zu too far (%s)\n",
+                  stepsCompared, worstAt, worstStep.relative, worstStep.worst, worstStep.scale,
+                  stepsTooFar, stepsTooFar ? "TOO FAR" : "ok");
+      stepsOk = stepsOk && stepsTooFar == 0;
+    }
     if (engine->conversations() > 1 && batchSteps > 0)
       stepsOk = checkBatched(*engine, reference.prompt, batchSteps) && stepsOk;
     if (engine->verifyTokens() > 1 && verifySteps > 0)
