@@ -24,7 +24,7 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   tiny-wide.bf16tc-100.reference tiny-wide.bf16tc-600.reference tiny-wide128.p500.sm_90.kiln \
   tiny-wide128.p500-attn-broken.sm_90.kiln tiny-wide128.bf16tc-24.reference \
   tiny-wide128.bf16tc-100.reference tiny-wide128.bf16tc-600.reference \
-  small-nvfp4.narrow-broken.sm_90.kiln small-nvfp4.b24.sm_90.kiln \
+  tiny-wide128.bf16tc-1200s.reference small-nvfp4.narrow-broken.sm_90.kiln small-nvfp4.b24.sm_90.kiln \
   tiny-bf16.f32kv.sm_90.kiln tiny-bf16.f32kv.reference; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
@@ -112,6 +112,13 @@ for name in tiny-wide tiny-wide128; do
       status=1
   done
 done
+# Decode past a 1200-token prompt, each step's logits held to the
+# interpreter's with the same roundings (the split decode attention and its
+# merge, which greedy choices alone would not catch).
+echo "== tiny-wide128, 8 decode steps after 1200 tokens, their logits against the interpreter"
+"$BIN/kiln-check" "$DATA/tiny-wide128.p500.sm_90.kiln" --weights synthetic:7 --context 2048 \
+  --reference "$DATA/tiny-wide128.bf16tc-1200s.reference" --tolerance 0.03 --step-tolerance 0.03 \
+  --batch-steps 0 || status=1
 for prompt in "" "-600"; do
   echo "== small-nvfp4, tensor-core prefill, against the interpreter with the same roundings$prompt"
   "$BIN/kiln-check" "$DATA/small-nvfp4.p512.sm_90.kiln" --weights synthetic:3 \

@@ -121,6 +121,12 @@ for wide in tiny-wide:64 tiny-wide128:128; do
     "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$(seq -s, 1 $n)" \
       --linear-inputs=bf16 --attention-inputs=bf16 --save-reference "$OUT/$name.bf16tc-$n.reference"
   done
+  # 1200 tokens and 8 decode steps, each step's logits kept (kiln-check
+  # --step-tolerance holds the decode kernels to them).
+  "$BIN/kiln-interp" --weights "$SMALL_CKPT" \
+    --prompt-ids "$(python3 -c "print(','.join(str((37 * i + 11) % 1000 + 1) for i in range(1200)))")" \
+    --max-new-tokens 8 --linear-inputs=bf16 --attention-inputs=bf16 \
+    --save-reference "$OUT/$name.bf16tc-1200s.reference"
   rm -rf "${SMALL_CKPT:?}"/*
   "$BIN/kilnc" "$OUT/$name.json" --target=sm_90 --max-prefill-tokens=500 \
     -o "$OUT/$name.p500.sm_90.kiln"
