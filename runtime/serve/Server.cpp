@@ -112,9 +112,22 @@ int Server::bind() {
   return port;
 }
 
-bool Server::serve() { return http_->listen_after_bind(); }
+bool Server::serve() {
+  serving_ = true;
+  if (stopRequested_)
+    return true;
+  return http_->listen_after_bind();
+}
 
-void Server::stop() { http_->stop(); }
+void Server::stop() {
+  stopRequested_ = true;
+  // httplib's stop() does nothing before its listen loop runs: a stop that
+  // comes between serve()'s check and the loop's start waits for it (a stop
+  // before serve() is seen by serve() itself).
+  for (int i = 0; i < 1000 && serving_ && !http_->is_running(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  http_->stop();
+}
 
 int64_t Server::drain() {
   if (draining_.exchange(true))
@@ -125,7 +138,7 @@ int64_t Server::drain() {
     // counts itself before it reaches the scheduler; this waits for it too.
     while (inFlight_ > 0)
       std::this_thread::sleep_for(std::chrono::milliseconds(10));
-    http_->stop();
+    stop();
   });
   return now;
 }

@@ -64,6 +64,7 @@ private:
   // Generation requests whose answer is not yet written to its end.
   std::atomic<int64_t> inFlight_{0};
   std::atomic<bool> draining_{false};
+  std::atomic<bool> serving_{false}, stopRequested_{false};
   std::thread drainer_;
   int listenSocket_ = -1;
 };

@@ -14,5 +14,9 @@ for line in proc.stderr:
     if "listening on" in line:
         break
 proc.send_signal(signal.SIGTERM)
-proc.communicate(timeout=60)
+try:
+    proc.communicate(timeout=60)
+except subprocess.TimeoutExpired:
+    proc.kill()  # never left running: it holds the pipe the test reads
+    sys.exit("kiln-serve did not stop within 60 s of SIGTERM")
 sys.exit(proc.returncode)
