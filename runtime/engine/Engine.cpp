@@ -892,20 +892,21 @@ void Engine::rollback(int64_t conversation, int64_t keep) {
   Impl &impl = *impl_;
   if (impl.observer)
     impl.observer(EngineCall{EngineCall::Kind::Rollback, conversation, keep, {}, {}, {}});
-  impl.checkConversation(conversation);
-  const int64_t past = impl.past[conversation];
-  if (keep < 0 || keep > past)
-    throw RuntimeError("rollback of conversation " + std::to_string(conversation) + " to " +
-                       std::to_string(keep) + " tokens: it holds " + std::to_string(past));
-  // Positions from keep on were written over ring slots that held earlier
-  // ones: the window before keep must not be among them.
-  if (impl.written[conversation] - keep > impl.rollbackSlack)
-    throw RuntimeError(
-        "rollback of conversation " + std::to_string(conversation) + " to " + std::to_string(keep) +
-        " tokens: positions up to " + std::to_string(impl.written[conversation]) +
-        " were written, and the sliding layers' rings keep " + std::to_string(impl.rollbackSlack) +
-        " positions beyond their windows (compile with a larger kilnc "
-        "--verify-tokens)");
+  if (!canRollback(conversation, keep)) {
+    // Why not, by the two conditions canRollback checks.
+    const std::string what = "rollback of conversation " + std::to_string(conversation) + " to " +
+                             std::to_string(keep) + " tokens: ";
+    const int64_t past = impl.past[conversation];
+    if (keep < 0 || keep > past)
+      throw RuntimeError(what + "it holds " + std::to_string(past));
+    // Positions from keep on were written over ring slots that held earlier
+    // ones: the window before keep must not be among them.
+    throw RuntimeError(what + "positions up to " + std::to_string(impl.written[conversation]) +
+                       " were written, and the sliding layers' rings keep " +
+                       std::to_string(impl.rollbackSlack) +
+                       " positions beyond their windows (compile with a larger kilnc "
+                       "--verify-tokens)");
+  }
   impl.past[conversation] = keep;
 }
 

@@ -173,8 +173,12 @@ json choiceOf(bool chat, bool streamed, bool first, const std::string &text, con
 void Server::generate(const std::string &body, bool chat, void *opaque) {
   httplib::Response &res = *static_cast<httplib::Response *>(opaque);
   auto inFlight = std::make_shared<InFlight>(inFlight_);
-  if (draining_)
+  // Every answer is counted, the refusals too: a drain's 503 as rejected
+  // (as a full queue's 429), a failed engine's as an error.
+  if (draining_) {
+    metrics_.requestFinished("rejected");
     return sendError(res, ApiError(503, "the server is shutting down", "", "server_error"));
+  }
   auto request = std::make_shared<Request>();
   try {
     request->params = chat ? parseChatCompletion(body, model_, tokenizer_.get())
@@ -183,8 +187,10 @@ void Server::generate(const std::string &body, bool chat, void *opaque) {
     metrics_.requestFinished("error");
     return sendError(res, error);
   }
-  if (const std::string problem = scheduler_.problem(); !problem.empty())
+  if (const std::string problem = scheduler_.problem(); !problem.empty()) {
+    metrics_.requestFinished("error");
     return sendError(res, ApiError(503, "the engine failed: " + problem, "", "server_error"));
+  }
   request->id = nextId_++;
   if (!scheduler_.submit(request)) {
     metrics_.requestFinished("rejected");

@@ -149,7 +149,24 @@ TEST_P(SpeculativeDecoding, GreedyOutputIsDecodingsOwn) {
     engine->prefill(prompt);
     engine->verify(0, block);
     const int64_t past = engine->pastTokens();
-    EXPECT_THROW(engine->rollback(0, past - kVerifyTokens), RuntimeError);
+    EXPECT_FALSE(engine->canRollback(0, past - kVerifyTokens));
+    EXPECT_FALSE(engine->canRollback(0, past + 1));
+    // rollback refuses what canRollback refuses, saying why.
+    const auto refusal = [&](int64_t keep) {
+      try {
+        engine->rollback(0, keep);
+      } catch (const RuntimeError &error) {
+        return std::string(error.what());
+      }
+      return std::string("no error");
+    };
+    EXPECT_NE(refusal(past - kVerifyTokens).find("positions beyond their windows"),
+              std::string::npos)
+        << refusal(past - kVerifyTokens);
+    EXPECT_NE(refusal(past + 1).find("it holds " + std::to_string(past)), std::string::npos)
+        << refusal(past + 1);
+    EXPECT_EQ(engine->pastTokens(), past);
+    EXPECT_TRUE(engine->canRollback(0, past - (kVerifyTokens - 1)));
     EXPECT_NO_THROW(engine->rollback(0, past - (kVerifyTokens - 1)));
     EXPECT_EQ(engine->pastTokens(), past - (kVerifyTokens - 1));
 

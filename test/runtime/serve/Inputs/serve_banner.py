@@ -2,21 +2,12 @@
 what it serves, then stops it with SIGTERM.
 
   serve_banner.py ARTIFACT [kiln-serve flags...]"""
-import signal
-import subprocess
 import sys
 
-proc = subprocess.Popen(["kiln-serve", *sys.argv[1:], "--port", "0"], stderr=subprocess.PIPE,
-                        text=True)
-for line in proc.stderr:
+from serve_process import ServeProcess
+
+server = ServeProcess(sys.argv[1:])
+for line in server.banner.splitlines():
     if "conversation slots" in line:
         print(line.strip())
-    if "listening on" in line:
-        break
-proc.send_signal(signal.SIGTERM)
-try:
-    proc.communicate(timeout=60)
-except subprocess.TimeoutExpired:
-    proc.kill()  # never left running: it holds the pipe the test reads
-    sys.exit("kiln-serve did not stop within 60 s of SIGTERM")
-sys.exit(proc.returncode)
+server.stop(timeout=60)

@@ -12,11 +12,12 @@ Each check prints one line; any failure exits non-zero with what differed."""
 import http.client
 import json
 import os
-import signal
 import subprocess
 import sys
 import threading
 import time
+
+from serve_process import ServeProcess
 
 ARTIFACT, TOK = sys.argv[1], sys.argv[2]
 EXACT = "--gpu" not in sys.argv[3:]
@@ -29,21 +30,9 @@ def fail(message):
 
 class Server:
     def __init__(self, *flags):
-        self.proc = subprocess.Popen(
-            ["kiln-serve", ARTIFACT, "--weights", WEIGHTS, "--tokenizer", TOK, "--port", "0",
-             *flags], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        self.port = None
-        deadline = time.time() + 60
-        said = ""
-        while self.port is None:
-            line = self.proc.stderr.readline()
-            said += line
-            if not line:
-                fail("kiln-serve exited: " + said + self.proc.stderr.read())
-            if "listening on http://" in line:
-                self.port = int(line.strip().rsplit(":", 1)[1])
-            if time.time() > deadline:
-                fail("kiln-serve did not start")
+        self.process = ServeProcess([ARTIFACT, "--weights", WEIGHTS, "--tokenizer", TOK, *flags],
+                                    start_timeout=60)
+        self.port = self.process.port
 
     def request(self, method, path, body=None):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
@@ -85,10 +74,7 @@ class Server:
         return values
 
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        rest = self.proc.communicate(timeout=60)[1]
-        if self.proc.returncode != 0 or "kiln-serve: stopped" not in rest:
-            fail(f"kiln-serve did not stop cleanly ({self.proc.returncode}): {rest}")
+        self.process.stop(timeout=60)
 
 
 def at_once(target, arg_lists):

@@ -23,10 +23,11 @@ import json
 import random
 import signal
 import socket
-import subprocess
 import sys
 import threading
 import time
+
+from serve_process import ServeProcess
 
 args = sys.argv[1:]
 server_flags = args[args.index("--") + 1:] if "--" in args else []
@@ -43,30 +44,14 @@ servers = []
 
 
 def fail(message):
-    said = "".join("\nkiln-serve said:\n" + "".join(server.said) for server in servers)
+    said = "".join("\nkiln-serve said:\n" + server.process.said() for server in servers)
     sys.exit("FAIL: " + message + said[-4000:])
 
 
 class Server:
     def __init__(self, *flags):
-        self.proc = subprocess.Popen(
-            ["kiln-serve", ARTIFACT, "--weights", "synthetic:1", "--port", "0", *flags],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        said, self.port = "", None
-        deadline = time.time() + 120
-        while self.port is None:
-            line = self.proc.stderr.readline()
-            said += line
-            if not line:
-                fail("kiln-serve exited: " + said + self.proc.stderr.read())
-            if "listening on http://" in line:
-                self.port = int(line.strip().rsplit(":", 1)[1])
-            if time.time() > deadline:
-                fail("kiln-serve did not start: " + said)
-        # The rest of what it says, kept for a failure's message.
-        self.said = [said]
-        self.reader = threading.Thread(target=lambda: self.said.extend(self.proc.stderr))
-        self.reader.start()
+        self.process = ServeProcess([ARTIFACT, "--weights", "synthetic:1", *flags])
+        self.port = self.process.port
         servers.append(self)
 
     def connect(self):
@@ -91,15 +76,10 @@ class Server:
 
     def wait(self):
         """Its exit status and all it said."""
-        self.proc.wait(timeout=120)
-        self.reader.join()
-        return self.proc.returncode, "".join(self.said)
+        return self.process.wait()
 
     def stop(self):
-        self.proc.send_signal(signal.SIGTERM)
-        status, said = self.wait()
-        if status != 0 or "kiln-serve: stopped" not in said:
-            fail(f"kiln-serve did not stop cleanly ({status})")
+        self.process.stop()
 
 
 class Stream:
@@ -283,7 +263,8 @@ for t in threads:
 # queued for a slot), the signal.
 while len(streams) < 12:
     time.sleep(0.005)
-solo_server.proc.send_signal(signal.SIGTERM)
+counted = solo_server.metrics()
+solo_server.process.signal(signal.SIGTERM)
 while True:
     conn = solo_server.connect()
     conn.request("GET", "/health")
@@ -298,6 +279,10 @@ if b"draining" not in said:
 late, said = solo_server.post({"prompt": [1, 2, 3], "max_tokens": 4})
 if late != 503 or b"shutting down" not in said:
     fail(f"a request while draining answered {late}: {said[:300]!r}")
+refused = solo_server.metrics()['kiln_requests_total{status="rejected"}'] - \
+    counted['kiln_requests_total{status="rejected"}']
+if refused != 1:
+    fail(f"/metrics counted {refused} rejected requests for the drain's one 503")
 drained_early = len(outcomes)
 for t in threads:
     t.join()
@@ -311,5 +296,5 @@ for k, (ids, finish) in outcomes.items():
         fail(f"stream {k} was cut by SIGTERM: {len(ids)} tokens, finish {finish}")
 if drained_early == len(outcomes):
     fail("every stream had finished before the drain was seen")
-print(f"SIGTERM: /health says draining, a new request gets 503, {len(outcomes)} streams in "
+print(f"SIGTERM: /health says draining, a new request gets 503 (counted rejected), {len(outcomes)} streams in "
       f"flight finish whole, then the server exits 0")

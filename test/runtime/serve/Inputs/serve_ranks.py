@@ -17,7 +17,8 @@ import signal
 import subprocess
 import sys
 import threading
-import time
+
+from serve_process import ServeProcess
 
 ARTIFACT = sys.argv[1]
 RANKS = ["--nproc", "2", "--threads", "1"]
@@ -28,20 +29,9 @@ def fail(message):
 
 
 def start(env=None):
-    proc = subprocess.Popen(["kiln-serve", ARTIFACT, "--weights", "synthetic:1", "--port", "0",
-                             *RANKS], stderr=subprocess.PIPE, text=True,
-                            env=dict(os.environ, **(env or {})))
-    said, port = "", None
-    deadline = time.time() + 120
-    while port is None:
-        line = proc.stderr.readline()
-        said += line
-        if not line or time.time() > deadline:
-            fail("kiln-serve --nproc 2 did not start: " + said + proc.stderr.read())
-        if "listening on http://" in line:
-            port = int(line.strip().rsplit(":", 1)[1])
-    pids = {int(r): int(p) for r, p in re.findall(r"rank (\d+) of 2 is pid (\d+)", said)}
-    return proc, port, pids, said
+    server = ServeProcess([ARTIFACT, "--weights", "synthetic:1", *RANKS], env=env)
+    pids = {int(r): int(p) for r, p in re.findall(r"rank (\d+) of 2 is pid (\d+)", server.banner)}
+    return server, server.port, pids, server.banner
 
 
 def post(port, body):
@@ -69,7 +59,7 @@ def kiln_run(ids, new):
     return [int(x) for x in out.splitlines()[0].split(",")]
 
 
-proc, port, pids, said = start()
+server, port, pids, said = start()
 if "(rank 0 of 2)" not in said:
     fail("rank 0 did not say it serves a job of two: " + said)
 # As many as the artifact's slots (4), so that no finished one's slot is
@@ -107,14 +97,11 @@ if reused < len(prompts[2]):
     fail(f"the next turn reused {reused} prompt tokens")
 print(f"{len(prompts)} concurrent requests and a next turn ({int(reused)} prompt tokens reused) "
       "give kiln-run --nproc 2's tokens")
-proc.send_signal(signal.SIGTERM)
-rest = proc.communicate(timeout=120)[1]
-if proc.returncode != 0 or "kiln-serve: stopped" not in rest:
-    fail(f"kiln-serve --nproc 2 did not stop cleanly ({proc.returncode}): {rest}")
+server.stop()
 print("SIGTERM to the launcher: rank 0 drains and stops, rank 1 with it, exit 0")
 
 # A follower killed: rank 0's next collective fails.
-proc, port, pids, said = start({"KILN_COMM_TIMEOUT": "5"})
+server, port, pids, said = start({"KILN_COMM_TIMEOUT": "5"})
 os.kill(pids[1], signal.SIGKILL)
 status, body = post(port, {"prompt": [1, 2, 3], "max_tokens": 4, "temperature": 0})
 message = json.dumps(body)
@@ -123,9 +110,9 @@ if status != 500 or "rank 1" not in message:
 health = get(port, "/health")
 if health[0] != 503:
     fail(f"/health after rank 1 died: {health}")
-proc.send_signal(signal.SIGTERM)
-rest = proc.communicate(timeout=120)[1]
-if proc.returncode == 0 or f"rank 1 (pid {pids[1]}) was killed by signal 9" not in rest:
-    fail(f"the launcher after rank 1 died: exit {proc.returncode}: {rest}")
+server.signal(signal.SIGTERM)
+status, rest = server.wait()
+if status == 0 or f"rank 1 (pid {pids[1]}) was killed by signal 9" not in rest:
+    fail(f"the launcher after rank 1 died: exit {status}: {rest}")
 print("rank 1 killed: the request fails naming it, /health 503, the launcher reports it and "
       "exits non-zero")
