@@ -235,7 +235,8 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
   std::vector<fb::Offset<art::KvCache>> caches;
   for (const kernels::KvCacheInfo &c : model.kvCaches)
     caches.push_back(art::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim,
-                                        dtypeOf(c.dtype), static_cast<uint32_t>(c.ring)));
+                                        dtypeOf(c.dtype), static_cast<uint32_t>(c.ring),
+                                        static_cast<uint32_t>(c.pageTokens)));
   std::vector<fb::Offset<art::EntryPoint>> entries;
   mlir::ModuleOp planModule = model.plan.get();
   for (auto op : planModule.getOps<plan::EntryOp>()) {

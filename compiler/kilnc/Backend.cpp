@@ -72,6 +72,7 @@ int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
   lower.maxPrefillTokens = request.maxPrefillTokens;
   lower.decodeBatch = request.decodeBatch;
   lower.verifyTokens = request.verifyTokens;
+  lower.kvPageTokens = request.kvPageTokens;
   lower.peerExchange = request.peerExchange;
   lower.spGraph = request.spGraph;
   if (request.output == BackendOutput::Plan || request.output == BackendOutput::Kernels) {

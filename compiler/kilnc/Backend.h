@@ -22,6 +22,7 @@ struct BackendRequest {
   int64_t maxPrefillTokens = 64;
   int64_t decodeBatch = 1;  // conversations of the decode_batch entry (1: none)
   int64_t verifyTokens = 0; // tokens of the verify entry (0: none)
+  int64_t kvPageTokens = 0; // the global layers' KV page (0: unpaged)
   bool peerExchange = true; // EP decode combines through peer memory where the target can
   bool report = false;
   // The device an artifact must fit, per rank (unset: not checked), and what

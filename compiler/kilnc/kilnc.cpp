@@ -107,6 +107,14 @@ cl::opt<int64_t> verifyTokens(
              "conversations (default 0: none)"),
     cl::init(0), cl::cat(kilncCategory));
 
+cl::opt<int64_t> kvPageTokens(
+    "kv-page-tokens",
+    cl::desc("Keep the global layers' KV caches in pages of N positions (a power of two, 16 to "
+             "4096) from one pool for all conversations, which the attention kernels find "
+             "through a page table the runtime passes (default 0: each conversation's cache "
+             "whole, one after another)"),
+    cl::init(0), cl::cat(kilncCategory));
+
 enum class MoEExchange { Peer, Collective };
 cl::opt<MoEExchange> moeExchange(
     "moe-exchange", cl::desc("How expert parallelism combines in decode on GPUs (default peer)"),
@@ -351,6 +359,10 @@ int main(int argc, char **argv) {
     return fail("--decode-batch must be 1 to 1024, got " + std::to_string(decodeBatch));
   if (verifyTokens != 0 && (verifyTokens < 2 || verifyTokens > 64))
     return fail("--verify-tokens must be 0 (none) or 2 to 64, got " + std::to_string(verifyTokens));
+  if (kvPageTokens != 0 &&
+      (kvPageTokens < 16 || kvPageTokens > 4096 || (kvPageTokens & (kvPageTokens - 1)) != 0))
+    return fail("--kv-page-tokens must be 0 (unpaged) or a power of two from 16 to 4096, got " +
+                std::to_string(kvPageTokens));
   if (what == Emit::Model && layout.devices() > 1)
     return fail("--tp, --ep and --sp shape the graph pipeline: use them with --emit=graph");
 
@@ -468,6 +480,7 @@ int main(int argc, char **argv) {
     request.maxPrefillTokens = maxPrefillTokens;
     request.decodeBatch = decodeBatch;
     request.verifyTokens = verifyTokens;
+    request.kvPageTokens = kvPageTokens;
     request.peerExchange = moeExchange == MoEExchange::Peer;
     request.report = report;
     request.config = &config;

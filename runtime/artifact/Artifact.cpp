@@ -532,7 +532,25 @@ private:
              std::to_string(cache.window()) + " (expected 0 for a global layer, else the window " +
              "plus at most the verify entry's tokens - 1, " +
              std::to_string(std::max<uint64_t>(1, verifyTokens()) - 1) + ")");
+      // Pages: global caches only, a power of two, the same for all.
+      const uint32_t page = cache.page_tokens();
+      if (page != 0 && (cache.window() != 0 || page < 16 || page > 4096 || (page & (page - 1))))
+        fail(where + ".page_tokens: " + std::to_string(page) +
+             " (expected 0, or for a global layer a power of two from 16 to 4096)");
+      if (cache.window() == 0 && page != pageTokens())
+        fail(where + ".page_tokens: " + std::to_string(page) + ", but an earlier global cache " +
+             "has pages of " + std::to_string(pageTokens()) + " (one page table serves them all)");
     }
+  }
+
+  // The page of the artifact's paged caches (0: none is paged).
+  uint32_t pageTokens() const {
+    const auto *caches = root_.kv_caches();
+    for (size_t i = 0; i < sizeOf(caches); ++i)
+      if (const fb::KvCache &cache = *caches->Get(static_cast<flatbuffers::uoffset_t>(i));
+          cache.window() == 0)
+        return cache.page_tokens();
+    return 0;
   }
 
   void checkKernels() const {
@@ -917,8 +935,10 @@ private:
       break;
     }
     case fb::BufferKind::Input:
-      if (ref.index() >= 2)
-        fail(where + ".index: Input index " + index + " out of range (0: token ids, 1: positions)");
+      if (ref.index() > 2 || (ref.index() == 2 && pageTokens() == 0))
+        fail(where + ".index: Input index " + index +
+             " out of range (0: token ids, 1: positions, 2: the page table where the KV caches "
+             "are paged)");
       if (ref.dtype() != fb::DType::I32 || rank != 1)
         fail(where + ": inputs are rank-1 I32");
       break;

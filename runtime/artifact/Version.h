@@ -19,7 +19,8 @@ constexpr uint32_t kSchemaMajor = 1;
 // (Kernel.shared_bytes, the TensorMap scalar, Launch.tensor_maps); 6:
 // Artifact.digests, which the runtime requires (an artifact of an older
 // minor is refused: recompile it); 7: the "verify" entry point and
-// KvCache.ring.
-constexpr uint32_t kSchemaMinor = 7;
+// KvCache.ring; 8: paged KV caches (KvCache.page_tokens, Input 2, the page
+// table).
+constexpr uint32_t kSchemaMinor = 8;
 
 } // namespace kiln::artifact

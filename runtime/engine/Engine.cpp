@@ -52,6 +52,10 @@ void Engine::Impl::parseModel(const EngineOptions &options) {
   model = readModelFacts(artifact);
   vocab = model.vocabSize;
   contextLength = options.contextLength;
+  if (options.kvPages < 0)
+    throw RuntimeError("KV pages " + std::to_string(options.kvPages) +
+                       ": expected 0 (every context whole) or more");
+  pageCount = options.kvPages;
   if (contextLength == 0)
     contextLength = defaultContextLength(model);
   if (contextLength < 1 || contextLength > model.maxPositions)
@@ -67,12 +71,26 @@ void Engine::Impl::allocateBuffers() {
   written.assign(static_cast<size_t>(conversations), 0);
   if (const auto *caches = artifact->kv_caches())
     for (const fb::KvCache *cache : *caches) {
-      const KvCacheSpec spec{cache->layer(),    cache->window(),         cache->kv_heads(),
-                             cache->head_dim(), toDType(cache->dtype()), cache->ring()};
+      const KvCacheSpec spec{cache->layer(),      cache->window(),         cache->kv_heads(),
+                             cache->head_dim(),   toDType(cache->dtype()), cache->ring(),
+                             cache->page_tokens()};
+      if (spec.isPaged() && !pages.paged()) {
+        // The pool: every conversation's whole context unless asked for fewer.
+        const int64_t perConversation = (contextLength + spec.pageTokens - 1) / spec.pageTokens;
+        pages =
+            KvPages(spec.pageTokens, pageCount > 0 ? pageCount : perConversation * conversations,
+                    conversations, contextLength);
+      }
+      // A paged cache is the pool's pages and the scratch page; any other
+      // holds every conversation's slots one after another.
       const uint64_t bytes =
-          kvCacheBufferBytes(spec, contextLength) * static_cast<uint64_t>(conversations);
+          spec.isPaged()
+              ? kvCacheBufferBytes(spec, (pages.pages() + 1) * spec.pageTokens)
+              : kvCacheBufferBytes(spec, contextLength) * static_cast<uint64_t>(conversations);
       const std::string name = "KV cache of layer " + std::to_string(spec.layer);
-      kvSlots.push_back(kvCacheSlots(spec, contextLength));
+      kvPaged.push_back(spec.isPaged());
+      kvSlots.push_back(spec.isPaged() ? (pages.pages() + 1) * spec.pageTokens
+                                       : kvCacheSlots(spec, contextLength));
       if (!spec.isGlobal())
         rollbackSlack = std::min(rollbackSlack, kvSlots.back() - int64_t{spec.window});
       kv.push_back(DeviceMemory::allocate(*backend, bytes, name + " (K)"));
@@ -91,6 +109,8 @@ void Engine::Impl::allocateBuffers() {
   const uint64_t inputBytes = static_cast<uint64_t>((maxTokens * 4 + 63) / 64 * 64);
   inputs[0] = DeviceMemory::allocate(*backend, inputBytes, "token ids");
   inputs[1] = DeviceMemory::allocate(*backend, inputBytes, "positions");
+  if (pages.paged())
+    inputs[2] = DeviceMemory::allocate(*backend, pages.table().size() * 4, "KV page table");
   logits = DeviceMemory::allocate(*backend, static_cast<uint64_t>(maxRows * vocab * 4), "logits");
   greedy = DeviceGreedy::create(*backend, artifact, maxRows);
   hostInputs.assign(static_cast<size_t>(2 * maxTokens), 0);
@@ -114,11 +134,22 @@ BufferArg Engine::Impl::planBuffer(const fb::BufferRef &ref, const EntryPlan &en
   if (rank < memref::kMinRank || rank > memref::kMaxRank)
     fail(where + ": rank " + std::to_string(rank) + " (kernels take ranks " +
          std::to_string(memref::kMinRank) + ".." + std::to_string(memref::kMaxRank) + ")");
-  if (arg.kind == fb::BufferKind::KvCache) {
+  if (arg.kind == fb::BufferKind::KvCache && kvPaged.at(arg.index / 2)) {
+    // Every entry sees the whole pool.
+    arg.slots = kvSlots.at(arg.index / 2);
+  } else if (arg.kind == fb::BufferKind::KvCache) {
     // A batched entry sees every conversation's cache, one after another.
     arg.slots = kvSlots.at(arg.index / 2) * (entry.sequences ? conversations : 1);
     if (!entry.sequences)
       arg.conversationBytes = kv.at(arg.index).size() / static_cast<uint64_t>(conversations);
+  }
+  if (arg.kind == fb::BufferKind::Input && arg.index == 2) {
+    // The page table: every conversation's entries, or the one a call
+    // continues.
+    const int64_t perConversation = pages.pagesPerConversation();
+    arg.slots = perConversation * (entry.sequences ? conversations : 1);
+    if (!entry.sequences)
+      arg.conversationBytes = static_cast<uint64_t>(perConversation) * 4;
   }
   // An exchange table's offset is its site in the members' memory; the
   // artifact's checks have placed it.
@@ -523,6 +554,24 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count, b
       positions[t] = static_cast<int32_t>(before + t);
     }
   }
+  // The pages the call writes, all taken or none (a full pool throws here,
+  // before anything ran).
+  if (pages.paged()) {
+    if (entry.sequences) {
+      int64_t need = 0;
+      for (int64_t c = 0; c < count / entry.rows; ++c)
+        if (!stepped || (*stepped)[static_cast<size_t>(c)])
+          need += pages.lacking(c, past[c] + entry.rows);
+      if (need > pages.freePages())
+        pagesFull(need);
+      for (int64_t c = 0; c < count / entry.rows; ++c)
+        if (!stepped || (*stepped)[static_cast<size_t>(c)])
+          reservePages(c, past[c] + entry.rows);
+    } else {
+      reservePages(current, past[current] + count * entry.split);
+    }
+    copyPageTable();
+  }
   const uint64_t inputBytes = static_cast<uint64_t>(count * entry.split) * 4;
   backend->upload(inputs[0].address(), ids, inputBytes);
   backend->upload(inputs[1].address(), positions, inputBytes);
@@ -560,6 +609,26 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count, b
     past[current] += count * entry.split;
     written[current] = std::max(written[current], past[current]);
   }
+}
+
+void Engine::Impl::reservePages(int64_t conversation, int64_t positions) {
+  const int64_t need = pages.lacking(conversation, positions);
+  if (!pages.reserve(conversation, positions))
+    pagesFull(need);
+}
+
+void Engine::Impl::pagesFull(int64_t need) const {
+  throw RuntimeError("the KV cache's page pool is full: the call needs " + std::to_string(need) +
+                     " more pages of " + std::to_string(pages.pageTokens()) + " positions, " +
+                     std::to_string(pages.freePages()) + " of " + std::to_string(pages.pages()) +
+                     " are free (free a conversation, or give the engine more pages)");
+}
+
+void Engine::Impl::copyPageTable() {
+  if (!pages.changed())
+    return;
+  backend->upload(inputs[2].address(), pages.table().data(), pages.table().size() * 4);
+  pages.markCopied();
 }
 
 std::vector<float> Engine::Impl::lastLogits(const EntryPlan &entry, int64_t tokens) {
@@ -651,6 +720,10 @@ std::vector<float> Engine::prefill(int64_t conversation, const std::vector<int32
     throw RuntimeError("the prompt's " + std::to_string(total) +
                        " tokens do not fit the context (" + std::to_string(used) + " of " +
                        std::to_string(impl.contextLength) + " used)");
+  // The whole prompt's pages before its first chunk: a prompt the pool
+  // cannot hold changes nothing.
+  if (impl.pages.paged())
+    impl.reservePages(conversation, used + total);
   EntryPlan &whole = impl.prefillEntry ? *impl.prefillEntry : *impl.decodeEntry;
   EntryPlan *entry = &whole;
   int64_t done = 0, chunk = 0;
@@ -908,6 +981,8 @@ void Engine::rollback(int64_t conversation, int64_t keep) {
                        "--verify-tokens)");
   }
   impl.past[conversation] = keep;
+  if (impl.pages.paged())
+    impl.pages.release(conversation, keep);
 }
 
 int64_t Engine::pastTokens(int64_t conversation) const {
@@ -921,6 +996,9 @@ void Engine::reset() {
     impl.observer(EngineCall{EngineCall::Kind::Reset, 0, 0, {}, {}, {}});
   std::fill(impl.past.begin(), impl.past.end(), 0);
   std::fill(impl.written.begin(), impl.written.end(), 0);
+  if (impl.pages.paged())
+    for (int64_t c = 0; c < impl.conversations; ++c)
+      impl.pages.release(c, 0);
   for (const DeviceMemory &buffer : impl.kv)
     impl.backend->fill(buffer.address(), 0, buffer.size());
   impl.backend->synchronize();
@@ -932,6 +1010,8 @@ void Engine::forget(int64_t conversation) {
   impl_->checkConversation(conversation);
   impl_->past[conversation] = 0;
   impl_->written[conversation] = 0;
+  if (impl_->pages.paged())
+    impl_->pages.release(conversation, 0);
 }
 
 const Artifact &Engine::artifact() const { return impl_->artifact; }
@@ -953,6 +1033,10 @@ uint64_t Engine::kvCacheBytes() const {
     bytes += buffer.size();
   return bytes;
 }
+
+int64_t Engine::kvPageTokens() const { return impl_->pages.pageTokens(); }
+int64_t Engine::kvPages() const { return impl_->pages.pages(); }
+int64_t Engine::freeKvPages() const { return impl_->pages.freePages(); }
 
 int Engine::rank() const { return impl_->rank.rank; }
 int Engine::worldSize() const { return impl_->rank.world; }

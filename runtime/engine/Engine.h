@@ -72,6 +72,11 @@ struct EngineOptions {
   // infinite values (checkFiniteWeights, WeightSource.h). Synthetic weights
   // are finite by construction and not scanned.
   bool checkWeights = false;
+  // Pages of the pool of an artifact with paged KV caches (kilnc
+  // --kv-page-tokens); 0: as many as every conversation's whole context
+  // takes. Fewer make room for other memory: a call that needs a page the
+  // pool lacks throws, and Engine::freeKvPages says what is left.
+  int64_t kvPages = 0;
 };
 
 class Engine {
@@ -187,6 +192,11 @@ public:
   std::string device() const;
   uint64_t weightBytes() const;
   uint64_t kvCacheBytes() const;
+  // Paged KV caches (kilnc --kv-page-tokens): the positions of a page, the
+  // pool's pages and those no conversation holds (0, 0, 0 unpaged).
+  int64_t kvPageTokens() const;
+  int64_t kvPages() const;
+  int64_t freeKvPages() const;
   // The activation arena every entry point shares: the largest one's.
   uint64_t arenaBytes() const;
   // This process's rank and the job's size (0 and 1 for one rank).

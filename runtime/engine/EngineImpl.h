@@ -8,6 +8,7 @@
 #include "runtime/engine/Backend.h"
 #include "runtime/engine/DeviceGreedy.h"
 #include "runtime/engine/Engine.h"
+#include "runtime/engine/KvPages.h"
 
 #include <limits>
 #include <map>
@@ -29,9 +30,10 @@ struct BufferArg {
   uint32_t index = 0;
   uint64_t offset = 0;
   std::vector<fb::Dim> dims;
-  int64_t slots = -1; // KvCache: replaces dims[0]
-  // KvCache in a one-conversation entry: the bytes of one conversation's
-  // cache; a call for conversation c adds c times this to the address.
+  int64_t slots = -1; // KvCache and the page table: replaces dims[0]
+  // KvCache (unpaged) and the page table in a one-conversation entry: the
+  // bytes of one conversation's; a call for conversation c adds c times
+  // this to the address.
   uint64_t conversationBytes = 0;
   int64_t elementSize = 1;
   DeviceAddress address = 0; // the buffer's base + offset
@@ -130,7 +132,17 @@ struct Engine::Impl {
   std::vector<uint64_t> weightCapacity; // binding bytes, known before binding
   std::vector<int64_t> kvSlots;         // per cache
   std::vector<DeviceMemory> kv;         // per KvCache buffer index
-  DeviceMemory inputs[2];               // token ids, positions
+  std::vector<bool> kvPaged;            // per cache: its buffers are the page pool
+  DeviceMemory inputs[3];               // token ids, positions, the page table
+  // The paged caches' pages (none unpaged) and the pages their pool has
+  // room for plus the scratch page.
+  KvPages pages;
+  int64_t pageCount = 0; // EngineOptions::kvPages
+  // Takes the pages a call writes (conversation c up to `positions`);
+  // throws, with nothing taken, where the pool lacks them.
+  void reservePages(int64_t conversation, int64_t positions);
+  [[noreturn]] void pagesFull(int64_t need) const;
+  void copyPageTable();
   DeviceMemory logits;
   // Greedy choice where the logits are (null: on the host).
   std::unique_ptr<DeviceGreedy> greedy;

@@ -23,8 +23,11 @@ struct KvCacheSpec {
   // A sliding layer's slots: its window plus the positions a verify call
   // may roll back (0: the window).
   uint32_t ring = 0;
+  // A global layer's page of positions (KvPages.h); 0: unpaged.
+  uint32_t pageTokens = 0;
 
   bool isGlobal() const { return window == 0; }
+  bool isPaged() const { return pageTokens > 0 && window == 0; }
 };
 
 // Slots of a cache: its ring (`window`, or more where a verify call may roll

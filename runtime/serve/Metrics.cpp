@@ -74,6 +74,10 @@ std::string Metrics::text(const MetricsSnapshot &now) {
         now.running);
   gauge("kiln_kv_slots_used", "Conversation slots (KV caches) in use.", now.slotsUsed);
   gauge("kiln_kv_slots_free", "Conversation slots (KV caches) free.", now.slotsFree);
+  gauge("kiln_kv_pages_used",
+        "Pages of the paged KV caches' pool that conversations hold (0 unpaged).", now.pagesUsed);
+  gauge("kiln_kv_pages_free", "Pages of the paged KV caches' pool free (0 unpaged).",
+        now.pagesFree);
   out << "# HELP kiln_requests_total Requests finished, by outcome.\n"
       << "# TYPE kiln_requests_total counter\n"
       << "kiln_requests_total{status=\"ok\"} " << ok_ << "\n"

@@ -27,6 +27,7 @@ private:
 struct MetricsSnapshot {
   int64_t waiting = 0, running = 0;
   int64_t slotsUsed = 0, slotsFree = 0;
+  int64_t pagesUsed = 0, pagesFree = 0; // paged KV caches (0 and 0 unpaged)
 };
 
 class Metrics {

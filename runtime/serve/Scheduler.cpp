@@ -59,6 +59,7 @@ Scheduler::Scheduler(Engine &engine, std::shared_ptr<const text::Tokenizer> toke
   for (int64_t c = 0; c < engine_.conversations(); ++c)
     freeSlots_.insert(c);
   verifyBatch_ = engine_.artifact().findEntryPoint("verify_batch") != nullptr;
+  pagesFree_ = engine_.freeKvPages();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -92,6 +93,8 @@ MetricsSnapshot Scheduler::snapshot() {
   now.running = runningCount_;
   now.slotsFree = static_cast<int64_t>(freeSlots_.size());
   now.slotsUsed = engine_.conversations() - now.slotsFree;
+  now.pagesFree = pagesFree_;
+  now.pagesUsed = engine_.kvPages() - pagesFree_;
   return now;
 }
 
@@ -162,6 +165,7 @@ void Scheduler::loop() {
       }
     }
     runningCount_ = static_cast<int64_t>(running.size());
+    pagesFree_ = engine_.freeKvPages();
   }
   for (const std::shared_ptr<Request> &request : running)
     if (!request->done)

@@ -107,6 +107,7 @@ private:
   // keeps `what` as the server's problem; mutex_ held.
   void engineFailed(const std::string &what, const std::vector<std::shared_ptr<Request>> &running);
   int64_t runningCount_ = 0;
+  int64_t pagesFree_ = 0; // the engine's free KV pages after the last step
   std::string problem_;
   bool stopping_ = false;
   std::thread thread_;

@@ -30,7 +30,7 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
   std::string name = "attention_" + std::to_string(qHeads) + "x" + std::to_string(kvHeads) + "x" +
                      std::to_string(headDim) +
                      (window ? "_w" + std::to_string(window) : "_global") + kvSuffix(cache) +
-                     batchSuffix(sequences);
+                     pageSuffix(shape) + batchSuffix(sequences);
   const int64_t lanes = headDim % 16 == 0 ? 16 : 1;
   Tiling tiling;
   tiling.set("kind", "online-softmax")
@@ -39,7 +39,9 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
       .set("window", window);
   if (cache != KvElement::F32)
     tiling.set("kv_cache", "bf16");
-  // q, k, v, k cache, v cache[, positions], out; tokens, past.
+  if (shape.paged())
+    tiling.set("page_tokens", shape.pageTokens);
+  // q, k, v, k cache, v cache[, positions], out[, page table]; tokens, past.
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     Type q = MemRefType::get({dynamic, qHeads, headDim}, b.getF32Type());
@@ -48,7 +50,9 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
     std::vector<Type> types = {q, kv, kv, kvCache, kvCache};
     if (sequences)
       types.push_back(MemRefType::get({dynamic}, b.getI32Type()));
-    types.insert(types.end(), {q, b.getI64Type(), b.getI64Type()});
+    types.push_back(q);
+    appendPageTable(b, shape, types);
+    types.insert(types.end(), {b.getI64Type(), b.getI64Type()});
     return types;
   };
   return buildKernel(name, "kiln.attention", tiling, args, [&](KernelScope &s) {
@@ -56,6 +60,7 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
     FloatType f32 = b.getF32Type();
     auto vf = VectorType::get({lanes}, f32);
     const unsigned positionsArg = 5, outArg = sequences ? 6 : 5;
+    const unsigned scalarArg = outArg + (shape.paged() ? 2 : 1);
     Value q = s.arg(0), k = s.arg(1), v = s.arg(2), kc = s.arg(3), vc = s.arg(4);
     Value positions = sequences ? s.arg(positionsArg) : Value();
     Value out = s.arg(outArg);
@@ -67,10 +72,10 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
         arith::ConstantFloatOp::create(b, f32, APFloat(-std::numeric_limits<float>::infinity()));
     Value zeroF = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
     Value oneF = arith::ConstantFloatOp::create(b, f32, APFloat(1.0f));
-    Value tCount = s.argIndex(outArg + 1);
-    Value past = s.argIndex(outArg + 2);
-    // A conversation's cache slots.
-    Value slots = cacheSlots(b, kc, c0, sequences);
+    Value tCount = s.argIndex(scalarArg);
+    Value past = s.argIndex(scalarArg + 1);
+    // Where a conversation's positions are in the caches.
+    const CacheRows rows(b, shape, sequences, kc, shape.paged() ? s.arg(outArg + 1) : Value());
     Value acc = memref::AllocaOp::create(b, MemRefType::get({headDim}, f32));
     Value zeroD = arith::ConstantOp::create(b, vf, DenseElementsAttr::get(vf, 0.0f));
     auto forRange = [&](Value lo, Value hi, ValueRange init = {}) {
@@ -94,7 +99,7 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
       b.setInsertionPointToStart(tLoop.getBody());
       Value t = tLoop.getInductionVar();
       // The token's conversation: its past, position, cache base and row.
-      TokenState state = tokenState(b, sequences, positions, past, t, slots, c0);
+      TokenState state = tokenState(b, sequences, positions, past, t, rows.stride(), c0);
       Value pastT = state.past, p = state.position, baseT = state.base, row0 = state.row0;
       // First visible position: p - window + 1 for sliding layers, 0 for global.
       Value p1 = arith::AddIOp::create(b, p, c1);
@@ -151,9 +156,7 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
       {
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPointToStart(ml0.getBody());
-        Value ring = arith::RemUIOp::create(b, ml0.getInductionVar(), slots);
-        Value slot = arith::AddIOp::create(b, baseT, ring);
-        update(ml0, kc, vc, slot, /*cached=*/true);
+        update(ml0, kc, vc, rows.row(b, baseT, ml0.getInductionVar()), /*cached=*/true);
       }
       // This call's keys from position pastT up to the query's own: rows
       // row0 + (position - pastT) of k and v.
@@ -181,13 +184,12 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
     b.setInsertionPointToStart(append.getBody());
     Value t2 = append.getInductionVar();
     Value slot;
-    if (sequences) {
-      TokenState at = tokenState(b, sequences, positions, past, t2, slots, c0);
-      Value aring = arith::RemUIOp::create(b, at.position, slots);
-      slot = arith::AddIOp::create(b, at.base, aring);
+    if (sequences || rows.paged()) {
+      TokenState at = tokenState(b, sequences, positions, past, t2, rows.stride(), c0);
+      slot = rows.row(b, at.base, at.position);
     } else {
       Value pp = arith::AddIOp::create(b, past, t2);
-      slot = arith::RemUIOp::create(b, pp, slots);
+      slot = arith::RemUIOp::create(b, pp, rows.slots());
     }
     forDims([&](Value d) {
       Value kv1 = vector::LoadOp::create(b, vf, k, ValueRange{t2, kvh, d});

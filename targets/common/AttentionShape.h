@@ -35,7 +35,16 @@ struct AttentionShape {
   int64_t window = 0; // 0: a global layer
   double scale = 1;
   KvElement cache = KvElement::F32;
+  // A global layer's cache in pages of this many positions (0: each
+  // conversation's positions one after another). A paged cache is one pool
+  // of pages for every conversation, and its kernels take a page table
+  // (i32, each conversation's pages in order) as their last buffer.
+  int64_t pageTokens = 0;
   int64_t group() const { return qHeads / kvHeads; }
+  bool paged() const { return pageTokens > 0 && window == 0; }
 };
+
+// The kernel name suffix of a paged cache: "_p64" for pages of 64.
+std::string pageSuffix(const AttentionShape &shape);
 
 } // namespace kiln::kernels

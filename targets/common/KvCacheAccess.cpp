@@ -53,14 +53,12 @@ void storeToCache(ImplicitLocOpBuilder &b, Value f32Vector, Value cache, ValueRa
   vector::StoreOp::create(b, v, cache, indices, /*nontemporal=*/false, alignment(alignBytes));
 }
 
-Value cacheSlots(ImplicitLocOpBuilder &b, Value cache, Value c0, SequenceLayout sequences) {
-  Value rows = memref::DimOp::create(b, cache, c0);
-  if (!sequences)
-    return rows;
-  return arith::DivUIOp::create(b, rows, arith::ConstantIndexOp::create(b, sequences.count));
+std::string pageSuffix(const AttentionShape &shape) {
+  return shape.paged() ? "_p" + std::to_string(shape.pageTokens) : "";
 }
+
 TokenState tokenState(ImplicitLocOpBuilder &b, SequenceLayout sequences, Value positions,
-                      Value past, Value t, Value slots, Value c0) {
+                      Value past, Value t, Value stride, Value c0) {
   TokenState s;
   if (!sequences) {
     s.past = arith::AddIOp::create(b, past, c0);
@@ -73,7 +71,7 @@ TokenState tokenState(ImplicitLocOpBuilder &b, SequenceLayout sequences, Value p
   if (sequences.rows == 1) {
     s.past = arith::IndexCastOp::create(b, b.getIndexType(), at);
     s.position = arith::AddIOp::create(b, s.past, c0);
-    s.base = arith::MulIOp::create(b, t, slots);
+    s.base = arith::MulIOp::create(b, t, stride);
     s.row0 = arith::AddIOp::create(b, t, c0);
     return s;
   }
@@ -83,9 +81,42 @@ TokenState tokenState(ImplicitLocOpBuilder &b, SequenceLayout sequences, Value p
   Value j = arith::RemUIOp::create(b, t, rows);
   s.position = arith::IndexCastOp::create(b, b.getIndexType(), at);
   s.past = arith::SubIOp::create(b, s.position, j);
-  s.base = arith::MulIOp::create(b, arith::DivUIOp::create(b, t, rows), slots);
+  s.base = arith::MulIOp::create(b, arith::DivUIOp::create(b, t, rows), stride);
   s.row0 = arith::SubIOp::create(b, t, j);
   return s;
+}
+
+CacheRows::CacheRows(ImplicitLocOpBuilder &b, const AttentionShape &shape, SequenceLayout sequences,
+                     Value cache, Value table) {
+  Value c0 = arith::ConstantIndexOp::create(b, 0);
+  if (shape.paged()) {
+    pageTokens_ = shape.pageTokens;
+    table_ = table;
+    pages_ = memref::DimOp::create(b, table, c0);
+    if (sequences)
+      pages_ =
+          arith::DivUIOp::create(b, pages_, arith::ConstantIndexOp::create(b, sequences.count));
+    return;
+  }
+  slots_ = memref::DimOp::create(b, cache, c0);
+  if (sequences)
+    slots_ = arith::DivUIOp::create(b, slots_, arith::ConstantIndexOp::create(b, sequences.count));
+}
+
+Value CacheRows::row(ImplicitLocOpBuilder &b, Value base, Value position) const {
+  if (!paged())
+    return arith::AddIOp::create(b, base, arith::RemUIOp::create(b, position, slots_));
+  Value size = arith::ConstantIndexOp::create(b, pageTokens_);
+  Value entry = arith::AddIOp::create(b, base, arith::DivUIOp::create(b, position, size));
+  Value page = arith::IndexCastOp::create(b, b.getIndexType(),
+                                          memref::LoadOp::create(b, table_, ValueRange{entry}));
+  return arith::AddIOp::create(b, arith::MulIOp::create(b, page, size),
+                               arith::RemUIOp::create(b, position, size));
+}
+
+void appendPageTable(Builder &b, const AttentionShape &shape, std::vector<Type> &types) {
+  if (shape.paged())
+    types.push_back(MemRefType::get({ShapedType::kDynamic}, b.getI32Type()));
 }
 
 } // namespace kiln::kernels

@@ -9,6 +9,7 @@
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 
 #include <cstdint>
+#include <vector>
 
 namespace kiln::kernels {
 
@@ -28,17 +29,46 @@ mlir::Value loadCachedF32(mlir::ImplicitLocOpBuilder &b, mlir::Value cache,
 void storeToCache(mlir::ImplicitLocOpBuilder &b, mlir::Value f32Vector, mlir::Value cache,
                   mlir::ValueRange indices, KvElement element, int64_t alignBytes = 0);
 
-// Where a token's keys live: the slots a conversation has (from the key
-// cache), and per token its positions before this call (past), its
-// position, its conversation's first slot (base) and the row of this call's
-// K/V at position `past` (row0). A sequential entry's tokens share one.
-mlir::Value cacheSlots(mlir::ImplicitLocOpBuilder &b, mlir::Value cache, mlir::Value c0,
-                       SequenceLayout sequences);
+// Where a token's keys live: per token its positions before this call
+// (past), its position, its conversation's base (its first slot unpaged,
+// its first page table entry paged: CacheRows::stride() times the
+// conversation) and the row of this call's K/V at position `past` (row0). A
+// sequential entry's tokens share one.
 struct TokenState {
   mlir::Value past, position, base, row0;
 };
 TokenState tokenState(mlir::ImplicitLocOpBuilder &b, SequenceLayout sequences,
-                      mlir::Value positions, mlir::Value past, mlir::Value t, mlir::Value slots,
+                      mlir::Value positions, mlir::Value past, mlir::Value t, mlir::Value stride,
                       mlir::Value c0);
+
+// The cache row that holds a conversation's position. Unpaged, each
+// conversation has `slots` rows one after another (a sliding layer's ring,
+// a global layer's context), position p at slot p % slots. Paged (a global
+// layer with AttentionShape::pageTokens P), the rows are one pool of pages
+// of P and position p of conversation c is row table[c * pages + p / P] * P
+// + p % P, `pages` the table's entries per conversation.
+class CacheRows {
+public:
+  // `cache`: a K or V cache argument; `table`: the page table argument
+  // (i32 [conversations * pages]) of a paged shape, else null.
+  CacheRows(mlir::ImplicitLocOpBuilder &b, const AttentionShape &shape, SequenceLayout sequences,
+            mlir::Value cache, mlir::Value table);
+  bool paged() const { return pageTokens_ > 0; }
+  // Unpaged: a conversation's slots (a ring wraps past them).
+  mlir::Value slots() const { return slots_; }
+  // What a conversation's base advances by: its slots, or its page table
+  // entries.
+  mlir::Value stride() const { return paged() ? pages_ : slots_; }
+  // The row of `position` of the conversation at `base` (TokenState).
+  mlir::Value row(mlir::ImplicitLocOpBuilder &b, mlir::Value base, mlir::Value position) const;
+
+private:
+  int64_t pageTokens_ = 0;
+  mlir::Value slots_, table_, pages_;
+};
+
+// The types of a paged shape's page table argument (none unpaged): kernels
+// append it to their buffers.
+void appendPageTable(mlir::Builder &b, const AttentionShape &shape, std::vector<mlir::Type> &types);
 
 } // namespace kiln::kernels

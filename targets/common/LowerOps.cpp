@@ -178,10 +178,11 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
   std::optional<Type> kvType = o.getKvType();
   Type cacheType = kvType ? *kvType : f32;
   DType cacheDType = cacheType.isBF16() ? DType::BF16 : DType::F32;
+  const int64_t pageTokens = window ? 0 : options.kvPageTokens;
   if (static_cast<int64_t>(model.kvCaches.size()) <= cache)
-    model.kvCaches.push_back(
-        {cache, window, k.getDimSize(1), k.getDimSize(2), cacheDType,
-         window ? window + std::max<int64_t>(0, options.verifyTokens - 1) : 0});
+    model.kvCaches.push_back({cache, window, k.getDimSize(1), k.getDimSize(2), cacheDType,
+                              window ? window + std::max<int64_t>(0, options.verifyTokens - 1) : 0,
+                              pageTokens});
   SmallVector<plan::DimAttr> cacheDims = {fixed(1), fixed(k.getDimSize(1)), fixed(k.getDimSize(2))};
   Buf kc = binding("kv", 2 * cache, cacheDims, cacheType);
   Buf vc = binding("kv", 2 * cache + 1, cacheDims, cacheType);
@@ -192,7 +193,14 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
                        dim,
                        window,
                        o.getScale().convertToDouble(),
-                       cacheType.isBF16() ? KvElement::BF16 : KvElement::F32};
+                       cacheType.isBF16() ? KvElement::BF16 : KvElement::F32,
+                       pageTokens};
+  // A paged cache's kernels take the page table after their other buffers.
+  auto withPages = [&](SmallVector<Buf> buffers) {
+    if (shape.paged())
+      buffers.push_back(pageTable);
+    return buffers;
+  };
   // Prefill-sized entries: one kernel over query and key tiles, then the
   // append of the new K/V.
   if (!entrySequences)
@@ -208,8 +216,8 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
         buffers.append({keys, values});
         scalars.assign(tiled->attendScalars.begin(), tiled->attendScalars.end());
       }
-      launch(tiled->attend.kernel, buffers, scalars, tiled->attend.work, what);
-      launch(tiled->append.kernel, {act(o.getK()), act(o.getV()), kc, vc},
+      launch(tiled->attend.kernel, withPages(buffers), scalars, tiled->attend.work, what);
+      launch(tiled->append.kernel, withPages({act(o.getK()), act(o.getV()), kc, vc}),
              {"tokens:0", "past:0", "part", "parts"}, tiled->append.work, what);
       values[o.getResult()] = y;
       return success();
@@ -226,11 +234,11 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
       append.push_back(positions);
     }
     partials.push_back(partial);
-    launch(split->partials.kernel, partials, {"tokens:0", "past:0", "part", "parts"},
+    launch(split->partials.kernel, withPages(partials), {"tokens:0", "past:0", "part", "parts"},
            split->partials.work, what);
     launch(split->merge.kernel, {partial, y}, {"tokens:0", "part", "parts"}, split->merge.work,
            what);
-    launch(split->append.kernel, append, {"tokens:0", "past:0", "part", "parts"},
+    launch(split->append.kernel, withPages(append), {"tokens:0", "past:0", "part", "parts"},
            split->append.work, what);
     values[o.getResult()] = y;
     return success();
@@ -239,7 +247,7 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
   if (entrySequences)
     args.push_back(positions);
   args.push_back(y);
-  launch(attention(shape, entryLayout()), args, {"tokens:0", "past:0", "part", "parts"},
+  launch(attention(shape, entryLayout()), withPages(args), {"tokens:0", "past:0", "part", "parts"},
          Work{kvHeads, 0}, what);
   values[o.getResult()] = y;
   return success();

@@ -187,6 +187,8 @@ LogicalResult Lowering::lowerEntry(func::FuncOp forward, const EntryInfo &entry)
   positions = binding("input", 1, {exactRows(entrySplit)}, b.getI32Type());
   values[forward.getArgument(0)] = ids;
   values[forward.getArgument(1)] = positions;
+  // Its size is the runtime's (the conversations' pages); one entry here.
+  pageTable = options.kvPageTokens ? binding("input", 2, {fixed(1)}, b.getI32Type()) : Buf{};
   for (Operation &inner : forward.getBody().front())
     if (failed(lowerOp(&inner)))
       return failure();

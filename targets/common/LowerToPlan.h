@@ -43,6 +43,8 @@ struct KvCacheInfo {
   // A sliding layer's ring slots: the window plus the positions a verify
   // call may roll back. 0 for a global layer.
   int64_t ring = 0;
+  // A global layer's page (LowerOptions::kvPageTokens); 0 unpaged.
+  int64_t pageTokens = 0;
 };
 
 struct EntryInfo {
@@ -83,6 +85,10 @@ struct LowerOptions {
   // multiply to at most 128 rows (beyond, the products would round as
   // prefill's).
   int64_t verifyTokens = 0;
+  // Positions of a page of the global layers' KV caches: the caches are one
+  // pool of pages, and the attention kernels take the page table (the plan's
+  // input 2, i32, each conversation's pages in order); 0: unpaged.
+  int64_t kvPageTokens = 0;
   // The same model after the graph pipeline with sequence parallelism: it
   // becomes a "prefill_sp" entry whose calls split their tokens over the TP
   // group (null: none).

@@ -184,6 +184,7 @@ private:
   CommGroups groups;
   int64_t world = 1; // max(tp, ep) of the graph's kiln.layout
   Buf ids, positions;
+  Buf pageTable; // a paged plan's (LowerOptions::kvPageTokens), else empty
   int64_t attentionLayer = 0;
 };
 

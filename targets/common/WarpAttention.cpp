@@ -65,7 +65,7 @@ KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits,
   std::string name = "attention_split_warp_" + str(qHeads) + "x" + str(kvHeads) + "x" +
                      str(headDim) + (window ? "_w" + str(window) : "_global") + "_s" + str(splits) +
                      (perWarp > 1 ? "_q" + str(perWarp) : "") + kvSuffix(cache) +
-                     batchSuffix(sequences);
+                     pageSuffix(shape) + batchSuffix(sequences);
   Tiling tiling;
   tiling.set("kind", "warp-split-kv")
       .set("parallel", "tokens*heads*splits")
@@ -74,7 +74,9 @@ KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits,
       .set("heads_per_warp", perWarp);
   if (cache != KvElement::F32)
     tiling.set("kv_cache", "bf16");
-  // q, k, v, the caches, [positions,] the partials, tokens, past.
+  if (shape.paged())
+    tiling.set("page_tokens", shape.pageTokens);
+  // q, k, v, the caches, [positions,] the partials[, page table], tokens, past.
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     Type kv = MemRefType::get({dynamic, kvHeads, headDim}, b.getF32Type());
@@ -85,6 +87,7 @@ KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits,
       types.push_back(MemRefType::get({dynamic}, b.getI32Type()));
     types.push_back(
         MemRefType::get({dynamic, qHeads, splits, partialWidth(headDim)}, b.getF32Type()));
+    appendPageTable(b, shape, types);
     types.push_back(b.getI64Type());
     types.push_back(b.getI64Type());
     return types;
@@ -107,8 +110,10 @@ KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits,
     Value floor = arith::ConstantFloatOp::create(b, f32, APFloat(-1.0e+30f));
     Value zeroF = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
     Value zeroV = arith::ConstantOp::create(b, v16, DenseElementsAttr::get(v16, 0.0f));
-    Value tCount = k.argIndex(outArg + 1), past = k.argIndex(outArg + 2);
-    Value slots = cacheSlots(b, keyCache, c0, sequences);
+    const unsigned scalarArg = outArg + (shape.paged() ? 2 : 1);
+    Value tCount = k.argIndex(scalarArg), past = k.argIndex(scalarArg + 1);
+    const CacheRows rows(b, shape, sequences, keyCache,
+                         shape.paged() ? k.arg(outArg + 1) : Value());
     Value g = arith::DivUIOp::create(b, w.lane, lpk);
     Value li = arith::RemUIOp::create(b, w.lane, lpk);
     Value d0 = arith::MulIOp::create(b, li, c16);
@@ -125,7 +130,7 @@ KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits,
     // Query heads hFirst .. + perWarp - 1, all of KV head kvh.
     Value hFirst = arith::MulIOp::create(b, hg, perWarpC);
     Value kvh = arith::DivUIOp::create(b, hFirst, group);
-    TokenState state = tokenState(b, sequences, positions, past, t, slots, c0);
+    TokenState state = tokenState(b, sequences, positions, past, t, rows.stride(), c0);
     // Visible keys [lo, p]: p - window < j for sliding layers; this split's
     // share [kb, ke) of them.
     Value p1 = arith::AddIOp::create(b, state.position, c1);
@@ -180,8 +185,7 @@ KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits,
       {
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPointToStart(&kv.getThenRegion().front());
-        Value ring = arith::RemUIOp::create(b, jc, slots);
-        loadPair(keyCache, valueCache, arith::AddIOp::create(b, state.base, ring), true);
+        loadPair(keyCache, valueCache, rows.row(b, state.base, jc), true);
         b.setInsertionPointToStart(&kv.getElseRegion().front());
         Value t1 = arith::SubIOp::create(b, jc, state.past);
         loadPair(keys, values, arith::AddIOp::create(b, state.row0, t1), false);
@@ -328,12 +332,14 @@ KernelSpec kvAppendWarp(const AttentionShape &shape, SequenceLayout sequences) {
   const int64_t kvHeads = shape.kvHeads, headDim = shape.headDim;
   const KvElement cache = shape.cache;
   std::string name = "kv_append_warp_" + str(kvHeads) + "x" + str(headDim) + kvSuffix(cache) +
-                     batchSuffix(sequences);
+                     pageSuffix(shape) + batchSuffix(sequences);
   Tiling tiling;
   tiling.set("kind", "warp-rows").set("parallel", "tokens*kv_heads");
   if (cache != KvElement::F32)
     tiling.set("kv_cache", "bf16");
-  // k, v, the caches, [positions,] tokens, past.
+  if (shape.paged())
+    tiling.set("page_tokens", shape.pageTokens);
+  // k, v, the caches, [positions,][ page table,] tokens, past.
   auto args = [&](Builder &b) -> std::vector<Type> {
     Type kv = MemRefType::get({ShapedType::kDynamic, kvHeads, headDim}, b.getF32Type());
     Type kvCache =
@@ -341,6 +347,7 @@ KernelSpec kvAppendWarp(const AttentionShape &shape, SequenceLayout sequences) {
     std::vector<Type> types = {kv, kv, kvCache, kvCache};
     if (sequences)
       types.push_back(MemRefType::get({ShapedType::kDynamic}, b.getI32Type()));
+    appendPageTable(b, shape, types);
     types.push_back(b.getI64Type());
     types.push_back(b.getI64Type());
     return types;
@@ -350,15 +357,17 @@ KernelSpec kvAppendWarp(const AttentionShape &shape, SequenceLayout sequences) {
   return buildKernel(name, "kiln.attention", tiling, args, [&](KernelScope &k) {
     ImplicitLocOpBuilder &b = k.b;
     auto v4 = VectorType::get({4}, b.getF32Type());
-    const unsigned scalars = sequences ? 5 : 4;
+    const unsigned buffers = sequences ? 5 : 4, scalars = buffers + (shape.paged() ? 1 : 0);
     Value keys = k.arg(0), values = k.arg(1), keyCache = k.arg(2), valueCache = k.arg(3);
     Value positions = sequences ? k.arg(4) : Value();
     WarpOfPart w = warpOfPart(k);
     Value c4 = k.index(4), c128 = k.index(128), heads = k.index(kvHeads);
     Value dim = k.index(headDim);
     Value tCount = k.argIndex(scalars), past = k.argIndex(scalars + 1);
-    Value slots = cacheSlots(b, keyCache, w.c0, sequences);
-    Value batched = arith::ConstantIntOp::create(b, sequences ? 1 : 0, 1);
+    const CacheRows rows(b, shape, sequences, keyCache, shape.paged() ? k.arg(buffers) : Value());
+    // Pages and batched rings keep every token's K/V; a sequential call's
+    // ring only the last `slots` tokens'.
+    Value batched = arith::ConstantIntOp::create(b, sequences || rows.paged() ? 1 : 0, 1);
     Value items = arith::MulIOp::create(b, tCount, heads);
     Value l4 = arith::MulIOp::create(b, w.lane, c4);
     auto loop = scf::ForOp::create(b, w.warp, items, w.warps);
@@ -366,14 +375,13 @@ KernelSpec kvAppendWarp(const AttentionShape &shape, SequenceLayout sequences) {
     Value item = loop.getInductionVar();
     Value t = arith::DivUIOp::create(b, item, heads);
     Value h = arith::RemUIOp::create(b, item, heads);
-    TokenState state = tokenState(b, sequences, positions, past, t, slots, w.c0);
-    Value later = arith::AddIOp::create(b, t, slots);
+    TokenState state = tokenState(b, sequences, positions, past, t, rows.stride(), w.c0);
+    Value later = arith::AddIOp::create(b, t, rows.paged() ? tCount : rows.slots());
     Value keptInCall = arith::CmpIOp::create(b, arith::CmpIPredicate::uge, later, tCount);
     Value kept = arith::OrIOp::create(b, keptInCall, batched);
     auto ifKept = scf::IfOp::create(b, kept, /*withElse=*/false);
     b.setInsertionPointToStart(&ifKept.getThenRegion().front());
-    Value ring = arith::RemUIOp::create(b, state.position, slots);
-    Value slot = arith::AddIOp::create(b, state.base, ring);
+    Value slot = rows.row(b, state.base, state.position);
     auto dims = scf::ForOp::create(b, l4, dim, c128);
     b.setInsertionPointToStart(dims.getBody());
     Value c = dims.getInductionVar();

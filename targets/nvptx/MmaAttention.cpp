@@ -23,6 +23,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace kiln::nvptx {
 
@@ -42,8 +43,10 @@ public:
   void build() {
     Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
     Value bid = gpu::BlockIdOp::create(b, gpu::Dimension::x);
-    tokens = k.argIndex(6);
-    past = k.argIndex(7);
+    // q, k, v, the caches, y[, page table]; tokens, past.
+    const unsigned scalarArg = s.paged() ? 7 : 6;
+    tokens = k.argIndex(scalarArg);
+    past = k.argIndex(scalarArg + 1);
     // Block: (query tile, group of headsPerBlock heads); warp: a head of the
     // group and 16 of the tile's rows.
     const int64_t groups = s.qHeads / s.headsPerBlock();
@@ -66,7 +69,7 @@ public:
     kvHead = arith::DivUIOp::create(b, head, k.index(s.qHeads / s.kvHeads));
     g = arith::DivUIOp::create(b, lane, k.index(4));
     t = arith::RemUIOp::create(b, lane, k.index(4));
-    slots = memref::DimOp::create(b, k.arg(3), 0);
+    rows.emplace(b, s, kernels::SequenceLayout{}, k.arg(3), s.paged() ? k.arg(6) : Value());
 
     // The keys the block's queries see: [keyBegin, keyEnd) in positions.
     Value queryEnd =
@@ -179,7 +182,7 @@ private:
       {
         OpBuilder::InsertionGuard inner(b);
         b.setInsertionPointToStart(&ifCached.getThenRegion().front());
-        Value slot = arith::RemUIOp::create(b, pos, slots);
+        Value slot = rows->row(b, k.index(0), pos);
         scf::YieldOp::create(
             b, ValueRange{kernels::loadCachedF32(b, k.arg(cacheArg), ValueRange{slot, kvHead, col},
                                                  4, s.cache)});
@@ -343,7 +346,8 @@ private:
   Type i32;
   LLVM::LLVMPointerType ptr3;
   LLVM::LLVMStructType acc;
-  Value smem, tid, head, kvHead, g, t, slots, tokens, past, keyEnd, rowA, rowB, posA, posB;
+  Value smem, tid, head, kvHead, g, t, tokens, past, keyEnd, rowA, rowB, posA, posB;
+  std::optional<kernels::CacheRows> rows;
   SmallVector<SmallVector<Value>> queries; // per 16 dims: the four A registers
 };
 
@@ -359,7 +363,7 @@ kernels::KernelSpec mmaAttention(const S &shape, bool dropLastTile) {
                            std::to_string(shape.qHeads) + "x" + std::to_string(shape.kvHeads) +
                            "x" + std::to_string(shape.headDim) +
                            (shape.window ? "_w" + std::to_string(shape.window) : "_global") +
-                           kernels::kvSuffix(shape.cache);
+                           kernels::kvSuffix(shape.cache) + kernels::pageSuffix(shape);
   kernels::Tiling tiling;
   tiling.set("kind", "mma-attention")
       .set("queries", S::kQueries)
@@ -368,13 +372,18 @@ kernels::KernelSpec mmaAttention(const S &shape, bool dropLastTile) {
       .set("block", shape.threads());
   if (shape.cache != kernels::KvElement::F32)
     tiling.set("kv_cache", "bf16");
+  if (shape.paged())
+    tiling.set("page_tokens", shape.pageTokens);
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     Type q = MemRefType::get({dynamic, shape.qHeads, shape.headDim}, b.getF32Type());
     Type kv = MemRefType::get({dynamic, shape.kvHeads, shape.headDim}, b.getF32Type());
     Type kvCache = MemRefType::get({dynamic, shape.kvHeads, shape.headDim},
                                    kernels::kvElementType(b, shape.cache));
-    return {q, kv, kv, kvCache, kvCache, q, b.getI64Type(), b.getI64Type()};
+    std::vector<Type> types = {q, kv, kv, kvCache, kvCache, q};
+    kernels::appendPageTable(b, shape, types);
+    types.insert(types.end(), {b.getI64Type(), b.getI64Type()});
+    return types;
   };
   const std::string smemName = name + "_smem";
   kernels::KernelSpec spec =

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace kiln::nvptx {
 
@@ -38,9 +39,10 @@ public:
     kernels::WarpOfPart w = kernels::warpOfPart(k);
     g = arith::DivUIOp::create(b, w.lane, idx(4));
     t = arith::RemUIOp::create(b, w.lane, idx(4));
-    Value tokens = k.argIndex(outArg + 1);
-    past = k.argIndex(outArg + 2);
-    slots = kernels::cacheSlots(b, k.arg(3), idx(0), sequences);
+    const unsigned scalarArg = outArg + (s.paged() ? 2 : 1);
+    Value tokens = k.argIndex(scalarArg);
+    past = k.argIndex(scalarArg + 1);
+    rows.emplace(b, s, sequences, k.arg(3), s.paged() ? k.arg(outArg + 1) : Value());
     Value perToken = idx(s.kvHeads * splits);
     auto items = scf::ForOp::create(b, w.warp, arith::MulIOp::create(b, tokens, perToken), w.warps);
     b.setInsertionPointToStart(items.getBody());
@@ -50,7 +52,7 @@ public:
     kvHead = arith::DivUIOp::create(b, rest, idx(splits));
     Value split = arith::RemUIOp::create(b, rest, idx(splits));
     kernels::TokenState state = kernels::tokenState(b, sequences, sequences ? k.arg(5) : Value(),
-                                                    past, token, slots, idx(0));
+                                                    past, token, rows->stride(), idx(0));
     tokenPast = state.past;
     position = state.position;
     base = state.base;
@@ -159,7 +161,7 @@ private:
                                       cmp(arith::CmpIPredicate::ult, jc, tokenPast), true);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(&ifCached.getThenRegion().front());
-    Value slot = arith::AddIOp::create(b, base, arith::RemUIOp::create(b, jc, slots));
+    Value slot = rows->row(b, base, jc);
     scf::YieldOp::create(b, ValueRange{vector::LoadOp::create(
                                 b, stored, k.arg(cacheArg), ValueRange{slot, kvHead, col}, false,
                                 llvm::MaybeAlign(std::min<int64_t>(16, 2 * lanes)))});
@@ -314,7 +316,8 @@ private:
   MLIRContext *ctx;
   FloatType f32, bf16;
   Type i32;
-  Value g, t, past, slots, token, kvHead, tokenPast, position, base, row0, keyBegin, keyEnd;
+  Value g, t, past, token, kvHead, tokenPast, position, base, row0, keyBegin, keyEnd;
+  std::optional<kernels::CacheRows> rows;
   Value headA, headB, okA, okB, minusInf, zero;
   SmallVector<SmallVector<Value>> queriesHi, queriesLo; // per 16 dims: four A registers
 };
@@ -333,7 +336,7 @@ kernels::KernelSpec mmaDecodeAttention(const kernels::AttentionShape &shape, int
                            kernels::str(shape.kvHeads) + "x" + kernels::str(shape.headDim) +
                            (shape.window ? "_w" + kernels::str(shape.window) : "_global") + "_s" +
                            kernels::str(splits) + kernels::kvSuffix(shape.cache) +
-                           kernels::batchSuffix(sequences);
+                           kernels::pageSuffix(shape) + kernels::batchSuffix(sequences);
   kernels::Tiling tiling;
   tiling.set("kind", "mma-decode-attention")
       .set("parallel", "tokens*kv_heads*splits")
@@ -341,7 +344,9 @@ kernels::KernelSpec mmaDecodeAttention(const kernels::AttentionShape &shape, int
       .set("keys", kTileKeys)
       .set("window", shape.window)
       .set("kv_cache", "bf16");
-  // q, k, v, the caches, [positions,] the partials; tokens, past.
+  if (shape.paged())
+    tiling.set("page_tokens", shape.pageTokens);
+  // q, k, v, the caches, [positions,] the partials[, page table]; tokens, past.
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     Type kv = MemRefType::get({dynamic, shape.kvHeads, shape.headDim}, b.getF32Type());
@@ -353,6 +358,7 @@ kernels::KernelSpec mmaDecodeAttention(const kernels::AttentionShape &shape, int
       types.push_back(MemRefType::get({dynamic}, b.getI32Type()));
     types.push_back(
         MemRefType::get({dynamic, shape.qHeads, splits, shape.headDim + 4}, b.getF32Type()));
+    kernels::appendPageTable(b, shape, types);
     types.push_back(b.getI64Type());
     types.push_back(b.getI64Type());
     return types;

@@ -30,6 +30,7 @@
 
 #include <cmath>
 #include <limits>
+#include <optional>
 
 namespace kiln::nvptx {
 
@@ -76,8 +77,11 @@ public:
   void build() {
     Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
     Value bid = gpu::BlockIdOp::create(b, gpu::Dimension::x);
-    tokens = k.argIndex(8);
-    past = k.argIndex(9);
+    // q, k, v, the caches, y, the staged keys and values[, page table];
+    // tokens, past, the tensor maps.
+    scalarArg = s.paged() ? 9 : 8;
+    tokens = k.argIndex(scalarArg);
+    past = k.argIndex(scalarArg + 1);
     unit = arith::RemUIOp::create(b, bid, k.index(s.headUnits()));
     q0 = arith::MulIOp::create(b, arith::DivUIOp::create(b, bid, k.index(s.headUnits())),
                                k.index(s.blockQueries()));
@@ -90,7 +94,7 @@ public:
     ring.initBarriers(tid, wgmma::kWarpgroup, kConsumerWarps);
     Value firstHead = s.pairHeads() ? arith::MulIOp::create(b, unit, k.index(2)).getResult() : unit;
     kvHead = arith::DivUIOp::create(b, firstHead, k.index(s.group()));
-    slots = memref::DimOp::create(b, k.arg(3), 0);
+    rows.emplace(b, s, kernels::SequenceLayout{}, k.arg(3), s.paged() ? k.arg(8) : Value());
 
     // The keys the block's queries see: [keyBegin, keyEnd) in positions.
     Value queryEnd =
@@ -164,8 +168,18 @@ private:
   // least a tile's keys (a sliding window of 64 or more, a global cache of
   // more than the entry's 128 tokens). No 64-bit division a row: LLVM would
   // branch around each one.
+  //
+  // Paged, the row's page from the table: a position not below `past` (one
+  // that wrapped below 0) reads position 0's, which exists, and is dropped.
   Value slotOf(Value rowInTile) {
+    if (rows->paged()) {
+      Value pos = arith::AddIOp::create(b, tileStart, rowInTile);
+      Value safe =
+          arith::SelectOp::create(b, cmp(arith::CmpIPredicate::ult, pos, past), pos, idx(0));
+      return rows->row(b, idx(0), safe);
+    }
     Value slot = arith::AddIOp::create(b, tileSlot, rowInTile);
+    Value slots = rows->slots();
     return arith::SelectOp::create(b, cmp(arith::CmpIPredicate::uge, slot, slots),
                                    arith::SubIOp::create(b, slot, slots), slot);
   }
@@ -256,11 +270,11 @@ private:
   void produce(wgmma::Ring &ring, Value inGroup) {
     Type ptr = LLVM::LLVMPointerType::get(ctx);
     auto mapArg = [&](unsigned arg) { return LLVM::IntToPtrOp::create(b, ptr, k.arg(arg)); };
-    Value keysMap = mapArg(10), valuesMap = mapArg(11);
+    Value keysMap = mapArg(scalarArg + 2), valuesMap = mapArg(scalarArg + 3);
     Value keyCacheMap, valueCacheMap;
     if (mapsCache()) {
-      keyCacheMap = mapArg(12);
-      valueCacheMap = mapArg(13);
+      keyCacheMap = mapArg(scalarArg + 4);
+      valueCacheMap = mapArg(scalarArg + 5);
     }
     Value issuer = cmp(arith::CmpIPredicate::eq, inGroup, idx(0));
     {
@@ -277,7 +291,8 @@ private:
     b.setInsertionPointToStart(loop.getBody());
     Value step = loop.getInductionVar();
     tileStart = arith::AddIOp::create(b, keyBegin, arith::MulIOp::create(b, step, idx(S::kKeys)));
-    tileSlot = arith::RemUIOp::create(b, tileStart, slots);
+    if (!rows->paged())
+      tileSlot = arith::RemUIOp::create(b, tileStart, rows->slots());
     auto [stage, fullAt] = ring.claim(step);
     Tile tile{issuer, fullAt, arith::MulIOp::create(b, stage, idx(ring.layout().aBytes())),
               ring.bOffset(stage)};
@@ -294,12 +309,19 @@ private:
       convertTile(ring, inGroup, tile, sources);
       return;
     }
+    // Whole: its slots one run of the cache, within a conversation's ring
+    // (unpaged) or within one page (paged, the page's rows then found).
+    Value run = rows->paged()
+                    ? arith::AddIOp::create(
+                          b, arith::RemUIOp::create(b, tileStart, idx(s.pageTokens)), idx(S::kKeys))
+                    : arith::AddIOp::create(b, tileSlot, idx(S::kKeys));
     Value whole = arith::AndIOp::create(
         b, cmp(arith::CmpIPredicate::ult, tileStart, past),
-        cmp(arith::CmpIPredicate::ule, arith::AddIOp::create(b, tileSlot, idx(S::kKeys)), slots));
+        cmp(arith::CmpIPredicate::ule, run, rows->paged() ? idx(s.pageTokens) : rows->slots()));
     auto cached = scf::IfOp::create(b, whole, /*withElse=*/true);
     b.setInsertionPointToStart(&cached.getThenRegion().front());
-    bring(ring, tile, keyCacheMap, valueCacheMap, {kvHead, tileSlot});
+    bring(ring, tile, keyCacheMap, valueCacheMap,
+          {kvHead, rows->paged() ? rows->row(b, idx(0), tileStart) : tileSlot});
     b.setInsertionPointToStart(&cached.getElseRegion().front());
     convertTile(ring, inGroup, tile, sources);
   }
@@ -662,7 +684,9 @@ private:
   FloatType f32;
   Type i32;
   LLVM::LLVMStructType scoresType, outputType;
-  Value tokens, past, unit, q0, kvHead, slots, keyBegin, keyEnd, tiles, cacheTiles;
+  Value tokens, past, unit, q0, kvHead, keyBegin, keyEnd, tiles, cacheTiles;
+  unsigned scalarArg = 8;
+  std::optional<kernels::CacheRows> rows;
   Value tileStart, tileSlot; // the producer's current tile
   Value head, qBase, probsAt, g, t, rowA, rowB, posA, posB, probsRowA;
 };
@@ -692,8 +716,8 @@ int64_t stagedRows(int64_t maxTokens) {
 }
 
 kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastTile) {
-  const std::string name =
-      std::string("attention_wgmma_") + (dropLastTile ? "broken_" : "") + shapeSuffix(shape);
+  const std::string name = std::string("attention_wgmma_") + (dropLastTile ? "broken_" : "") +
+                           shapeSuffix(shape) + kernels::pageSuffix(shape);
   kernels::Tiling tiling;
   tiling.set("kind", "wgmma-attention")
       .set("queries", shape.blockQueries())
@@ -704,6 +728,8 @@ kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastT
       .set("swizzle", 128);
   if (shape.cache != kernels::KvElement::F32)
     tiling.set("kv_cache", "bf16");
+  if (shape.paged())
+    tiling.set("page_tokens", shape.pageTokens);
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     Type q = MemRefType::get({dynamic, shape.qHeads, shape.headDim}, b.getF32Type());
@@ -713,7 +739,9 @@ kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastT
     Type keys = MemRefType::get({shape.kvHeads, rows, shape.headDim}, b.getBF16Type());
     Type values = keys;
     Type i64 = b.getI64Type();
-    std::vector<Type> types = {q, kv, kv, kvCache, kvCache, q, keys, values, i64, i64, i64, i64};
+    std::vector<Type> types = {q, kv, kv, kvCache, kvCache, q, keys, values};
+    kernels::appendPageTable(b, shape, types);
+    types.insert(types.end(), {i64, i64, i64, i64});
     if (shape.cache == kernels::KvElement::BF16) // the caches' tensor maps
       types.insert(types.end(), {i64, i64});
     return types;

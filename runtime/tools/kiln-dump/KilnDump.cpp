@@ -89,7 +89,9 @@ std::string bufferText(const Artifact &artifact, const fb::BufferRef &ref, int64
     name = "kv[" + std::to_string(ref.index() / 2) + (ref.index() % 2 ? "].V" : "].K");
     break;
   case fb::BufferKind::Input:
-    name = ref.index() == 0 ? "input.tokens" : "input.positions";
+    name = ref.index() == 0   ? "input.tokens"
+           : ref.index() == 1 ? "input.positions"
+                              : "input.page_table";
     break;
   case fb::BufferKind::Output:
     name = "output.logits";
@@ -105,6 +107,9 @@ std::string bufferText(const Artifact &artifact, const fb::BufferRef &ref, int64
   // The runtime sets a KV cache's first dimension to its slot count.
   if (ref.kind() == fb::BufferKind::KvCache)
     dims = "[slots" + dims.substr(dims.find(','));
+  // And the page table's to the conversations' pages.
+  if (ref.kind() == fb::BufferKind::Input && ref.index() == 2)
+    dims = "[pages]";
   return name + " " + dtypeText(ref.dtype()) + dims;
 }
 
@@ -348,7 +353,7 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options, std::ost
       dumpWeight(*root.weights()->Get(static_cast<flatbuffers::uoffset_t>(i)), i, out);
 
   size_t global = 0, sliding = 0;
-  uint64_t globalBytes = 0, slidingBytes = 0, ringSlack = 0;
+  uint64_t globalBytes = 0, slidingBytes = 0, ringSlack = 0, pageTokens = 0;
   std::string dtypes; // the caches' element types, each once
   for (size_t i = 0; i < artifact.numKvCaches(); ++i) {
     const fb::KvCache &cache = *root.kv_caches()->Get(static_cast<flatbuffers::uoffset_t>(i));
@@ -361,6 +366,7 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options, std::ost
     if (cache.window() == 0) {
       ++global;
       globalBytes += perToken;
+      pageTokens = cache.page_tokens();
     } else {
       ++sliding;
       slidingBytes += perToken;
@@ -370,6 +376,8 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options, std::ost
   }
   out << "kv caches     " << artifact.numKvCaches() << " (" << global << " global, " << sliding
       << " sliding" << (dtypes.empty() ? "" : ", " + dtypes)
+      << (pageTokens ? ", global ones in pages of " + std::to_string(pageTokens) + " positions"
+                     : std::string())
       << "); K+V bytes per token: " << globalBytes << " global, " << slidingBytes
       << " sliding (up to their windows"
       << (ringSlack ? ", rings of window + " + std::to_string(ringSlack) + " for verify rollback"

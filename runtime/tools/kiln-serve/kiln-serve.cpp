@@ -296,13 +296,17 @@ int run(const std::vector<std::string> &args) {
   }).detach();
   std::fprintf(
       stderr,
-      "kiln-serve: %s on %s%s, %lld conversation slots of %lld positions, up to %lld prompt "
+      "kiln-serve: %s on %s%s, %lld conversation slots of %lld positions%s, up to %lld prompt "
       "tokens a step, %s%s\n"
       "kiln-serve: listening on http://%s:%d\n",
       model.name.c_str(), engine->device().c_str(),
       engine->worldSize() > 1 ? (" (rank 0 of " + std::to_string(engine->worldSize()) + ")").c_str()
                               : "",
       static_cast<long long>(engine->conversations()), static_cast<long long>(model.contextLength),
+      engine->kvPageTokens() ? (" (KV in " + std::to_string(engine->kvPages()) + " pages of " +
+                                std::to_string(engine->kvPageTokens()) + ")")
+                                   .c_str()
+                             : "",
       static_cast<long long>(schedulerOptions.prefillTokensPerStep),
       tokenizer ? "text and token ids" : "token ids only (no --tokenizer)",
       schedulerOptions.draftTokens ? ", speculative decoding by lookup" : "",

@@ -886,6 +886,29 @@ TEST(ArtifactTest, KvCacheRing) {
             11u * 2 * 2 * 16 * 2);
 }
 
+// Pages: global caches only, a power of two from 16 to 4096, one for all;
+// the page table (input 2) only where the caches are paged.
+TEST(ArtifactTest, KvCachePages) {
+  TestArtifact a = minimalArtifact();
+  launchOf(a, 0, 1).buffers[1].index = 2; // the page table
+  EXPECT_CONTAINS_ALL(loadError(a), "Input index 2 out of range",
+                      "2: the page table where the KV caches are paged");
+  a.kvCaches[0].pageTokens = 64;
+  EXPECT_NO_THROW(Artifact::fromBytes(serialize(a), kSource));
+  a.kvCaches.push_back({1, 8, 2, 16, fb::DType::BF16, 0, 64});
+  EXPECT_CONTAINS_ALL(loadError(a), "kv_caches[1].page_tokens: 64 (expected 0, or for a global "
+                                    "layer a power of two from 16 to 4096)");
+  a.kvCaches[1] = {1, 0, 2, 16, fb::DType::BF16, 0, 128};
+  EXPECT_CONTAINS_ALL(loadError(a), "kv_caches[1].page_tokens: 128, but an earlier global cache "
+                                    "has pages of 64");
+  a.kvCaches.pop_back();
+  for (uint32_t page : {8u, 48u, 8192u}) {
+    a.kvCaches[0].pageTokens = page;
+    const std::string expected = "kv_caches[0].page_tokens: " + std::to_string(page) + " (";
+    EXPECT_CONTAINS_ALL(loadError(a), expected.c_str());
+  }
+}
+
 TEST(ArtifactTest, LayoutAndRank) {
   TestArtifact a = minimalArtifact();
   a.tp = 2; // world stays 1

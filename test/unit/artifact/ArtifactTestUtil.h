@@ -89,7 +89,8 @@ struct TestWeight {
 struct TestKvCache {
   uint32_t layer = 0, window = 0, kvHeads = 1, headDim = 1;
   fb::DType dtype = fb::DType::BF16;
-  uint32_t ring = 0; // schema 1.7: a sliding layer's slots (0: window)
+  uint32_t ring = 0;       // schema 1.7: a sliding layer's slots (0: window)
+  uint32_t pageTokens = 0; // schema 1.8: a global layer's page (0: unpaged)
 };
 
 struct TestKernel {
@@ -233,8 +234,8 @@ inline std::vector<uint8_t> serialize(const TestArtifact &a) {
                                                     w.sliceCount, w.bytes, w.sliceGroup));
   std::vector<flatbuffers::Offset<fb::KvCache>> caches;
   for (const TestKvCache &c : a.kvCaches)
-    caches.push_back(
-        fb::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim, c.dtype, c.ring));
+    caches.push_back(fb::CreateKvCache(fbb, c.layer, c.window, c.kvHeads, c.headDim, c.dtype,
+                                       c.ring, c.pageTokens));
   std::vector<flatbuffers::Offset<fb::Kernel>> kernels;
   for (const TestKernel &k : a.kernels)
     kernels.push_back(

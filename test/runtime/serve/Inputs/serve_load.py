@@ -9,7 +9,9 @@ closed after a few tokens, a request whose connection is closed before its
 answer; some requests are malformed (400 expected); a 429 is retried. Then:
 
 - every slot is back in the pool and nothing waits or runs (/metrics), and
-  the request counters add up to the requests sent;
+  the request counters add up to the requests sent; with a paged KV cache
+  only the slots' cached histories hold pages, and none once the solo runs
+  (without prefix reuse) are done;
 - every finished request's tokens equal a solo run's (the same request alone on
   a fresh server with --no-prefix-reuse --decode each), and every cancelled
   stream's tokens begin it;
@@ -239,6 +241,12 @@ for item in work:
         fail(f"request {item['i']} ({item['kind']}): {ids} under load, {alone} alone")
     compared += 1
 print(f"{compared} replies under load are the solo runs' tokens (cancelled ones a prefix)")
+pages = solo_server.metrics()
+if pages["kiln_kv_pages_used"] + pages["kiln_kv_pages_free"] > 0:
+    if pages["kiln_kv_pages_used"] != 0:
+        fail(f"KV pages still held after the solo runs: {pages}")
+    print(f"paged KV: after the solo runs every page is free "
+          f"({int(pages['kiln_kv_pages_free'])} of {int(pages['kiln_kv_pages_free'])})")
 
 # SIGTERM drains: streams in flight finish whole, new requests get 503.
 DRAINED_TOKENS = 160

@@ -1,0 +1,65 @@
+// The pages of paged KV caches (kilnc --kv-page-tokens): the global layers'
+// K and V are one pool of pages for every conversation, and a page table
+// (the entry points' Input 2, i32 [conversations * pages per conversation])
+// says which page holds each conversation's positions, in order. Every
+// global layer uses the same page numbers. A page is taken when a call
+// first writes one of its positions and given back when the conversation
+// no longer holds them (reset, forget, rollback).
+//
+// One page past the pool is scratch: the table's entries of pages a
+// conversation does not hold point there, so that a batched call's idle
+// rows (computed and thrown away, Engine::decodeBatch) write somewhere
+// harmless. Nothing reads it for a visible position.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace kiln {
+
+class KvPages {
+public:
+  KvPages() = default;
+  // A pool of `pages` pages of `pageTokens` positions for `conversations`
+  // conversations of up to `contextLength` positions each. Throws
+  // RuntimeError for sizes below 1.
+  KvPages(int64_t pageTokens, int64_t pages, int64_t conversations, int64_t contextLength);
+
+  bool paged() const { return pageTokens_ > 0; }
+  int64_t pageTokens() const { return pageTokens_; }
+  // Table entries per conversation: pages of a whole context.
+  int64_t pagesPerConversation() const { return perConversation_; }
+  // The pool's pages, the scratch page not counted, and those not held.
+  int64_t pages() const { return pages_; }
+  int64_t freePages() const { return static_cast<int64_t>(free_.size()); }
+  // Pages a conversation holds.
+  int64_t held(int64_t conversation) const;
+  // Pages `conversation` lacks to hold positions 0 .. positions - 1.
+  int64_t lacking(int64_t conversation, int64_t positions) const;
+
+  // Gives `conversation` the pages for positions 0 .. positions - 1; false,
+  // and nothing taken, where the pool has too few.
+  bool reserve(int64_t conversation, int64_t positions);
+  // Gives back `conversation`'s pages past those of positions 0 ..
+  // positions - 1.
+  void release(int64_t conversation, int64_t positions);
+
+  // [conversations * pagesPerConversation()], the scratch page where none
+  // is held; `changed` until the caller has copied it (markCopied).
+  const std::vector<int32_t> &table() const { return table_; }
+  bool changed() const { return changed_; }
+  void markCopied() { changed_ = false; }
+
+private:
+  int64_t pagesFor(int64_t positions) const;
+
+  int64_t pageTokens_ = 0, pages_ = 0, conversations_ = 0, perConversation_ = 0;
+  std::vector<int32_t> table_;
+  std::vector<int64_t> held_;
+  // Free pages, the next one taken last: the lowest first, so that one
+  // conversation alone runs over pages 0, 1, 2, ... and several interleave.
+  std::vector<int32_t> free_;
+  bool changed_ = true;
+};
+
+} // namespace kiln

@@ -1,0 +1,133 @@
+// Paged KV caches (kilnc --kv-page-tokens) on this CPU: tiny compiled with
+// and without pages gives the same logits, bit for bit, through a script of
+// calls that makes conversations' pages interleave in the pool (chunked
+// prefills, batched decode with idle rows, verify and rollback, a
+// conversation forgotten and begun again); a pool too small for a call
+// refuses it whole and leaves every conversation as it was.
+#include "compiler/artifact/CompileTarget.h"
+#include "models/muse_spark/Config.h"
+#include "runtime/cpu/RuntimeError.h"
+#include "runtime/engine/Engine.h"
+#include "test/unit/e2e/ForwardGraph.h"
+
+#include <gtest/gtest.h>
+
+#include <numeric>
+
+namespace kiln {
+namespace {
+
+using muse_spark::Config;
+using muse_spark::WeightFormat;
+using Tokens = std::vector<int32_t>;
+
+constexpr int64_t kConversations = 3;
+constexpr int64_t kPageTokens = 16;
+
+Artifact compile(int64_t pageTokens) {
+  mlir::MLIRContext context;
+  e2e::loadDialects(context);
+  const Config config = muse_spark::loadConfig("muse-spark-tiny");
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      e2e::forwardGraph(context, config, WeightFormat::BF16, true);
+  std::string error;
+  std::optional<x86::CpuTarget> cpu = x86::resolveCpu("host", error);
+  EXPECT_TRUE(cpu) << error;
+  kernels::LowerOptions lower;
+  lower.maxPrefillTokens = 16;
+  lower.verifyTokens = 4;
+  lower.decodeBatch = kConversations;
+  lower.kvPageTokens = pageTokens;
+  mlir::FailureOr<TargetBuild> build =
+      buildArtifact(*module, config, lower, TargetChoice::x86(*cpu), error);
+  EXPECT_TRUE(mlir::succeeded(build)) << error;
+  return Artifact::fromBytes(build->artifact, pageTokens ? "paged" : "unpaged");
+}
+
+std::unique_ptr<Engine> load(int64_t pageTokens, int64_t pages = 0) {
+  EngineOptions options;
+  options.weights = "synthetic:3";
+  options.contextLength = 128;
+  options.threads = 1;
+  options.kvPages = pages;
+  return Engine::create(compile(pageTokens), options);
+}
+
+Tokens range(int32_t first, int32_t count) {
+  Tokens tokens(static_cast<size_t>(count));
+  std::iota(tokens.begin(), tokens.end(), first);
+  return tokens;
+}
+
+// The calls, each one's logits in `out`.
+void script(Engine &engine, std::vector<std::vector<float>> &out) {
+  out.push_back(engine.prefill(0, range(1, 20)));
+  out.push_back(engine.prefill(1, range(40, 7)));
+  out.push_back(engine.prefill(2, range(90, 35)));
+  for (int step = 0; step < 12; ++step)
+    out.push_back(engine.decodeBatch({int32_t(3 + step), int32_t(50 + step), int32_t(7 * step)}));
+  // Conversation 1 idle for a while.
+  for (int step = 0; step < 6; ++step)
+    out.push_back(engine.decodeBatch({5, 5, int32_t(11 + step)}, {true, false, true}));
+  out.push_back(engine.verify(0, {9, 8, 7, 6}));
+  engine.rollback(0, engine.pastTokens(0) - 2);
+  engine.forget(1);
+  out.push_back(engine.prefill(1, range(200, 40)));
+  for (int step = 0; step < 10; ++step)
+    out.push_back(engine.decodeBatch({int32_t(step), int32_t(2 * step), int32_t(3 * step)}));
+}
+
+TEST(PagedKvTest, LogitsAreTheUnpagedCachesOwn) {
+  std::unique_ptr<Engine> unpaged = load(0), paged = load(kPageTokens);
+  EXPECT_EQ(unpaged->kvPageTokens(), 0);
+  EXPECT_EQ(paged->kvPageTokens(), kPageTokens);
+  // Every conversation's whole context: 3 x 128 / 16.
+  EXPECT_EQ(paged->kvPages(), 24);
+  std::vector<std::vector<float>> want, got;
+  script(*unpaged, want);
+  script(*paged, got);
+  ASSERT_EQ(want.size(), got.size());
+  for (size_t i = 0; i < want.size(); ++i)
+    EXPECT_EQ(want[i], got[i]) << "call " << i;
+  // Held: conversations 0 and 1 at 50 positions, 2 at 63: 4 pages each.
+  EXPECT_EQ(paged->freeKvPages(), 24 - 12);
+  paged->forget(2);
+  EXPECT_EQ(paged->freeKvPages(), 24 - 8);
+  paged->reset();
+  EXPECT_EQ(paged->freeKvPages(), 24);
+}
+
+TEST(PagedKvTest, APoolTooSmallRefusesTheCallWhole) {
+  std::unique_ptr<Engine> paged = load(kPageTokens, 4), unpaged = load(0);
+  EXPECT_EQ(paged->kvPages(), 4);
+  paged->prefill(0, range(1, 40)); // 3 pages
+  EXPECT_EQ(paged->freeKvPages(), 1);
+  // 20 tokens need 2 pages: refused before the first chunk.
+  try {
+    paged->prefill(1, range(60, 20));
+    ADD_FAILURE() << "a prompt beyond the pool ran";
+  } catch (const RuntimeError &error) {
+    EXPECT_NE(std::string(error.what()).find("page pool is full"), std::string::npos)
+        << error.what();
+  }
+  EXPECT_EQ(paged->pastTokens(1), 0);
+  EXPECT_EQ(paged->freeKvPages(), 1);
+  paged->prefill(1, range(60, 8)); // 1 page
+  EXPECT_EQ(paged->freeKvPages(), 0);
+  // A batched step whose rows need a new page (conversation 0 at 48, 1 at
+  // 16 after 8 steps) is refused whole too.
+  for (int step = 0; step < 8; ++step)
+    paged->decodeBatch({1, 2, 3}, {true, true, false});
+  EXPECT_EQ(paged->pastTokens(0), 48);
+  EXPECT_THROW(paged->decodeBatch({1, 2, 3}, {true, true, false}), RuntimeError);
+  EXPECT_EQ(paged->pastTokens(0), 48);
+  EXPECT_EQ(paged->pastTokens(1), 16);
+  // Forgetting conversation 0 makes room; conversation 2 then answers as an
+  // unpaged engine does.
+  paged->forget(0);
+  EXPECT_EQ(paged->freeKvPages(), 3);
+  EXPECT_EQ(paged->prefill(2, range(5, 30)), unpaged->prefill(2, range(5, 30)));
+}
+
+} // namespace
+} // namespace kiln
