@@ -25,7 +25,8 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   tiny-wide128.p500-attn-broken.sm_90.kiln tiny-wide128.bf16tc-24.reference \
   tiny-wide128.bf16tc-100.reference tiny-wide128.bf16tc-600.reference \
   tiny-wide128.bf16tc-1200s.reference small-nvfp4.narrow-broken.sm_90.kiln small-nvfp4.b24.sm_90.kiln \
-  tiny-bf16.f32kv.sm_90.kiln tiny-bf16.f32kv.reference; do
+  tiny-bf16.f32kv.sm_90.kiln tiny-bf16.f32kv.reference tiny-wide128.p500-pg16-b4.sm_90.kiln \
+  tiny-wide128.p512-pg64-b4.sm_90.kiln tiny-wide128.p512-pg64-broken.sm_90.kiln; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -119,6 +120,23 @@ echo "== tiny-wide128, 8 decode steps after 1200 tokens, their logits against th
 "$BIN/kiln-check" "$DATA/tiny-wide128.p500.sm_90.kiln" --weights synthetic:7 --context 2048 \
   --reference "$DATA/tiny-wide128.bf16tc-1200s.reference" --tolerance 0.03 --step-tolerance 0.03 \
   --batch-steps 0 || status=1
+# Paged caches: pages of 16 with chunks of 500 (cached tiles straddle pages,
+# converted through the table), pages of 64 with chunks of 512 (each cached
+# tile one page, by TMA); batched, verify and speculative steps too; a
+# dropped tile must fail (memcheck and racecheck below).
+for paged in p500-pg16-b4 p512-pg64-b4; do
+  echo "== tiny-wide128 $paged (paged KV), 1200 tokens and 8 steps against the interpreter"
+  "$BIN/kiln-check" "$DATA/tiny-wide128.$paged.sm_90.kiln" --weights synthetic:7 --context 2048 \
+    --reference "$DATA/tiny-wide128.bf16tc-1200s.reference" --tolerance 0.03 \
+    --step-tolerance 0.03 || status=1
+done
+echo "== tiny-wide128 paged with a tile dropped on purpose: must fail"
+if "$BIN/kiln-check" "$DATA/tiny-wide128.p512-pg64-broken.sm_90.kiln" --weights synthetic:7 \
+  --context 2048 --reference "$DATA/tiny-wide128.bf16tc-1200s.reference" --tolerance 0.03 \
+  --batch-steps 0 > /dev/null; then
+  echo "gpu-check: the broken paged kernel passed"
+  status=1
+fi
 for prompt in "" "-600"; do
   echo "== small-nvfp4, tensor-core prefill, against the interpreter with the same roundings$prompt"
   "$BIN/kiln-check" "$DATA/small-nvfp4.p512.sm_90.kiln" --weights synthetic:3 \
@@ -181,6 +199,8 @@ if command -v compute-sanitizer >/dev/null; then
   sanitize memcheck small-nvfp4.p512 synthetic:3
   sanitize memcheck tiny-bf16.nofuse "$DATA/tiny-bf16"
   sanitize racecheck tiny-bf16.p512 "$DATA/tiny-bf16"
+  sanitize memcheck tiny-wide128.p512-pg64-b4 synthetic:7 1100
+  sanitize racecheck tiny-wide128.p512-pg64-b4 synthetic:7 1100
   sanitize racecheck tiny-nvfp4.p512 "$DATA/tiny-nvfp4"
   # The wgmma attention over two chunks (the second's tiles reach into the
   # cache: by TMA and converted).

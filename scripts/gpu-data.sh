@@ -133,6 +133,13 @@ for wide in tiny-wide:64 tiny-wide128:128; do
   "$BIN/kilnc" "$OUT/$name.json" --target=sm_90 --max-prefill-tokens=500 \
     --inject-fault=attention-drop-tile -o "$OUT/$name.p500-attn-broken.sm_90.kiln"
 done
+kiln_log "tiny-wide128 with paged KV caches: pages of 16 (chunks of 500), of 64 (chunks of 512)"
+"$BIN/kilnc" "$OUT/tiny-wide128.json" --target=sm_90 --max-prefill-tokens=500 --decode-batch=4 \
+  --verify-tokens=4 --kv-page-tokens=16 -o "$OUT/tiny-wide128.p500-pg16-b4.sm_90.kiln"
+"$BIN/kilnc" "$OUT/tiny-wide128.json" --target=sm_90 --max-prefill-tokens=512 --decode-batch=4 \
+  --verify-tokens=4 --kv-page-tokens=64 -o "$OUT/tiny-wide128.p512-pg64-b4.sm_90.kiln"
+"$BIN/kilnc" "$OUT/tiny-wide128.json" --target=sm_90 --max-prefill-tokens=512 --kv-page-tokens=64 \
+  --inject-fault=attention-drop-tile -o "$OUT/tiny-wide128.p512-pg64-broken.sm_90.kiln"
 kiln_log "tiny bf16 without the graph fusions (separate norms, ropes, expert kernels)"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --no-fuse --decode-batch=8 -o "$OUT/tiny-bf16.nofuse.sm_90.kiln"
 kiln_log "tiny nvfp4 tp2ep2: sm_90 artifact for 2 ranks (the rank failure checks)"
