@@ -97,6 +97,9 @@ void Engine::Impl::allocateBuffers() {
       kv.push_back(DeviceMemory::allocate(*backend, bytes, name + " (V)"));
     }
 
+  if (pageCount > 0 && !pages.paged())
+    fail("KV pages were asked for (" + std::to_string(pageCount) +
+         "), but the artifact's KV caches are not paged (compile with kilnc --kv-page-tokens)");
   // Inputs hold max_tokens i32 (rounded to a cache line); the logits output
   // the most rows any entry point writes.
   int64_t maxTokens = 1, maxRows = 1;
@@ -1037,6 +1040,10 @@ uint64_t Engine::kvCacheBytes() const {
 int64_t Engine::kvPageTokens() const { return impl_->pages.pageTokens(); }
 int64_t Engine::kvPages() const { return impl_->pages.pages(); }
 int64_t Engine::freeKvPages() const { return impl_->pages.freePages(); }
+int64_t Engine::heldKvPages(int64_t conversation) const {
+  impl_->checkConversation(conversation);
+  return impl_->pages.paged() ? impl_->pages.held(conversation) : 0;
+}
 
 int Engine::rank() const { return impl_->rank.rank; }
 int Engine::worldSize() const { return impl_->rank.world; }

@@ -197,6 +197,8 @@ public:
   int64_t kvPageTokens() const;
   int64_t kvPages() const;
   int64_t freeKvPages() const;
+  // The pages `conversation` holds (0 unpaged).
+  int64_t heldKvPages(int64_t conversation) const;
   // The activation arena every entry point shares: the largest one's.
   uint64_t arenaBytes() const;
   // This process's rank and the job's size (0 and 1 for one rank).

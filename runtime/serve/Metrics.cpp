@@ -52,6 +52,11 @@ void Metrics::prefixReuse(uint64_t tokens) {
   reusedTokens_ += tokens;
 }
 
+void Metrics::prefixEvicted() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++evictions_;
+}
+
 void Metrics::timeToFirstToken(double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   ttft_.observe(seconds);
@@ -91,6 +96,10 @@ std::string Metrics::text(const MetricsSnapshot &now) {
          "prefilled).\n"
       << "# TYPE kiln_prefix_reused_tokens_total counter\n"
       << "kiln_prefix_reused_tokens_total " << reusedTokens_ << "\n"
+      << "# HELP kiln_prefix_evictions_total Cached histories forgotten to free KV pages for "
+         "running requests.\n"
+      << "# TYPE kiln_prefix_evictions_total counter\n"
+      << "kiln_prefix_evictions_total " << evictions_ << "\n"
       << "# HELP kiln_generation_tokens_total Tokens generated.\n"
       << "# TYPE kiln_generation_tokens_total counter\n"
       << "kiln_generation_tokens_total " << generatedTokens_ << "\n"

@@ -40,13 +40,15 @@ public:
   void speculation(uint64_t drafted, uint64_t accepted);
   // Prompt tokens a request found in its slot's caches (prefix reuse).
   void prefixReuse(uint64_t tokens);
+  // A cached history forgotten to give its KV pages to running requests.
+  void prefixEvicted();
   std::string text(const MetricsSnapshot &now);
 
 private:
   std::mutex mutex_;
   uint64_t ok_ = 0, failed_ = 0, rejected_ = 0, cancelled_ = 0;
   uint64_t promptTokens_ = 0, generatedTokens_ = 0;
-  uint64_t draftTokens_ = 0, acceptedDrafts_ = 0, reusedTokens_ = 0;
+  uint64_t draftTokens_ = 0, acceptedDrafts_ = 0, reusedTokens_ = 0, evictions_ = 0;
   Histogram ttft_, tpot_;
 };
 

@@ -81,6 +81,9 @@ struct Request {
   // Scheduler state.
   int64_t conversation = -1;
   size_t prefilled = 0; // prompt tokens in the KV caches
+  // Paged KV: the pages the request may come to hold (its prompt, its
+  // max_tokens and a step's drafts), counted against the pool while it runs.
+  int64_t pages = 0;
   std::vector<int32_t> generated;
   std::optional<Sampler> sampler;
   text::Utf8Stream utf8;

@@ -115,11 +115,29 @@ void Scheduler::loop() {
       // requests tend to be the first slots (few idle rows in a
       // decode_batch call).
       try {
+        // In arrival order, while a slot is free and the KV pool can
+        // promise the request's pages beside the running ones'.
         while (!waiting_.empty() && !freeSlots_.empty()) {
+          Request &next = *waiting_.front();
+          if (pagesOf(next) > engine_.kvPages() && engine_.kvPageTokens() > 0) {
+            std::shared_ptr<Request> request = std::move(waiting_.front());
+            waiting_.pop_front();
+            end(*request, Finish{"",
+                                 "the request needs " + std::to_string(pagesOf(*request)) +
+                                     " KV pages (its prompt and max_tokens); the pool has " +
+                                     std::to_string(engine_.kvPages()),
+                                 400});
+            continue;
+          }
+          if (!pagesAllow(next))
+            break;
           std::shared_ptr<Request> request = std::move(waiting_.front());
           waiting_.pop_front();
           running.push_back(request);
           admit(*request);
+          request->pages = pagesOf(*request);
+          reservedPages_ += request->pages;
+          makeRoom(running);
         }
       } catch (const std::exception &error) {
         engineFailed(error.what(), running);
@@ -159,6 +177,7 @@ void Scheduler::loop() {
           }
           freeSlots_.insert(slot);
         }
+        reservedPages_ -= (*it)->pages;
         it = running.erase(it);
       } else {
         ++it;
@@ -233,6 +252,46 @@ void Scheduler::admit(Request &r) {
   cachedSlots_.erase(slot);
   freeSlots_.erase(slot);
   r.conversation = slot;
+}
+
+int64_t Scheduler::pagesOf(const Request &r) const {
+  const int64_t page = engine_.kvPageTokens();
+  if (page == 0)
+    return 0;
+  const int64_t positions =
+      std::min(engine_.contextLength(), static_cast<int64_t>(r.params.prompt.size()) +
+                                            r.params.maxTokens + options_.draftTokens);
+  return (positions + page - 1) / page;
+}
+
+bool Scheduler::pagesAllow(const Request &r) const {
+  return engine_.kvPageTokens() == 0 || reservedPages_ + pagesOf(r) <= engine_.kvPages();
+}
+
+void Scheduler::makeRoom(const std::vector<std::shared_ptr<Request>> &running) {
+  if (engine_.kvPageTokens() == 0)
+    return;
+  // What the running requests may still take: their promise less what they
+  // hold. The promises fit the pool, so forgetting every cached slot would
+  // make room for all of it.
+  int64_t owed = 0;
+  for (const std::shared_ptr<Request> &r : running)
+    if (!r->done)
+      owed += std::max<int64_t>(0, r->pages - engine_.heldKvPages(r->conversation));
+  while (engine_.freeKvPages() < owed) {
+    int64_t oldest = -1;
+    uint64_t lastUse = UINT64_MAX;
+    for (const auto &[slot, cached] : cachedSlots_)
+      if (cached.lastUse < lastUse && engine_.heldKvPages(slot) > 0) {
+        lastUse = cached.lastUse;
+        oldest = slot;
+      }
+    if (oldest < 0)
+      break; // nothing cached holds pages (the promises say this cannot be)
+    engine_.forget(oldest);
+    cachedSlots_.erase(oldest);
+    metrics_.prefixEvicted();
+  }
 }
 
 void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {

@@ -103,6 +103,14 @@ private:
   uint64_t useClock_ = 0;
   // Gives `request` a free slot (prefix reuse, else cold); mutex_ held.
   void admit(Request &request);
+  // Paged KV: the pages `request` may come to hold; whether the pool can
+  // promise them beside the running requests' (reservedPages_); and,
+  // once admitted, pages the running requests may still take made free by
+  // forgetting cached slots, least recently used first. mutex_ held.
+  int64_t pagesOf(const Request &request) const;
+  bool pagesAllow(const Request &request) const;
+  void makeRoom(const std::vector<std::shared_ptr<Request>> &running);
+  int64_t reservedPages_ = 0;
   // After an engine call threw: fails the running and waiting requests and
   // keeps `what` as the server's problem; mutex_ held.
   void engineFailed(const std::string &what, const std::vector<std::shared_ptr<Request>> &running);

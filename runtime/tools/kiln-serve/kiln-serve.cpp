@@ -52,6 +52,13 @@ one, prompts are token ids and replies carry token_ids only.
                                 artifact's model)
   --context N                   positions each conversation's KV caches hold
                                 (default: min(4096, max_position_embeddings))
+  --kv-pages N                   an artifact with paged KV caches (kilnc
+                                --kv-page-tokens): the pool's pages (default:
+                                every slot's whole context); a request waits
+                                until the pool can promise the pages of its
+                                prompt and max_tokens beside the running
+                                ones', cached histories are forgotten, least
+                                recently used first, to make room
   --max-waiting N               queued requests beyond which the server
                                 answers 429 (default 64)
   --prefill-tokens-per-step N   prompt tokens one step prefills (default: the
@@ -109,7 +116,7 @@ int run(const std::vector<std::string> &args) {
       "--model-name", "--context",      "--threads",      "--device",
       "--decode",     "--max-waiting",  "--http-threads", "--prefill-tokens-per-step",
       "--speculate",  "--draft-tokens", "--ngram-min",    "--ngram-max",
-      "--nproc"};
+      "--nproc",      "--kv-pages"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -194,6 +201,8 @@ int run(const std::vector<std::string> &args) {
     throw UsageError("--ngram-min exceeds --ngram-max");
   if (values.count("--context"))
     engineOptions.contextLength = integer("--context", values["--context"], 1, int64_t{1} << 40);
+  if (values.count("--kv-pages"))
+    engineOptions.kvPages = integer("--kv-pages", values["--kv-pages"], 1, int64_t{1} << 31);
   if (values.count("--threads"))
     engineOptions.threads = static_cast<int>(integer("--threads", values["--threads"], 1, 4096));
   if (values.count("--device"))

@@ -127,6 +127,8 @@ TEST(PagedKvTest, APoolTooSmallRefusesTheCallWhole) {
   paged->forget(0);
   EXPECT_EQ(paged->freeKvPages(), 3);
   EXPECT_EQ(paged->prefill(2, range(5, 30)), unpaged->prefill(2, range(5, 30)));
+  // Pages asked of an unpaged artifact are an error, not ignored.
+  EXPECT_THROW(load(0, 4), RuntimeError);
 }
 
 } // namespace

@@ -1,6 +1,7 @@
 """A bounded load test of kiln-serve on loopback (issue 22, reliability).
 
-  serve_load.py ARTIFACT [--requests N] [--clients N] [--seed S] [-- SERVER FLAGS...]
+  serve_load.py ARTIFACT [--requests N] [--clients N] [--seed S] [--oversized M]
+                [-- SERVER FLAGS...]
 
 Hundreds of requests, --clients at once, in a workload made here from --seed:
 prompts that share prefixes (a system prompt, sessions whose turns grow), greedy
@@ -15,6 +16,9 @@ answer; some requests are malformed (400 expected); a 429 is retried. Then:
 - every finished request's tokens equal a solo run's (the same request alone on
   a fresh server with --no-prefix-reuse --decode each), and every cancelled
   stream's tokens begin it;
+- --oversized M: with a paged KV pool too small for a request of max_tokens
+  M, that request is answered 400 naming the pool, and cached histories
+  were forgotten to make room during the load (/metrics);
 - SIGTERM while requests stream drains the server: /health says so, a new
   request is answered 503, the streams in flight (queued ones included)
   finish whole, and the server exits 0.
@@ -39,6 +43,7 @@ option = lambda name, default: int(args[args.index(name) + 1]) if name in args e
 REQUESTS = option("--requests", 300)
 CLIENTS = option("--clients", 64)
 SEED = option("--seed", 1)
+OVERSIZED = option("--oversized", 0)
 VOCAB = 1000  # token ids drawn below tiny's vocabulary
 
 
@@ -223,6 +228,15 @@ if cancelled == 0:
 print(f"after the load: {int(slots)} of {int(slots)} slots free, none running or waiting; "
       f"/metrics counts every request "
       f"({cancelled} cancelled)")
+if OVERSIZED:
+    status, data = server.post({"prompt": [1, 2, 3], "max_tokens": OVERSIZED})
+    if status != 400 or b"KV pages" not in data:
+        fail(f"a request of max_tokens {OVERSIZED} answered {status}: {data[:300]!r}")
+    evicted = server.metrics()["kiln_prefix_evictions_total"]
+    if evicted == 0:
+        fail("no cached history was forgotten for KV pages under the load")
+    print(f"a small KV pool: {int(evicted)} cached histories forgotten to make room; a request "
+          f"the pool cannot hold is a 400")
 server.stop()
 
 # Solo runs: each request alone on a fresh server, the plainest path.
