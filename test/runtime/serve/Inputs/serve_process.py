@@ -1,7 +1,8 @@
 """One kiln-serve process as the serve tests run it: started on a free port,
 its stderr kept whole (for failure messages and for what it says at exit),
 stopped by SIGTERM and killed if it does not stop, so that no test waits on a
-server's pipe.
+server's pipe; and killed when the test exits for any reason (a failed check,
+an exception) with the server still running, so that none outlives its test.
 
     server = ServeProcess([ARTIFACT, "--weights", "synthetic:1", ...])
     server.port, server.banner   # after "listening on http://HOST:PORT"
@@ -9,6 +10,7 @@ server's pipe.
 
 Failures exit the test with "FAIL: " and the message; `ServeProcess.on_fail`
 may add to the message (a test's own context)."""
+import atexit
 import os
 import queue
 import signal
@@ -27,6 +29,7 @@ class ServeProcess:
         self.proc = subprocess.Popen(["kiln-serve", *args, "--port", "0"],
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                                      env=dict(os.environ, **(env or {})))
+        atexit.register(self.reap)
         self.lines = []
         arrived = queue.Queue()
 
@@ -76,6 +79,11 @@ class ServeProcess:
     def kill(self):
         self.proc.kill()
         self.proc.wait()
+
+    def reap(self):
+        """At the test's exit: a server still running is killed."""
+        if self.proc.poll() is None:
+            self.kill()
 
     def stop(self, timeout=120):
         """SIGTERM, then the exit: 0 and "kiln-serve: stopped", or the test fails."""
