@@ -223,6 +223,9 @@ void Scheduler::admit(Request &r) {
     }
   }
   // Unless the sliding rings no longer hold that prefix's window: then cold.
+  // (So the prefix is not rounded to a page boundary for the paged wgmma
+  // prefill's sake: a ring keeps at most the verify entry's positions
+  // beyond its window, and a rollback further than that starts cold.)
   if (best >= 0 && engine_.canRollback(best, static_cast<int64_t>(common))) {
     engine_.rollback(best, static_cast<int64_t>(common));
     r.conversation = best;
@@ -306,7 +309,12 @@ void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {
     const size_t total = r.params.prompt.size();
     if (r.done || r.prefilled >= total || budget <= 0)
       continue;
-    const size_t n = std::min(static_cast<size_t>(budget), total - r.prefilled);
+    size_t n = std::min(static_cast<size_t>(budget), total - r.prefilled);
+    // Paged caches: a chunk short of the prompt's end ends on a page
+    // boundary, so that the next one starts on one (as with prefix reuse).
+    if (const size_t page = static_cast<size_t>(engine_.kvPageTokens());
+        page > 0 && r.prefilled + n < total && (r.prefilled + n) / page * page > r.prefilled)
+      n = (r.prefilled + n) / page * page - r.prefilled;
     const std::vector<int32_t> chunk(
         r.params.prompt.begin() + static_cast<std::ptrdiff_t>(r.prefilled),
         r.params.prompt.begin() + static_cast<std::ptrdiff_t>(r.prefilled + n));
