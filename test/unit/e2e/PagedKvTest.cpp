@@ -4,11 +4,10 @@
 // prefills, batched decode with idle rows, verify and rollback, a
 // conversation forgotten and begun again); a pool too small for a call
 // refuses it whole and leaves every conversation as it was.
-#include "compiler/artifact/CompileTarget.h"
 #include "models/muse_spark/Config.h"
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/engine/Engine.h"
-#include "test/unit/e2e/ForwardGraph.h"
+#include "test/unit/e2e/CompileForHost.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +16,6 @@
 namespace kiln {
 namespace {
 
-using muse_spark::Config;
 using muse_spark::WeightFormat;
 using Tokens = std::vector<int32_t>;
 
@@ -25,23 +23,14 @@ constexpr int64_t kConversations = 3;
 constexpr int64_t kPageTokens = 16;
 
 Artifact compile(int64_t pageTokens) {
-  mlir::MLIRContext context;
-  e2e::loadDialects(context);
-  const Config config = muse_spark::loadConfig("muse-spark-tiny");
-  mlir::OwningOpRef<mlir::ModuleOp> module =
-      e2e::forwardGraph(context, config, WeightFormat::BF16, true);
-  std::string error;
-  std::optional<x86::CpuTarget> cpu = x86::resolveCpu("host", error);
-  EXPECT_TRUE(cpu) << error;
   kernels::LowerOptions lower;
   lower.maxPrefillTokens = 16;
   lower.verifyTokens = 4;
   lower.decodeBatch = kConversations;
   lower.kvPageTokens = pageTokens;
-  mlir::FailureOr<TargetBuild> build =
-      buildArtifact(*module, config, lower, TargetChoice::x86(*cpu), error);
-  EXPECT_TRUE(mlir::succeeded(build)) << error;
-  return Artifact::fromBytes(build->artifact, pageTokens ? "paged" : "unpaged");
+  return Artifact::fromBytes(
+      e2e::compileForHost(muse_spark::loadConfig("muse-spark-tiny"), WeightFormat::BF16, lower),
+      pageTokens ? "paged" : "unpaged");
 }
 
 std::unique_ptr<Engine> load(int64_t pageTokens, int64_t pages = 0) {

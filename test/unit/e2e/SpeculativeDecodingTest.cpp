@@ -7,7 +7,6 @@
 // (tiny's is 8 positions, small's 256) and rollbacks happen in the sliding
 // layers' rings. A verify call's logits are those decode gives, to f32
 // rounding. Rolling back further than the rings keep is refused.
-#include "compiler/artifact/CompileTarget.h"
 #include "models/muse_spark/Config.h"
 #include "runtime/cpu/RuntimeError.h"
 #include "runtime/engine/Engine.h"
@@ -17,7 +16,7 @@
 #include "runtime/speculate/ScriptedDrafter.h"
 #include "runtime/speculate/SpeculativeBatch.h"
 #include "runtime/speculate/SpeculativeDecoder.h"
-#include "test/unit/e2e/ForwardGraph.h"
+#include "test/unit/e2e/CompileForHost.h"
 
 #include <gtest/gtest.h>
 
@@ -48,20 +47,11 @@ std::string caseName(const ::testing::TestParamInfo<Case> &info) {
 }
 
 std::vector<uint8_t> compile(const Config &config, WeightFormat format, int64_t decodeBatch = 1) {
-  mlir::MLIRContext context;
-  e2e::loadDialects(context);
-  mlir::OwningOpRef<mlir::ModuleOp> module = e2e::forwardGraph(context, config, format, true);
-  std::string error;
-  std::optional<x86::CpuTarget> cpu = x86::resolveCpu("host", error);
-  EXPECT_TRUE(cpu) << error;
   kernels::LowerOptions lower;
   lower.maxPrefillTokens = 16;
   lower.verifyTokens = kVerifyTokens;
   lower.decodeBatch = decodeBatch;
-  mlir::FailureOr<TargetBuild> build =
-      buildArtifact(*module, config, lower, TargetChoice::x86(*cpu), error);
-  EXPECT_TRUE(mlir::succeeded(build)) << error;
-  return mlir::succeeded(build) ? build->artifact : std::vector<uint8_t>();
+  return e2e::compileForHost(config, format, lower);
 }
 
 // Greedy generation of `count` tokens after `prompt` through `drafter`.
