@@ -118,25 +118,26 @@ void Scheduler::loop() {
         // In arrival order, while a slot is free and the KV pool can
         // promise the request's pages beside the running ones'.
         while (!waiting_.empty() && !freeSlots_.empty()) {
-          Request &next = *waiting_.front();
-          if (pagesOf(next) > engine_.kvPages() && engine_.kvPageTokens() > 0) {
+          // Unpaged, every request's pages and the pool are 0.
+          const int64_t pages = pagesOf(*waiting_.front());
+          if (pages > engine_.kvPages()) {
             std::shared_ptr<Request> request = std::move(waiting_.front());
             waiting_.pop_front();
             end(*request, Finish{"",
-                                 "the request needs " + std::to_string(pagesOf(*request)) +
+                                 "the request needs " + std::to_string(pages) +
                                      " KV pages (its prompt and max_tokens); the pool has " +
                                      std::to_string(engine_.kvPages()),
                                  400});
             continue;
           }
-          if (!pagesAllow(next))
+          if (reservedPages_ + pages > engine_.kvPages())
             break;
           std::shared_ptr<Request> request = std::move(waiting_.front());
           waiting_.pop_front();
           running.push_back(request);
           admit(*request);
-          request->pages = pagesOf(*request);
-          reservedPages_ += request->pages;
+          request->pages = pages;
+          reservedPages_ += pages;
           makeRoom(running);
         }
       } catch (const std::exception &error) {
@@ -265,10 +266,6 @@ int64_t Scheduler::pagesOf(const Request &r) const {
       std::min(engine_.contextLength(), static_cast<int64_t>(r.params.prompt.size()) +
                                             r.params.maxTokens + options_.draftTokens);
   return (positions + page - 1) / page;
-}
-
-bool Scheduler::pagesAllow(const Request &r) const {
-  return engine_.kvPageTokens() == 0 || reservedPages_ + pagesOf(r) <= engine_.kvPages();
 }
 
 void Scheduler::makeRoom(const std::vector<std::shared_ptr<Request>> &running) {

@@ -103,12 +103,11 @@ private:
   uint64_t useClock_ = 0;
   // Gives `request` a free slot (prefix reuse, else cold); mutex_ held.
   void admit(Request &request);
-  // Paged KV: the pages `request` may come to hold; whether the pool can
-  // promise them beside the running requests' (reservedPages_); and,
-  // once admitted, pages the running requests may still take made free by
+  // Paged KV: the pages `request` may come to hold (0 unpaged), which the
+  // pool promises beside the running requests' (reservedPages_); and, once
+  // admitted, pages the running requests may still take made free by
   // forgetting cached slots, least recently used first. mutex_ held.
   int64_t pagesOf(const Request &request) const;
-  bool pagesAllow(const Request &request) const;
   void makeRoom(const std::vector<std::shared_ptr<Request>> &running);
   int64_t reservedPages_ = 0;
   // After an engine call threw: fails the running and waiting requests and
