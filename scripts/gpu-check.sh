@@ -26,7 +26,9 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   tiny-wide128.bf16tc-100.reference tiny-wide128.bf16tc-600.reference \
   tiny-wide128.bf16tc-1200s.reference small-nvfp4.narrow-broken.sm_90.kiln small-nvfp4.b24.sm_90.kiln \
   tiny-bf16.f32kv.sm_90.kiln tiny-bf16.f32kv.reference tiny-wide128.p500-pg16-b4.sm_90.kiln \
-  tiny-wide128.p512-pg64-b4.sm_90.kiln tiny-wide128.p512-pg64-broken.sm_90.kiln; do
+  tiny-wide128.p512-pg64-b4.sm_90.kiln tiny-wide128.p512-pg64-broken.sm_90.kiln \
+  tiny-wide128.p512-pg64-fp8.sm_90.kiln tiny-wide128.p512-pg64-fp8-broken.sm_90.kiln \
+  tiny-wide128.fp8tc-1200s.reference; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -137,6 +139,20 @@ if "$BIN/kiln-check" "$DATA/tiny-wide128.p512-pg64-broken.sm_90.kiln" --weights 
   echo "gpu-check: the broken paged kernel passed"
   status=1
 fi
+# An FP8 cache (calibrated scales), paged: against the interpreter with the
+# same cache and scales, at the FP8 tolerance (kiln-check's batched bounds
+# widen for it; test/targets/x86/kv-fp8.test says why); a dropped tile fails.
+echo "== tiny-wide128 p512-pg64-fp8 (FP8 KV), 1200 tokens and 8 steps against the interpreter"
+"$BIN/kiln-check" "$DATA/tiny-wide128.p512-pg64-fp8.sm_90.kiln" --weights synthetic:7 --context 2048 \
+  --reference "$DATA/tiny-wide128.fp8tc-1200s.reference" --tolerance 0.05 \
+  --step-tolerance 0.05 || status=1
+echo "== tiny-wide128 FP8 with a tile dropped on purpose: must fail"
+if "$BIN/kiln-check" "$DATA/tiny-wide128.p512-pg64-fp8-broken.sm_90.kiln" --weights synthetic:7 \
+  --context 2048 --reference "$DATA/tiny-wide128.fp8tc-1200s.reference" --tolerance 0.05 \
+  --batch-steps 0 --verify-steps 0 > /dev/null; then
+  echo "gpu-check: the broken FP8 kernel passed"
+  status=1
+fi
 for prompt in "" "-600"; do
   echo "== small-nvfp4, tensor-core prefill, against the interpreter with the same roundings$prompt"
   "$BIN/kiln-check" "$DATA/small-nvfp4.p512.sm_90.kiln" --weights synthetic:3 \
@@ -201,6 +217,8 @@ if command -v compute-sanitizer >/dev/null; then
   sanitize racecheck tiny-bf16.p512 "$DATA/tiny-bf16"
   sanitize memcheck tiny-wide128.p512-pg64-b4 synthetic:7 1100
   sanitize racecheck tiny-wide128.p512-pg64-b4 synthetic:7 1100
+  sanitize memcheck tiny-wide128.p512-pg64-fp8 synthetic:7 1100
+  sanitize racecheck tiny-wide128.p512-pg64-fp8 synthetic:7 1100
   sanitize racecheck tiny-nvfp4.p512 "$DATA/tiny-nvfp4"
   # The wgmma attention over two chunks (the second's tiles reach into the
   # cache: by TMA and converted).

@@ -140,6 +140,20 @@ kiln_log "tiny-wide128 with paged KV caches: pages of 16 (chunks of 500), of 64 
   --verify-tokens=4 --kv-page-tokens=64 -o "$OUT/tiny-wide128.p512-pg64-b4.sm_90.kiln"
 "$BIN/kilnc" "$OUT/tiny-wide128.json" --target=sm_90 --max-prefill-tokens=512 --kv-page-tokens=64 \
   --inject-fault=attention-drop-tile -o "$OUT/tiny-wide128.p512-pg64-broken.sm_90.kiln"
+kiln_log "tiny-wide128 with an FP8 KV cache (calibrated scales), paged: reference, artifacts"
+"$BIN/kiln-ckpt" synth "$OUT/tiny-wide128.json" --format bf16 --seed 7 -o "$SMALL_CKPT" >/dev/null
+FP8_PROMPT=$(python3 -c "print(','.join(str((37 * i + 11) % 1000 + 1) for i in range(1200)))")
+"$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$FP8_PROMPT" --linear-inputs=bf16 \
+  --calibrate-kv-scales "$OUT/tiny-wide128.kv-scales.json" >/dev/null
+"$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$FP8_PROMPT" --max-new-tokens 8 \
+  --linear-inputs=bf16 --attention-inputs=bf16 --kv-dtype=fp8 \
+  --kv-scales "$OUT/tiny-wide128.kv-scales.json" --save-reference "$OUT/tiny-wide128.fp8tc-1200s.reference"
+rm -rf "${SMALL_CKPT:?}"/*
+FP8_FLAGS=(--target=sm_90 --max-prefill-tokens=512 --decode-batch=4 --verify-tokens=4
+  --kv-page-tokens=64 --kv-dtype=fp8 --kv-scales "$OUT/tiny-wide128.kv-scales.json")
+"$BIN/kilnc" "$OUT/tiny-wide128.json" "${FP8_FLAGS[@]}" -o "$OUT/tiny-wide128.p512-pg64-fp8.sm_90.kiln"
+"$BIN/kilnc" "$OUT/tiny-wide128.json" "${FP8_FLAGS[@]}" --inject-fault=attention-drop-tile \
+  -o "$OUT/tiny-wide128.p512-pg64-fp8-broken.sm_90.kiln"
 kiln_log "tiny bf16 without the graph fusions (separate norms, ropes, expert kernels)"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --no-fuse --decode-batch=8 -o "$OUT/tiny-bf16.nofuse.sm_90.kiln"
 kiln_log "tiny nvfp4 tp2ep2: sm_90 artifact for 2 ranks (the rank failure checks)"

@@ -27,6 +27,8 @@ art::DType dtypeOf(mlir::Type t) {
     return art::DType::F16;
   if (t.isF32())
     return art::DType::F32;
+  if (llvm::isa<mlir::Float8E4M3FNType>(t))
+    return art::DType::F8_E4M3;
   if (t.isSignlessInteger(32))
     return art::DType::I32;
   if (t.isSignlessInteger(64))

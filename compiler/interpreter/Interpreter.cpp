@@ -105,14 +105,20 @@ bool execute(mlir::Operation &op, ValueMap &values, int64_t rank, LinearInputs l
                                 in(o.getPositions()), f64(o.getThetaAttr())));
       })
       .Case([&](AttentionOp o) {
+        const HostTensor &k = in(o.getK()), &v = in(o.getV());
         // Keys and values as the KV cache holds them.
         std::optional<mlir::Type> kvType = o.getKvType();
-        const bool bf16Cache = kvType && kvType->isBF16();
-        set(o.getResult(),
-            attention(in(o.getQ()), bf16Cache ? roundToBf16(in(o.getK())) : in(o.getK()),
-                      bf16Cache ? roundToBf16(in(o.getV())) : in(o.getV()), in(o.getPositions()),
-                      f64(o.getScaleAttr()), o.getWindow(),
-                      attentionInputs == AttentionInputs::Bf16));
+        auto cached = [&](const HostTensor &x, int which) -> HostTensor {
+          if (!kvType || kvType->isF32())
+            return x;
+          if (kvType->isBF16())
+            return roundToBf16(x);
+          std::optional<llvm::ArrayRef<double>> scales = o.getKvScales();
+          return roundToE4m3(x, scales ? static_cast<float>((*scales)[which]) : 1.0f);
+        };
+        set(o.getResult(), attention(in(o.getQ()), cached(k, 0), cached(v, 1), in(o.getPositions()),
+                                     f64(o.getScaleAttr()), o.getWindow(),
+                                     attentionInputs == AttentionInputs::Bf16));
       })
       .Case([&](RouterTopKOp o) {
         TopK topk = routerTopK(in(o.getLogits()), o.getK());
@@ -334,6 +340,10 @@ Interpreter::runRanks(mlir::func::FuncOp func,
     }
     if (executeCollective(op, ranks))
       continue;
+    if (attentionObserver && llvm::isa<AttentionOp>(op))
+      for (ValueMap &values : ranks)
+        attentionObserver(&op, *values.find(op.getOperand(1))->second,
+                          *values.find(op.getOperand(2))->second);
     for (int64_t r = 0; r < world; ++r)
       if (!execute(op, ranks[r], r, linearInputs, attentionInputs))
         throw InterpreterError("the interpreter has no semantics for '" +

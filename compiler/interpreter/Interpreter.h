@@ -12,14 +12,18 @@
 #include "compiler/interpreter/WeightSource.h"
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
-namespace mlir::func {
+namespace mlir {
+class Operation;
+namespace func {
 class FuncOp;
-} // namespace mlir::func
+} // namespace func
+} // namespace mlir
 
 namespace kiln::interp {
 
@@ -50,10 +54,18 @@ public:
   std::vector<std::vector<HostTensor>>
   runRanks(mlir::func::FuncOp func, const std::vector<std::vector<HostTensor>> &inputsPerRank);
 
+  // Called with each kiln.attention op and its keys and values (exact, before
+  // the cache's rounding) as it runs, once per rank: what a KV-scale
+  // calibration measures.
+  using AttentionObserver =
+      std::function<void(mlir::Operation *attention, const HostTensor &k, const HostTensor &v)>;
+  void observeAttention(AttentionObserver observer) { attentionObserver = std::move(observer); }
+
 private:
   WeightSource &weights;
   LinearInputs linearInputs;
   AttentionInputs attentionInputs;
+  AttentionObserver attentionObserver;
   // Weights decoded once and kept for later runs (greedy generation reruns
   // the whole prefix each step), by kiln.weight name.
   std::map<std::string, std::shared_ptr<const HostTensor>> weightCache;

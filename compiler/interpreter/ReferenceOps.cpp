@@ -133,6 +133,13 @@ HostTensor roundToBf16(const HostTensor &x) {
   return out;
 }
 
+HostTensor roundToE4m3(const HostTensor &x, float scale) {
+  HostTensor out = x;
+  for (float &v : out.f)
+    v = e4m3ToFloat(floatToE4m3(v / scale)) * scale;
+  return out;
+}
+
 HostTensor reshape(const HostTensor &x, std::vector<int64_t> shape) {
   HostTensor out = x;
   out.shape = std::move(shape);

@@ -29,6 +29,9 @@ HostTensor linear(const HostTensor &x, const HostTensor &weight);
 // x with every element rounded to bf16 (to nearest even) and back: what a
 // tensor core reads of f32 activations.
 HostTensor roundToBf16(const HostTensor &x);
+// Each element as an FP8 KV cache with per-tensor scale `scale` holds it:
+// the e4m3 code of x / scale (nearest even, saturated at 448) times scale.
+HostTensor roundToE4m3(const HostTensor &x, float scale);
 HostTensor reshape(const HostTensor &x, std::vector<int64_t> shape);
 // NeoX rotate-half over the full head_dim of x [T, H, D].
 HostTensor rope(const HostTensor &x, const HostTensor &positions, double theta);

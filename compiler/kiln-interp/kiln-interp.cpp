@@ -4,6 +4,7 @@
 #include "compiler/interpreter/ReferenceOps.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "models/muse_spark/GraphBuilder.h"
+#include "runtime/core/AtomicFile.h"
 #include "runtime/core/QuoteName.h"
 #include "runtime/engine/Reference.h"
 #include "runtime/safetensors/DecoderTensors.h"
@@ -21,7 +22,9 @@
 #include "llvm/Support/raw_ostream.h"
 
 #include <algorithm>
+#include <cmath>
 #include <numeric>
+#include <optional>
 #include <stdexcept>
 
 namespace cl = llvm::cl;
@@ -69,11 +72,36 @@ cl::opt<KvDType>
                      "kilnc --kv-dtype compiles it (default bf16)"),
             cl::init(KvDType::BF16),
             cl::values(clEnumValN(KvDType::BF16, "bf16", "keys and values rounded to bf16"),
-                       clEnumValN(KvDType::F32, "f32", "keys and values exact")),
+                       clEnumValN(KvDType::F32, "f32", "keys and values exact"),
+                       clEnumValN(KvDType::FP8, "fp8",
+                                  "keys and values rounded to e4m3 with their layer's scales "
+                                  "(--kv-scales)")),
             cl::cat(category));
+cl::opt<std::string> kvScalesPath("kv-scales", cl::value_desc("file"),
+                                  cl::desc("With --kv-dtype=fp8: every layer's k_scale and "
+                                           "v_scale, as kilnc --kv-scales takes them (default 1)"),
+                                  cl::cat(category));
+cl::opt<std::string> calibrateKvScales(
+    "calibrate-kv-scales", cl::value_desc("file"),
+    cl::desc("Write FP8 KV scales for kilnc --kv-scales: each layer's largest |key| and |value| "
+             "over the prompt's prefill, over 448 (the e4m3 maximum)"),
+    cl::cat(category));
 cl::opt<int64_t> topLogits("print-top-logits", cl::init(0),
                            cl::desc("Print the N largest logits of the prompt's last token"),
                            cl::cat(category));
+
+// The decoder layer an op belongs to, from its name location
+// ("model.layers.3.self_attn.attn").
+std::optional<int64_t> layerOf(mlir::Operation *op) {
+  auto name = llvm::dyn_cast<mlir::NameLoc>(op->getLoc());
+  if (!name)
+    return std::nullopt;
+  llvm::StringRef rest = name.getName().strref();
+  int64_t layer;
+  if (!rest.consume_front("model.layers.") || rest.consumeInteger(10, layer))
+    return std::nullopt;
+  return layer;
+}
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "kiln-interp") << message << "\n";
@@ -122,6 +150,11 @@ int main(int argc, char **argv) {
     options.tokens = mlir::ShapedType::kDynamic;
     options.format = config.quantization ? WeightFormat::NVFP4 : WeightFormat::BF16;
     options.kvType = kvDType;
+    if (!kvScalesPath.empty()) {
+      if (kvDType != KvDType::FP8)
+        return fail("--kv-scales " + kvScalesPath + ": scales are an FP8 cache's (--kv-dtype=fp8)");
+      options.kvScales = readKvScales(kvScalesPath, config);
+    }
     mlir::OwningOpRef<mlir::ModuleOp> module = buildForwardGraph(context, config, options);
     if (mlir::failed(mlir::verify(*module)))
       return fail("the graph for " + config.name + " does not verify");
@@ -135,11 +168,37 @@ int main(int argc, char **argv) {
         !problem.empty())
       return fail(problem);
     interp::Interpreter interpreter(weights, linearInputs, attentionInputs);
+    // Each layer's largest |key| and |value| over the prefill.
+    std::vector<KvScale> amax(config.numHiddenLayers, KvScale{0, 0});
+    if (!calibrateKvScales.empty())
+      interpreter.observeAttention([&](mlir::Operation *attention, const interp::HostTensor &k,
+                                       const interp::HostTensor &v) {
+        std::optional<int64_t> layer = layerOf(attention);
+        if (!layer || *layer >= config.numHiddenLayers)
+          throw std::runtime_error("--calibrate-kv-scales: an attention op outside a layer");
+        for (float x : k.f)
+          amax[*layer].keys = std::max(amax[*layer].keys, double(std::fabs(x)));
+        for (float x : v.f)
+          amax[*layer].values = std::max(amax[*layer].values, double(std::fabs(x)));
+      });
     int64_t n = static_cast<int64_t>(prompt.size());
     std::vector<int32_t> positions(n);
     std::iota(positions.begin(), positions.end(), 0);
     std::vector<interp::HostTensor> out = interpreter.run(
         forward, {interp::HostTensor::ints({n}, prompt), interp::HostTensor::ints({n}, positions)});
+    if (!calibrateKvScales.empty()) {
+      interpreter.observeAttention(nullptr);
+      // A tensor of zeros keeps scale 1; a non-finite one cannot be scaled.
+      for (KvScale &s : amax) {
+        if (!std::isfinite(s.keys) || !std::isfinite(s.values))
+          return fail("--calibrate-kv-scales: a key or value is not finite");
+        s.keys = s.keys > 0 ? s.keys / kE4m3Max : 1;
+        s.values = s.values > 0 ? s.values / kE4m3Max : 1;
+      }
+      writeFileAtomically(calibrateKvScales, kvScalesJson(amax));
+      llvm::outs() << "kv scales: " << calibrateKvScales << " (" << config.numHiddenLayers
+                   << " layers, from " << n << " tokens)\n";
+    }
     const interp::HostTensor &logits = out.at(0);
     int64_t vocab = logits.dim(1);
     const float *last = &logits.f[logits.f.size() - vocab];
@@ -169,7 +228,10 @@ int main(int argc, char **argv) {
           std::string("kiln-interp (fp32 reference interpreter") +
           (linearInputs == interp::LinearInputs::Bf16 ? ", bf16 linear inputs" : "") +
           (attentionInputs == interp::AttentionInputs::Bf16 ? ", bf16 attention inputs" : "") +
-          (kvDType == KvDType::BF16 ? ", bf16 KV" : ", f32 KV") + ")";
+          (kvDType == KvDType::BF16  ? ", bf16 KV"
+           : kvDType == KvDType::FP8 ? ", fp8 KV"
+                                     : ", f32 KV") +
+          ")";
       reference.prompt = prompt;
       reference.logits.assign(last, last + vocab);
       std::vector<int32_t> ids = prompt;

@@ -156,8 +156,18 @@ cl::opt<KvDType> kvDType(
     cl::init(KvDType::BF16),
     cl::values(clEnumValN(KvDType::BF16, "bf16",
                           "2 bytes an element, as the serving stacks keep it"),
-               clEnumValN(KvDType::F32, "f32", "4 bytes an element, keys and values exact")),
+               clEnumValN(KvDType::F32, "f32", "4 bytes an element, keys and values exact"),
+               clEnumValN(KvDType::FP8, "fp8",
+                          "1 byte an element: e4m3 with a scale per layer for keys and one for "
+                          "values (--kv-scales)")),
     cl::cat(kilncCategory));
+
+cl::opt<std::string>
+    kvScalesPath("kv-scales",
+                 cl::desc("With --kv-dtype=fp8: a JSON file of every layer's "
+                          "model.layers.{i}.self_attn.k_scale and v_scale (kiln-interp "
+                          "--calibrate-kv-scales writes one); without it every scale is 1"),
+                 cl::value_desc("file"), cl::cat(kilncCategory));
 
 cl::opt<bool> lastTokenLogits("last-token-logits",
                               cl::desc("Compute the logits of the last token only (always so "
@@ -395,6 +405,15 @@ int main(int argc, char **argv) {
   options.tokens = backend ? mlir::ShapedType::kDynamic : int64_t(tokens);
   options.format = format;
   options.kvType = kvDType;
+  if (!kvScalesPath.empty()) {
+    if (kvDType != KvDType::FP8)
+      return fail("--kv-scales " + kvScalesPath + ": scales are an FP8 cache's (--kv-dtype=fp8)");
+    try {
+      options.kvScales = readKvScales(kvScalesPath, config);
+    } catch (const ConfigError &error) {
+      return fail(error.what());
+    }
+  }
   // Generation reads the last token's logits only: a target computes just those.
   options.lastTokenLogits = lastTokenLogits || backend;
   const bool terminal = isatty(STDERR_FILENO);

@@ -49,8 +49,9 @@ RankMemory rankMemory(mlir::ModuleOp graph) {
     auto k = llvm::cast<mlir::RankedTensorType>(attention.getK().getType());
     std::optional<mlir::Type> kvType = attention.getKvType();
     const bool bf16 = kvType && kvType->isBF16();
-    int64_t elementBytes = bf16 ? 2 : 4;
-    const std::string dtype = bf16 ? "bf16" : "f32";
+    const bool fp8 = kvType && llvm::isa<mlir::Float8E4M3FNType>(*kvType);
+    int64_t elementBytes = fp8 ? 1 : bf16 ? 2 : 4;
+    const std::string dtype = fp8 ? "fp8" : bf16 ? "bf16" : "f32";
     memory.kvDType = first || memory.kvDType == dtype ? dtype : "mixed";
     first = false;
     int64_t perToken = 2 * k.getDimSize(1) * k.getDimSize(2) * elementBytes;

@@ -21,7 +21,7 @@ struct RankMemory {
   int64_t globalKvBytesPerToken = 0;  // all global layers, K and V
   int64_t slidingKvBytesPerToken = 0; // all sliding layers, up to their windows
   int64_t slidingKvBytesFull = 0;     // all sliding layers at their windows
-  std::string kvDType = "f32";        // the caches' element type ("bf16", "f32", "mixed")
+  std::string kvDType = "f32";        // the caches' element type ("fp8", "bf16", "f32", "mixed")
 };
 
 // The KV cache counts each attention's kv_type (f32 without one), as the

@@ -311,9 +311,21 @@ LogicalResult AttentionOp::verify() {
     return emitOpError() << "scale must be positive and finite, got " << scale;
   if (std::optional<int64_t> window = getWindow(); window && *window <= 0)
     return emitOpError() << "window must be a positive number of positions, got " << *window;
-  if (std::optional<Type> kvType = getKvType(); kvType && !kvType->isF32() && !kvType->isBF16())
-    return emitOpError() << "kv_type must be f32 or bf16 (the KV cache's element type), got "
-                         << *kvType;
+  std::optional<Type> kvType = getKvType();
+  const bool fp8 = kvType && llvm::isa<Float8E4M3FNType>(*kvType);
+  if (kvType && !kvType->isF32() && !kvType->isBF16() && !fp8)
+    return emitOpError()
+           << "kv_type must be f32, bf16 or f8E4M3FN (the KV cache's element type), got "
+           << *kvType;
+  if (std::optional<ArrayRef<double>> scales = getKvScales()) {
+    if (!fp8)
+      return emitOpError() << "kv_scales are an FP8 cache's only (kv_type f8E4M3FN)";
+    if (scales->size() != 2)
+      return emitOpError() << "kv_scales must be two scales (keys, values), got " << scales->size();
+    for (double s : *scales)
+      if (!(s > 0.0) || !std::isfinite(s))
+        return emitOpError() << "kv_scales must be positive and finite, got " << s;
+  }
   return success();
 }
 

@@ -280,11 +280,16 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [Pure, Kiln_WholeSequence]> {
     `window` is set, `positions[t] - window < positions[j]`. Scores are
     multiplied by `scale` (the model uses `1/sqrt(D)`); softmax in f32.
 
-    `kv_type` is the element type the KV cache stores (`f32` or `bf16`; none:
-    exact): every key and value, the call's own and the cached ones alike, is
-    rounded to it before the products, so that attention reads the same keys
-    whether a position was cached or computed in the same call (a prompt gives
-    the same result in one call or in chunks).
+    `kv_type` is the element type the KV cache stores (`f32`, `bf16` or
+    `f8E4M3FN`; none: exact): every key and value, the call's own and the
+    cached ones alike, is rounded to it before the products, so that attention
+    reads the same keys whether a position was cached or computed in the same
+    call (a prompt gives the same result in one call or in chunks).
+
+    An FP8 cache has one scale per tensor, `kv_scales = array<f64: k, v>` (1
+    and 1 without it): a key `x` is held as the e4m3 code of `x / k` (rounded
+    to nearest even, saturated at 448) and read back as that code times `k`;
+    values likewise with `v`. Only an FP8 cache takes scales.
 
     ```mlir
     %a = kiln.attention %q, %k, %v, %pos {kv_type = bf16, scale = 0.17677669529663687 : f64, window = 8 : i64}
@@ -294,7 +299,8 @@ def Kiln_AttentionOp : Kiln_Op<"attention", [Pure, Kiln_WholeSequence]> {
   }];
   let arguments = (ins Kiln_FloatTensor:$q, Kiln_FloatTensor:$k, Kiln_FloatTensor:$v,
                        Kiln_IndexTensor:$positions, F64Attr:$scale,
-                       OptionalAttr<I64Attr>:$window, OptionalAttr<TypeAttr>:$kv_type);
+                       OptionalAttr<I64Attr>:$window, OptionalAttr<TypeAttr>:$kv_type,
+                       OptionalAttr<DenseF64ArrayAttr>:$kv_scales);
   let results = (outs Kiln_FloatTensor:$result);
   let assemblyFormat = [{
     $q `,` $k `,` $v `,` $positions attr-dict `:` type($q) `,` type($k) `,` type($v) `,`

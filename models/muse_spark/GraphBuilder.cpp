@@ -115,10 +115,18 @@ Value ForwardBuilder::attention(Value x, Value positions, int64_t layer) {
   IntegerAttr window;
   if (!config.isGlobalLayer(layer))
     window = b.getI64IntegerAttr(config.slidingWindow);
-  Type kvType = options.kvType == KvDType::BF16 ? Type(b.getBF16Type()) : Type(b.getF32Type());
+  Type kvType = options.kvType == KvDType::BF16  ? Type(b.getBF16Type())
+                : options.kvType == KvDType::FP8 ? Type(b.getType<Float8E4M3FNType>())
+                                                 : Type(b.getF32Type());
+  DenseF64ArrayAttr kvScales;
+  if (options.kvType == KvDType::FP8) {
+    KvScale s =
+        layer < static_cast<int64_t>(options.kvScales.size()) ? options.kvScales[layer] : KvScale{};
+    kvScales = b.getDenseF64ArrayAttr({s.keys, s.values});
+  }
   Value a = AttentionOp::create(
       b, loc(attn + "attn"), tensor({tokens, qHeads, headDim}, act), q3, k3, v3, positions,
-      b.getF64FloatAttr(1.0 / std::sqrt(double(headDim))), window, TypeAttr::get(kvType));
+      b.getF64FloatAttr(1.0 / std::sqrt(double(headDim))), window, TypeAttr::get(kvType), kvScales);
   Value merged = MergeHeadsOp::create(b, loc(attn + "o_proj"), acts(config.qWidth()), a);
   return linear(merged, attn + "o_proj", hidden, config.qWidth());
 }

@@ -2,6 +2,7 @@
 #pragma once
 
 #include "models/muse_spark/Config.h"
+#include "models/muse_spark/KvScales.h"
 
 #include "mlir/IR/BuiltinOps.h"
 #include "mlir/IR/OwningOpRef.h"
@@ -16,8 +17,9 @@ class MLIRContext;
 namespace kiln::muse_spark {
 
 // The element type of the KV cache, which attention rounds its keys and
-// values to (kiln.attention's kv_type).
-enum class KvDType { F32, BF16 };
+// values to (kiln.attention's kv_type): FP8 is e4m3 with per-tensor scales
+// (kv_scales).
+enum class KvDType { F32, BF16, FP8 };
 
 struct GraphOptions {
   // Tokens of the forward pass (a prefill of T tokens at given positions).
@@ -28,6 +30,8 @@ struct GraphOptions {
   bool lastTokenLogits = false;
   // The KV cache's element type: bf16 as the serving stacks keep it, or f32.
   KvDType kvType = KvDType::BF16;
+  // An FP8 cache's scales, one pair per layer (KvScales.h); empty: 1 each.
+  std::vector<KvScale> kvScales;
   // Called after each decoder layer is built: (layers done, layers in all).
   std::function<void(int64_t, int64_t)> progress;
 };

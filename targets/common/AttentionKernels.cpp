@@ -29,7 +29,7 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
   const KvElement cache = shape.cache;
   std::string name = "attention_" + std::to_string(qHeads) + "x" + std::to_string(kvHeads) + "x" +
                      std::to_string(headDim) +
-                     (window ? "_w" + std::to_string(window) : "_global") + kvSuffix(cache) +
+                     (window ? "_w" + std::to_string(window) : "_global") + kvSuffix(shape) +
                      pageSuffix(shape) + batchSuffix(sequences);
   const int64_t lanes = headDim % 16 == 0 ? 16 : 1;
   Tiling tiling;
@@ -38,7 +38,7 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
       .set("parallel", "kv_heads")
       .set("window", window);
   if (cache != KvElement::F32)
-    tiling.set("kv_cache", "bf16");
+    tiling.set("kv_cache", kvElementName(cache));
   if (shape.paged())
     tiling.set("page_tokens", shape.pageTokens);
   // q, k, v, k cache, v cache[, positions], out[, page table]; tokens, past.
@@ -112,10 +112,10 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
       // output accumulator, the key and value at `row` of K and V (the
       // cache's, or this call's rounded as the cache holds them).
       auto update = [&](scf::ForOp loop, Value K, Value V, Value row, bool cached) {
-        auto load = [&](Value from, ValueRange at) -> Value {
+        auto load = [&](Value from, ValueRange at, KvStorage storage) -> Value {
           if (cached)
-            return loadCachedF32(b, from, at, lanes, cache);
-          return roundAsCached(b, vector::LoadOp::create(b, vf, from, at), cache);
+            return loadCachedF32(b, from, at, lanes, storage);
+          return roundAsCached(b, vector::LoadOp::create(b, vf, from, at), storage);
         };
         Value m = loop.getRegionIterArgs()[0], l = loop.getRegionIterArgs()[1];
         Value zeroV = arith::ConstantOp::create(b, vf, DenseElementsAttr::get(vf, 0.0f));
@@ -125,7 +125,7 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
           b.setInsertionPointToStart(dotv.getBody());
           Value d = dotv.getInductionVar();
           Value qv = vector::LoadOp::create(b, vf, q, ValueRange{t, h, d});
-          Value kvv = load(K, ValueRange{row, kvh, d});
+          Value kvv = load(K, ValueRange{row, kvh, d}, shape.keys());
           Value pr = arith::MulFOp::create(b, qv, kvv);
           Value ns = arith::AddFOp::create(b, dotv.getRegionIterArgs()[0], pr);
           scf::YieldOp::create(b, ValueRange{ns});
@@ -143,7 +143,7 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
         Value pwV = vector::BroadcastOp::create(b, vf, pw);
         forDims([&](Value d) {
           Value av = vector::LoadOp::create(b, vf, acc, ValueRange{d});
-          Value vv = load(V, ValueRange{row, kvh, d});
+          Value vv = load(V, ValueRange{row, kvh, d}, shape.values());
           Value ac = arith::MulFOp::create(b, av, corrV);
           Value pv = arith::MulFOp::create(b, vv, pwV);
           Value an = arith::AddFOp::create(b, ac, pv);
@@ -193,9 +193,9 @@ KernelSpec attention(const AttentionShape &shape, SequenceLayout sequences) {
     }
     forDims([&](Value d) {
       Value kv1 = vector::LoadOp::create(b, vf, k, ValueRange{t2, kvh, d});
-      storeToCache(b, kv1, kc, ValueRange{slot, kvh, d}, cache);
+      storeToCache(b, kv1, kc, ValueRange{slot, kvh, d}, shape.keys());
       Value vv1 = vector::LoadOp::create(b, vf, v, ValueRange{t2, kvh, d});
-      storeToCache(b, vv1, vc, ValueRange{slot, kvh, d}, cache);
+      storeToCache(b, vv1, vc, ValueRange{slot, kvh, d}, shape.values());
     });
   });
 }

@@ -13,21 +13,39 @@
 
 namespace kiln::kernels {
 
-// The cache's element type as kernels declare it.
+// The cache's element type as kernels declare it: f32, bf16, or i8 (an FP8
+// cache's e4m3 codes).
 mlir::Type kvElementType(mlir::Builder &b, KvElement element);
 
-// `value` (f32, a scalar or a vector) as a cache of `element` holds it: for
-// bf16 rounded to nearest even and widened back; for f32 itself.
-mlir::Value roundAsCached(mlir::ImplicitLocOpBuilder &b, mlir::Value value, KvElement element);
+// `value` (f32, a scalar or a vector) as a cache of `storage` holds it: for
+// bf16 rounded to nearest even and widened back; for FP8 the e4m3 code of
+// value / scale read back times the scale; for f32 itself.
+mlir::Value roundAsCached(mlir::ImplicitLocOpBuilder &b, mlir::Value value, KvStorage storage);
 
 // `lanes` consecutive elements of `cache` at `indices` as a vector of f32.
 mlir::Value loadCachedF32(mlir::ImplicitLocOpBuilder &b, mlir::Value cache,
-                          mlir::ValueRange indices, int64_t lanes, KvElement element,
+                          mlir::ValueRange indices, int64_t lanes, KvStorage storage,
                           int64_t alignBytes = 0);
+
+// Elements as a cache of `storage` stores them (a vector loaded from it) as
+// f32.
+mlir::Value widenCached(mlir::ImplicitLocOpBuilder &b, mlir::Value stored, KvStorage storage);
+
+// An f32 vector as a cache of `storage` stores it: itself, bf16, or e4m3
+// codes of value / scale (i8).
+mlir::Value narrowToCache(mlir::ImplicitLocOpBuilder &b, mlir::Value f32Vector, KvStorage storage);
 
 // Stores an f32 vector into `cache` at `indices`, narrowed to its element type.
 void storeToCache(mlir::ImplicitLocOpBuilder &b, mlir::Value f32Vector, mlir::Value cache,
-                  mlir::ValueRange indices, KvElement element, int64_t alignBytes = 0);
+                  mlir::ValueRange indices, KvStorage storage, int64_t alignBytes = 0);
+
+// E4M3 codes (i8, a scalar or a vector) and f32 values, by integer
+// arithmetic every target has (no FP8 instructions): decoding is exact, NaN
+// code to NaN; encoding rounds to nearest even, saturates at 448, and keeps
+// NaN (code 0x7f with its sign). The same as kiln::floatToE4m3 and
+// e4m3ToFloat (runtime/core/Float.h), which the interpreter uses.
+mlir::Value decodeE4m3(mlir::ImplicitLocOpBuilder &b, mlir::Value codes);
+mlir::Value encodeE4m3(mlir::ImplicitLocOpBuilder &b, mlir::Value values);
 
 // Where a token's keys live: per token its positions before this call
 // (past), its position, its conversation's base (its first slot unpaged,

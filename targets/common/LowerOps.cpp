@@ -177,7 +177,8 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
   // The cache's element type: kv_type (f32 without one).
   std::optional<Type> kvType = o.getKvType();
   Type cacheType = kvType ? *kvType : f32;
-  DType cacheDType = cacheType.isBF16() ? DType::BF16 : DType::F32;
+  const bool fp8 = llvm::isa<Float8E4M3FNType>(cacheType);
+  DType cacheDType = cacheType.isBF16() ? DType::BF16 : fp8 ? DType::F8_E4M3 : DType::F32;
   const int64_t pageTokens = window ? 0 : options.kvPageTokens;
   if (static_cast<int64_t>(model.kvCaches.size()) <= cache)
     model.kvCaches.push_back({cache, window, k.getDimSize(1), k.getDimSize(2), cacheDType,
@@ -193,8 +194,14 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
                        dim,
                        window,
                        o.getScale().convertToDouble(),
-                       cacheType.isBF16() ? KvElement::BF16 : KvElement::F32,
+                       cacheType.isBF16() ? KvElement::BF16
+                       : fp8              ? KvElement::FP8
+                                          : KvElement::F32,
                        pageTokens};
+  if (std::optional<ArrayRef<double>> scales = o.getKvScales()) {
+    shape.keyScale = (*scales)[0];
+    shape.valueScale = (*scales)[1];
+  }
   // A paged cache's kernels take the page table after their other buffers.
   auto withPages = [&](SmallVector<Buf> buffers) {
     if (shape.paged())

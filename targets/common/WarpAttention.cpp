@@ -64,7 +64,7 @@ KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits,
   const int64_t perWarp = attentionHeadsPerWarp(qHeads, kvHeads);
   std::string name = "attention_split_warp_" + str(qHeads) + "x" + str(kvHeads) + "x" +
                      str(headDim) + (window ? "_w" + str(window) : "_global") + "_s" + str(splits) +
-                     (perWarp > 1 ? "_q" + str(perWarp) : "") + kvSuffix(cache) +
+                     (perWarp > 1 ? "_q" + str(perWarp) : "") + kvSuffix(shape) +
                      pageSuffix(shape) + batchSuffix(sequences);
   Tiling tiling;
   tiling.set("kind", "warp-split-kv")
@@ -73,7 +73,7 @@ KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits,
       .set("window", window)
       .set("heads_per_warp", perWarp);
   if (cache != KvElement::F32)
-    tiling.set("kv_cache", "bf16");
+    tiling.set("kv_cache", kvElementName(cache));
   if (shape.paged())
     tiling.set("page_tokens", shape.pageTokens);
   // q, k, v, the caches, [positions,] the partials[, page table], tokens, past.
@@ -170,16 +170,16 @@ KernelSpec attentionSplitWarp(const AttentionShape &shape, int64_t splits,
       // A key and its value: the cache's, or this call's rounded as the
       // cache would hold them.
       auto loadPair = [&](Value k0, Value v0, Value row, bool cached) {
-        auto load = [&](Value from) -> Value {
+        auto load = [&](Value from, KvStorage storage) -> Value {
           if (cached)
-            return loadCachedF32(b, from, ValueRange{row, kvh, d0}, 16, cache, 16);
+            return loadCachedF32(b, from, ValueRange{row, kvh, d0}, 16, storage, 16);
           return roundAsCached(b,
                                vector::LoadOp::create(b, v16, from, ValueRange{row, kvh, d0}, false,
                                                       llvm::MaybeAlign(16)),
-                               cache);
+                               storage);
         };
-        Value kr = load(k0);
-        Value vr = load(v0);
+        Value kr = load(k0, shape.keys());
+        Value vr = load(v0, shape.values());
         scf::YieldOp::create(b, ValueRange{kr, vr});
       };
       {
@@ -331,12 +331,12 @@ KernelSpec attentionMergeWarp(int64_t qHeads, int64_t headDim, int64_t splits) {
 KernelSpec kvAppendWarp(const AttentionShape &shape, SequenceLayout sequences) {
   const int64_t kvHeads = shape.kvHeads, headDim = shape.headDim;
   const KvElement cache = shape.cache;
-  std::string name = "kv_append_warp_" + str(kvHeads) + "x" + str(headDim) + kvSuffix(cache) +
+  std::string name = "kv_append_warp_" + str(kvHeads) + "x" + str(headDim) + kvSuffix(shape) +
                      pageSuffix(shape) + batchSuffix(sequences);
   Tiling tiling;
   tiling.set("kind", "warp-rows").set("parallel", "tokens*kv_heads");
   if (cache != KvElement::F32)
-    tiling.set("kv_cache", "bf16");
+    tiling.set("kv_cache", kvElementName(cache));
   if (shape.paged())
     tiling.set("page_tokens", shape.pageTokens);
   // k, v, the caches, [positions,][ page table,] tokens, past.
@@ -385,10 +385,11 @@ KernelSpec kvAppendWarp(const AttentionShape &shape, SequenceLayout sequences) {
     auto dims = scf::ForOp::create(b, l4, dim, c128);
     b.setInsertionPointToStart(dims.getBody());
     Value c = dims.getInductionVar();
-    for (auto [from, to] : {std::pair{keys, keyCache}, std::pair{values, valueCache}}) {
+    for (auto [from, to, storage] : {std::tuple{keys, keyCache, shape.keys()},
+                                     std::tuple{values, valueCache, shape.values()}}) {
       Value row =
           vector::LoadOp::create(b, v4, from, ValueRange{t, h, c}, false, llvm::MaybeAlign(16));
-      storeToCache(b, row, to, ValueRange{slot, h, c}, cache, 4 * kvElementBytes(cache));
+      storeToCache(b, row, to, ValueRange{slot, h, c}, storage, 4 * kvElementBytes(cache));
     }
   });
 }

@@ -171,7 +171,8 @@ private:
 
   // Four f32 of the key or value at position `pos` (cache below `past`, this
   // call's K/V above), dims `col` ..; zeros where `inRange` is false.
-  Value kvQuad(unsigned callArg, unsigned cacheArg, Value pos, Value col, Value inRange) {
+  Value kvQuad(unsigned callArg, unsigned cacheArg, Value pos, Value col, Value inRange,
+               kernels::KvStorage storage) {
     auto v4 = VectorType::get({4}, f32);
     Value cached = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, pos, past);
     auto ifRange = scf::IfOp::create(b, TypeRange{v4}, inRange, /*withElse=*/true);
@@ -185,12 +186,15 @@ private:
         Value slot = rows->row(b, k.index(0), pos);
         scf::YieldOp::create(
             b, ValueRange{kernels::loadCachedF32(b, k.arg(cacheArg), ValueRange{slot, kvHead, col},
-                                                 4, s.cache)});
+                                                 4, storage)});
         b.setInsertionPointToStart(&ifCached.getElseRegion().front());
+        // This call's, as the cache holds them (the bf16 tile rounds a bf16
+        // cache's the same way).
         Value row = arith::SubIOp::create(b, pos, past);
-        scf::YieldOp::create(b, ValueRange{vector::LoadOp::create(b, v4, k.arg(callArg),
-                                                                  ValueRange{row, kvHead, col})
-                                               .getResult()});
+        Value call = vector::LoadOp::create(b, v4, k.arg(callArg), ValueRange{row, kvHead, col});
+        if (storage.element == kernels::KvElement::FP8)
+          call = kernels::roundAsCached(b, call, storage);
+        scf::YieldOp::create(b, ValueRange{call});
       }
       scf::YieldOp::create(b, ifCached.getResults());
       b.setInsertionPointToStart(&ifRange.getElseRegion().front());
@@ -212,8 +216,8 @@ private:
           arith::MulIOp::create(b, arith::RemUIOp::create(b, e, idx(s.headDim / 4)), idx(4));
       Value pos = arith::AddIOp::create(b, tileStart, key);
       Value inRange = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, pos, keyEnd);
-      Value kq = arith::TruncFOp::create(b, v4bf, kvQuad(1, 3, pos, col, inRange));
-      Value vq = arith::TruncFOp::create(b, v4bf, kvQuad(2, 4, pos, col, inRange));
+      Value kq = arith::TruncFOp::create(b, v4bf, kvQuad(1, 3, pos, col, inRange, s.keys()));
+      Value vq = arith::TruncFOp::create(b, v4bf, kvQuad(2, 4, pos, col, inRange, s.values()));
       Value keyAt =
           arith::AddIOp::create(b, arith::MulIOp::create(b, key, idx(s.keyStride())), col);
       LLVM::StoreOp::create(b, kq, sharedAt(0, keyAt), /*alignment=*/8);
@@ -363,7 +367,7 @@ kernels::KernelSpec mmaAttention(const S &shape, bool dropLastTile) {
                            std::to_string(shape.qHeads) + "x" + std::to_string(shape.kvHeads) +
                            "x" + std::to_string(shape.headDim) +
                            (shape.window ? "_w" + std::to_string(shape.window) : "_global") +
-                           kernels::kvSuffix(shape.cache) + kernels::pageSuffix(shape);
+                           kernels::kvSuffix(shape) + kernels::pageSuffix(shape);
   kernels::Tiling tiling;
   tiling.set("kind", "mma-attention")
       .set("queries", S::kQueries)
@@ -371,7 +375,7 @@ kernels::KernelSpec mmaAttention(const S &shape, bool dropLastTile) {
       .set("heads", shape.headsPerBlock())
       .set("block", shape.threads());
   if (shape.cache != kernels::KvElement::F32)
-    tiling.set("kv_cache", "bf16");
+    tiling.set("kv_cache", kernels::kvElementName(shape.cache));
   if (shape.paged())
     tiling.set("page_tokens", shape.pageTokens);
   auto args = [&](Builder &b) -> std::vector<Type> {

@@ -148,7 +148,9 @@ private:
     }
   }
 
-  // `lanes` bf16 of the key or value at position `pos` from dim `col`: the
+  // `lanes` elements of the key or value at position `pos` from dim `col`,
+  // as the cache stores them (bf16, or an FP8 cache's codes, decoded where
+  // they are used: the prefetched tile takes half the registers): the
   // cache's below the token's past, else this call's rounded as the cache
   // holds them; positions at or past keyEnd read the split's first key (their
   // probability is zero), or the token's own where the split is empty.
@@ -156,22 +158,62 @@ private:
     Value jc = arith::MinUIOp::create(
         b, arith::SelectOp::create(b, cmp(arith::CmpIPredicate::ult, pos, keyEnd), pos, keyBegin),
         position);
-    auto stored = VectorType::get({lanes}, bf16);
+    auto stored = VectorType::get({lanes}, kernels::kvElementType(b, s.cache));
     auto ifCached = scf::IfOp::create(b, TypeRange{stored},
                                       cmp(arith::CmpIPredicate::ult, jc, tokenPast), true);
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(&ifCached.getThenRegion().front());
     Value slot = rows->row(b, base, jc);
+    const int64_t bytes = kernels::kvElementBytes(s.cache);
     scf::YieldOp::create(b, ValueRange{vector::LoadOp::create(
                                 b, stored, k.arg(cacheArg), ValueRange{slot, kvHead, col}, false,
-                                llvm::MaybeAlign(std::min<int64_t>(16, 2 * lanes)))});
+                                llvm::MaybeAlign(std::min<int64_t>(16, bytes * lanes)))});
     b.setInsertionPointToStart(&ifCached.getElseRegion().front());
     Value row = arith::AddIOp::create(b, row0, arith::SubIOp::create(b, jc, tokenPast));
     Value call = vector::LoadOp::create(b, VectorType::get({lanes}, f32), k.arg(callArg),
                                         ValueRange{row, kvHead, col}, false,
                                         llvm::MaybeAlign(std::min<int64_t>(16, 4 * lanes)));
-    scf::YieldOp::create(b, ValueRange{arith::TruncFOp::create(b, stored, call).getResult()});
+    scf::YieldOp::create(
+        b, ValueRange{kernels::narrowToCache(b, call, cacheArg == 3 ? s.keys() : s.values())});
     return ifCached.getResult(0);
+  }
+  bool fp8() const { return s.cache == kernels::KvElement::FP8; }
+  // The P V product's B fragment for dim `jd` of this thread's four value
+  // rows: bf16 pairs (rows 0, 1) and (2, 3). An FP8 cache's four codes are
+  // decoded together, one dim at a time (a whole row at once would spill).
+  SmallVector<Value> valueFragment(ArrayRef<Value> valueRows, int64_t jd) {
+    if (!fp8())
+      return {pairOf(at(valueRows[0], jd), at(valueRows[1], jd)),
+              pairOf(at(valueRows[2], jd), at(valueRows[3], jd))};
+    Value codes =
+        vector::FromElementsOp::create(b, VectorType::get({4}, b.getI8Type()),
+                                       ValueRange{at(valueRows[0], jd), at(valueRows[1], jd),
+                                                  at(valueRows[2], jd), at(valueRows[3], jd)});
+    Value pairs =
+        vector::BitCastOp::create(b, VectorType::get({2}, i32), bf16Of(codes, s.values()));
+    return {vector::ExtractOp::create(b, pairs, ArrayRef<int64_t>{0}),
+            vector::ExtractOp::create(b, pairs, ArrayRef<int64_t>{1})};
+  }
+  // Codes of an FP8 cache as bf16 (decoded and scaled, then rounded as the
+  // interpreter's bf16 attention inputs are).
+  Value bf16Of(Value codes, kernels::KvStorage storage) {
+    auto type = llvm::cast<VectorType>(codes.getType());
+    return arith::TruncFOp::create(b, VectorType::get(type.getShape(), bf16),
+                                   kernels::widenCached(b, codes, storage));
+  }
+  // The B fragment of key row `row`'s dims 16 chunk .. + 15 for this
+  // thread: bf16 pairs 2 chunk and 2 chunk + 1 of the row.
+  SmallVector<Value> keyFragment(Value row, int64_t chunk) {
+    if (!fp8())
+      return {vector::ExtractOp::create(b, row, ArrayRef<int64_t>{2 * chunk}),
+              vector::ExtractOp::create(b, row, ArrayRef<int64_t>{2 * chunk + 1})};
+    SmallVector<Value> four;
+    for (int64_t e = 0; e < 4; ++e)
+      four.push_back(at(row, 4 * chunk + e));
+    Value codes = vector::FromElementsOp::create(b, VectorType::get({4}, b.getI8Type()), four);
+    Value pairs = vector::BitCastOp::create(b, VectorType::get({2}, i32), bf16Of(codes, s.keys()));
+    return {vector::ExtractOp::create(b, pairs, ArrayRef<int64_t>{0}),
+            vector::ExtractOp::create(b, pairs, ArrayRef<int64_t>{1})};
   }
 
   // bf16 element `i` of a row.
@@ -189,8 +231,10 @@ private:
     SmallVector<Value> rows;
     for (int64_t h = 0; h < 2; ++h) {
       Value pos = arith::AddIOp::create(b, tileStart, arith::AddIOp::create(b, g, idx(8 * h)));
-      rows.push_back(vector::BitCastOp::create(b, VectorType::get({D / 8}, i32),
-                                               kvRow(1, 3, pos, col, D / 4)));
+      Value row = kvRow(1, 3, pos, col, D / 4);
+      // bf16: as D/8 pairs (i32), each a fragment register; FP8: the codes.
+      rows.push_back(fp8() ? row
+                           : vector::BitCastOp::create(b, VectorType::get({D / 8}, i32), row));
     }
     return rows;
   }
@@ -229,9 +273,7 @@ private:
     for (int64_t h = 0; h < 2; ++h) {
       SmallVector<Value> c = {zero, zero, zero, zero};
       for (int64_t chunk = 0; chunk < D / 16; ++chunk) {
-        SmallVector<Value> bFrag = {
-            vector::ExtractOp::create(b, keyRows[h], ArrayRef<int64_t>{2 * chunk}),
-            vector::ExtractOp::create(b, keyRows[h], ArrayRef<int64_t>{2 * chunk + 1})};
+        SmallVector<Value> bFrag = keyFragment(keyRows[h], chunk);
         for (const auto *queries : {&queriesHi, &queriesLo}) {
           SmallVector<Value, 4> sum = mmaBf16(b, (*queries)[chunk], bFrag, c);
           c.assign(sum.begin(), sum.end());
@@ -264,8 +306,7 @@ private:
       pLo.push_back(lo);
     }
     for (int64_t jd = 0; jd < D / 8; ++jd) {
-      SmallVector<Value> bFrag = {pairOf(at(valueRows[0], jd), at(valueRows[1], jd)),
-                                  pairOf(at(valueRows[2], jd), at(valueRows[3], jd))};
+      SmallVector<Value> bFrag = valueFragment(valueRows, jd);
       for (const SmallVector<Value> *a : {&pHi, &pLo}) {
         SmallVector<Value, 4> sum = mmaBf16(b, *a, bFrag, ArrayRef<Value>(out).slice(4 * jd, 4));
         std::copy(sum.begin(), sum.end(), out.begin() + 4 * jd);
@@ -325,9 +366,9 @@ private:
 } // namespace
 
 bool mmaDecodeAttentionFits(const kernels::AttentionShape &shape) {
-  return shape.cache == kernels::KvElement::BF16 && shape.headDim % 16 == 0 &&
-         shape.headDim <= 256 && shape.kvHeads > 0 && shape.qHeads % shape.kvHeads == 0 &&
-         shape.group() <= kRows;
+  return (shape.cache == kernels::KvElement::BF16 || shape.cache == kernels::KvElement::FP8) &&
+         shape.headDim % 16 == 0 && shape.headDim <= 256 && shape.kvHeads > 0 &&
+         shape.qHeads % shape.kvHeads == 0 && shape.group() <= kRows;
 }
 
 kernels::KernelSpec mmaDecodeAttention(const kernels::AttentionShape &shape, int64_t splits,
@@ -335,7 +376,7 @@ kernels::KernelSpec mmaDecodeAttention(const kernels::AttentionShape &shape, int
   const std::string name = "attention_mma_decode_" + kernels::str(shape.qHeads) + "x" +
                            kernels::str(shape.kvHeads) + "x" + kernels::str(shape.headDim) +
                            (shape.window ? "_w" + kernels::str(shape.window) : "_global") + "_s" +
-                           kernels::str(splits) + kernels::kvSuffix(shape.cache) +
+                           kernels::str(splits) + kernels::kvSuffix(shape) +
                            kernels::pageSuffix(shape) + kernels::batchSuffix(sequences);
   kernels::Tiling tiling;
   tiling.set("kind", "mma-decode-attention")
@@ -343,14 +384,15 @@ kernels::KernelSpec mmaDecodeAttention(const kernels::AttentionShape &shape, int
       .set("splits", splits)
       .set("keys", kTileKeys)
       .set("window", shape.window)
-      .set("kv_cache", "bf16");
+      .set("kv_cache", kernels::kvElementName(shape.cache));
   if (shape.paged())
     tiling.set("page_tokens", shape.pageTokens);
   // q, k, v, the caches, [positions,] the partials[, page table]; tokens, past.
   auto args = [&](Builder &b) -> std::vector<Type> {
     const int64_t dynamic = ShapedType::kDynamic;
     Type kv = MemRefType::get({dynamic, shape.kvHeads, shape.headDim}, b.getF32Type());
-    Type cache = MemRefType::get({dynamic, shape.kvHeads, shape.headDim}, b.getBF16Type());
+    Type cache = MemRefType::get({dynamic, shape.kvHeads, shape.headDim},
+                                 kernels::kvElementType(b, shape.cache));
     std::vector<Type> types = {
         MemRefType::get({dynamic, shape.qHeads, shape.headDim}, b.getF32Type()), kv, kv, cache,
         cache};

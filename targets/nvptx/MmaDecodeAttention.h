@@ -24,8 +24,8 @@
 
 namespace kiln::nvptx {
 
-// A bf16 cache, head_dim a multiple of 16 up to 256, at most 16 query heads a
-// KV head.
+// A bf16 or FP8 cache (its codes decoded to bf16 as they are loaded),
+// head_dim a multiple of 16 up to 256, at most 16 query heads a KV head.
 bool mmaDecodeAttentionFits(const kernels::AttentionShape &shape);
 // The partials kernel: the split warp kernel's arguments (q, k, v, the caches,
 // [positions,] partials [T, qHeads, splits, headDim + 4]; tokens, past).

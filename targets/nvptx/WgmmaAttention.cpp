@@ -195,7 +195,7 @@ private:
   Value kvQuad(Value callBase, Value cacheBase, Value rowInTile, Value col) {
     auto v4 = VectorType::get({4}, f32);
     if (s.cache == kernels::KvElement::BF16)
-      return arith::ExtFOp::create(b, v4, bf16Cached(cacheBase, rowInTile, col, 4));
+      return arith::ExtFOp::create(b, v4, cachedAsStored(cacheBase, rowInTile, col, 4));
     Value pos = arith::AddIOp::create(b, tileStart, rowInTile);
     Value inRange = cmp(arith::CmpIPredicate::ult, pos, keyEnd);
     Value cached = cmp(arith::CmpIPredicate::ult, pos, past);
@@ -217,9 +217,9 @@ private:
     return arith::SelectOp::create(b, inRange, quad, zeros);
   }
 
-  // `lanes` bf16 of a bf16 cache at tile row `rowInTile`, dims `col` ..,
-  // as stored; zeros at or past keyEnd.
-  Value bf16Cached(Value cacheBase, Value rowInTile, Value col, int64_t lanes) {
+  // `lanes` elements of a bf16 or FP8 cache at tile row `rowInTile`, dims
+  // `col` .., as stored; zeros (0.0 in both) at or past keyEnd.
+  Value cachedAsStored(Value cacheBase, Value rowInTile, Value col, int64_t lanes) {
     Value pos = arith::AddIOp::create(b, tileStart, rowInTile);
     Value inRange = cmp(arith::CmpIPredicate::ult, pos, keyEnd);
     Value row = arith::SelectOp::create(b, inRange, slotOf(rowInTile), idx(0));
@@ -229,10 +229,10 @@ private:
             b, arith::AddIOp::create(b, arith::MulIOp::create(b, row, idx(s.kvHeads)), kvHead),
             idx(s.headDim)),
         col);
-    auto type = VectorType::get({lanes}, b.getBF16Type());
-    Value stored = loadGlobal(type, cacheBase, element, 2, 2 * lanes);
-    Value zeros = arith::ConstantOp::create(
-        b, type, DenseElementsAttr::get(type, APFloat::getZero(APFloat::BFloat())));
+    const int64_t bytes = kernels::kvElementBytes(s.cache);
+    auto type = VectorType::get({lanes}, kernels::kvElementType(b, s.cache));
+    Value stored = loadGlobal(type, cacheBase, element, bytes, bytes * lanes);
+    Value zeros = arith::ConstantOp::create(b, type, b.getZeroAttr(type));
     return arith::SelectOp::create(b, inRange, stored, zeros);
   }
 
@@ -356,8 +356,8 @@ private:
     Value keys, values, keyCache, valueCache;
   };
   void convertTile(wgmma::Ring &ring, Value inGroup, const Tile &tile, const Sources &src) {
-    convertRows(ring, inGroup, src.keys, src.keyCache, tile.keysAt);
-    convertRows(ring, inGroup, src.values, src.valueCache, tile.valuesAt);
+    convertRows(ring, inGroup, src.keys, src.keyCache, tile.keysAt, s.keys());
+    convertRows(ring, inGroup, src.values, src.valueCache, tile.valuesAt, s.values());
     NVVM::FenceProxyOp::create(b, b.getLoc(), NVVM::ProxyKind::async_shared,
                                NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
     NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), tile.fullAt, Value(),
@@ -369,10 +369,11 @@ private:
   // a row; eight f32 dims (lo, hi) to convert, or from a bf16 cache the
   // eight as stored (one 16-byte load). Every load is issued before the
   // first store (the generic-pointer loads may not pass a shared store).
-  void convertRows(wgmma::Ring &ring, Value inGroup, Value callBase, Value cacheBase, Value at) {
+  void convertRows(wgmma::Ring &ring, Value inGroup, Value callBase, Value cacheBase, Value at,
+                   kernels::KvStorage storage) {
     const int64_t chunksPerRow = s.headDim / 8;
     struct Chunk {
-      Value lo, hi, stored, at;
+      Value lo, hi, stored, codes, at;
     };
     SmallVector<Chunk> chunks;
     for (int64_t i = 0; i < S::kKeys * chunksPerRow / wgmma::kWarpgroup; ++i) {
@@ -383,7 +384,10 @@ private:
       Chunk chunk;
       if (s.cache == kernels::KvElement::BF16) {
         chunk.stored = vector::BitCastOp::create(b, VectorType::get({4}, i32),
-                                                 bf16Cached(cacheBase, r, col, 8));
+                                                 cachedAsStored(cacheBase, r, col, 8));
+      } else if (s.cache == kernels::KvElement::FP8) {
+        // Eight codes (one 8-byte load), decoded and scaled when stored.
+        chunk.codes = cachedAsStored(cacheBase, r, col, 8);
       } else {
         chunk.lo = kvQuad(callBase, cacheBase, r, col);
         chunk.hi = kvQuad(callBase, cacheBase, r, arith::AddIOp::create(b, col, idx(4)));
@@ -395,7 +399,12 @@ private:
     }
     for (const Chunk &chunk : chunks) {
       Value packed = chunk.stored;
-      if (!packed) {
+      if (chunk.codes) {
+        Value f8 = kernels::widenCached(b, chunk.codes, storage);
+        packed = vector::BitCastOp::create(
+            b, VectorType::get({4}, i32),
+            arith::TruncFOp::create(b, VectorType::get({8}, b.getBF16Type()), f8));
+      } else if (!packed) {
         SmallVector<Value> values = elements(chunk.lo);
         values.append(elements(chunk.hi));
         packed = chunkOf(values);
@@ -708,7 +717,7 @@ std::string shapeSuffix(const S &shape) {
   return std::to_string(shape.qHeads) + "x" + std::to_string(shape.kvHeads) + "x" +
          std::to_string(shape.headDim) +
          (shape.window ? "_w" + std::to_string(shape.window) : "_global") +
-         kernels::kvSuffix(shape.cache);
+         kernels::kvSuffix(shape);
 }
 
 int64_t stagedRows(int64_t maxTokens) {
@@ -727,7 +736,7 @@ kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastT
       .set("block", kThreads)
       .set("swizzle", 128);
   if (shape.cache != kernels::KvElement::F32)
-    tiling.set("kv_cache", "bf16");
+    tiling.set("kv_cache", kernels::kvElementName(shape.cache));
   if (shape.paged())
     tiling.set("page_tokens", shape.pageTokens);
   auto args = [&](Builder &b) -> std::vector<Type> {
@@ -798,6 +807,12 @@ kernels::KernelSpec stageKernel(const S &shape, int64_t rows) {
     Value zeros = arith::ConstantOp::create(b, v4, DenseElementsAttr::get(v4, 0.0f));
     Value key = vector::LoadOp::create(b, v4, k.arg(0), ValueRange{safe, head, col});
     Value value = vector::LoadOp::create(b, v4, k.arg(1), ValueRange{safe, head, col});
+    // An FP8 cache's keys and values as it will hold them (bf16 then holds
+    // them as the converted cached tiles do).
+    if (shape.cache == kernels::KvElement::FP8) {
+      key = kernels::roundAsCached(b, key, shape.keys());
+      value = kernels::roundAsCached(b, value, shape.values());
+    }
     key = arith::TruncFOp::create(b, bf4, arith::SelectOp::create(b, inCall, key, zeros));
     value = arith::TruncFOp::create(b, bf4, arith::SelectOp::create(b, inCall, value, zeros));
     vector::StoreOp::create(b, key, k.arg(2), ValueRange{head, row, col}, false,

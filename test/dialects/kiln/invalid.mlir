@@ -158,8 +158,35 @@ func.func @attention_scale(%q: tensor<8x6x32xbf16>, %k: tensor<8x2x32xbf16>, %p:
 // -----
 
 func.func @attention_kv_type(%q: tensor<8x6x32xbf16>, %k: tensor<8x2x32xbf16>, %p: tensor<8xi32>) {
-  // expected-error @+1 {{kv_type must be f32 or bf16 (the KV cache's element type), got 'f16'}}
+  // expected-error @+1 {{kv_type must be f32, bf16 or f8E4M3FN (the KV cache's element type), got 'f16'}}
   %a = kiln.attention %q, %k, %k, %p {kv_type = f16, scale = 0.125 : f64}
+         : tensor<8x6x32xbf16>, tensor<8x2x32xbf16>, tensor<8x2x32xbf16>, tensor<8xi32> -> tensor<8x6x32xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_scales_without_fp8(%q: tensor<8x6x32xbf16>, %k: tensor<8x2x32xbf16>, %p: tensor<8xi32>) {
+  // expected-error @+1 {{kv_scales are an FP8 cache's only (kv_type f8E4M3FN)}}
+  %a = kiln.attention %q, %k, %k, %p {kv_type = bf16, kv_scales = array<f64: 1.0, 1.0>, scale = 0.125 : f64}
+         : tensor<8x6x32xbf16>, tensor<8x2x32xbf16>, tensor<8x2x32xbf16>, tensor<8xi32> -> tensor<8x6x32xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_scales_count(%q: tensor<8x6x32xbf16>, %k: tensor<8x2x32xbf16>, %p: tensor<8xi32>) {
+  // expected-error @+1 {{kv_scales must be two scales (keys, values), got 1}}
+  %a = kiln.attention %q, %k, %k, %p {kv_type = f8E4M3FN, kv_scales = array<f64: 0.5>, scale = 0.125 : f64}
+         : tensor<8x6x32xbf16>, tensor<8x2x32xbf16>, tensor<8x2x32xbf16>, tensor<8xi32> -> tensor<8x6x32xbf16>
+  return
+}
+
+// -----
+
+func.func @attention_scales_positive(%q: tensor<8x6x32xbf16>, %k: tensor<8x2x32xbf16>, %p: tensor<8xi32>) {
+  // expected-error @+1 {{kv_scales must be positive and finite, got 0}}
+  %a = kiln.attention %q, %k, %k, %p {kv_type = f8E4M3FN, kv_scales = array<f64: 0.5, 0.0>, scale = 0.125 : f64}
          : tensor<8x6x32xbf16>, tensor<8x2x32xbf16>, tensor<8x2x32xbf16>, tensor<8xi32> -> tensor<8x6x32xbf16>
   return
 }

@@ -40,6 +40,10 @@ func.func @attention_block(%ids: tensor<8xi32>, %pos: tensor<8xi32>) -> tensor<8
   // CHECK: kiln.attention %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {kv_type = bf16, scale = 1.250000e-01 : f64} :
   %gb = kiln.attention %qr, %kr, %v3, %pos {kv_type = bf16, scale = 0.125 : f64}
          : tensor<8x6x32xbf16>, tensor<8x2x32xbf16>, tensor<8x2x32xbf16>, tensor<8xi32> -> tensor<8x6x32xbf16>
+  // A KV cache in FP8 e4m3 with a scale for the keys and one for the values.
+  // CHECK: kiln.attention %{{.+}}, %{{.+}}, %{{.+}}, %{{.+}} {kv_scales = array<f64: 5.000000e-01, 2.500000e-01>, kv_type = f8E4M3FN, scale = 1.250000e-01 : f64} :
+  %g8 = kiln.attention %qr, %kr, %v3, %pos {kv_type = f8E4M3FN, kv_scales = array<f64: 0.5, 0.25>, scale = 0.125 : f64}
+         : tensor<8x6x32xbf16>, tensor<8x2x32xbf16>, tensor<8x2x32xbf16>, tensor<8xi32> -> tensor<8x6x32xbf16>
   // CHECK: kiln.merge_heads %{{.+}} : tensor<8x6x32xbf16> -> tensor<8x192xbf16>
   %a2 = kiln.merge_heads %a : tensor<8x6x32xbf16> -> tensor<8x192xbf16>
   %wo = kiln.weight "model.layers.0.self_attn.o_proj.weight" : tensor<256x192xbf16>
