@@ -366,9 +366,11 @@ private:
 
   // The tile's keys (or values) into its panels at `at`, as a TMA box would
   // bring them: chunk (key r, dims 8 c ..) a unit, consecutive threads along
-  // a row; eight f32 dims (lo, hi) to convert, or from a bf16 cache the
-  // eight as stored (one 16-byte load). Every load is issued before the
-  // first store (the generic-pointer loads may not pass a shared store).
+  // a row; eight f32 dims (lo, hi) to convert, from a bf16 cache the eight
+  // as stored (one 16-byte load), from an FP8 cache their eight codes (one
+  // 8-byte load, decoded and scaled after the loads). Every load is issued
+  // before the first store (the generic-pointer loads may not pass a shared
+  // store).
   void convertRows(wgmma::Ring &ring, Value inGroup, Value callBase, Value cacheBase, Value at,
                    kernels::KvStorage storage) {
     const int64_t chunksPerRow = s.headDim / 8;
