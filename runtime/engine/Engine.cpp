@@ -56,6 +56,10 @@ void Engine::Impl::parseModel(const EngineOptions &options) {
     throw RuntimeError("KV pages " + std::to_string(options.kvPages) +
                        ": expected 0 (every context whole) or more");
   pageCount = options.kvPages;
+  poolBytes = options.kvPoolBytes;
+  if (pageCount > 0 && poolBytes > 0)
+    throw RuntimeError("KV pages (" + std::to_string(pageCount) + ") and a KV pool of " +
+                       std::to_string(poolBytes) + " bytes were both asked for: give one");
   if (contextLength == 0)
     contextLength = defaultContextLength(model);
   if (contextLength < 1 || contextLength > model.maxPositions)
@@ -69,11 +73,32 @@ void Engine::Impl::allocateBuffers() {
     conversations = std::max<int64_t>(conversations, entry->sequences());
   past.assign(static_cast<size_t>(conversations), 0);
   written.assign(static_cast<size_t>(conversations), 0);
+  auto specOf = [](const fb::KvCache *cache) {
+    return KvCacheSpec{cache->layer(),      cache->window(),         cache->kv_heads(),
+                       cache->head_dim(),   toDType(cache->dtype()), cache->ring(),
+                       cache->page_tokens()};
+  };
+  // A pool given in bytes: the pages that fit, a page being its positions'
+  // K and V in every paged layer.
+  if (poolBytes > 0) {
+    uint64_t pageBytes = 0;
+    if (const auto *caches = artifact->kv_caches())
+      for (const fb::KvCache *cache : *caches)
+        if (const KvCacheSpec spec = specOf(cache); spec.isPaged())
+          pageBytes += 2 * kvCacheBufferBytes(spec, spec.pageTokens);
+    if (pageBytes == 0)
+      fail("a KV pool of " + std::to_string(poolBytes) +
+           " bytes was asked for, but the artifact's KV caches are not paged (compile with "
+           "kilnc --kv-page-tokens)");
+    if (poolBytes / pageBytes < 1 || poolBytes / pageBytes > (uint64_t{1} << 31))
+      fail("a KV pool of " + std::to_string(poolBytes) + " bytes holds " +
+           std::to_string(poolBytes / pageBytes) + " pages of " + std::to_string(pageBytes) +
+           " bytes: expected 1 to 2^31");
+    pageCount = static_cast<int64_t>(poolBytes / pageBytes);
+  }
   if (const auto *caches = artifact->kv_caches())
     for (const fb::KvCache *cache : *caches) {
-      const KvCacheSpec spec{cache->layer(),      cache->window(),         cache->kv_heads(),
-                             cache->head_dim(),   toDType(cache->dtype()), cache->ring(),
-                             cache->page_tokens()};
+      const KvCacheSpec spec = specOf(cache);
       if (spec.isPaged() && !pages.paged()) {
         // The pool: every conversation's whole context unless asked for fewer.
         const int64_t perConversation = (contextLength + spec.pageTokens - 1) / spec.pageTokens;

@@ -77,6 +77,9 @@ struct EngineOptions {
   // takes. Fewer make room for other memory: a call that needs a page the
   // pool lacks throws, and Engine::freeKvPages says what is left.
   int64_t kvPages = 0;
+  // Or the pool's size in bytes (K and V of every paged layer, the scratch
+  // page apart): as many pages as fit. 0: kvPages decides.
+  uint64_t kvPoolBytes = 0;
 };
 
 class Engine {

@@ -137,7 +137,8 @@ struct Engine::Impl {
   // The paged caches' pages (none unpaged) and the pages their pool has
   // room for plus the scratch page.
   KvPages pages;
-  int64_t pageCount = 0; // EngineOptions::kvPages
+  int64_t pageCount = 0;  // EngineOptions::kvPages, or what kvPoolBytes holds
+  uint64_t poolBytes = 0; // EngineOptions::kvPoolBytes
   // Takes the pages a call writes (conversation c up to `positions`);
   // throws, with nothing taken, where the pool lacks them.
   void reservePages(int64_t conversation, int64_t positions);

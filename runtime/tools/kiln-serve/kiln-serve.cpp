@@ -59,6 +59,9 @@ one, prompts are token ids and replies carry token_ids only.
                                 prompt and max_tokens beside the running
                                 ones', cached histories are forgotten, least
                                 recently used first, to make room
+  --kv-memory GIB               the pool by its size instead: the pages whose
+                                K and V (every paged layer, the cache's
+                                element type) fit in GIB GiB
   --max-waiting N               queued requests beyond which the server
                                 answers 429 (default 64)
   --prefill-tokens-per-step N   prompt tokens one step prefills (default: the
@@ -116,7 +119,7 @@ int run(const std::vector<std::string> &args) {
       "--model-name", "--context",      "--threads",      "--device",
       "--decode",     "--max-waiting",  "--http-threads", "--prefill-tokens-per-step",
       "--speculate",  "--draft-tokens", "--ngram-min",    "--ngram-max",
-      "--nproc",      "--kv-pages"};
+      "--nproc",      "--kv-pages",     "--kv-memory"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -203,6 +206,15 @@ int run(const std::vector<std::string> &args) {
     engineOptions.contextLength = integer("--context", values["--context"], 1, int64_t{1} << 40);
   if (values.count("--kv-pages"))
     engineOptions.kvPages = integer("--kv-pages", values["--kv-pages"], 1, int64_t{1} << 31);
+  if (values.count("--kv-memory")) {
+    if (values.count("--kv-pages"))
+      throw UsageError("--kv-pages and --kv-memory both size the KV pool: give one");
+    const std::optional<double> gib = kiln::finiteNumber(values["--kv-memory"]);
+    if (!gib || *gib <= 0 || *gib > 1 << 20)
+      throw UsageError("--kv-memory: a number of GiB above 0 and at most 2^20, not '" +
+                       values["--kv-memory"] + "'");
+    engineOptions.kvPoolBytes = static_cast<uint64_t>(*gib * double(uint64_t{1} << 30));
+  }
   if (values.count("--threads"))
     engineOptions.threads = static_cast<int>(integer("--threads", values["--threads"], 1, 4096));
   if (values.count("--device"))
