@@ -4,6 +4,7 @@
 #include "compiler/interpreter/ReferenceOps.h"
 #include "dialects/kiln/KilnDialect.h"
 #include "models/muse_spark/GraphBuilder.h"
+#include "models/muse_spark/Report.h"
 #include "runtime/core/AtomicFile.h"
 #include "runtime/core/QuoteName.h"
 #include "runtime/engine/Reference.h"
@@ -24,7 +25,6 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
-#include <optional>
 #include <stdexcept>
 
 namespace cl = llvm::cl;
@@ -89,19 +89,6 @@ cl::opt<std::string> calibrateKvScales(
 cl::opt<int64_t> topLogits("print-top-logits", cl::init(0),
                            cl::desc("Print the N largest logits of the prompt's last token"),
                            cl::cat(category));
-
-// The decoder layer an op belongs to, from its name location
-// ("model.layers.3.self_attn.attn").
-std::optional<int64_t> layerOf(mlir::Operation *op) {
-  auto name = llvm::dyn_cast<mlir::NameLoc>(op->getLoc());
-  if (!name)
-    return std::nullopt;
-  llvm::StringRef rest = name.getName().strref();
-  int64_t layer;
-  if (!rest.consume_front("model.layers.") || rest.consumeInteger(10, layer))
-    return std::nullopt;
-  return layer;
-}
 
 int fail(const llvm::Twine &message) {
   llvm::WithColor::error(llvm::errs(), "kiln-interp") << message << "\n";
@@ -173,13 +160,13 @@ int main(int argc, char **argv) {
     if (!calibrateKvScales.empty())
       interpreter.observeAttention([&](mlir::Operation *attention, const interp::HostTensor &k,
                                        const interp::HostTensor &v) {
-        std::optional<int64_t> layer = layerOf(attention);
-        if (!layer || *layer >= config.numHiddenLayers)
+        const int64_t layer = layerOf(attention->getLoc());
+        if (layer < 0 || layer >= config.numHiddenLayers)
           throw std::runtime_error("--calibrate-kv-scales: an attention op outside a layer");
         for (float x : k.f)
-          amax[*layer].keys = std::max(amax[*layer].keys, double(std::fabs(x)));
+          amax[layer].keys = std::max(amax[layer].keys, double(std::fabs(x)));
         for (float x : v.f)
-          amax[*layer].values = std::max(amax[*layer].values, double(std::fabs(x)));
+          amax[layer].values = std::max(amax[layer].values, double(std::fabs(x)));
       });
     int64_t n = static_cast<int64_t>(prompt.size());
     std::vector<int32_t> positions(n);

@@ -32,17 +32,6 @@ int64_t ParameterBudget::activeMatrices(const Config &config) const {
          part(WeightPart::Experts) / config.numExperts * config.numExpertsPerTok;
 }
 
-namespace {
-
-std::string shapeStr(ArrayRef<int64_t> shape) {
-  std::string s = "[";
-  for (size_t i = 0; i < shape.size(); ++i)
-    s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
-
-// Layer index of an op from its name location ("model.layers.12.mlp..."),
-// or -1 for ops outside the decoder layers.
 // Fused ops carry a FusedLoc of their parts: the first part decides.
 int64_t layerOf(Location loc) {
   if (auto fused = llvm::dyn_cast<FusedLoc>(loc)) {
@@ -61,6 +50,15 @@ int64_t layerOf(Location loc) {
   if (rest.consumeInteger(10, layer))
     return -1;
   return layer;
+}
+
+namespace {
+
+std::string shapeStr(ArrayRef<int64_t> shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i)
+    s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
 }
 
 // 42.65B, 131.07M, 4.10K: parameter counts as people quote them.

@@ -32,6 +32,11 @@ struct ParameterBudget {
   int64_t activeMatrices(const Config &config) const;
 };
 
+// The decoder layer an op belongs to, from its name location
+// ("model.layers.12.mlp..."; a fused op's first part that has one), or -1
+// outside the decoder layers.
+int64_t layerOf(mlir::Location loc);
+
 // Sums the parameters of every checkpoint tensor the graph references. Emits
 // an error on the op and fails when a graph weight is missing from the
 // checkpoint manifest or has another shape or element type there.

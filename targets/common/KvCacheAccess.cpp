@@ -147,18 +147,7 @@ Value encodeE4m3(ImplicitLocOpBuilder &b, Value values) {
 }
 
 Value roundAsCached(ImplicitLocOpBuilder &b, Value value, KvStorage storage) {
-  switch (storage.element) {
-  case KvElement::F32:
-    return value;
-  case KvElement::BF16: {
-    Value narrow = arith::TruncFOp::create(b, withElement(value.getType(), b.getBF16Type()), value);
-    return arith::ExtFOp::create(b, value.getType(), narrow);
-  }
-  case KvElement::FP8:
-    break;
-  }
-  Value codes = encodeE4m3(b, unscaled(b, value, storage.scale));
-  return scaled(b, decodeE4m3(b, codes), storage.scale);
+  return widenCached(b, narrowToCache(b, value, storage), storage);
 }
 
 Value loadCachedF32(ImplicitLocOpBuilder &b, Value cache, ValueRange indices, int64_t lanes,
