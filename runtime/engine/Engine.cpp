@@ -122,6 +122,12 @@ void Engine::Impl::allocateBuffers() {
       kv.push_back(DeviceMemory::allocate(*backend, bytes, name + " (V)"));
     }
 
+  // Saving a conversation copies its rings and shares its pages: every
+  // other cache must be a ring.
+  savable = pages.paged();
+  if (const auto *caches = artifact->kv_caches())
+    for (const fb::KvCache *cache : *caches)
+      savable = savable && (specOf(cache).isPaged() || !specOf(cache).isGlobal());
   if (pageCount > 0 && !pages.paged())
     fail("KV pages were asked for (" + std::to_string(pageCount) +
          "), but the artifact's KV caches are not paged (compile with kilnc --kv-page-tokens)");
@@ -586,15 +592,22 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count, b
   // before anything ran).
   if (pages.paged()) {
     if (entry.sequences) {
+      // An idle row takes no page but writes at its past like the others,
+      // so a shared page there is copied for it too.
       int64_t need = 0;
-      for (int64_t c = 0; c < count / entry.rows; ++c)
+      for (int64_t c = 0; c < count / entry.rows; ++c) {
+        need += writesSharedPage(c) ? 1 : 0;
         if (!stepped || (*stepped)[static_cast<size_t>(c)])
           need += pages.lacking(c, past[c] + entry.rows);
+      }
       if (need > pages.freePages())
         pagesFull(need);
-      for (int64_t c = 0; c < count / entry.rows; ++c)
+      for (int64_t c = 0; c < count / entry.rows; ++c) {
         if (!stepped || (*stepped)[static_cast<size_t>(c)])
           reservePages(c, past[c] + entry.rows);
+        else if (writesSharedPage(c))
+          copyWritePage(c);
+      }
     } else {
       reservePages(current, past[current] + count * entry.split);
     }
@@ -640,9 +653,13 @@ void Engine::Impl::run(EntryPlan &entry, const int32_t *tokens, int64_t count, b
 }
 
 void Engine::Impl::reservePages(int64_t conversation, int64_t positions) {
-  const int64_t need = pages.lacking(conversation, positions);
-  if (!pages.reserve(conversation, positions))
+  const bool copy = writesSharedPage(conversation);
+  const int64_t need = pages.lacking(conversation, positions) + (copy ? 1 : 0);
+  if (need > pages.freePages())
     pagesFull(need);
+  if (copy)
+    copyWritePage(conversation);
+  pages.reserve(conversation, positions);
 }
 
 void Engine::Impl::pagesFull(int64_t need) const {
@@ -1027,6 +1044,10 @@ void Engine::reset() {
   if (impl.pages.paged())
     for (int64_t c = 0; c < impl.conversations; ++c)
       impl.pages.release(c, 0);
+  // The saved conversations' pages are zeroed too: they go.
+  for (auto &[number, one] : impl.saved)
+    impl.pages.drop(one.pages);
+  impl.saved.clear();
   for (const DeviceMemory &buffer : impl.kv)
     impl.backend->fill(buffer.address(), 0, buffer.size());
   impl.backend->synchronize();

@@ -172,14 +172,37 @@ public:
 
   // Hands `observer` each call that changes this engine's state (prefill,
   // decode, decodeBatch, decodeBatchGreedy, verify, verifyBatch, rollback,
-  // forget, reset; the overloads for conversation 0 as theirs) as data,
+  // forget, reset, save, restore, dropSaved; the overloads for conversation 0 as theirs) as data,
   // before the call runs; an exception from the observer is the call's.
   // Profile calls are not handed on. An empty function: none.
   void observeCalls(std::function<void(const EngineCall &)> observer);
 
+  // Saved conversations (an artifact whose global KV caches are paged,
+  // kilnc --kv-page-tokens; every other cache a sliding ring): save() sets
+  // aside a copy of a conversation as it is now under a number (>= 1, in
+  // order from 1): its pages, shared, and its sliding rings, copied
+  // (savedBytes() of device memory each). restore() makes a conversation
+  // that holds nothing (past 0) continue from a saved one's first `keep`
+  // positions exactly as if it had computed them, within the room the rings
+  // keep beyond their windows (as rollback); the saved one stays.
+  // dropSaved() gives back its references and its copy. A page that a
+  // conversation and saved ones share is copied before the conversation
+  // writes into it (its positions from its past on; an idle row's too), so
+  // that nothing one of them reads changes.
+  bool canSave() const;
+  uint64_t savedBytes() const;
+  int64_t save(int64_t conversation);
+  bool canRestore(int64_t saved, int64_t keep) const;
+  void restore(int64_t conversation, int64_t saved, int64_t keep);
+  void dropSaved(int64_t saved);
+  // A saved conversation's positions and the pages it holds.
+  int64_t savedPast(int64_t saved) const;
+  int64_t savedKvPages(int64_t saved) const;
+
   // Tokens in a conversation's KV caches so far.
   int64_t pastTokens(int64_t conversation = 0) const;
-  // Forgets every conversation: past = 0 and the caches zeroed.
+  // Forgets every conversation and drops the saved ones: past = 0 and the
+  // caches zeroed.
   void reset();
   // Forgets one conversation, for a new one to take its place: its past is
   // 0 again. Its caches are not cleared: a step reads a conversation's

@@ -8,7 +8,7 @@
 namespace kiln {
 namespace {
 
-constexpr uint8_t kLastKind = static_cast<uint8_t>(EngineCall::Kind::Reset);
+constexpr uint8_t kLastKind = static_cast<uint8_t>(EngineCall::Kind::DropSaved);
 
 template <typename T> void put(std::string &out, T value) {
   char bytes[sizeof(T)];
@@ -60,8 +60,9 @@ std::vector<std::vector<int32_t>> rowsOf(const EngineCall &call) {
 
 std::string describe(const EngineCall &call) {
   static const char *const kNames[] = {
-      "prefill",  "decode", "decode_batch", "decode_batch_greedy", "verify", "verify_batch",
-      "rollback", "forget", "reset"};
+      "prefill", "decode",       "decode_batch", "decode_batch_greedy",
+      "verify",  "verify_batch", "rollback",     "forget",
+      "reset",   "save",         "restore",      "drop_saved"};
   std::string text = kNames[static_cast<uint8_t>(call.kind)];
   switch (call.kind) {
   case EngineCall::Kind::Rollback:
@@ -71,6 +72,13 @@ std::string describe(const EngineCall &call) {
     return text + " conversation " + std::to_string(call.conversation);
   case EngineCall::Kind::Reset:
     return text;
+  case EngineCall::Kind::Save:
+    return text + " of conversation " + std::to_string(call.conversation);
+  case EngineCall::Kind::Restore:
+    return text + " of saved conversation " + std::to_string(call.saved) + " into conversation " +
+           std::to_string(call.conversation) + ", keeping " + std::to_string(call.keep);
+  case EngineCall::Kind::DropSaved:
+    return text + " conversation " + std::to_string(call.saved);
   case EngineCall::Kind::DecodeBatch:
   case EngineCall::Kind::DecodeBatchGreedy:
   case EngineCall::Kind::VerifyBatch:
@@ -98,6 +106,7 @@ std::string encodeCall(const EngineCall &call) {
   put<uint32_t>(out, static_cast<uint32_t>(call.rowLengths.size()));
   for (uint32_t length : call.rowLengths)
     put<uint32_t>(out, length);
+  put<int64_t>(out, call.saved);
   return out;
 }
 
@@ -119,6 +128,7 @@ EngineCall decodeCall(const std::string &bytes) {
   call.rowLengths.resize(in.count(sizeof(uint32_t)));
   for (uint32_t &length : call.rowLengths)
     length = in.take<uint32_t>();
+  call.saved = in.take<int64_t>();
   if (!in.done())
     throw RuntimeError("an engine call has bytes past its end");
   return call;
@@ -161,6 +171,21 @@ void replay(Engine &engine, const EngineCall &call) {
     return;
   case EngineCall::Kind::Reset:
     engine.reset();
+    return;
+  case EngineCall::Kind::Save: {
+    // Numbered as on the rank that made the call, which made the same calls.
+    const int64_t number = engine.save(call.conversation);
+    if (call.saved != 0 && number != call.saved)
+      throw RuntimeError("save of conversation " + std::to_string(call.conversation) +
+                         " numbered " + std::to_string(number) + " here, " +
+                         std::to_string(call.saved) + " where it was made");
+    return;
+  }
+  case EngineCall::Kind::Restore:
+    engine.restore(call.conversation, call.saved, call.keep);
+    return;
+  case EngineCall::Kind::DropSaved:
+    engine.dropSaved(call.saved);
     return;
   }
 }

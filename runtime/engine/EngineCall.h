@@ -1,5 +1,5 @@
 // One call that changes an Engine's state (a step of an entry point, a
-// rollback, a forget), as data: what Engine::observeCalls hands its observer
+// rollback, a forget, a save), as data: what Engine::observeCalls hands its observer
 // before the call runs, and what replay() makes again on another engine.
 // kiln-serve --nproc N sends rank 0's calls to the other ranks this way, so
 // that every rank makes the same calls, in the same order, with the same
@@ -25,6 +25,9 @@ struct EngineCall {
     Rollback,          // rollback(conversation, keep)
     Forget,            // forget(conversation)
     Reset,             // reset()
+    Save,              // save(conversation): numbered as on rank 0, in order
+    Restore,           // restore(conversation, saved, keep)
+    DropSaved,         // dropSaved(saved)
   };
   Kind kind = Kind::Decode;
   int64_t conversation = 0;
@@ -34,6 +37,7 @@ struct EngineCall {
   // without them.
   std::vector<bool> stepped;
   std::vector<uint32_t> rowLengths; // VerifyBatch
+  int64_t saved = 0;                // Restore, DropSaved: the saved conversation
 };
 
 // The call's name and arguments in a line (for messages).

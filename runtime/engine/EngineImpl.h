@@ -139,11 +139,32 @@ struct Engine::Impl {
   KvPages pages;
   int64_t pageCount = 0;  // EngineOptions::kvPages, or what kvPoolBytes holds
   uint64_t poolBytes = 0; // EngineOptions::kvPoolBytes
-  // Takes the pages a call writes (conversation c up to `positions`);
-  // throws, with nothing taken, where the pool lacks them.
+  // Takes the pages a call writes (conversation c up to `positions`), the
+  // page it writes first copied where others hold it too; throws, with
+  // nothing taken, where the pool lacks them.
   void reservePages(int64_t conversation, int64_t positions);
+  // Whether the page holding conversation c's position `past` (the first
+  // a call writes, an idle row's too) is one it holds and others too; and
+  // the copy that makes it its own (EngineSaving.cpp).
+  bool writesSharedPage(int64_t conversation) const;
+  void copyWritePage(int64_t conversation);
   [[noreturn]] void pagesFull(int64_t need) const;
   void copyPageTable();
+  // Engine::save: conversations set aside by number, each with its pages
+  // (references) and a copy of its sliding rings; spare ring copies of
+  // dropped ones, for the next save. `savable`: every global cache is paged.
+  struct SavedConversation {
+    std::vector<int32_t> pages;
+    std::vector<DeviceMemory> rings; // per sliding K and V buffer
+    int64_t past = 0, written = 0;
+  };
+  std::map<int64_t, SavedConversation> saved;
+  int64_t nextSaved = 1;
+  std::vector<std::vector<DeviceMemory>> spareRings;
+  bool savable = false;
+  const SavedConversation &savedOne(int64_t number) const;
+  // Conversation c's slice of every sliding K and V buffer, and its bytes.
+  std::vector<std::pair<DeviceAddress, uint64_t>> ringSlices(int64_t conversation) const;
   DeviceMemory logits;
   // Greedy choice where the logits are (null: on the host).
   std::unique_ptr<DeviceGreedy> greedy;

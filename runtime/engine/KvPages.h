@@ -6,6 +6,12 @@
 // first writes one of its positions and given back when the conversation
 // no longer holds them (reset, forget, rollback).
 //
+// A page may be shared: saved conversations (Engine::save) hold references
+// to their pages beside the conversations that continue from them, and a
+// page goes back to the pool when its last reference goes. Whoever writes
+// into a shared page copies it first (Engine's copy on write: a conversation
+// writes its positions from its past on, which others may read).
+//
 // One page past the pool is scratch: the table's entries of pages a
 // conversation does not hold point there, so that a batched call's idle
 // rows (computed and thrown away, Engine::decodeBatch) write somewhere
@@ -41,8 +47,24 @@ public:
   // and nothing taken, where the pool has too few.
   bool reserve(int64_t conversation, int64_t positions);
   // Gives back `conversation`'s pages past those of positions 0 ..
-  // positions - 1.
+  // positions - 1 (a page others still hold stays theirs).
   void release(int64_t conversation, int64_t positions);
+
+  // The page holding `conversation`'s positions index * pageTokens on; its
+  // references (conversations' tables and holders of share()'s pages).
+  int32_t page(int64_t conversation, int64_t index) const;
+  int64_t references(int32_t page) const;
+  // `conversation`'s first `count` pages, each with one more reference,
+  // which the caller gives back with drop().
+  std::vector<int32_t> share(int64_t conversation, int64_t count);
+  void drop(const std::vector<int32_t> &pages);
+  // Makes `held` (pages from share()) the first pages of `conversation`,
+  // which holds none: each takes one more reference.
+  void adopt(int64_t conversation, const std::vector<int32_t> &held);
+  // Puts a free page in place of `conversation`'s page `index` (one it
+  // holds), whose reference it gives back; returns the new page, or -1 and
+  // nothing changed where none is free.
+  int32_t replace(int64_t conversation, int64_t index);
 
   // [conversations * pagesPerConversation()], the scratch page where none
   // is held; `changed` until the caller has copied it (markCopied).
@@ -52,10 +74,13 @@ public:
 
 private:
   int64_t pagesFor(int64_t positions) const;
+  int32_t take();
+  void unreference(int32_t page);
 
   int64_t pageTokens_ = 0, pages_ = 0, conversations_ = 0, perConversation_ = 0;
   std::vector<int32_t> table_;
   std::vector<int64_t> held_;
+  std::vector<int32_t> references_; // per page of the pool
   // Free pages, the next one taken last: the lowest first, so that one
   // conversation alone runs over pages 0, 1, 2, ... and several interleave.
   std::vector<int32_t> free_;

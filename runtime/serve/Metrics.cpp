@@ -57,6 +57,16 @@ void Metrics::prefixEvicted() {
   ++evictions_;
 }
 
+void Metrics::historySaved() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++saves_;
+}
+
+void Metrics::historyRestored() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++restores_;
+}
+
 void Metrics::timeToFirstToken(double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   ttft_.observe(seconds);
@@ -83,6 +93,9 @@ std::string Metrics::text(const MetricsSnapshot &now) {
         "Pages of the paged KV caches' pool that conversations hold (0 unpaged).", now.pagesUsed);
   gauge("kiln_kv_pages_free", "Pages of the paged KV caches' pool free (0 unpaged).",
         now.pagesFree);
+  gauge("kiln_saved_histories",
+        "Histories kept beside the slots (their KV pages and a copy of their sliding windows).",
+        now.savedHistories);
   out << "# HELP kiln_requests_total Requests finished, by outcome.\n"
       << "# TYPE kiln_requests_total counter\n"
       << "kiln_requests_total{status=\"ok\"} " << ok_ << "\n"
@@ -92,14 +105,20 @@ std::string Metrics::text(const MetricsSnapshot &now) {
   out << "# HELP kiln_prompt_tokens_total Prompt tokens prefilled.\n"
       << "# TYPE kiln_prompt_tokens_total counter\n"
       << "kiln_prompt_tokens_total " << promptTokens_ << "\n"
-      << "# HELP kiln_prefix_reused_tokens_total Prompt tokens found in a slot's caches (not "
-         "prefilled).\n"
+      << "# HELP kiln_prefix_reused_tokens_total Prompt tokens found cached (a slot's, a saved "
+         "history's) and not prefilled.\n"
       << "# TYPE kiln_prefix_reused_tokens_total counter\n"
       << "kiln_prefix_reused_tokens_total " << reusedTokens_ << "\n"
       << "# HELP kiln_prefix_evictions_total Cached histories forgotten to free KV pages for "
          "running requests.\n"
       << "# TYPE kiln_prefix_evictions_total counter\n"
       << "kiln_prefix_evictions_total " << evictions_ << "\n"
+      << "# HELP kiln_saved_histories_total Histories saved beside the slots.\n"
+      << "# TYPE kiln_saved_histories_total counter\n"
+      << "kiln_saved_histories_total " << saves_ << "\n"
+      << "# HELP kiln_restored_histories_total Saved histories a request continued in a slot.\n"
+      << "# TYPE kiln_restored_histories_total counter\n"
+      << "kiln_restored_histories_total " << restores_ << "\n"
       << "# HELP kiln_generation_tokens_total Tokens generated.\n"
       << "# TYPE kiln_generation_tokens_total counter\n"
       << "kiln_generation_tokens_total " << generatedTokens_ << "\n"

@@ -28,6 +28,7 @@ struct MetricsSnapshot {
   int64_t waiting = 0, running = 0;
   int64_t slotsUsed = 0, slotsFree = 0;
   int64_t pagesUsed = 0, pagesFree = 0; // paged KV caches (0 and 0 unpaged)
+  int64_t savedHistories = 0;           // Engine::save copies the scheduler keeps
 };
 
 class Metrics {
@@ -42,6 +43,10 @@ public:
   void prefixReuse(uint64_t tokens);
   // A cached history forgotten to give its KV pages to running requests.
   void prefixEvicted();
+  // A history saved (a slot's that another request takes, or a prompt's
+  // prefix others share) and one restored into a slot.
+  void historySaved();
+  void historyRestored();
   std::string text(const MetricsSnapshot &now);
 
 private:
@@ -49,6 +54,7 @@ private:
   uint64_t ok_ = 0, failed_ = 0, rejected_ = 0, cancelled_ = 0;
   uint64_t promptTokens_ = 0, generatedTokens_ = 0;
   uint64_t draftTokens_ = 0, acceptedDrafts_ = 0, reusedTokens_ = 0, evictions_ = 0;
+  uint64_t saves_ = 0, restores_ = 0;
   Histogram ttft_, tpot_;
 };
 

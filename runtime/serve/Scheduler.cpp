@@ -55,7 +55,11 @@ size_t safeCut(const std::string &text, const std::vector<std::string> &stops) {
 Scheduler::Scheduler(Engine &engine, std::shared_ptr<const text::Tokenizer> tokenizer,
                      Metrics &metrics, SchedulerOptions options)
     : engine_(engine), tokenizer_(std::move(tokenizer)), metrics_(metrics), options_(options),
-      vocab_(engine.vocabSize()) {
+      vocab_(engine.vocabSize()), tree_(engine.kvPageTokens() > 0 ? engine.kvPageTokens() : 16) {
+  if (!engine_.canSave())
+    options_.savedHistories = 0;
+  if (!options_.prefixReuse)
+    options_.savedHistories = 0;
   for (int64_t c = 0; c < engine_.conversations(); ++c)
     freeSlots_.insert(c);
   verifyBatch_ = engine_.artifact().findEntryPoint("verify_batch") != nullptr;
@@ -95,6 +99,7 @@ MetricsSnapshot Scheduler::snapshot() {
   now.slotsUsed = engine_.conversations() - now.slotsFree;
   now.pagesFree = pagesFree_;
   now.pagesUsed = engine_.kvPages() - pagesFree_;
+  now.savedHistories = static_cast<int64_t>(saved_.size());
   return now;
 }
 
@@ -168,7 +173,7 @@ void Scheduler::loop() {
           tokens.resize(
               std::min<size_t>(tokens.size(), static_cast<size_t>(engine_.pastTokens(slot))));
           if (options_.prefixReuse && !tokens.empty()) {
-            cachedSlots_[slot] = CachedSlot{std::move(tokens), ++useClock_};
+            cacheSlot(slot, std::move(tokens));
           } else {
             try {
               engine_.forget(slot); // throws only where followers are gone
@@ -205,57 +210,127 @@ void Scheduler::engineFailed(const std::string &what,
   waiting_.clear();
 }
 
+void Scheduler::cacheSlot(int64_t slot, std::vector<int32_t> tokens) {
+  tree_.erase(slot);
+  tree_.insert(slot, tokens);
+  cachedSlots_[slot] = CachedSlot{std::move(tokens), ++useClock_};
+}
+
+void Scheduler::uncacheSlot(int64_t slot) {
+  cachedSlots_.erase(slot);
+  tree_.erase(slot);
+}
+
+bool Scheduler::saveHistory(int64_t conversation, std::vector<int32_t> tokens, bool shared,
+                            int64_t keep) {
+  if (options_.savedHistories <= 0 || tokens.empty())
+    return false;
+  while (static_cast<int64_t>(saved_.size()) >= options_.savedHistories) {
+    int64_t oldest = 0;
+    uint64_t lastUse = UINT64_MAX;
+    for (const auto &[number, history] : saved_)
+      if (number != keep && history.lastUse < lastUse) {
+        lastUse = history.lastUse;
+        oldest = number;
+      }
+    if (oldest == 0)
+      return false;
+    dropSaved(oldest);
+  }
+  const int64_t number = engine_.save(conversation);
+  saved_[number] = SavedHistory{++useClock_, shared};
+  tree_.insert(-number, std::move(tokens));
+  metrics_.historySaved();
+  return true;
+}
+
+void Scheduler::dropSaved(int64_t number) {
+  engine_.dropSaved(number);
+  saved_.erase(number);
+  tree_.erase(-number);
+}
+
+int64_t Scheduler::emptySlot(int64_t keep) {
+  // The lowest free slot holding nothing, so that running requests tend to
+  // be slots 0..n-1.
+  for (int64_t free : freeSlots_)
+    if (!cachedSlots_.count(free))
+      return free;
+  int64_t slot = -1;
+  uint64_t oldest = UINT64_MAX;
+  for (const auto &[cachedSlot, cached] : cachedSlots_)
+    if (cached.lastUse < oldest) {
+      oldest = cached.lastUse;
+      slot = cachedSlot;
+    }
+  // Its history stays findable, saved, while there is room for it.
+  saveHistory(slot, cachedSlots_.at(slot).tokens, false, keep);
+  engine_.forget(slot);
+  uncacheSlot(slot);
+  return slot;
+}
+
 void Scheduler::admit(Request &r) {
   const std::vector<int32_t> &prompt = r.params.prompt;
-  // The free slot sharing the longest prefix with the prompt; at least its
-  // last token is prefilled again, for its logits.
-  int64_t best = -1;
-  size_t common = 0;
-  for (const auto &[slot, cached] : cachedSlots_) {
-    const size_t n = std::min(cached.tokens.size(), prompt.empty() ? 0 : prompt.size() - 1);
-    const size_t shared = static_cast<size_t>(
-        std::mismatch(cached.tokens.begin(), cached.tokens.begin() + static_cast<std::ptrdiff_t>(n),
-                      prompt.begin())
-            .first -
-        cached.tokens.begin());
-    if (shared > common) {
-      best = slot;
-      common = shared;
+  // The cached history sharing the longest prefix with the prompt that it
+  // can still continue from (its rings hold the window there); at least
+  // the prompt's last token is prefilled again, for its logits. A free
+  // slot wins a tie with a saved history (no copy), the most recently used
+  // a tie among either.
+  const int64_t most = prompt.empty() ? 0 : static_cast<int64_t>(prompt.size()) - 1;
+  int64_t best = 0, keep = 0, furthest = 0;
+  bool found = false;
+  uint64_t bestUse = 0;
+  for (const PrefixTree::Match &match : tree_.matches(prompt)) {
+    const int64_t length = std::min(match.shared, most);
+    furthest = std::max(furthest, length);
+    if (length <= 0 || length < keep)
+      continue;
+    const bool slot = match.id >= 0;
+    const bool usable =
+        slot ? engine_.canRollback(match.id, length) : engine_.canRestore(-match.id, length);
+    if (!usable)
+      continue;
+    const uint64_t use = slot ? cachedSlots_.at(match.id).lastUse : saved_.at(-match.id).lastUse;
+    const bool better = !found || length > keep || (slot != (best >= 0) ? slot : use > bestUse);
+    if (better) {
+      found = true;
+      best = match.id;
+      keep = length;
+      bestUse = use;
     }
   }
-  // Unless the sliding rings no longer hold that prefix's window: then cold.
-  // (So the prefix is not rounded to a page boundary for the paged wgmma
-  // prefill's sake: a ring keeps at most the verify entry's positions
-  // beyond its window, and a rollback further than that starts cold.)
-  if (best >= 0 && engine_.canRollback(best, static_cast<int64_t>(common))) {
-    engine_.rollback(best, static_cast<int64_t>(common));
+  // A prefix shared further than any cached history can be continued from
+  // (its window is gone): the prefill stops there to save it for the next
+  // prompt that shares it, once it is at least a page.
+  if (options_.savedHistories > 0 && furthest > keep && furthest >= tree_.pageTokens())
+    r.savePoint = static_cast<size_t>(furthest);
+  if (found && best >= 0) {
+    engine_.rollback(best, keep);
     r.conversation = best;
-    r.prefilled = common;
-    cachedSlots_.erase(best);
+    uncacheSlot(best);
     freeSlots_.erase(best);
-    metrics_.prefixReuse(common);
-    return;
+  } else if (found) {
+    const int64_t number = -best;
+    const int64_t slot = emptySlot(number);
+    engine_.restore(slot, number, keep);
+    metrics_.historyRestored();
+    r.conversation = slot;
+    freeSlots_.erase(slot);
+    // A slot's history saved when the slot was taken lives on in the slot
+    // now (this request's, wholly its prefix); a shared prefix stays saved.
+    SavedHistory &history = saved_.at(number);
+    if (!history.shared && keep == engine_.savedPast(number))
+      dropSaved(number);
+    else
+      history.lastUse = ++useClock_;
+  } else {
+    r.conversation = emptySlot(0);
+    freeSlots_.erase(r.conversation);
   }
-  // Cold: a free slot holding nothing (the lowest, so that running requests
-  // tend to be slots 0..n-1), else the least recently used.
-  int64_t slot = -1;
-  for (int64_t free : freeSlots_)
-    if (!cachedSlots_.count(free)) {
-      slot = free;
-      break;
-    }
-  if (slot < 0) {
-    uint64_t oldest = UINT64_MAX;
-    for (const auto &[cachedSlot, cached] : cachedSlots_)
-      if (cached.lastUse < oldest) {
-        oldest = cached.lastUse;
-        slot = cachedSlot;
-      }
-  }
-  engine_.forget(slot);
-  cachedSlots_.erase(slot);
-  freeSlots_.erase(slot);
-  r.conversation = slot;
+  r.prefilled = static_cast<size_t>(keep);
+  if (keep > 0)
+    metrics_.prefixReuse(static_cast<uint64_t>(keep));
 }
 
 int64_t Scheduler::pagesOf(const Request &r) const {
@@ -265,7 +340,9 @@ int64_t Scheduler::pagesOf(const Request &r) const {
   const int64_t positions =
       std::min(engine_.contextLength(), static_cast<int64_t>(r.params.prompt.size()) +
                                             r.params.maxTokens + options_.draftTokens);
-  return (positions + page - 1) / page;
+  // With saved histories a request may copy a page it shares before writing
+  // into it, twice at most: after a restore, and after its prefix is saved.
+  return (positions + page - 1) / page + (options_.savedHistories > 0 ? 2 : 0);
 }
 
 void Scheduler::makeRoom(const std::vector<std::shared_ptr<Request>> &running) {
@@ -278,18 +355,32 @@ void Scheduler::makeRoom(const std::vector<std::shared_ptr<Request>> &running) {
   for (const std::shared_ptr<Request> &r : running)
     if (!r->done)
       owed += std::max<int64_t>(0, r->pages - engine_.heldKvPages(r->conversation));
+  // Cached slots and saved histories alike, least recently used first (a
+  // page others share goes back with its last holder).
   while (engine_.freeKvPages() < owed) {
-    int64_t oldest = -1;
+    int64_t oldest = 0;
+    bool slot = false;
     uint64_t lastUse = UINT64_MAX;
-    for (const auto &[slot, cached] : cachedSlots_)
-      if (cached.lastUse < lastUse && engine_.heldKvPages(slot) > 0) {
+    for (const auto &[cachedSlot, cached] : cachedSlots_)
+      if (cached.lastUse < lastUse && engine_.heldKvPages(cachedSlot) > 0) {
         lastUse = cached.lastUse;
-        oldest = slot;
+        oldest = cachedSlot;
+        slot = true;
       }
-    if (oldest < 0)
+    for (const auto &[number, history] : saved_)
+      if (history.lastUse < lastUse && engine_.savedKvPages(number) > 0) {
+        lastUse = history.lastUse;
+        oldest = number;
+        slot = false;
+      }
+    if (lastUse == UINT64_MAX)
       break; // nothing cached holds pages (the promises say this cannot be)
-    engine_.forget(oldest);
-    cachedSlots_.erase(oldest);
+    if (slot) {
+      engine_.forget(oldest);
+      uncacheSlot(oldest);
+    } else {
+      dropSaved(oldest);
+    }
     metrics_.prefixEvicted();
   }
 }
@@ -312,6 +403,9 @@ void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {
     if (const size_t page = static_cast<size_t>(engine_.kvPageTokens());
         page > 0 && r.prefilled + n < total && (r.prefilled + n) / page * page > r.prefilled)
       n = (r.prefilled + n) / page * page - r.prefilled;
+    // A prefix to save ends a chunk.
+    if (r.prefilled < r.savePoint)
+      n = std::min(n, r.savePoint - r.prefilled);
     const std::vector<int32_t> chunk(
         r.params.prompt.begin() + static_cast<std::ptrdiff_t>(r.prefilled),
         r.params.prompt.begin() + static_cast<std::ptrdiff_t>(r.prefilled + n));
@@ -319,6 +413,14 @@ void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {
     r.prefilled += n;
     budget -= static_cast<int64_t>(n);
     metrics_.tokens(n, 0);
+    if (r.prefilled == r.savePoint) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      saveHistory(
+          r.conversation,
+          std::vector<int32_t>(r.params.prompt.begin(),
+                               r.params.prompt.begin() + static_cast<std::ptrdiff_t>(r.savePoint)),
+          true);
+    }
     if (r.prefilled == total)
       advance(r, logits.data());
   }

@@ -19,15 +19,25 @@
 // rejected several steps in a row decodes plainly for a while.
 //
 // Prefix reuse: a slot a request leaves keeps what its caches hold (the
-// prompt and the reply so far). A new request takes the free slot whose
-// tokens share the longest prefix with its prompt (the next turn of a
-// conversation, a shared system prompt), rolls it back to that prefix where
-// it holds more (within what the sliding rings allow) and prefills only the
-// rest; otherwise a free slot holding nothing, else the least recently used.
+// prompt and the reply so far). With paged KV caches the engine also saves
+// histories beside the slots (Engine::save: their pages, shared, and a copy
+// of their sliding rings): a slot's when another request takes it, and the
+// prefix a new prompt shares with a cached history when the history's
+// rings no longer hold that prefix's window (the prompt's prefill stops
+// there to save it: a shared system prompt, prefilled once more, is then
+// found by every later prompt). A radix tree over the histories' token
+// pages (PrefixTree.h) finds the cached history, slot or saved, that shares
+// the longest usable prefix with a new prompt: the request takes that slot
+// and rolls it back to the prefix where it holds more, or restores the
+// saved history into a free slot (Engine::restore, within what the sliding
+// rings allow), and prefills only the rest; otherwise it takes a free slot
+// holding nothing, else the least recently used one, whose history is saved
+// first.
 #pragma once
 
 #include "runtime/engine/Engine.h"
 #include "runtime/serve/Metrics.h"
+#include "runtime/serve/PrefixTree.h"
 #include "runtime/serve/Request.h"
 #include "runtime/text/Tokenizer.h"
 
@@ -56,6 +66,9 @@ struct SchedulerOptions {
   // request whose prompt begins with them takes that slot and prefills only
   // the rest.
   bool prefixReuse = true;
+  // Histories saved beside the slots, at most (0: none; paged KV caches
+  // only); the least recently used goes first.
+  int64_t savedHistories = 0;
 };
 
 class Scheduler {
@@ -100,7 +113,29 @@ private:
     uint64_t lastUse = 0;
   };
   std::map<int64_t, CachedSlot> cachedSlots_;
+  // Saved histories by their Engine::save number; `shared`: a prefix saved
+  // for the prompts that share it, kept when a request continues it.
+  struct SavedHistory {
+    uint64_t lastUse = 0;
+    bool shared = false;
+  };
+  std::map<int64_t, SavedHistory> saved_;
+  // Every cached history's tokens: slot s as s, saved number n as -n.
+  PrefixTree tree_;
   uint64_t useClock_ = 0;
+  // mutex_ held for these. A cached slot's history in and out of the tree.
+  void cacheSlot(int64_t slot, std::vector<int32_t> tokens);
+  void uncacheSlot(int64_t slot);
+  // Saves `conversation`'s first `tokens.size()` positions (its whole
+  // past), making room among the saved ones (never `keep`); false where
+  // nothing is saved (unpaged, or saving off).
+  bool saveHistory(int64_t conversation, std::vector<int32_t> tokens, bool shared,
+                   int64_t keep = 0);
+  void dropSaved(int64_t number);
+  // A free slot holding nothing for a new request: the lowest such, else the
+  // least recently used cached one, its history saved (keeping `keep`), then
+  // forgotten.
+  int64_t emptySlot(int64_t keep);
   // Gives `request` a free slot (prefix reuse, else cold); mutex_ held.
   void admit(Request &request);
   // Paged KV: the pages `request` may come to hold (0 unpaged), which the

@@ -81,6 +81,14 @@ one, prompts are token ids and replies carry token_ids only.
   --ngram-min N, --ngram-max N  lookup's n-gram lengths (default 2, 4)
   --check-weights               scan the checkpoint's tensors as they load and
                                 refuse non-finite values, naming the tensor
+  --saved-histories N           an artifact with paged KV caches: histories
+                                kept beside the slots (their pages, shared,
+                                and a copy of their sliding layers' windows,
+                                the banner's bytes each): a cached slot's
+                                when another request takes the slot, and a
+                                prefix prompts share (a system prompt); the
+                                least recently used goes first (default: 4
+                                per slot; 0: none)
   --no-prefix-reuse             forget a slot's caches when its request ends
                                 (by default a new request whose prompt begins
                                 with what a free slot holds, such as the next
@@ -119,7 +127,7 @@ int run(const std::vector<std::string> &args) {
       "--model-name", "--context",      "--threads",      "--device",
       "--decode",     "--max-waiting",  "--http-threads", "--prefill-tokens-per-step",
       "--speculate",  "--draft-tokens", "--ngram-min",    "--ngram-max",
-      "--nproc",      "--kv-pages",     "--kv-memory"};
+      "--nproc",      "--kv-pages",     "--kv-memory",    "--saved-histories"};
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string &arg = args[i];
     if (arg == "--help" || arg == "-h") {
@@ -187,6 +195,10 @@ int run(const std::vector<std::string> &args) {
     schedulerOptions.batchedDecode = values["--decode"] == "batch";
   }
   schedulerOptions.prefixReuse = !values.count("--no-prefix-reuse");
+  schedulerOptions.savedHistories =
+      values.count("--saved-histories")
+          ? integer("--saved-histories", values["--saved-histories"], 0, 1 << 20)
+          : -1; // 4 per slot, once the engine says how many
   if (values.count("--speculate") && values["--speculate"] != "lookup")
     throw UsageError("--speculate: 'lookup', not " + kiln::quoteName(values["--speculate"]));
   for (const char *flag : {"--draft-tokens", "--ngram-min", "--ngram-max"})
@@ -295,6 +307,12 @@ int run(const std::vector<std::string> &args) {
     leader = std::make_unique<kiln::serve::RankLeader>(*engine, std::move(leaderChannel));
   model.vocab = engine->vocabSize();
   model.contextLength = engine->contextLength();
+  if (schedulerOptions.savedHistories < 0)
+    schedulerOptions.savedHistories = 4 * engine->conversations();
+  std::string saving;
+  if (engine->canSave() && schedulerOptions.prefixReuse && schedulerOptions.savedHistories > 0)
+    saving = ", up to " + std::to_string(schedulerOptions.savedHistories) + " saved histories (" +
+             std::to_string(engine->savedBytes()) + " bytes each)";
 
   kiln::serve::Metrics metrics;
   kiln::serve::Scheduler scheduler(*engine, tokenizer, metrics, schedulerOptions);
@@ -318,7 +336,7 @@ int run(const std::vector<std::string> &args) {
   std::fprintf(
       stderr,
       "kiln-serve: %s on %s%s, %lld conversation slots of %lld positions%s, up to %lld prompt "
-      "tokens a step, %s%s\n"
+      "tokens a step, %s%s%s\n"
       "kiln-serve: listening on http://%s:%d\n",
       model.name.c_str(), engine->device().c_str(),
       engine->worldSize() > 1 ? (" (rank 0 of " + std::to_string(engine->worldSize()) + ")").c_str()
@@ -330,7 +348,7 @@ int run(const std::vector<std::string> &args) {
                              : "",
       static_cast<long long>(schedulerOptions.prefillTokensPerStep),
       tokenizer ? "text and token ids" : "token ids only (no --tokenizer)",
-      schedulerOptions.draftTokens ? ", speculative decoding by lookup" : "",
+      schedulerOptions.draftTokens ? ", speculative decoding by lookup" : "", saving.c_str(),
       serverOptions.host.c_str(), port);
   if (!server.serve())
     throw std::runtime_error("the HTTP server stopped on an error");

@@ -80,6 +80,43 @@ TEST(KvPagesTest, ReleaseGivesBackPagesPastThePositionsKept) {
   EXPECT_EQ(pages.freePages(), 0);
 }
 
+TEST(KvPagesTest, ASharedPageGoesBackWithItsLastHolder) {
+  KvPages pages(16, 6, 2, 64);
+  ASSERT_TRUE(pages.reserve(0, 40)); // pages 0, 1, 2
+  const std::vector<int32_t> saved = pages.share(0, 3);
+  EXPECT_EQ(saved, (std::vector<int32_t>{0, 1, 2}));
+  EXPECT_EQ(pages.references(1), 2);
+  // Conversation 1 takes the first two: three holders of pages 0 and 1.
+  pages.adopt(1, {saved[0], saved[1]});
+  EXPECT_EQ(pages.held(1), 2);
+  EXPECT_EQ(pages.page(1, 1), 1);
+  EXPECT_EQ(pages.references(0), 3);
+  EXPECT_EQ(pages.references(2), 2);
+  EXPECT_EQ(pages.freePages(), 3);
+  EXPECT_THROW(pages.adopt(1, {saved[2]}), RuntimeError); // holds some already
+  EXPECT_THROW(pages.page(1, 2), RuntimeError);
+  // Conversation 0 gone: its pages stay with the others.
+  pages.release(0, 0);
+  EXPECT_EQ(pages.freePages(), 3);
+  EXPECT_EQ(pages.references(2), 1);
+  // Copy on write: conversation 1 gets a page of its own for page 1.
+  const int32_t own = pages.replace(1, 1);
+  EXPECT_EQ(own, 3);
+  EXPECT_EQ(pages.page(1, 1), 3);
+  EXPECT_EQ(pages.references(1), 1);
+  EXPECT_EQ(pages.freePages(), 2);
+  pages.drop(saved); // pages 1 and 2 now nobody's; 0 still conversation 1's
+  EXPECT_EQ(pages.freePages(), 4);
+  EXPECT_EQ(pages.references(0), 1);
+  pages.release(1, 0);
+  EXPECT_EQ(pages.freePages(), 6);
+  // No free page: replace changes nothing.
+  ASSERT_TRUE(pages.reserve(0, 64));
+  ASSERT_TRUE(pages.reserve(1, 32));
+  EXPECT_EQ(pages.replace(1, 0), -1);
+  EXPECT_EQ(pages.held(1), 2);
+}
+
 TEST(KvPagesTest, RefusesEmptySizes) {
   EXPECT_THROW(KvPages(0, 8, 1, 64), RuntimeError);
   EXPECT_THROW(KvPages(16, 0, 1, 64), RuntimeError);

@@ -350,6 +350,43 @@ if reused[True] != len(turn1) + len(reply) - 1 or reused[False] != 0:
 print(f"prefix reuse: the next turn prefills {len(turn2) - reused[True]} of its {len(turn2)} "
       "prompt tokens and answers as a cold run; --no-prefix-reuse prefills them all")
 
+# Saved histories (paged KV caches, Scheduler.h): one at a time on the 4
+# slots, sessions sharing a 40-token system prompt. A is cold; B finds the
+# prompt only in A's slot, whose rings no longer hold its window, so B
+# prefills it again and saves it there; C, D and E restore it and prefill
+# only their own part. E takes A's slot, the least recently used, whose
+# history is saved first; A's next turn restores it into another slot. Every
+# reply is kiln-run's, cold.
+server = Server("--decode", "each")
+if "saved histories" in server.process.banner:
+    system = list(range(100, 140))
+    sessions = {name: system + list(range(200 + 20 * i, 212 + 20 * i))
+                for i, name in enumerate("ABCDE")}
+    replies = {}
+    for name in "ABCDE":
+        status, body = server.complete({"prompt": sessions[name], "max_tokens": 8,
+                                        "temperature": 0})
+        replies[name] = body["choices"][0]["token_ids"] if status == 200 else []
+        if replies[name] != until_eos(kiln_run(sessions[name], 8)):
+            fail(f"saved histories: session {name}: {status} {body}")
+    turn2 = sessions["A"] + replies["A"] + [7, 8, 9]
+    status, body = server.complete({"prompt": turn2, "max_tokens": 8, "temperature": 0})
+    want = until_eos(kiln_run(turn2, 8))
+    got = body["choices"][0]["token_ids"] if status == 200 else []
+    if got != want if EXACT else got[:1] != want[:1]:
+        fail(f"saved histories: A's next turn: {status} {body} against a cold run's {want}")
+    m = server.metrics()
+    found = len(sessions["A"]) + len(replies["A"]) - 1
+    expected = {"kiln_prefix_reused_tokens_total": 3 * len(system) + found,
+                "kiln_saved_histories_total": 3, "kiln_restored_histories_total": 4}
+    counted = {name: int(m[name]) for name in expected}
+    if counted != expected:
+        fail(f"saved histories: /metrics says {counted}, expected {expected}")
+    print(f"saved histories: a shared system prompt saved once and restored for 3 sessions, a "
+          f"session's history saved when its slot was taken and restored for its next turn "
+          f"({found} tokens found); kiln-run's tokens")
+server.stop()
+
 # A full queue answers 429: 8 more long requests at once than there are
 # slots, of which 1 may wait.
 server = Server("--max-waiting", "1")

@@ -11,8 +11,9 @@ answer; some requests are malformed (400 expected); a 429 is retried. Then:
 
 - every slot is back in the pool and nothing waits or runs (/metrics), and
   the request counters add up to the requests sent; with a paged KV cache
-  only the slots' cached histories hold pages, and none once the solo runs
-  (without prefix reuse) are done;
+  only the slots' cached histories and the saved ones hold pages, and none
+  once the solo runs (without prefix reuse) are done; the saved histories
+  (sessions continued in another slot, shared prefixes) are counted;
 - every finished request's tokens equal a solo run's (the same request alone on
   a fresh server with --no-prefix-reuse --decode each), and every cancelled
   stream's tokens begin it;
@@ -228,6 +229,12 @@ if cancelled == 0:
 print(f"after the load: {int(slots)} of {int(slots)} slots free, none running or waiting; "
       f"/metrics counts every request "
       f"({cancelled} cancelled)")
+if m["kiln_saved_histories_total"] > 0:
+    # Paged KV: slots' histories saved when other sessions took the slots,
+    # shared prefixes saved, and requests that continued them elsewhere.
+    print(f"saved histories: {int(m['kiln_saved_histories_total'])} saved, "
+          f"{int(m['kiln_restored_histories_total'])} restored into slots, "
+          f"{int(m['kiln_saved_histories'])} kept")
 if OVERSIZED:
     status, data = server.post({"prompt": [1, 2, 3], "max_tokens": OVERSIZED})
     if status != 400 or b"KV pages" not in data:
