@@ -81,9 +81,11 @@ struct Request {
   // Scheduler state.
   int64_t conversation = -1;
   size_t prefilled = 0; // prompt tokens in the KV caches
-  // Where its prefill stops to save the prefix it shares with a cached
-  // history whose rings no longer hold it (0: none; Scheduler.h).
-  size_t savePoint = 0;
+  // Page boundaries where its prefill stops to save the prefix others share
+  // (ascending; Scheduler.h), and whether a chunk of it has run since it was
+  // admitted (before the first, a saved prefix may still be restored).
+  std::vector<size_t> savePoints;
+  bool started = false;
   // Paged KV: the pages the request may come to hold (its prompt, its
   // max_tokens and a step's drafts), counted against the pool while it runs.
   int64_t pages = 0;

@@ -140,7 +140,7 @@ void Scheduler::loop() {
           std::shared_ptr<Request> request = std::move(waiting_.front());
           waiting_.pop_front();
           running.push_back(request);
-          admit(*request);
+          admit(*request, running);
           request->pages = pages;
           reservedPages_ += pages;
           makeRoom(running);
@@ -270,7 +270,29 @@ int64_t Scheduler::emptySlot(int64_t keep) {
   return slot;
 }
 
-void Scheduler::admit(Request &r) {
+void Scheduler::addSavePoint(Request &r, int64_t shared) {
+  const int64_t page = tree_.pageTokens();
+  const size_t point = static_cast<size_t>(shared / page * page);
+  if (options_.savedHistories <= 0 || shared < page || point <= r.prefilled)
+    return;
+  const auto at = std::lower_bound(r.savePoints.begin(), r.savePoints.end(), point);
+  if (at == r.savePoints.end() || *at != point)
+    r.savePoints.insert(at, point);
+}
+
+void Scheduler::restoreSaved(int64_t slot, int64_t number, int64_t keep) {
+  engine_.restore(slot, number, keep);
+  metrics_.historyRestored();
+  // A slot's history saved when the slot was taken lives on in the slot now
+  // (this request's, wholly its prefix); a shared prefix stays saved.
+  SavedHistory &history = saved_.at(number);
+  if (!history.shared && keep == engine_.savedPast(number))
+    dropSaved(number);
+  else
+    history.lastUse = ++useClock_;
+}
+
+void Scheduler::admit(Request &r, const std::vector<std::shared_ptr<Request>> &running) {
   const std::vector<int32_t> &prompt = r.params.prompt;
   // The cached history sharing the longest prefix with the prompt that it
   // can still continue from (its rings hold the window there); at least
@@ -300,37 +322,74 @@ void Scheduler::admit(Request &r) {
       bestUse = use;
     }
   }
-  // A prefix shared further than any cached history can be continued from
-  // (its window is gone): the prefill stops there to save it for the next
-  // prompt that shares it, once it is at least a page.
-  if (options_.savedHistories > 0 && furthest > keep && furthest >= tree_.pageTokens())
-    r.savePoint = static_cast<size_t>(furthest);
   if (found && best >= 0) {
     engine_.rollback(best, keep);
     r.conversation = best;
     uncacheSlot(best);
     freeSlots_.erase(best);
   } else if (found) {
-    const int64_t number = -best;
-    const int64_t slot = emptySlot(number);
-    engine_.restore(slot, number, keep);
-    metrics_.historyRestored();
+    const int64_t slot = emptySlot(-best);
+    restoreSaved(slot, -best, keep);
     r.conversation = slot;
     freeSlots_.erase(slot);
-    // A slot's history saved when the slot was taken lives on in the slot
-    // now (this request's, wholly its prefix); a shared prefix stays saved.
-    SavedHistory &history = saved_.at(number);
-    if (!history.shared && keep == engine_.savedPast(number))
-      dropSaved(number);
-    else
-      history.lastUse = ++useClock_;
   } else {
     r.conversation = emptySlot(0);
     freeSlots_.erase(r.conversation);
   }
   r.prefilled = static_cast<size_t>(keep);
+  r.started = false;
   if (keep > 0)
     metrics_.prefixReuse(static_cast<uint64_t>(keep));
+  if (options_.savedHistories <= 0 || prompt.empty())
+    return;
+  // A prefix shared further than any cached history can be continued from
+  // (its window is gone) is saved where this prompt's prefill reaches it; one
+  // shared with a running request's prompt, where that prefill reaches it if
+  // it has not yet (else here too).
+  const int64_t page = tree_.pageTokens();
+  for (const std::shared_ptr<Request> &other : running) {
+    Request &q = *other;
+    if (&q == &r || q.done || q.params.prompt.empty())
+      continue;
+    const size_t limit = std::min(prompt.size(), q.params.prompt.size()) - 1;
+    const int64_t shared = static_cast<int64_t>(
+        std::mismatch(prompt.begin(), prompt.begin() + static_cast<std::ptrdiff_t>(limit),
+                      q.params.prompt.begin())
+            .first -
+        prompt.begin());
+    if (shared <= keep)
+      continue;
+    if (q.prefilled < static_cast<size_t>(shared / page * page))
+      addSavePoint(q, shared);
+    else
+      furthest = std::max(furthest, shared);
+  }
+  if (furthest > keep)
+    addSavePoint(r, furthest);
+}
+
+void Scheduler::reconsider(Request &r) {
+  r.started = true;
+  if (options_.savedHistories <= 0 || r.params.prompt.empty())
+    return;
+  const std::vector<int32_t> &prompt = r.params.prompt;
+  const int64_t most = static_cast<int64_t>(prompt.size()) - 1;
+  int64_t best = 0, keep = static_cast<int64_t>(r.prefilled);
+  for (const PrefixTree::Match &match : tree_.matches(prompt)) {
+    const int64_t length = std::min(match.shared, most);
+    if (match.id < 0 && length > keep && engine_.canRestore(-match.id, length)) {
+      best = -match.id;
+      keep = length;
+    }
+  }
+  if (best == 0)
+    return;
+  metrics_.prefixReuse(static_cast<uint64_t>(keep) - r.prefilled);
+  engine_.forget(r.conversation);
+  restoreSaved(r.conversation, best, keep);
+  r.prefilled = static_cast<size_t>(keep);
+  while (!r.savePoints.empty() && r.savePoints.front() <= r.prefilled)
+    r.savePoints.erase(r.savePoints.begin());
 }
 
 int64_t Scheduler::pagesOf(const Request &r) const {
@@ -341,8 +400,9 @@ int64_t Scheduler::pagesOf(const Request &r) const {
       std::min(engine_.contextLength(), static_cast<int64_t>(r.params.prompt.size()) +
                                             r.params.maxTokens + options_.draftTokens);
   // With saved histories a request may copy a page it shares before writing
-  // into it, twice at most: after a restore, and after its prefix is saved.
-  return (positions + page - 1) / page + (options_.savedHistories > 0 ? 2 : 0);
+  // into it, once: after a restore or a rollback into the middle of one (its
+  // save points are page boundaries, which share whole pages).
+  return (positions + page - 1) / page + (options_.savedHistories > 0 ? 1 : 0);
 }
 
 void Scheduler::makeRoom(const std::vector<std::shared_ptr<Request>> &running) {
@@ -397,6 +457,10 @@ void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {
     const size_t total = r.params.prompt.size();
     if (r.done || r.prefilled >= total || budget <= 0)
       continue;
+    if (!r.started) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      reconsider(r);
+    }
     size_t n = std::min(static_cast<size_t>(budget), total - r.prefilled);
     // Paged caches: a chunk short of the prompt's end ends on a page
     // boundary, so that the next one starts on one (as with prefix reuse).
@@ -404,8 +468,11 @@ void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {
         page > 0 && r.prefilled + n < total && (r.prefilled + n) / page * page > r.prefilled)
       n = (r.prefilled + n) / page * page - r.prefilled;
     // A prefix to save ends a chunk.
-    if (r.prefilled < r.savePoint)
-      n = std::min(n, r.savePoint - r.prefilled);
+    for (size_t point : r.savePoints)
+      if (point > r.prefilled) {
+        n = std::min(n, point - r.prefilled);
+        break;
+      }
     const std::vector<int32_t> chunk(
         r.params.prompt.begin() + static_cast<std::ptrdiff_t>(r.prefilled),
         r.params.prompt.begin() + static_cast<std::ptrdiff_t>(r.prefilled + n));
@@ -413,12 +480,12 @@ void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {
     r.prefilled += n;
     budget -= static_cast<int64_t>(n);
     metrics_.tokens(n, 0);
-    if (r.prefilled == r.savePoint) {
+    if (std::binary_search(r.savePoints.begin(), r.savePoints.end(), r.prefilled)) {
       std::lock_guard<std::mutex> lock(mutex_);
       saveHistory(
           r.conversation,
           std::vector<int32_t>(r.params.prompt.begin(),
-                               r.params.prompt.begin() + static_cast<std::ptrdiff_t>(r.savePoint)),
+                               r.params.prompt.begin() + static_cast<std::ptrdiff_t>(r.prefilled)),
           true);
     }
     if (r.prefilled == total)

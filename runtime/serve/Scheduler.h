@@ -23,9 +23,10 @@
 // histories beside the slots (Engine::save: their pages, shared, and a copy
 // of their sliding rings): a slot's when another request takes it, and the
 // prefix a new prompt shares with a cached history when the history's
-// rings no longer hold that prefix's window (the prompt's prefill stops
-// there to save it: a shared system prompt, prefilled once more, is then
-// found by every later prompt). A radix tree over the histories' token
+// rings no longer hold that prefix's window, or with a running request's
+// prompt that has not reached it yet (that prefill stops there to save it: a
+// shared system prompt is then found by every later prompt, and by requests
+// admitted together with it whose prefill had not begun). A radix tree over the histories' token
 // pages (PrefixTree.h) finds the cached history, slot or saved, that shares
 // the longest usable prefix with a new prompt: the request takes that slot
 // and rolls it back to the prefix where it holds more, or restores the
@@ -136,8 +137,19 @@ private:
   // least recently used cached one, its history saved (keeping `keep`), then
   // forgotten.
   int64_t emptySlot(int64_t keep);
-  // Gives `request` a free slot (prefix reuse, else cold); mutex_ held.
-  void admit(Request &request);
+  // Gives `request` a free slot (prefix reuse, else cold), and marks where
+  // it or a running request that shares its prefix saves it; mutex_ held.
+  void admit(Request &request, const std::vector<std::shared_ptr<Request>> &running);
+  // Before a request's first chunk: a saved prefix longer than what it
+  // found at admission (a running request saved it since) restored into its
+  // slot. mutex_ held.
+  void reconsider(Request &request);
+  // Restores saved history `number` into the empty `slot` up to `keep`,
+  // dropping it where it was a slot's history wholly continued.
+  void restoreSaved(int64_t slot, int64_t number, int64_t keep);
+  // A save point of `request` at `shared` tokens, down to a page boundary
+  // (so that saving it shares whole pages and nobody copies one).
+  void addSavePoint(Request &request, int64_t shared);
   // Paged KV: the pages `request` may come to hold (0 unpaged), which the
   // pool promises beside the running requests' (reservedPages_); and, once
   // admitted, pages the running requests may still take made free by

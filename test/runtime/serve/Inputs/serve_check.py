@@ -351,7 +351,7 @@ print(f"prefix reuse: the next turn prefills {len(turn2) - reused[True]} of its 
       "prompt tokens and answers as a cold run; --no-prefix-reuse prefills them all")
 
 # Saved histories (paged KV caches, Scheduler.h): one at a time on the 4
-# slots, sessions sharing a 40-token system prompt. A is cold; B finds the
+# slots, sessions sharing a 48-token system prompt. A is cold; B finds the
 # prompt only in A's slot, whose rings no longer hold its window, so B
 # prefills it again and saves it there; C, D and E restore it and prefill
 # only their own part. E takes A's slot, the least recently used, whose
@@ -360,7 +360,7 @@ print(f"prefix reuse: the next turn prefills {len(turn2) - reused[True]} of its 
 # chunks rounds differently, all but A's begin with kiln-run's token).
 server = Server("--decode", "each")
 if "saved histories" in server.process.banner:
-    system = list(range(100, 140))
+    system = list(range(100, 148))  # three pages of 16
     sessions = {name: system + list(range(200 + 20 * i, 212 + 20 * i))
                 for i, name in enumerate("ABCDE")}
     replies = {}
@@ -387,6 +387,33 @@ if "saved histories" in server.process.banner:
     print(f"saved histories: a shared system prompt saved once and restored for 3 sessions, a "
           f"session's history saved when its slot was taken and restored for its next turn "
           f"({found} tokens found); kiln-run's tokens")
+    server.stop()
+    # Four sessions sharing a 64-token prompt sent at once, prefilled one
+    # chunk of 64 a step: whichever prefills it first stops there to save it
+    # (a save point the others' admission set), and those whose prefill has
+    # not begun restore it; however the requests interleave, at least two
+    # find it.
+    server = Server("--decode", "each", "--prefill-tokens-per-step", "64")
+    shared = list(range(300, 364))
+    burst = [shared + list(range(400 + 20 * i, 410 + 20 * i)) for i in range(4)]
+    got = {}
+
+    def ask_burst(i):
+        got[i] = server.complete({"prompt": burst[i], "max_tokens": 6, "temperature": 0})
+
+    at_once(ask_burst, [(i,) for i in range(4)])
+    for i in range(4):
+        status, body = got[i]
+        reply = body["choices"][0]["token_ids"] if status == 200 else []
+        want = until_eos(kiln_run(burst[i], 6))
+        if reply != want if EXACT else reply[:1] != want[:1]:
+            fail(f"saved histories, at once: request {i}: {status} {body} against {want}")
+    reused = int(server.metrics()["kiln_prefix_reused_tokens_total"])
+    if reused < 2 * len(shared) or reused % len(shared) != 0:
+        fail(f"saved histories, at once: {reused} prompt tokens found, expected a multiple of "
+             f"{len(shared)}, at least two")
+    print(f"saved histories, at once: 4 sessions sharing a 64-token prompt, {reused // 64} of "
+          f"them found it; kiln-run's tokens")
 server.stop()
 
 # A full queue answers 429: 8 more long requests at once than there are
