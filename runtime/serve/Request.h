@@ -86,6 +86,10 @@ struct Request {
   // admitted (before the first, a saved prefix may still be restored).
   std::vector<size_t> savePoints;
   bool started = false;
+  // A running request that will save the prefix this one shares, and where:
+  // this one's prefill waits for that save, then restores it.
+  std::weak_ptr<Request> awaited;
+  size_t awaitedPoint = 0;
   // Paged KV: the pages the request may come to hold (its prompt, its
   // max_tokens and a step's drafts), counted against the pool while it runs.
   int64_t pages = 0;

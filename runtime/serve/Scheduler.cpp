@@ -359,10 +359,16 @@ void Scheduler::admit(Request &r, const std::vector<std::shared_ptr<Request>> &r
         prompt.begin());
     if (shared <= keep)
       continue;
-    if (q.prefilled < static_cast<size_t>(shared / page * page))
+    const size_t point = static_cast<size_t>(shared / page * page);
+    if (q.prefilled < point) {
       addSavePoint(q, shared);
-    else
+      if (!r.awaited.lock() && point > r.prefilled) {
+        r.awaited = other;
+        r.awaitedPoint = point;
+      }
+    } else {
       furthest = std::max(furthest, shared);
+    }
   }
   if (furthest > keep)
     addSavePoint(r, furthest);
@@ -458,6 +464,10 @@ void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {
     if (r.done || r.prefilled >= total || budget <= 0)
       continue;
     if (!r.started) {
+      // Its prefix is being computed by a request that saves it: wait.
+      if (const std::shared_ptr<Request> q = r.awaited.lock();
+          q && !q->done && q->prefilled < r.awaitedPoint)
+        continue;
       std::lock_guard<std::mutex> lock(mutex_);
       reconsider(r);
     }
@@ -482,11 +492,16 @@ void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {
     metrics_.tokens(n, 0);
     if (std::binary_search(r.savePoints.begin(), r.savePoints.end(), r.prefilled)) {
       std::lock_guard<std::mutex> lock(mutex_);
-      saveHistory(
-          r.conversation,
-          std::vector<int32_t>(r.params.prompt.begin(),
-                               r.params.prompt.begin() + static_cast<std::ptrdiff_t>(r.prefilled)),
-          true);
+      std::vector<int32_t> prefix(r.params.prompt.begin(),
+                                  r.params.prompt.begin() +
+                                      static_cast<std::ptrdiff_t>(r.prefilled));
+      // Unless another request saved the same prefix already.
+      bool saved = false;
+      for (const PrefixTree::Match &match : tree_.matches(prefix))
+        saved = saved || (match.id < 0 && match.shared == static_cast<int64_t>(prefix.size()) &&
+                          engine_.savedPast(-match.id) == match.shared);
+      if (!saved)
+        saveHistory(r.conversation, std::move(prefix), true);
     }
     if (r.prefilled == total)
       advance(r, logits.data());

@@ -390,8 +390,8 @@ if "saved histories" in server.process.banner:
     server.stop()
     # Four sessions sharing a 64-token prompt sent at once, prefilled one
     # chunk of 64 a step: whichever prefills it first stops there to save it
-    # (a save point the others' admission set), and those whose prefill has
-    # not begun restore it; however the requests interleave, at least two
+    # (a save point the others' admission set), and the others wait for that
+    # save, then restore it; however the requests interleave, at least two
     # find it.
     server = Server("--decode", "each", "--prefill-tokens-per-step", "64")
     shared = list(range(300, 364))
