@@ -188,7 +188,8 @@ public:
   // dropSaved() gives back its references and its copy. A page that a
   // conversation and saved ones share is copied before the conversation
   // writes into it (its positions from its past on; an idle row's too), so
-  // that nothing one of them reads changes.
+  // that nothing one of them reads changes. save() returns 0, and changes
+  // nothing, where the device has no memory left for the rings' copy.
   bool canSave() const;
   uint64_t savedBytes() const;
   int64_t save(int64_t conversation);

@@ -175,6 +175,9 @@ void replay(Engine &engine, const EngineCall &call) {
   case EngineCall::Kind::Save: {
     // Numbered as on the rank that made the call, which made the same calls.
     const int64_t number = engine.save(call.conversation);
+    if (number == 0)
+      throw RuntimeError("save of conversation " + std::to_string(call.conversation) +
+                         ": no device memory left for its copy here");
     if (call.saved != 0 && number != call.saved)
       throw RuntimeError("save of conversation " + std::to_string(call.conversation) +
                          " numbered " + std::to_string(number) + " here, " +

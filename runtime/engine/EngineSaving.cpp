@@ -72,17 +72,23 @@ int64_t Engine::save(int64_t conversation) {
   if (!impl.savable)
     impl.fail("saving a conversation needs paged global KV caches (compile with kilnc "
               "--kv-page-tokens)");
-  if (impl.observer)
-    impl.observer(EngineCall{EngineCall::Kind::Save, conversation, 0, {}, {}, {}, impl.nextSaved});
   Impl::SavedConversation one;
   const std::vector<std::pair<DeviceAddress, uint64_t>> slices = impl.ringSlices(conversation);
   if (!impl.spareRings.empty()) {
     one.rings = std::move(impl.spareRings.back());
     impl.spareRings.pop_back();
   } else {
-    for (const auto &[address, bytes] : slices)
-      one.rings.push_back(DeviceMemory::allocate(*impl.backend, bytes, "a saved conversation"));
+    // A device without room for the copy saves nothing (the caller may
+    // forget instead); nothing was handed on yet.
+    try {
+      for (const auto &[address, bytes] : slices)
+        one.rings.push_back(DeviceMemory::allocate(*impl.backend, bytes, "a saved conversation"));
+    } catch (const RuntimeError &) {
+      return 0;
+    }
   }
+  if (impl.observer)
+    impl.observer(EngineCall{EngineCall::Kind::Save, conversation, 0, {}, {}, {}, impl.nextSaved});
   for (size_t i = 0; i < slices.size(); ++i)
     impl.backend->copy(one.rings[i].address(), slices[i].first, slices[i].second);
   one.pages = impl.pages.share(conversation, impl.pages.held(conversation));

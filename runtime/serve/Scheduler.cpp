@@ -238,6 +238,11 @@ bool Scheduler::saveHistory(int64_t conversation, std::vector<int32_t> tokens, b
     dropSaved(oldest);
   }
   const int64_t number = engine_.save(conversation);
+  if (number == 0) {
+    // No device memory for another copy: keep to the ones there are.
+    options_.savedHistories = static_cast<int64_t>(saved_.size());
+    return false;
+  }
   saved_[number] = SavedHistory{++useClock_, shared};
   tree_.insert(-number, std::move(tokens));
   metrics_.historySaved();
