@@ -113,6 +113,14 @@ std::string Metrics::text(const MetricsSnapshot &now) {
          "running requests.\n"
       << "# TYPE kiln_prefix_evictions_total counter\n"
       << "kiln_prefix_evictions_total " << evictions_ << "\n"
+      << "# HELP kiln_prefix_hit_ratio Prompt tokens found cached over the prompt tokens of "
+         "every request admitted (found and prefilled).\n"
+      << "# TYPE kiln_prefix_hit_ratio gauge\n"
+      << "kiln_prefix_hit_ratio "
+      << (reusedTokens_ + promptTokens_
+              ? static_cast<double>(reusedTokens_) / double(reusedTokens_ + promptTokens_)
+              : 0.0)
+      << "\n"
       << "# HELP kiln_saved_histories_total Histories saved beside the slots.\n"
       << "# TYPE kiln_saved_histories_total counter\n"
       << "kiln_saved_histories_total " << saves_ << "\n"

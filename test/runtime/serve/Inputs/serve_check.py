@@ -384,6 +384,11 @@ if "saved histories" in server.process.banner:
     counted = {name: int(m[name]) for name in expected}
     if counted != expected:
         fail(f"saved histories: /metrics says {counted}, expected {expected}")
+    found_all = m["kiln_prefix_reused_tokens_total"]
+    ratio = found_all / (found_all + m["kiln_prompt_tokens_total"])
+    if abs(m["kiln_prefix_hit_ratio"] - ratio) > 1e-6:
+        fail(f"saved histories: kiln_prefix_hit_ratio {m['kiln_prefix_hit_ratio']}, expected "
+             f"{ratio} (found over found and prefilled)")
     print(f"saved histories: a shared system prompt saved once and restored for 3 sessions, a "
           f"session's history saved when its slot was taken and restored for its next turn "
           f"({found} tokens found); kiln-run's tokens")
