@@ -15,7 +15,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <map>
 #include <numeric>
+#include <random>
 
 namespace kiln {
 namespace {
@@ -205,6 +208,127 @@ TEST(PagedKvTest, ASavedConversationContinuesAsIfItHadComputedItsPositions) {
   std::unique_ptr<Engine> unpaged = load(0);
   EXPECT_FALSE(unpaged->canSave());
   EXPECT_THROW(unpaged->save(0), RuntimeError);
+}
+
+// A seeded random script of every call that moves KV pages (prefill,
+// batched decode with idle rows, verify and rollback, save, restore, drop,
+// forget) on an engine with a small pool, each conversation's tokens kept
+// beside it; now and then a conversation's next logits are held to those of
+// a second engine that prefills the same tokens from nothing. A page shared
+// and written without its copy, or a ring restored wrong, is a different
+// history there.
+TEST(PagedKvTest, RandomCallsOverSharedPagesLeaveEveryConversationItsOwnHistory) {
+  std::unique_ptr<Engine> engine = load(kPageTokens, 40), reference = load(kPageTokens);
+  std::mt19937 random(11);
+  auto pick = [&](int64_t n) { return static_cast<int64_t>(random() % static_cast<uint32_t>(n)); };
+  auto token = [&] { return static_cast<int32_t>(1 + pick(900)); };
+  std::vector<Tokens> history(kConversations);
+  std::map<int64_t, Tokens> saved;
+  int checks = 0, restores = 0;
+  // The pool's 40 pages: a history beyond 96 positions is forgotten, and so
+  // are saved ones beyond three.
+  auto room = [&](int64_t c, int64_t n) {
+    return static_cast<int64_t>(history[c].size()) + n <= 96;
+  };
+  for (int op = 0; op < 160 && !HasFailure(); ++op) {
+    const int64_t c = pick(kConversations);
+    switch (pick(8)) {
+    case 0: { // a prompt or its next chunk
+      Tokens tokens(static_cast<size_t>(1 + pick(20)));
+      for (int32_t &t : tokens)
+        t = token();
+      if (!room(c, static_cast<int64_t>(tokens.size())))
+        break;
+      engine->prefill(c, tokens);
+      history[c].insert(history[c].end(), tokens.begin(), tokens.end());
+      break;
+    }
+    case 1: { // a batched step, some rows idle
+      Tokens tokens;
+      std::vector<bool> stepped;
+      for (int64_t d = 0; d < kConversations; ++d) {
+        tokens.push_back(token());
+        stepped.push_back(pick(3) != 0 && room(d, 1));
+      }
+      engine->decodeBatch(tokens, stepped);
+      for (int64_t d = 0; d < kConversations; ++d)
+        if (stepped[static_cast<size_t>(d)])
+          history[d].push_back(tokens[static_cast<size_t>(d)]);
+      break;
+    }
+    case 2: { // drafts verified, some rejected
+      if (history[c].empty() || !room(c, 4))
+        break;
+      Tokens tokens(static_cast<size_t>(1 + pick(4)));
+      for (int32_t &t : tokens)
+        t = token();
+      engine->verify(c, tokens);
+      history[c].insert(history[c].end(), tokens.begin(), tokens.end());
+      // Within the rings' room (a restored conversation's writes before it
+      // count too).
+      int64_t keep = static_cast<int64_t>(history[c].size()) - pick(4);
+      if (!engine->canRollback(c, keep))
+        keep = static_cast<int64_t>(history[c].size());
+      engine->rollback(c, keep);
+      history[c].resize(static_cast<size_t>(keep));
+      break;
+    }
+    case 3: // saved, as kiln-serve does when another request takes the slot
+      if (saved.size() >= 3) {
+        engine->dropSaved(saved.begin()->first);
+        saved.erase(saved.begin());
+      }
+      saved[engine->save(c)] = history[c];
+      break;
+    case 4: { // a saved history restored, a few positions back at most
+      if (saved.empty())
+        break;
+      auto it = saved.begin();
+      std::advance(it, pick(static_cast<int64_t>(saved.size())));
+      int64_t keep = engine->savedPast(it->first) - pick(4);
+      if (!engine->canRestore(it->first, keep))
+        keep = engine->savedPast(it->first);
+      engine->forget(c);
+      engine->restore(c, it->first, keep);
+      history[c].assign(it->second.begin(), it->second.begin() + keep);
+      ++restores;
+      break;
+    }
+    case 5:
+      engine->forget(c);
+      history[c].clear();
+      break;
+    default: { // a conversation's next token, against the history computed afresh
+      if (history[c].empty() || !room(c, 1))
+        break;
+      const int32_t next = token();
+      const std::vector<float> got = engine->decode(c, next);
+      Tokens all = history[c];
+      all.push_back(next);
+      reference->forget(0);
+      const std::vector<float> want = reference->prefill(0, all);
+      float largest = 0, error = 0;
+      for (size_t v = 0; v < want.size(); ++v) {
+        largest = std::max(largest, std::fabs(want[v]));
+        error = std::max(error, std::fabs(got[v] - want[v]));
+      }
+      EXPECT_LE(error, 1e-3f * largest)
+          << "call " << op << ": conversation " << c << " at " << all.size() << " positions";
+      history[c] = all;
+      ++checks;
+      break;
+    }
+    }
+    EXPECT_EQ(engine->pastTokens(c), static_cast<int64_t>(history[c].size())) << "call " << op;
+  }
+  EXPECT_GT(checks, 20);
+  EXPECT_GT(restores, 5);
+  // Every page back once nobody holds one.
+  for (const auto &[number, tokens] : saved)
+    engine->dropSaved(number);
+  for (int64_t c = 0; c < kConversations; ++c)
+    engine->forget(c);
+  EXPECT_EQ(engine->freeKvPages(), engine->kvPages());
 }
 
 } // namespace
