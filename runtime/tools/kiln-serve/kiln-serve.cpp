@@ -310,9 +310,15 @@ int run(const std::vector<std::string> &args) {
   if (schedulerOptions.savedHistories < 0)
     schedulerOptions.savedHistories = 4 * engine->conversations();
   std::string saving;
-  if (engine->canSave() && schedulerOptions.prefixReuse && schedulerOptions.savedHistories > 0)
+  if (engine->canSave() && schedulerOptions.prefixReuse && schedulerOptions.savedHistories > 0) {
+    char gib[32];
+    std::snprintf(gib, sizeof gib, "%.2f",
+                  double(engine->savedBytes()) * double(schedulerOptions.savedHistories) /
+                      double(uint64_t{1} << 30));
     saving = ", up to " + std::to_string(schedulerOptions.savedHistories) + " saved histories (" +
-             std::to_string(engine->savedBytes()) + " bytes each)";
+             std::to_string(engine->savedBytes()) + " bytes each beside their pages, " + gib +
+             " GiB in all)";
+  }
 
   kiln::serve::Metrics metrics;
   kiln::serve::Scheduler scheduler(*engine, tokenizer, metrics, schedulerOptions);
