@@ -96,9 +96,13 @@ void Engine::Impl::allocateBuffers() {
            " bytes: expected 1 to 2^31");
     pageCount = static_cast<int64_t>(poolBytes / pageBytes);
   }
+  // Saving a conversation copies its rings and shares its pages: every
+  // other cache must be a ring.
+  bool everyGlobalPaged = true;
   if (const auto *caches = artifact->kv_caches())
     for (const fb::KvCache *cache : *caches) {
       const KvCacheSpec spec = specOf(cache);
+      everyGlobalPaged = everyGlobalPaged && (spec.isPaged() || !spec.isGlobal());
       if (spec.isPaged() && !pages.paged()) {
         // The pool: every conversation's whole context unless asked for fewer.
         const int64_t perConversation = (contextLength + spec.pageTokens - 1) / spec.pageTokens;
@@ -122,12 +126,7 @@ void Engine::Impl::allocateBuffers() {
       kv.push_back(DeviceMemory::allocate(*backend, bytes, name + " (V)"));
     }
 
-  // Saving a conversation copies its rings and shares its pages: every
-  // other cache must be a ring.
-  savable = pages.paged();
-  if (const auto *caches = artifact->kv_caches())
-    for (const fb::KvCache *cache : *caches)
-      savable = savable && (specOf(cache).isPaged() || !specOf(cache).isGlobal());
+  savable = pages.paged() && everyGlobalPaged;
   if (pageCount > 0 && !pages.paged())
     fail("KV pages were asked for (" + std::to_string(pageCount) +
          "), but the artifact's KV caches are not paged (compile with kilnc --kv-page-tokens)");

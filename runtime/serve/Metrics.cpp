@@ -80,9 +80,16 @@ void Metrics::timePerOutputToken(double seconds) {
 std::string Metrics::text(const MetricsSnapshot &now) {
   std::lock_guard<std::mutex> lock(mutex_);
   std::ostringstream out;
-  const auto gauge = [&](const char *name, const char *help, int64_t value) {
-    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " gauge\n"
+  // One sample of a metric with its HELP and TYPE lines.
+  const auto metric = [&](const char *type, const char *name, const char *help, auto value) {
+    out << "# HELP " << name << " " << help << "\n# TYPE " << name << " " << type << "\n"
         << name << " " << value << "\n";
+  };
+  const auto gauge = [&](const char *name, const char *help, auto value) {
+    metric("gauge", name, help, value);
+  };
+  const auto counter = [&](const char *name, const char *help, uint64_t value) {
+    metric("counter", name, help, value);
   };
   gauge("kiln_requests_waiting", "Requests queued for a conversation slot.", now.waiting);
   gauge("kiln_requests_running", "Requests holding a conversation slot (prefill or decode).",
@@ -102,40 +109,25 @@ std::string Metrics::text(const MetricsSnapshot &now) {
       << "kiln_requests_total{status=\"error\"} " << failed_ << "\n"
       << "kiln_requests_total{status=\"rejected\"} " << rejected_ << "\n"
       << "kiln_requests_total{status=\"cancelled\"} " << cancelled_ << "\n";
-  out << "# HELP kiln_prompt_tokens_total Prompt tokens prefilled.\n"
-      << "# TYPE kiln_prompt_tokens_total counter\n"
-      << "kiln_prompt_tokens_total " << promptTokens_ << "\n"
-      << "# HELP kiln_prefix_reused_tokens_total Prompt tokens found cached (a slot's, a saved "
-         "history's) and not prefilled.\n"
-      << "# TYPE kiln_prefix_reused_tokens_total counter\n"
-      << "kiln_prefix_reused_tokens_total " << reusedTokens_ << "\n"
-      << "# HELP kiln_prefix_evictions_total Cached histories forgotten to free KV pages for "
-         "running requests.\n"
-      << "# TYPE kiln_prefix_evictions_total counter\n"
-      << "kiln_prefix_evictions_total " << evictions_ << "\n"
-      << "# HELP kiln_prefix_hit_ratio Prompt tokens found cached over the prompt tokens of "
-         "every request admitted (found and prefilled).\n"
-      << "# TYPE kiln_prefix_hit_ratio gauge\n"
-      << "kiln_prefix_hit_ratio "
-      << (reusedTokens_ + promptTokens_
-              ? static_cast<double>(reusedTokens_) / double(reusedTokens_ + promptTokens_)
-              : 0.0)
-      << "\n"
-      << "# HELP kiln_saved_histories_total Histories saved beside the slots.\n"
-      << "# TYPE kiln_saved_histories_total counter\n"
-      << "kiln_saved_histories_total " << saves_ << "\n"
-      << "# HELP kiln_restored_histories_total Saved histories a request continued in a slot.\n"
-      << "# TYPE kiln_restored_histories_total counter\n"
-      << "kiln_restored_histories_total " << restores_ << "\n"
-      << "# HELP kiln_generation_tokens_total Tokens generated.\n"
-      << "# TYPE kiln_generation_tokens_total counter\n"
-      << "kiln_generation_tokens_total " << generatedTokens_ << "\n"
-      << "# HELP kiln_spec_draft_tokens_total Drafted tokens speculative steps checked.\n"
-      << "# TYPE kiln_spec_draft_tokens_total counter\n"
-      << "kiln_spec_draft_tokens_total " << draftTokens_ << "\n"
-      << "# HELP kiln_spec_accepted_tokens_total Drafted tokens the model accepted.\n"
-      << "# TYPE kiln_spec_accepted_tokens_total counter\n"
-      << "kiln_spec_accepted_tokens_total " << acceptedDrafts_ << "\n";
+  counter("kiln_prompt_tokens_total", "Prompt tokens prefilled.", promptTokens_);
+  counter("kiln_prefix_reused_tokens_total",
+          "Prompt tokens found cached (a slot's, a saved history's) and not prefilled.",
+          reusedTokens_);
+  counter("kiln_prefix_evictions_total",
+          "Cached histories forgotten to free KV pages for running requests.", evictions_);
+  gauge("kiln_prefix_hit_ratio",
+        "Prompt tokens found cached over the prompt tokens of every request admitted (found and "
+        "prefilled).",
+        reusedTokens_ + promptTokens_
+            ? static_cast<double>(reusedTokens_) / double(reusedTokens_ + promptTokens_)
+            : 0.0);
+  counter("kiln_saved_histories_total", "Histories saved beside the slots.", saves_);
+  counter("kiln_restored_histories_total", "Saved histories a request continued in a slot.",
+          restores_);
+  counter("kiln_generation_tokens_total", "Tokens generated.", generatedTokens_);
+  counter("kiln_spec_draft_tokens_total", "Drafted tokens speculative steps checked.",
+          draftTokens_);
+  counter("kiln_spec_accepted_tokens_total", "Drafted tokens the model accepted.", acceptedDrafts_);
   out << ttft_.text("kiln_time_to_first_token_seconds",
                     "From a request's arrival to its first token.");
   out << tpot_.text("kiln_time_per_output_token_seconds",
