@@ -30,26 +30,32 @@ cleanup() {
 }
 trap cleanup EXIT
 
+servers=0
 serve() { # kiln-serve flags...
+  # Each server logs to files of its own: the background shell creates them
+  # only once it runs, so a shared name could still show the last server's
+  # "listening on" line (and its port) to the loop below.
+  servers=$((servers + 1))
+  log=$work/serve.$servers
   # shellcheck disable=SC2086
   "$(tool kiln-serve)" "$ARTIFACT" --weights "$WEIGHTS" --port 0 --max-waiting 4096 --http-threads 160 \
-    ${KILN_SERVE_FLAGS:-} "$@" > "$work/serve.out" 2> "$work/serve.err" &
+    ${KILN_SERVE_FLAGS:-} "$@" > "$log.out" 2> "$log.err" &
   pid=$!
   for _ in $(seq 1200); do
-    grep -q "listening on" "$work/serve.err" && break
+    grep -qs "listening on" "$log.err" && break
     if ! kill -0 "$pid" 2>/dev/null; then
-      cat "$work/serve.err" >&2
+      cat "$log.err" >&2
       echo "serve-agentic: kiln-serve did not start" >&2
       exit 1
     fi
     sleep 0.1
   done
-  url=$(sed -n "s/.*listening on \(http:[^ ]*\).*/\1/p" "$work/serve.err")
+  url=$(sed -n "s/.*listening on \(http:[^ ]*\).*/\1/p" "$log.err")
   [ -n "$url" ] || { echo "serve-agentic: kiln-serve did not say where it listens" >&2; exit 1; }
 }
 stop() {
   kill -TERM "$pid"
-  wait "$pid" || { cat "$work/serve.err" >&2; echo "serve-agentic: kiln-serve failed" >&2; exit 1; }
+  wait "$pid" || { cat "$log.err" >&2; echo "serve-agentic: kiln-serve failed" >&2; exit 1; }
   pid=
 }
 
