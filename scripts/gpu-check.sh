@@ -28,7 +28,7 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   tiny-bf16.f32kv.sm_90.kiln tiny-bf16.f32kv.reference tiny-wide128.p500-pg16-b4.sm_90.kiln \
   tiny-wide128.p512-pg64-b4.sm_90.kiln tiny-wide128.p512-pg64-broken.sm_90.kiln \
   tiny-wide128.p512-pg64-fp8.sm_90.kiln tiny-wide128.p512-pg64-fp8-broken.sm_90.kiln \
-  tiny-wide128.fp8tc-1200s.reference; do
+  tiny-wide128.fp8tc-1200s.reference small-nvfp4.staged-broken.sm_90.kiln; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -187,7 +187,25 @@ if "$BIN/kiln-check" "$DATA/small-nvfp4.narrow-broken.sm_90.kiln" --weights synt
 else
   echo "(failed, as it must)"
 fi
+# The batch-1 decode's staged expert kernels (small's widths are whole
+# 1024-element chunks; the small-nvfp4 check above runs them), gate/up left
+# one chunk short, against the same reference and tolerances: must fail.
+echo "== small-nvfp4, the staged expert gate/up broken on purpose (a chunk left out): must fail"
+if "$BIN/kiln-check" "$DATA/small-nvfp4.staged-broken.sm_90.kiln" --weights synthetic:3 \
+  --reference "$DATA/small-nvfp4.reference"; then
+  echo "(the broken kernel passed the check)"
+  status=1
+else
+  echo "(failed, as it must)"
+fi
 if command -v compute-sanitizer >/dev/null; then
+  # The staged expert kernels' shared-memory copy and barrier.
+  for tool in memcheck racecheck; do
+    echo "== compute-sanitizer $tool, small nvfp4's staged expert kernels"
+    compute-sanitizer --tool $tool --error-exitcode 3 --kernel-name kns=staged \
+      "$BIN/kiln-run" "$DATA/small-nvfp4.sm_90.kiln" --weights synthetic:3 \
+      --prompt-ids 1,2,3,4,5,6,7,8 --max-new-tokens 3 2>&1 | tail -1 || status=1
+  done
   for format in bf16 nvfp4; do
     echo "== compute-sanitizer, tiny $format"
     compute-sanitizer --tool memcheck --error-exitcode 3 \

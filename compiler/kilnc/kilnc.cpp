@@ -517,10 +517,12 @@ int main(int argc, char **argv) {
     request.target = chip ? kiln::TargetChoice::forChip(*chip) : kiln::TargetChoice::x86(*cpu);
     if (!injectFault.empty() &&
         !((injectFault == "wgmma-drop-k-step" || injectFault == "attention-drop-tile" ||
-           injectFault == "expert-drop-k-step" || injectFault == "narrow-experts-drop-k-step") &&
+           injectFault == "expert-drop-k-step" || injectFault == "narrow-experts-drop-k-step" ||
+           injectFault == "staged-experts-drop-chunk") &&
           chip && chip->matrix == kiln::MatrixCores::Wgmma))
       return fail("--inject-fault: the faults are wgmma-drop-k-step, attention-drop-tile, "
-                  "expert-drop-k-step and narrow-experts-drop-k-step, with --target=sm_90");
+                  "expert-drop-k-step, narrow-experts-drop-k-step and staged-experts-drop-chunk, "
+                  "with --target=sm_90");
     request.target.fault = injectFault;
     return kiln::runBackend(*module, request);
   }

@@ -112,6 +112,16 @@ KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, in
                             bool nvfp4);
 KernelSpec expertDownWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
                           bool nvfp4);
+// The same with NVFP4 weights for one token at a time (StagedExperts.cpp):
+// blocks of warps whose items share one vector, staged once in shared
+// memory in the lanes' order; launched as stagedGateUpWork / stagedDownWork.
+bool stagedExpertsFit(int64_t intermediate, int64_t latent);
+Work stagedGateUpWork(int64_t k, int64_t intermediate);
+Work stagedDownWork(int64_t k, int64_t latent);
+// `dropLastChunk`: broken on purpose, its dots one 1024-element chunk short.
+KernelSpec expertGateUpStaged(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
+                              bool dropLastChunk = false);
+KernelSpec expertDownStaged(int64_t experts, int64_t k, int64_t intermediate, int64_t latent);
 // Row-wise ops on a GPU (GpuRowKernels.cpp): a block per token row for the
 // RMSNorms of a hidden state, a warp per
 // (token, head) for head norms and rotary embedding, a thread per 4 elements

@@ -148,11 +148,18 @@ GpuTargetHooks::expertStage(int64_t experts, int64_t k, int64_t intermediate, in
   if (!stage.listed) {
     if (!warpMoEFits(intermediate, latent))
       return std::nullopt;
-    // Decode: the products spread over warps, a few rows each.
-    stage.gateUp = {expertGateUpWarp(experts, k, intermediate, latent, nvfp4),
-                    Work{0, warp::kWarp * k * intermediate / 2}};
-    stage.down = {expertDownWarp(experts, k, intermediate, latent, nvfp4),
-                  Work{0, warp::kWarp * k * latent / 4}};
+    // Decode: the products spread over warps, a few rows each; NVFP4 rows
+    // one token's vector at a time (the batch-1 step) read it staged.
+    if (nvfp4 && maxTokens == 1 && stagedExpertsFit(intermediate, latent)) {
+      stage.gateUp = {expertGateUpStaged(experts, k, intermediate, latent, stagedExpertsBroken()),
+                      stagedGateUpWork(k, intermediate)};
+      stage.down = {expertDownStaged(experts, k, intermediate, latent), stagedDownWork(k, latent)};
+    } else {
+      stage.gateUp = {expertGateUpWarp(experts, k, intermediate, latent, nvfp4),
+                      Work{0, warp::kWarp * k * intermediate / 2}};
+      stage.down = {expertDownWarp(experts, k, intermediate, latent, nvfp4),
+                    Work{0, warp::kWarp * k * latent / 4}};
+    }
   }
   int64_t threads = rowBlockThreads(latent);
   stage.scales = {expertScalesBlock(k, latent, eps), Work{0, k * threads, threads}};

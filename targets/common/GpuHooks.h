@@ -33,6 +33,10 @@ protected:
   // decode), given that the grouped warp kernels fit: those kernels
   // (GroupedExperts.h) unless the target has better.
   virtual MatrixExperts fewItemsExperts(const ExpertTileShape &shape) const;
+  // Whether the staged expert kernels (batch-1 NVFP4 decode) are to be built
+  // broken on purpose: their gate/up dots leave out the last 1024-element
+  // chunk (kilnc --inject-fault=staged-experts-drop-chunk on NVPTX).
+  virtual bool stagedExpertsBroken() const { return false; }
   // The append of a call's new K/V to the caches after attention (the split
   // attention's, and a target's tiled attention's); head_dim must fit the
   // warp kernels (warpAttentionFits).

@@ -144,6 +144,7 @@ public:
 
   const Nvfp4Constants *consts = nullptr;
   bool grouped = false;
+  Value stagedLane; // the lane, where the vector is staged in lane order
 
 private:
   const Indices &vectorRow(const Row &row) const { return row.xAt.empty() ? xAt : row.xAt; }
@@ -258,11 +259,16 @@ private:
 
   SmallVector<Value> nvfp4Chunk(Value at, ValueRange acc) {
     const Nvfp4Constants &c = *consts;
-    // Group m (Grouped) or word m (Contiguous) is `groupStep` elements on.
-    const int64_t groupStep = grouped ? 128 : 4;
+    // Group m (Grouped) or word m (Contiguous) is `groupStep` elements on; a
+    // vector staged in lane order has lane l's word m of chunk c at
+    // 1024 c + 128 m + 4 l, where `at` = 512 c + 16 l.
+    const int64_t groupStep = grouped || stagedLane ? 128 : 4;
     Nvfp4Offsets o;
     o.at = at;
     o.xb = arith::MulIOp::create(b, at, c.c2);
+    if (stagedLane)
+      o.xb = arith::SubIOp::create(
+          b, o.xb, arith::MulIOp::create(b, stagedLane, arith::ConstantIndexOp::create(b, 28)));
     o.sb = arith::DivUIOp::create(b, at, c.c8);
     for (int m = 1; m < 8; ++m) {
       o.xi[m] = arith::AddIOp::create(b, o.xb, arith::ConstantIndexOp::create(b, groupStep * m));
@@ -318,6 +324,8 @@ SmallVector<Value> rowsDot(ImplicitLocOpBuilder &b, const WarpOfPart &warp, Arra
   // elements) for NVFP4; Grouped lanes need whole chunks. Lane l's part
   // starts at l laneStep.
   const int64_t extent = nvfp4 ? k / 2 : k, chunk = nvfp4 ? 512 : 256;
+  if (lanes == Nvfp4Lanes::StagedVector && (!nvfp4 || extent % chunk != 0 || offset))
+    llvm::report_fatal_error("kiln: a staged vector needs NVFP4 rows of whole chunks");
   if (extent % chunk != 0)
     lanes = Nvfp4Lanes::Contiguous;
   if (extent % chunk != 0 && offset)
@@ -341,6 +349,8 @@ SmallVector<Value> rowsDot(ImplicitLocOpBuilder &b, const WarpOfPart &warp, Arra
   WarpDotBuilder dot(b, rows, nvfp4, x, xAt);
   dot.consts = consts ? &*consts : nullptr;
   dot.grouped = lanes == Nvfp4Lanes::Grouped;
+  if (lanes == Nvfp4Lanes::StagedVector)
+    dot.stagedLane = warp.lane;
   SmallVector<Value> init(rows.size(), zero);
   scf::ForOp loop;
   if (extent % chunk != 0) {
@@ -379,6 +389,31 @@ SmallVector<Value> rowsDot(ImplicitLocOpBuilder &b, const WarpOfPart &warp, Arra
       outs.push_back(arith::AddFOp::create(b, sum, zeroScalar));
   }
   return outs;
+}
+
+void stageVectorInLaneOrder(ImplicitLocOpBuilder &b, Value x, ValueRange xAt, int64_t k,
+                            Value staged, Value thread, int64_t threads) {
+  if (k % 1024 != 0)
+    llvm::report_fatal_error("kiln: a vector staged in lane order needs whole 1024-element chunks");
+  auto v4f = VectorType::get({4}, b.getF32Type());
+  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v).getResult(); };
+  Value c4 = index(4), c8 = index(8), c256 = index(256);
+  auto loop = scf::ForOp::create(b, thread, index(k / 4), index(threads));
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(loop.getBody());
+  // Group g of 4 elements: chunk g / 256, lane (g % 256) / 8, word g % 8.
+  Value g = loop.getInductionVar();
+  Value inChunk = arith::RemUIOp::create(b, g, c256);
+  Value chunkStart = arith::MulIOp::create(b, arith::SubIOp::create(b, g, inChunk), c4);
+  Value lane = arith::DivUIOp::create(b, inChunk, c8);
+  Value word = arith::RemUIOp::create(b, inChunk, c8);
+  Value to =
+      arith::AddIOp::create(b, chunkStart,
+                            arith::AddIOp::create(b, arith::MulIOp::create(b, word, index(128)),
+                                                  arith::MulIOp::create(b, lane, c4)));
+  Value value = vector::LoadOp::create(b, v4f, x, concat(xAt, arith::MulIOp::create(b, g, c4)),
+                                       false, llvm::MaybeAlign(16));
+  vector::StoreOp::create(b, value, staged, ValueRange{to}, false, llvm::MaybeAlign(16));
 }
 
 SmallVector<Row> projectionRows(const ExpertProjection &projection, Value e,

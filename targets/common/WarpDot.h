@@ -43,21 +43,34 @@ struct Row {
 // the warp, at the price of 8 two-byte loads of codes and 8 of scales a row.
 // Grouped pays where few weight rows share each vector (a warp over several
 // tokens' vectors: GroupedExperts.h); Contiguous where many rows share one.
-enum class Nvfp4Lanes { Contiguous, Grouped };
+// StagedVector: codes and scales as Contiguous, the vector read from a copy
+// in shared memory in the order the lanes read it (stageVectorInLaneOrder),
+// so that each load of it is 512 contiguous bytes across the warp.
+enum class Nvfp4Lanes { Contiguous, Grouped, StagedVector };
 
 // This lane's part of the dot of each row with the f32 vector `x`[xAt, :]
 // (`k` wide): one f32 per row, to be summed over the warp (warpSum). The rows
 // share the vector's loads, so a warp reads it once for all of them. BF16:
 // needs k % 8 == 0 (lane l covers elements 256 c + 8 l .. +8); NVFP4: needs
 // k % 32 == 0, lanes as `lanes` says (Grouped where k % 1024 == 0, else
-// Contiguous). With `offset` (an index), the dot covers columns offset ..
-// offset + k of longer rows, in whole chunks. `warp` gives the lane and the
-// index constants 0 and 1.
+// Contiguous; StagedVector needs k % 1024 == 0, `x` the staged copy and
+// `xAt` empty). With `offset` (an index; not with StagedVector), the dot
+// covers columns offset .. offset + k of longer rows, in whole chunks.
+// `warp` gives the lane and the index constants 0 and 1.
 llvm::SmallVector<mlir::Value> rowsDot(mlir::ImplicitLocOpBuilder &b, const WarpOfPart &warp,
                                        llvm::ArrayRef<Row> rows, bool nvfp4, mlir::Value x,
                                        mlir::ValueRange xAt, int64_t k,
                                        mlir::Value offset = mlir::Value(),
                                        Nvfp4Lanes lanes = Nvfp4Lanes::Contiguous);
+
+// Copies the vector `x`[xAt, :] (`k` f32, k % 1024 == 0) into `staged`, a
+// rank-1 shared-memory memref of k f32, in the order the lanes of an
+// Nvfp4Lanes::StagedVector dot read it: element 32 l + 4 m + i of each
+// 1024-element chunk (lane l's word m) at 128 m + 4 l + i. Thread `thread`
+// of `threads` copies every threads-th group of 4; the caller synchronises
+// the block before the dots read it.
+void stageVectorInLaneOrder(mlir::ImplicitLocOpBuilder &b, mlir::Value x, mlir::ValueRange xAt,
+                            int64_t k, mlir::Value staged, mlir::Value thread, int64_t threads);
 
 // Row (e, o) of `projection` for each o of `outRows`, with the global scale
 // `global` (NVFP4; ExpertProjection::loadGlobal).

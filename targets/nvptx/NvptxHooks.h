@@ -37,6 +37,7 @@ public:
 
 protected:
   MatrixExperts fewItemsExperts(const kernels::ExpertTileShape &shape) const override;
+  bool stagedExpertsBroken() const override { return fault == "staged-experts-drop-chunk"; }
 
 private:
   std::optional<MatrixGemm> narrowGemm(int64_t n, int64_t k, int64_t maxTokens,
