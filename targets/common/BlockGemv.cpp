@@ -46,15 +46,7 @@ KernelSpec linearBlockTokens(int64_t n, int64_t k, int64_t tokens) {
   return buildKernel(name, "kiln.linear", tiling, args, [&](KernelScope &s) {
     ImplicitLocOpBuilder &b = s.b;
     FloatType f32 = b.getF32Type();
-    auto staged =
-        MemRefType::get({tokens, kChunk}, f32, MemRefLayoutAttrInterface(),
-                        gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPoint(s.func);
-      memref::GlobalOp::create(b, name + "_x", b.getStringAttr("private"), staged, Attribute(),
-                               /*constant=*/false, IntegerAttr());
-    }
+    SharedBuffer staged = declareSharedBuffer(s, name + "_x", {tokens, kChunk}, f32);
     Value x = s.arg(0), w = s.arg(1), y = s.arg(2);
     Value c0 = s.index(0), c1 = s.index(1), c8 = s.index(8), c32 = s.index(32), c4 = s.index(4);
     Value chunk = s.index(kChunk), kdim = s.index(k), ndim = s.index(n), nLast = s.index(n - 1);
@@ -85,7 +77,7 @@ KernelSpec linearBlockTokens(int64_t n, int64_t k, int64_t tokens) {
     // Staging: warp w copies token w's 256 columns (tokens past T repeat the last).
     Value stagedToken = arith::MinUIOp::create(b, warp, lastT);
     Value staging = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, warp, allTokens);
-    Value sx = memref::GetGlobalOp::create(b, staged, name + "_x");
+    Value sx = staged.get(b);
     // One accumulator a (row, token), row-major.
     SmallVector<Value> init(kRowsPerWarp * tokens, zero);
     auto loop = scf::ForOp::create(b, c0, kdim, chunk, init);

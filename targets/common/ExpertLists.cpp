@@ -72,16 +72,10 @@ KernelSpec expertLists(const ExpertTileShape &s) {
   return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k) {
     ImplicitLocOpBuilder &b = k.b;
     Type i32 = b.getI32Type(), index = b.getIndexType();
-    auto shared =
-        MemRefType::get({s.experts}, i32, MemRefLayoutAttrInterface(),
-                        gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPoint(k.func);
-      for (const char *what : {"count", "fill", "start", "tile"})
-        memref::GlobalOp::create(b, name + "_" + what, b.getStringAttr("private"), shared,
-                                 Attribute(), /*constant=*/false, IntegerAttr());
-    }
+    const char *sharedNames[4] = {"count", "fill", "start", "tile"};
+    SharedBuffer shared[4];
+    for (int i = 0; i < 4; ++i)
+      shared[i] = declareSharedBuffer(k, name + "_" + sharedNames[i], {s.experts}, i32);
     Value idx = k.arg(0), meta = k.arg(1), tiles = k.arg(2), items = k.arg(3);
     Value c0 = k.index(0), c1 = k.index(1), c2 = k.index(2), c128 = k.index(kExpertTileRows);
     Value ck = k.index(s.k), ce = k.index(s.experts);
@@ -92,11 +86,8 @@ KernelSpec expertLists(const ExpertTileShape &s) {
     Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
     Value rows = k.argIndex(4);
     Value nItems = arith::MulIOp::create(b, rows, ck);
-    auto global = [&](const char *what) {
-      return memref::GetGlobalOp::create(b, shared, name + "_" + what).getResult();
-    };
-    Value count = global("count"), fill = global("fill"), start = global("start"),
-          tile = global("tile");
+    Value count = shared[0].get(b), fill = shared[1].get(b), start = shared[2].get(b),
+          tile = shared[3].get(b);
     // A strided loop of the block's threads over [0, end); its body gets
     // the induction variable.
     auto strided = [&](Value end, function_ref<void(Value)> body) {

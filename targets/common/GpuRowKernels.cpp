@@ -33,15 +33,7 @@ public:
   BlockRow(KernelScope &k, const std::string &smemName, int64_t threads)
       : k(k), b(k.b), threads(threads) {
     FloatType f32 = b.getF32Type();
-    smemType =
-        MemRefType::get({2 * (threads / 32)}, f32, MemRefLayoutAttrInterface(),
-                        gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPoint(k.func);
-      memref::GlobalOp::create(b, smemName, b.getStringAttr("private"), smemType, Attribute(),
-                               /*constant=*/false, IntegerAttr());
-    }
+    SharedBuffer sums = declareSharedBuffer(k, smemName, {2 * (threads / 32)}, f32);
     c0 = k.index(0);
     k.index(1);
     Value c4 = k.index(4), c32 = k.index(32);
@@ -54,7 +46,7 @@ public:
     auto v4 = VectorType::get({4}, f32);
     zeroV = arith::ConstantOp::create(b, v4, DenseElementsAttr::get(v4, 0.0f));
     oneF = arith::ConstantFloatOp::create(b, f32, APFloat(1.0f));
-    smem = memref::GetGlobalOp::create(b, smemType, smemName);
+    smem = sums.get(b);
   }
 
   // The row's width, as the loops' bound and the mean's divisor.
@@ -155,7 +147,6 @@ public:
   KernelScope &k;
   ImplicitLocOpBuilder &b;
   int64_t threads;
-  MemRefType smemType;
   Value c0, stride, tid, row, lane, wid, t4, zeroV, oneF, smem, width, widthF;
 };
 

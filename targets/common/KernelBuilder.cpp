@@ -168,6 +168,24 @@ MemRefType constantTable(KernelScope &k, const std::string &name, ArrayRef<float
   return type;
 }
 
+SharedBuffer declareSharedBuffer(KernelScope &k, const std::string &name, ArrayRef<int64_t> shape,
+                                 Type element) {
+  MLIRContext *context = k.b.getContext();
+  SharedBuffer buffer{
+      MemRefType::get(shape, element, MemRefLayoutAttrInterface(),
+                      gpu::AddressSpaceAttr::get(context, gpu::AddressSpace::Workgroup)),
+      name};
+  OpBuilder::InsertionGuard guard(k.b);
+  k.b.setInsertionPoint(k.func);
+  memref::GlobalOp::create(k.b, name, k.b.getStringAttr("private"), buffer.type, Attribute(),
+                           /*constant=*/false, IntegerAttr());
+  return buffer;
+}
+
+Value SharedBuffer::get(ImplicitLocOpBuilder &b) const {
+  return memref::GetGlobalOp::create(b, type, name);
+}
+
 MemRefType decodeTable(KernelScope &k, const std::string &name, int count,
                        float (*decode)(uint8_t)) {
   std::vector<float> values;

@@ -93,6 +93,18 @@ mlir::Value forEachRowOfPart(KernelScope &k, mlir::Value count);
 // by memref.get_global; returns its type.
 mlir::MemRefType constantTable(KernelScope &k, const std::string &name,
                                llvm::ArrayRef<float> values);
+// A buffer in shared memory (the GPU's workgroup address space) of the
+// kernel's module: `shape` of `element`, declared as the private global
+// `name` before the kernel function; get() is memref.get_global of it where
+// the builder stands.
+struct SharedBuffer {
+  mlir::MemRefType type;
+  std::string name;
+  mlir::Value get(mlir::ImplicitLocOpBuilder &b) const;
+};
+SharedBuffer declareSharedBuffer(KernelScope &k, const std::string &name,
+                                 llvm::ArrayRef<int64_t> shape, mlir::Type element);
+
 // The table of `decode` over codes 0 .. count - 1 (an E2M1 or E4M3 decoder),
 // NaN codes as the one positive quiet NaN.
 mlir::MemRefType decodeTable(KernelScope &k, const std::string &name, int count,

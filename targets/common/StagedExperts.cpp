@@ -46,15 +46,7 @@ StagedBlock stageBlock(KernelScope &k, const std::string &name, Value vector, in
                        int64_t itemsPerToken, Value rows,
                        const std::function<SmallVector<Value, 2>(Value, Value)> &vectorAt) {
   ImplicitLocOpBuilder &b = k.b;
-  auto sharedType =
-      MemRefType::get({width}, b.getF32Type(), MemRefLayoutAttrInterface(),
-                      gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
-  {
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPoint(k.func);
-    memref::GlobalOp::create(b, name + "_vector", b.getStringAttr("private"), sharedType,
-                             Attribute(), /*constant=*/false, IntegerAttr());
-  }
+  SharedBuffer vectorCopy = declareSharedBuffer(k, name + "_vector", {width}, b.getF32Type());
   StagedBlock s;
   s.warp.c0 = k.index(0);
   s.warp.c1 = k.index(1);
@@ -73,7 +65,7 @@ StagedBlock stageBlock(KernelScope &k, const std::string &name, Value vector, in
   auto inRange = scf::IfOp::create(
       b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, s.token, rows), false);
   b.setInsertionPointToStart(&inRange.getThenRegion().front());
-  s.staged = memref::GetGlobalOp::create(b, sharedType, name + "_vector");
+  s.staged = vectorCopy.get(b);
   warp::stageVectorInLaneOrder(b, vector, vectorAt(s.token, s.first), width, s.staged, s.thread,
                                kStagedWarps * warp::kWarp);
   gpu::BarrierOp::create(b);

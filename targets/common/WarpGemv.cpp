@@ -152,15 +152,7 @@ KernelSpec linearSplitBlock(int64_t n, int64_t k) {
   return buildKernel(name, "kiln.linear", tiling, args, [&](KernelScope &k_) {
     ImplicitLocOpBuilder &b = k_.b;
     Value x = k_.arg(0), w = k_.arg(1), y = k_.arg(2);
-    auto shared =
-        MemRefType::get({4}, b.getF32Type(), MemRefLayoutAttrInterface(),
-                        gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPoint(k_.func);
-      memref::GlobalOp::create(b, name + "_smem", b.getStringAttr("private"), shared, Attribute(),
-                               /*constant=*/false, IntegerAttr());
-    }
+    SharedBuffer quarters = declareSharedBuffer(k_, name + "_smem", {4}, b.getF32Type());
     WarpOfPart wp;
     wp.c0 = k_.index(0);
     wp.c1 = k_.index(1);
@@ -172,7 +164,7 @@ KernelSpec linearSplitBlock(int64_t n, int64_t k) {
     wp.lane = arith::RemUIOp::create(b, tid, wp.c32);
     Value wid = arith::DivUIOp::create(b, tid, wp.c32);
     Value col = arith::MulIOp::create(b, wid, quarter);
-    Value smem = memref::GetGlobalOp::create(b, shared, name + "_smem");
+    Value smem = quarters.get(b);
     Value rows = k_.argIndex(4), first = k_.argIndex(3);
     Value lead = isZero(b, wp.lane, wp.c0), firstThread = isZero(b, tid, wp.c0);
     auto tokens = scf::ForOp::create(b, wp.c0, rows, wp.c1);

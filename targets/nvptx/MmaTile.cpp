@@ -120,16 +120,11 @@ kernels::KernelSpec buildMmaTileKernel(const MmaTileKernel &kernel) {
         ImplicitLocOpBuilder &b = k.b;
         Type acc =
             LLVM::LLVMStructType::getLiteral(b.getContext(), SmallVector<Type>(4, b.getF32Type()));
-        auto tileType = MemRefType::get(
-            {kMmaTileM, kRowWords}, b.getI32Type(), MemRefLayoutAttrInterface(),
-            gpu::AddressSpaceAttr::get(b.getContext(), gpu::AddressSpace::Workgroup));
-        {
-          OpBuilder::InsertionGuard guard(b);
-          b.setInsertionPoint(k.func);
-          for (const char *tile : {"a", "l", "b"})
-            memref::GlobalOp::create(b, kernel.name + "_" + tile, b.getStringAttr("private"),
-                                     tileType, Attribute(), /*constant=*/false, IntegerAttr());
-        }
+        const char *tileNames[3] = {"a", "l", "b"};
+        kernels::SharedBuffer tiles[3];
+        for (int i = 0; i < 3; ++i)
+          tiles[i] = kernels::declareSharedBuffer(k, kernel.name + "_" + tileNames[i],
+                                                  {kMmaTileM, kRowWords}, b.getI32Type());
         MmaTileScope s{k, b};
         s.c0 = k.index(0);
         s.c1 = k.index(1);
@@ -150,9 +145,9 @@ kernels::KernelSpec buildMmaTileKernel(const MmaTileKernel &kernel) {
         b.setInsertionPointToStart(&liveIf.getThenRegion().front());
 
         MmaTileBuilder t(s, acc);
-        t.sa = memref::GetGlobalOp::create(b, tileType, kernel.name + "_a");
-        t.sl = memref::GetGlobalOp::create(b, tileType, kernel.name + "_l");
-        t.sb = memref::GetGlobalOp::create(b, tileType, kernel.name + "_b");
+        t.sa = tiles[0].get(b);
+        t.sl = tiles[1].get(b);
+        t.sb = tiles[2].get(b);
         s.warp = arith::DivUIOp::create(b, s.tid, s.c32);
         s.lane = arith::RemUIOp::create(b, s.tid, s.c32);
         Value wm = arith::DivUIOp::create(b, s.warp, s.c4);
