@@ -6,11 +6,20 @@
 namespace kiln::kernels::lowering {
 
 void Lowering::launchMatrixGemm(const TargetHooks::MatrixGemm &gemm, int64_t n, const Buf &x,
-                                const Buf &w, const Buf &y, StringRef what) {
+                                const Buf &w, const Buf &y, StringRef what, Value source) {
   Buf in = x;
   if (gemm.cast) {
-    in = allocShape({rows(), x.shape.back()}, b.getBF16Type());
-    launch(*gemm.cast, {x, in}, {"tokens:0", "part", "parts"}, gemm.castWork, what);
+    std::tuple<const void *, int64_t, std::string> key(source.getAsOpaquePointer(), rowScale,
+                                                       gemm.cast->name);
+    auto copy = source ? bf16Copies.find(key) : bf16Copies.end();
+    if (copy != bf16Copies.end()) {
+      in = copy->second;
+    } else {
+      in = allocShape({rows(), x.shape.back()}, b.getBF16Type());
+      launch(*gemm.cast, {x, in}, {"tokens:0", "part", "parts"}, gemm.castWork, what);
+      if (source)
+        bf16Copies[key] = in;
+    }
   }
   SmallVector<StringRef> scalars(gemm.scalars.begin(), gemm.scalars.end());
   if (gemm.splits == 1) {
@@ -47,7 +56,7 @@ LogicalResult Lowering::lower(LinearOp o, StringRef what) {
     FailureOr<Buf> w = weight(weightValue, Transform::None);
     if (failed(w))
       return failure();
-    launchMatrixGemm(*matrix, n, x, *w, y, what);
+    launchMatrixGemm(*matrix, n, x, *w, y, what, input);
     return success();
   }
   std::optional<TargetHooks::TiledGemm> tiled = wType.getElementType().isBF16() && !exact

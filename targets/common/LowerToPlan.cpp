@@ -180,6 +180,7 @@ LogicalResult Lowering::lowerEntry(func::FuncOp forward, const EntryInfo &entry)
   rowScale = 1;
   values.clear();
   bound.clear();
+  bf16Copies.clear();
   attentionLayer = 0;
   loc = forward.getLoc();
   // A split entry's inputs hold the whole sequence.

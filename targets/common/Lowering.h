@@ -14,6 +14,10 @@
 #include "llvm/ADT/DenseMap.h"
 #include "llvm/ADT/StringMap.h"
 
+#include <map>
+#include <string>
+#include <tuple>
+
 namespace kiln::kernels::lowering {
 
 using namespace mlir;
@@ -146,8 +150,11 @@ private:
   // activation of the same shape.
   LogicalResult lowerBinary(Operation *op, StringRef kind, StringRef what);
   // y = x · Wᵀ through the target's matrix-core GEMM, split-K included.
+  // A GEMM that reads bf16 rows gets x's bf16 copy: made by the GEMM's cast
+  // kernel, or, where `source` (the graph value x holds) was cast so before
+  // in this entry (q, k and v of one input), that copy again.
   void launchMatrixGemm(const TargetHooks::MatrixGemm &gemm, int64_t n, const Buf &x, const Buf &w,
-                        const Buf &y, StringRef what);
+                        const Buf &y, StringRef what, Value source = Value());
   // y = x · Wᵀ through the target's GEMV; `lastRow`: of the last token's row
   // only (a kernel over a range of rows reads just that one).
   void launchGemv(const TargetHooks::Gemv &gemv, const Buf &x, const Buf &w, const Buf &y,
@@ -181,6 +188,9 @@ private:
   llvm::StringMap<int64_t> weightIndex; // binding key -> index
   llvm::DenseMap<Value, Buf> values;    // per entry
   llvm::DenseMap<Value, Buf> bound;     // weights bound in this entry
+  // Per entry: bf16 copies of activations, by graph value, row scale and the
+  // cast kernel that made them.
+  std::map<std::tuple<const void *, int64_t, std::string>, Buf> bf16Copies;
   CommGroups groups;
   int64_t world = 1; // max(tp, ep) of the graph's kiln.layout
   Buf ids, positions;
