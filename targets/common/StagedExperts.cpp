@@ -21,6 +21,9 @@
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
+#include <functional>
+#include <string>
+
 namespace kiln::kernels {
 
 using namespace mlir;
@@ -37,11 +40,11 @@ struct StagedBlock {
   Value thread, token, first, staged;
 };
 
-// The block's token and items, then the vector `vector`[token, pick(first)
-// ...] staged (its index after the token given by `vectorAt`, from the
-// block's first item); the builder is left inside `if token < rows`, after
-// the block's barrier. Blocks are laid out token-major: `itemsPerToken` /
-// kStagedItemsPerBlock blocks a token.
+// The block's token and first item, and the block's vector staged: the row
+// of `vector` (`width` f32) at the indices vectorAt(token, first item)
+// gives. Blocks are laid out token-major, itemsPerToken /
+// kStagedItemsPerBlock a token. The builder is left inside `if token <
+// rows`, after the block's barrier.
 StagedBlock stageBlock(KernelScope &k, const std::string &name, Value vector, int64_t width,
                        int64_t itemsPerToken, Value rows,
                        const std::function<SmallVector<Value, 2>(Value, Value)> &vectorAt) {
