@@ -159,15 +159,18 @@ for prompt in "" "-600"; do
     --reference "$DATA/small-nvfp4.bf16tc$prompt.reference" --tolerance 0.2 --batch-steps 0 ||
     status=1
 done
-broken() { # artifact, reference, what[, weights, tolerance]
-  echo "== ${1%%.*}, $3: must fail"
-  if "$BIN/kiln-check" "$DATA/$1.sm_90.kiln" --weights "${4:-synthetic:3}" \
-    --reference "$DATA/$2.reference" --tolerance "${5:-0.2}" --batch-steps 0; then
+must_fail() { # what, then kiln-check's arguments
+  echo "== $1: must fail"
+  if "$BIN/kiln-check" "${@:2}"; then
     echo "(the broken kernel passed the check)"
     status=1
   else
     echo "(failed, as it must)"
   fi
+}
+broken() { # artifact, reference, what[, weights, tolerance]
+  must_fail "${1%%.*}, $3" "$DATA/$1.sm_90.kiln" --weights "${4:-synthetic:3}" \
+    --reference "$DATA/$2.reference" --tolerance "${5:-0.2}" --batch-steps 0
 }
 broken small-nvfp4.p512-broken small-nvfp4.bf16tc "a wgmma GEMM broken on purpose (its last k step dropped)"
 broken small-nvfp4.p512-attn-broken small-nvfp4.bf16tc-600 \
@@ -179,25 +182,15 @@ broken tiny-wide128.p500-attn-broken tiny-wide128.bf16tc-600 \
 # The narrow expert kernels (a few items an expert: small's 64-token prefill
 # and its batched decode) with gate/up's last k step dropped, against the f32
 # reference with the default tolerance.
-echo "== small-nvfp4, the narrow expert gate/up broken on purpose (its last k step dropped): must fail"
-if "$BIN/kiln-check" "$DATA/small-nvfp4.narrow-broken.sm_90.kiln" --weights synthetic:3 \
-  --reference "$DATA/small-nvfp4.reference"; then
-  echo "(the broken kernel passed the check)"
-  status=1
-else
-  echo "(failed, as it must)"
-fi
+must_fail "small-nvfp4, the narrow expert gate/up broken on purpose (its last k step dropped)" \
+  "$DATA/small-nvfp4.narrow-broken.sm_90.kiln" --weights synthetic:3 \
+  --reference "$DATA/small-nvfp4.reference"
 # The batch-1 decode's staged expert kernels (small's widths are whole
 # 1024-element chunks; the small-nvfp4 check above runs them), gate/up left
 # one chunk short, against the same reference and tolerances: must fail.
-echo "== small-nvfp4, the staged expert gate/up broken on purpose (a chunk left out): must fail"
-if "$BIN/kiln-check" "$DATA/small-nvfp4.staged-broken.sm_90.kiln" --weights synthetic:3 \
-  --reference "$DATA/small-nvfp4.reference"; then
-  echo "(the broken kernel passed the check)"
-  status=1
-else
-  echo "(failed, as it must)"
-fi
+must_fail "small-nvfp4, the staged expert gate/up broken on purpose (a chunk left out)" \
+  "$DATA/small-nvfp4.staged-broken.sm_90.kiln" --weights synthetic:3 \
+  --reference "$DATA/small-nvfp4.reference"
 if command -v compute-sanitizer >/dev/null; then
   # The staged expert kernels' shared-memory copy and barrier.
   for tool in memcheck racecheck; do
