@@ -51,6 +51,33 @@ ExpertProjection expertProjection(ValueRange args, unsigned first, bool nvfp4) {
   return ExpertProjection{args[first], args[first + 1], args[first + 2]};
 }
 
+std::vector<Type> expertGateUpArgTypes(Builder &b, const ExpertTileShape &s) {
+  Type f32 = b.getF32Type();
+  std::vector<Type> types = {MemRefType::get({ShapedType::kDynamic, s.latent}, f32),
+                             MemRefType::get({ShapedType::kDynamic, s.k}, b.getI32Type())};
+  appendProjectionTypes(b, s, s.intermediate, s.latent, types); // gate
+  appendProjectionTypes(b, s, s.intermediate, s.latent, types); // up
+  types.push_back(MemRefType::get({ShapedType::kDynamic, s.k, s.intermediate}, f32));
+  types.push_back(b.getI64Type());
+  return types;
+}
+
+std::vector<Type> expertDownArgTypes(Builder &b, const ExpertTileShape &s) {
+  Type f32 = b.getF32Type();
+  std::vector<Type> types = {MemRefType::get({ShapedType::kDynamic, s.k, s.intermediate}, f32),
+                             MemRefType::get({ShapedType::kDynamic, s.k}, b.getI32Type())};
+  appendProjectionTypes(b, s, s.latent, s.intermediate, types);
+  types.push_back(MemRefType::get({ShapedType::kDynamic, s.k, s.latent}, f32));
+  types.push_back(b.getI64Type());
+  return types;
+}
+
+Value chosenExpert(ImplicitLocOpBuilder &b, Value idx, Value t, Value j) {
+  Value chosen = memref::LoadOp::create(b, idx, ValueRange{t, j});
+  Value clamped = arith::MaxSIOp::create(b, chosen, arith::ConstantIntOp::create(b, 0, 32));
+  return arith::IndexCastOp::create(b, b.getIndexType(), clamped);
+}
+
 bool expertListsFit(const ExpertTileShape &s) { return s.experts <= kListThreads; }
 
 Work expertListsWork(const ExpertTileShape &) { return Work{kListThreads, 0, kListThreads}; }

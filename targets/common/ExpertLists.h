@@ -56,6 +56,16 @@ struct ExpertProjection {
 };
 // The projection whose first argument is `args`[first].
 ExpertProjection expertProjection(mlir::ValueRange args, unsigned first, bool nvfp4);
+// The arguments of the per-token expert kernels (T tokens, each its own
+// choices): gate/up's z [T, latent] f32, the choices [T, k] i32, gate and up,
+// h [T, k, intermediate] f32 and T; down's h, the choices, down, y [T, k,
+// latent] f32 and T.
+std::vector<mlir::Type> expertGateUpArgTypes(mlir::Builder &b, const ExpertTileShape &shape);
+std::vector<mlir::Type> expertDownArgTypes(mlir::Builder &b, const ExpertTileShape &shape);
+// Expert `j` of token `t`'s choices (`idx` [T, k] i32) as an index; -1
+// (another rank's expert, weight 0) reads expert 0.
+mlir::Value chosenExpert(mlir::ImplicitLocOpBuilder &b, mlir::Value idx, mlir::Value t,
+                         mlir::Value j);
 // The lists kernel (one block of 1024 threads) and whether it fits.
 bool expertListsFit(const ExpertTileShape &shape);
 KernelSpec expertLists(const ExpertTileShape &shape);

@@ -75,6 +75,15 @@ StagedBlock stageBlock(KernelScope &k, const std::string &name, Value vector, in
   return s;
 }
 
+Tiling stagedTiling(int64_t rowsPerWarp) {
+  Tiling tiling;
+  tiling.set("kind", "staged-gemv_nvfp4")
+      .set("warps", kStagedWarps)
+      .set("items_per_warp", kStagedItems)
+      .set("rows_per_warp", rowsPerWarp);
+  return tiling;
+}
+
 // The loop over the warp's kStagedItems items (warp, warp + kStagedWarps,
 // ... from the block's first); the builder is left inside it.
 Value stagedItemLoop(KernelScope &k, const StagedBlock &s) {
@@ -83,14 +92,6 @@ Value stagedItemLoop(KernelScope &k, const StagedBlock &s) {
   b.setInsertionPointToStart(loop.getBody());
   Value step = arith::MulIOp::create(b, loop.getInductionVar(), s.warp.warps);
   return arith::AddIOp::create(b, s.first, arith::AddIOp::create(b, step, s.warp.warp));
-}
-
-// The selected expert `j` of token `t` (-1, another rank's expert of weight
-// 0, reads expert 0).
-Value selectedExpert(ImplicitLocOpBuilder &b, Value idx, Value t, Value j) {
-  Value chosen = memref::LoadOp::create(b, idx, ValueRange{t, j});
-  Value clamped = arith::MaxSIOp::create(b, chosen, arith::ConstantIntOp::create(b, 0, 32));
-  return arith::IndexCastOp::create(b, b.getIndexType(), clamped);
 }
 
 void storeFromLaneZero(ImplicitLocOpBuilder &b, const WarpOfPart &w,
@@ -127,21 +128,8 @@ KernelSpec expertGateUpStaged(int64_t experts, int64_t k, int64_t intermediate, 
                      str(experts) + "e_top" + str(k) + "_" + str(intermediate) + "x" + str(latent) +
                      "_nvfp4";
   const ExpertTileShape shape{experts, k, intermediate, latent, true, 0};
-  Tiling tiling;
-  tiling.set("kind", "staged-gemv_nvfp4")
-      .set("warps", kStagedWarps)
-      .set("items_per_warp", kStagedItems)
-      .set("rows_per_warp", 2);
-  auto args = [&](Builder &b) -> std::vector<Type> {
-    Type f32 = b.getF32Type();
-    std::vector<Type> types = {MemRefType::get({ShapedType::kDynamic, latent}, f32),
-                               MemRefType::get({ShapedType::kDynamic, k}, b.getI32Type())};
-    appendProjectionTypes(b, shape, intermediate, latent, types); // gate
-    appendProjectionTypes(b, shape, intermediate, latent, types); // up
-    types.push_back(MemRefType::get({ShapedType::kDynamic, k, intermediate}, f32));
-    types.push_back(b.getI64Type());
-    return types;
-  };
+  Tiling tiling = stagedTiling(2);
+  auto args = [&](Builder &b) { return expertGateUpArgTypes(b, shape); };
   return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k_) {
     ImplicitLocOpBuilder &b = k_.b;
     const unsigned p = projectionArgCount(shape);
@@ -158,7 +146,7 @@ KernelSpec expertGateUpStaged(int64_t experts, int64_t k, int64_t intermediate, 
     Value j = arith::DivUIOp::create(b, item, groupCount);
     Value o0 = arith::MulIOp::create(b, arith::RemUIOp::create(b, item, groupCount), k_.index(2));
     Value o1 = arith::AddIOp::create(b, o0, s.warp.c1);
-    Value e = selectedExpert(b, idx, s.token, j);
+    Value e = chosenExpert(b, idx, s.token, j);
     SmallVector<warp::Row> dotRows = warp::projectionRows(gate, e, {o0, o1}, gate.loadGlobal(b, e));
     dotRows.append(warp::projectionRows(up, e, {o0, o1}, up.loadGlobal(b, e)));
     SmallVector<Value> sums =
@@ -181,20 +169,8 @@ KernelSpec expertDownStaged(int64_t experts, int64_t k, int64_t intermediate, in
   std::string name = "expert_down_staged_" + str(experts) + "e_top" + str(k) + "_" + str(latent) +
                      "x" + str(intermediate) + "_nvfp4";
   const ExpertTileShape shape{experts, k, intermediate, latent, true, 0};
-  Tiling tiling;
-  tiling.set("kind", "staged-gemv_nvfp4")
-      .set("warps", kStagedWarps)
-      .set("items_per_warp", kStagedItems)
-      .set("rows_per_warp", 4);
-  auto args = [&](Builder &b) -> std::vector<Type> {
-    Type f32 = b.getF32Type();
-    std::vector<Type> types = {MemRefType::get({ShapedType::kDynamic, k, intermediate}, f32),
-                               MemRefType::get({ShapedType::kDynamic, k}, b.getI32Type())};
-    appendProjectionTypes(b, shape, latent, intermediate, types);
-    types.push_back(MemRefType::get({ShapedType::kDynamic, k, latent}, f32));
-    types.push_back(b.getI64Type());
-    return types;
-  };
+  Tiling tiling = stagedTiling(4);
+  auto args = [&](Builder &b) { return expertDownArgTypes(b, shape); };
   return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k_) {
     ImplicitLocOpBuilder &b = k_.b;
     const unsigned p = projectionArgCount(shape);
@@ -213,7 +189,7 @@ KernelSpec expertDownStaged(int64_t experts, int64_t k, int64_t intermediate, in
     SmallVector<Value> o = {o0};
     for (int r = 1; r < 4; ++r)
       o.push_back(arith::AddIOp::create(b, o0, k_.index(r)));
-    Value e = selectedExpert(b, idx, s.token, j);
+    Value e = chosenExpert(b, idx, s.token, j);
     SmallVector<Value> sums = warp::warpSums(
         b, warp::rowsDot(b, s.warp, warp::projectionRows(down, e, o, down.loadGlobal(b, e)), true,
                          s.staged, ValueRange{}, intermediate, Value(),

@@ -35,10 +35,7 @@ ExpertItem expertItemLoop(ImplicitLocOpBuilder &b, const WarpOfPart &w, Value id
   Value rows = arith::IndexCastOp::create(b, b.getIndexType(), rowsArg);
   Value items = arith::MulIOp::create(b, rows, perToken);
   ExpertItem it{warp::warpItemLoop(b, w, items, perToken, groups, rowSteps), Value()};
-  // An index of -1 (another rank's expert, weight 0) reads expert 0.
-  Value chosen = memref::LoadOp::create(b, idx, ValueRange{it.t, it.j});
-  Value clamped = arith::MaxSIOp::create(b, chosen, arith::ConstantIntOp::create(b, 0, 32));
-  it.e = arith::IndexCastOp::create(b, b.getIndexType(), clamped);
+  it.e = chosenExpert(b, idx, it.t, it.j);
   return it;
 }
 
@@ -205,16 +202,7 @@ KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, in
   tiling.set("kind", "warp-gemv" + formatSuffix(nvfp4))
       .set("parallel", "tokens*experts_per_token*intermediate")
       .set("rows_per_warp", 2);
-  auto args = [&](Builder &b) -> std::vector<Type> {
-    Type f32 = b.getF32Type();
-    std::vector<Type> types = {MemRefType::get({ShapedType::kDynamic, latent}, f32),
-                               MemRefType::get({ShapedType::kDynamic, k}, b.getI32Type())};
-    appendProjectionTypes(b, shape, intermediate, latent, types); // gate
-    appendProjectionTypes(b, shape, intermediate, latent, types); // up
-    types.push_back(MemRefType::get({ShapedType::kDynamic, k, intermediate}, f32));
-    types.push_back(b.getI64Type());
-    return types;
-  };
+  auto args = [&](Builder &b) { return expertGateUpArgTypes(b, shape); };
   return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k_) {
     ImplicitLocOpBuilder &b = k_.b;
     const unsigned p = projectionArgCount(shape);
@@ -250,15 +238,7 @@ KernelSpec expertDownWarp(int64_t experts, int64_t k, int64_t intermediate, int6
   tiling.set("kind", "warp-gemv" + formatSuffix(nvfp4))
       .set("parallel", "tokens*experts_per_token*latent")
       .set("rows_per_warp", 4);
-  auto args = [&](Builder &b) -> std::vector<Type> {
-    Type f32 = b.getF32Type();
-    std::vector<Type> types = {MemRefType::get({ShapedType::kDynamic, k, intermediate}, f32),
-                               MemRefType::get({ShapedType::kDynamic, k}, b.getI32Type())};
-    appendProjectionTypes(b, shape, latent, intermediate, types);
-    types.push_back(MemRefType::get({ShapedType::kDynamic, k, latent}, f32));
-    types.push_back(b.getI64Type());
-    return types;
-  };
+  auto args = [&](Builder &b) { return expertDownArgTypes(b, shape); };
   return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k_) {
     ImplicitLocOpBuilder &b = k_.b;
     const unsigned p = projectionArgCount(shape);
