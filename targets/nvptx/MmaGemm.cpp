@@ -21,10 +21,11 @@ namespace {
 
 // Row tiles that run over the same weight columns one after another.
 constexpr int64_t kGroupM = 8;
-// Split-K for a single row tile (batched decode): a block's k steps run one
-// after another behind a barrier each, so a GEMM of few column tiles leaves
-// most of the GPU idle. Splits double while the blocks stay within two per
-// SM of the chip and each split keeps 8 k steps.
+// Split-K where the tiles do not fill the chip (a single row tile in batched
+// decode; the router's 256 columns of prefill, kept exact on mma.sync): a
+// block's k steps run one after another behind a barrier each, so a GEMM of
+// few tiles leaves most of the GPU idle. Splits double while the blocks stay
+// within two per SM of the chip and each split keeps 8 k steps.
 constexpr int64_t kBlocksPerSM = 2, kMinSplitSteps = 8;
 
 int64_t colTiles(int64_t n) { return (n + kMmaTileN - 1) / kMmaTileN; }
@@ -36,8 +37,6 @@ bool mmaGemmFits(int64_t n, int64_t k) { return k % kMmaTileK == 0 && n % 8 == 0
 int64_t mmaGemmSplits(int64_t n, int64_t k, int64_t maxTokens, int64_t sms) {
   int64_t rowTiles = (maxTokens + kMmaTileM - 1) / kMmaTileM, tiles = rowTiles * colTiles(n);
   int64_t splits = 1;
-  if (rowTiles > 1)
-    return splits;
   while (tiles * splits * 2 <= kBlocksPerSM * sms && k % (2 * splits * kMmaTileK) == 0 &&
          k / (2 * splits) >= kMinSplitSteps * kMmaTileK)
     splits *= 2;

@@ -15,8 +15,8 @@ namespace kiln::nvptx {
 // Whether (n, k) fits the kernel: k a multiple of its k step, n of 8.
 bool mmaGemmFits(int64_t n, int64_t k);
 // How many parts the reduction is split into for up to `maxTokens` rows on a
-// chip of `sms` SMs: 1 unless the rows are one tile and its column tiles too
-// few to fill the GPU.
+// chip of `sms` SMs: 1 unless the tiles (rows by columns) are too few to
+// fill the GPU.
 int64_t mmaGemmSplits(int64_t n, int64_t k, int64_t maxTokens, int64_t sms);
 // With splits > 1 the kernel writes split s's sums to y[s, T, n] (k / splits
 // of the reduction each) and mmaGemmSum adds the splits in order into [T, n].
