@@ -86,7 +86,10 @@ Work expertListsWork(const ExpertTileShape &) { return Work{kListThreads, 0, kLi
 // workgroup arrays of E counters (items, items placed, first position,
 // first tile).
 KernelSpec expertLists(const ExpertTileShape &s) {
-  std::string name = "expert_lists_" + expertShapeSuffix(s);
+  // Lists of other than 128-item tiles say so in their name.
+  std::string name = "expert_lists_" +
+                     (s.tileRows == kExpertTileRows ? std::string() : "r" + str(s.tileRows) + "_") +
+                     expertShapeSuffix(s);
   Tiling tiling;
   tiling.set("kind", "expert-lists").set("block", kListThreads);
   auto args = [&](Builder &b) -> std::vector<Type> {
@@ -104,12 +107,12 @@ KernelSpec expertLists(const ExpertTileShape &s) {
     for (int i = 0; i < 4; ++i)
       shared[i] = declareSharedBuffer(k, name + "_" + sharedNames[i], {s.experts}, i32);
     Value idx = k.arg(0), meta = k.arg(1), tiles = k.arg(2), items = k.arg(3);
-    Value c0 = k.index(0), c1 = k.index(1), c2 = k.index(2), c128 = k.index(kExpertTileRows);
+    Value c0 = k.index(0), c1 = k.index(1), c2 = k.index(2), cRows = k.index(s.tileRows);
     Value ck = k.index(s.k), ce = k.index(s.experts);
     Value totalAt = k.index(s.experts), tilesAt = k.index(s.experts + 1);
     Value threads = k.index(kListThreads);
-    Value zero = k.i32(0), one = k.i32(1), i127 = k.i32(kExpertTileRows - 1),
-          i128 = k.i32(kExpertTileRows);
+    Value zero = k.i32(0), one = k.i32(1), iRowsLess1 = k.i32(s.tileRows - 1),
+          iRows = k.i32(s.tileRows);
     Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
     Value rows = k.argIndex(4);
     Value nItems = arith::MulIOp::create(b, rows, ck);
@@ -136,8 +139,8 @@ KernelSpec expertLists(const ExpertTileShape &s) {
       body(arith::IndexCastOp::create(b, index, e32));
     };
     auto tilesOf = [&](Value n) {
-      Value up = arith::AddIOp::create(b, n, i127);
-      return arith::DivUIOp::create(b, up, i128).getResult();
+      Value up = arith::AddIOp::create(b, n, iRowsLess1);
+      return arith::DivUIOp::create(b, up, iRows).getResult();
     };
 
     strided(ce, [&](Value e) {
@@ -176,7 +179,7 @@ KernelSpec expertLists(const ExpertTileShape &s) {
       memref::StoreOp::create(b, sums.getResult(1), meta, ValueRange{tilesAt});
     }
     gpu::BarrierOp::create(b);
-    // The tiles: (expert, first row) for each 128 of an expert's items.
+    // The tiles: (expert, first row) for each tileRows of an expert's items.
     strided(ce, [&](Value e) {
       Value n = memref::LoadOp::create(b, count, ValueRange{e});
       Value t0i = memref::LoadOp::create(b, tile, ValueRange{e});
@@ -188,7 +191,7 @@ KernelSpec expertLists(const ExpertTileShape &s) {
       Value slot = arith::AddIOp::create(b, t0, q.getInductionVar());
       Value at = arith::MulIOp::create(b, slot, c2);
       Value at1 = arith::AddIOp::create(b, at, c1);
-      Value row = arith::MulIOp::create(b, q.getInductionVar(), c128);
+      Value row = arith::MulIOp::create(b, q.getInductionVar(), cRows);
       Value row32 = arith::IndexCastOp::create(b, i32, row);
       memref::StoreOp::create(b, e32, tiles, ValueRange{at});
       memref::StoreOp::create(b, row32, tiles, ValueRange{at1});

@@ -1,7 +1,8 @@
 // The expert stage's grouping of prefill items for matrix-core kernels: a
-// kernel that lists the (token, choice) items by expert, and the tiles of 128
-// of an expert's items that the targets' tile kernels then take
-// (targets/nvptx/MmaExperts.h, targets/amdgcn/MfmaExperts.h).
+// kernel that lists the (token, choice) items by expert, and the tiles of
+// `tileRows` (128 unless a kernel asks for more) of an expert's items that
+// the targets' tile kernels then take (targets/nvptx/MmaExperts.h,
+// WgmmaExperts.h, targets/amdgcn/MfmaExperts.h).
 //
 //   meta:  E + 2 words: each expert's first position in `items`, the total,
 //          then the tile count;
@@ -23,17 +24,20 @@
 
 namespace kiln::kernels {
 
+constexpr int64_t kExpertTileRows = 128;
+
 struct ExpertTileShape {
   int64_t experts, k, intermediate, latent;
   bool nvfp4;
   int64_t maxTokens;
+  // Items a tile: an expert's items fill tiles of this many rows, its last
+  // one partial.
+  int64_t tileRows = kExpertTileRows;
   int64_t maxItems() const { return maxTokens * k; }
-  // Tiles of 128 items an expert grouping can need: every expert may end
-  // with a partial tile.
-  int64_t maxTiles() const { return (maxItems() + 127) / 128 + experts; }
+  // Tiles an expert grouping can need: every expert may end with a partial
+  // tile.
+  int64_t maxTiles() const { return (maxItems() + tileRows - 1) / tileRows + experts; }
 };
-
-constexpr int64_t kExpertTileRows = 128;
 
 // "64e_top8_1024x1024_t64_nvfp4": the shape in kernel names.
 std::string expertShapeSuffix(const ExpertTileShape &shape);

@@ -20,11 +20,18 @@ using kernels::ExpertTileShape;
 
 namespace {
 
-constexpr int64_t kTileRows = kernels::kExpertTileRows; // 128 items a tile
-constexpr int64_t kThreads = 3 * wgmma::kWarpgroup;     // producer + two consumers
+// 256 items a tile, four blocks of 64 rows: consumer c computes blocks c
+// and c + 2, each where it holds an item. An expert's items mostly fit one
+// tile, so its weights are read (and NVFP4 decoded) once for all of them,
+// and a tile computes its items rounded up to 64, not to 128.
+constexpr int64_t kTileRows = 256;
+constexpr int64_t kThreads = 3 * wgmma::kWarpgroup; // producer + two consumers
 constexpr int64_t kStages = 4;
 constexpr int64_t kConsumerWarps = 8;
 constexpr int64_t kRowsThreads = 128; // the rows kernel's block
+// Steps of NVFP4 weights the decoding producer has loading ahead of the one
+// it decodes.
+constexpr int64_t kRawAhead = 1;
 // Registers a thread after setmaxnreg: a TMA producer needs few; one that
 // decodes NVFP4 keeps a step's raw weights in flight.
 constexpr uint32_t kTmaProducerRegs = 40, kTmaConsumerRegs = 232;
@@ -34,11 +41,17 @@ static_assert(wgmma::registersFit(kTmaProducerRegs, kTmaConsumerRegs) &&
 
 enum class Product { GateUp, Down };
 
+// The shape with this file's tiles.
+ExpertTileShape wideTiles(ExpertTileShape s) {
+  s.tileRows = kTileRows;
+  return s;
+}
+
 // The columns of one weight matrix a block takes: gate and up share the B
-// tile (up to 256 rows), down fills it.
+// tile (up to 128 rows), down fills it.
 int64_t matrixCols(const ExpertTileShape &s, Product p) {
-  return p == Product::GateUp ? std::min<int64_t>(128, s.intermediate)
-                              : std::min<int64_t>(256, s.latent);
+  return p == Product::GateUp ? std::min<int64_t>(64, s.intermediate)
+                              : std::min<int64_t>(128, s.latent);
 }
 int64_t bRows(const ExpertTileShape &s, Product p) {
   return p == Product::GateUp ? 2 * matrixCols(s, p) : matrixCols(s, p);
@@ -52,7 +65,7 @@ int64_t inDim(const ExpertTileShape &s, Product p) {
 int64_t colTiles(const ExpertTileShape &s, Product p) { return outCols(s, p) / matrixCols(s, p); }
 
 // The tile a block works on, from the lists: its index, expert, first item
-// position and how many of its 128 rows hold items.
+// position and how many of its rows hold items.
 struct TileOfBlock {
   Value tile, expert, base, rowsIn;
 };
@@ -108,13 +121,7 @@ public:
           else
             produceCopying(ring, inGroup);
         },
-        [&](Value consumer, Value inGroup) {
-          Value acc = ring.accumulate(consumer, kSteps, inGroup);
-          if (product == Product::GateUp)
-            storeGateUp(acc, consumer, inGroup);
-          else
-            storeDown(acc, consumer, inGroup);
-        });
+        [&](Value consumer, Value inGroup) { consume(ring, consumer, inGroup); });
   }
 
   wgmma::RingLayout layout() const {
@@ -122,6 +129,45 @@ public:
   }
 
 private:
+  // Whether 64-row block `block` of the tile holds an item, as lane 0 of
+  // the warp sees it: every lane does, but ptxas, told so by the shuffle,
+  // then knows the branches on it are not divergent, where wgmma must not be.
+  Value blockLive(Value block) {
+    Value first = arith::MulIOp::create(b, block, k.index(wgmma::kConsumerRows));
+    Value live = arith::ExtUIOp::create(
+        b, i32, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, first, t.rowsIn));
+    Value lane0 = gpu::ShuffleOp::create(b, live, 0, 32, gpu::ShuffleMode::IDX).getShuffleResult();
+    return arith::CmpIOp::create(b, arith::CmpIPredicate::ne, lane0, k.i32(0));
+  }
+
+  // Consumer c's row blocks c and c + 2: the ring's loop over those that
+  // hold items (block c + 2 only where c does), then their epilogues, each
+  // case in a branch of its own so that no accumulator crosses a branch
+  // (ptxas would serialise the wgmma). Blocks past the items cost no wgmma.
+  void consume(wgmma::Ring &ring, Value consumer, Value inGroup) {
+    Value blocks[2] = {consumer, arith::AddIOp::create(b, consumer, k.index(2))};
+    Value live[2] = {blockLive(blocks[0]), blockLive(blocks[1])};
+    auto computeBlocks = [&](ValueRange liveBlocks) {
+      SmallVector<Value> accs = ring.accumulateRowBlocks(liveBlocks, kSteps, inGroup);
+      for (size_t i = 0; i < accs.size(); ++i) {
+        if (product == Product::GateUp)
+          storeGateUp(accs[i], liveBlocks[i], inGroup);
+        else
+          storeDown(accs[i], liveBlocks[i], inGroup);
+      }
+    };
+    auto ifBoth = scf::IfOp::create(b, live[1], /*withElse=*/true);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&ifBoth.getThenRegion().front());
+    computeBlocks(ValueRange{blocks[0], blocks[1]});
+    b.setInsertionPointToStart(&ifBoth.getElseRegion().front());
+    auto ifFirst = scf::IfOp::create(b, live[0], /*withElse=*/true);
+    b.setInsertionPointToStart(&ifFirst.getThenRegion().front());
+    computeBlocks(ValueRange{blocks[0]});
+    b.setInsertionPointToStart(&ifFirst.getElseRegion().front());
+    computeBlocks(ValueRange{});
+  }
+
   // Argument positions: rows, meta, tiles, items, the projections, the
   // output, then the scalars (tensor maps).
   unsigned weightArg(int64_t matrix) const {
@@ -136,10 +182,32 @@ private:
                                     k.arg(mapArg(0)));
   }
 
-  // The issuer's TMA copy of the tile's rows for `step` into stage s.
+  // The bytes of A a stage holds: its live 64-row blocks'.
+  Value liveRowBytes() {
+    Value blocks = arith::DivUIOp::create(
+        b, arith::AddIOp::create(b, t.rowsIn, k.index(wgmma::kConsumerRows - 1)),
+        k.index(wgmma::kConsumerRows));
+    return arith::IndexCastOp::create(
+        b, i32, arith::MulIOp::create(b, blocks, k.index(wgmma::kConsumerRows * wgmma::kRowBytes)));
+  }
+
+  // The issuer's TMA copies of the tile's rows for `step` into stage s: a
+  // box of 64 rows for each block that holds items (the others are never
+  // read).
   void copyRows(wgmma::Ring &ring, Value map, Value stage, Value kk, Value fullAt) {
-    ring.copy(ring.aTile(stage), map, kk, {arith::MulIOp::create(b, t.tile, k.index(kTileRows))},
-              fullAt);
+    Value first = arith::MulIOp::create(b, t.tile, k.index(kTileRows));
+    Value aTile = ring.aTile(stage);
+    for (int64_t block = 0; block < kTileRows / wgmma::kConsumerRows; ++block) {
+      Value row0 = k.index(block * wgmma::kConsumerRows);
+      auto ifLive = scf::IfOp::create(
+          b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row0, t.rowsIn), false);
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifLive.getThenRegion().front());
+      Value dst = LLVM::GEPOp::create(
+          b, aTile.getType(), b.getI8Type(), aTile,
+          ArrayRef<LLVM::GEPArg>{int32_t(block * wgmma::kConsumerRows * wgmma::kRowBytes)});
+      ring.copy(dst, map, kk, {arith::AddIOp::create(b, first, row0)}, fullAt);
+    }
   }
 
   // bf16 weights: one thread has the TMA bring the rows and the weights.
@@ -159,7 +227,8 @@ private:
     b.setInsertionPointToStart(loop.getBody());
     Value step = loop.getInductionVar();
     auto [stage, fullAt] = ring.claim(step);
-    ring.expectBytes(fullAt, ring.layout().stageBytes());
+    ring.expectBytes(
+        fullAt, arith::AddIOp::create(b, liveRowBytes(), k.i32(int32_t(ring.layout().bBytes()))));
     Value kk = toI32(arith::MulIOp::create(b, step, k.index(wgmma::kTileK)));
     copyRows(ring, rows, stage, kk, fullAt);
     for (int64_t m = 0; m < matrices(); ++m) {
@@ -194,7 +263,7 @@ private:
     return raw;
   }
 
-  // NVFP4 weights: the producer's 128 threads load a step ahead, decode and
+  // NVFP4 weights: the producer's 128 threads load kRawAhead steps ahead, decode and
   // store the B tile in the TMA's swizzled layout (16-byte chunk c of row r
   // at chunk c ^ (r % 8)), then make the stores visible to the tensor cores
   // (the async proxy) before arriving; its first thread has the TMA bring
@@ -208,19 +277,23 @@ private:
       b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
       ring.acquireTensorMap(rows);
     }
-    SmallVector<Value> first = loadRaw(k.index(0), inGroup);
-    auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1), first);
+    // kRawAhead steps' raw weights in flight: a step's loads have that many
+    // steps' time to arrive.
+    SmallVector<Value> inFlight;
+    for (int64_t d = 0; d < kRawAhead; ++d)
+      llvm::append_range(inFlight, loadRaw(k.index(std::min(d, kSteps - 1)), inGroup));
+    auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1), inFlight);
     b.setInsertionPointToStart(loop.getBody());
     Value step = loop.getInductionVar();
-    Value next =
-        arith::MinUIOp::create(b, arith::AddIOp::create(b, step, k.index(1)), k.index(kSteps - 1));
+    Value next = arith::MinUIOp::create(b, arith::AddIOp::create(b, step, k.index(kRawAhead)),
+                                        k.index(kSteps - 1));
     SmallVector<Value> ahead = loadRaw(next, inGroup);
     auto [stage, fullAt] = ring.claim(step);
     {
       auto ifIssuer = scf::IfOp::create(b, issuer, false);
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
-      ring.expectBytes(fullAt, ring.layout().aBytes());
+      ring.expectBytes(fullAt, liveRowBytes());
       copyRows(ring, rows, stage, toI32(arith::MulIOp::create(b, step, k.index(wgmma::kTileK))),
                fullAt);
     }
@@ -250,20 +323,23 @@ private:
         NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
     NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), fullAt, Value(), NVVM::MemScopeKind::CTA,
                                    false);
-    scf::YieldOp::create(b, ahead);
+    SmallVector<Value> carried(raw.drop_front(raw.size() / kRawAhead));
+    llvm::append_range(carried, ahead);
+    scf::YieldOp::create(b, carried);
   }
 
-  // The accumulators of m64nNk16: thread t of the warpgroup holds, for each
-  // 8 columns j, rows 16 (t / 32) + (t % 32) / 4 and 8 below, columns 8j +
-  // 2 (t % 4) and the next: registers 4j .. 4j + 3.
+  // The accumulators of m64nNk16 for row block `block`: thread t of the
+  // warpgroup holds, for each 8 columns j, rows 64 block + 16 (t / 32) +
+  // (t % 32) / 4 and 8 below, columns 8j + 2 (t % 4) and the next:
+  // registers 4j .. 4j + 3.
   struct Fragment {
     Value row, col;
   };
-  Fragment fragment(Value consumer, Value inGroup) {
+  Fragment fragment(Value block, Value inGroup) {
     Value warp = arith::DivUIOp::create(b, inGroup, k.index(32));
     Value lane = arith::RemUIOp::create(b, inGroup, k.index(32));
     Value row =
-        arith::AddIOp::create(b, arith::MulIOp::create(b, consumer, k.index(wgmma::kConsumerRows)),
+        arith::AddIOp::create(b, arith::MulIOp::create(b, block, k.index(wgmma::kConsumerRows)),
                               arith::AddIOp::create(b, arith::MulIOp::create(b, warp, k.index(16)),
                                                     arith::DivUIOp::create(b, lane, k.index(4))));
     Value col = arith::AddIOp::create(
@@ -277,8 +353,8 @@ private:
 
   // h = silu(gate) * up (gate in columns 0 .. cols - 1 of the accumulators,
   // up in cols ..), bf16, at the tile's rows of h.
-  void storeGateUp(Value acc, Value consumer, Value inGroup) {
-    Fragment f = fragment(consumer, inGroup);
+  void storeGateUp(Value acc, Value block, Value inGroup) {
+    Fragment f = fragment(block, inGroup);
     Value gateScale = s.nvfp4 ? globalScale(0) : Value();
     Value upScale = s.nvfp4 ? globalScale(1) : Value();
     Value one = arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(1.0f));
@@ -312,8 +388,8 @@ private:
   }
 
   // y[t, j, :] of each row that holds an item (t * k + j), scaled.
-  void storeDown(Value acc, Value consumer, Value inGroup) {
-    Fragment f = fragment(consumer, inGroup);
+  void storeDown(Value acc, Value block, Value inGroup) {
+    Fragment f = fragment(block, inGroup);
     Value scale = s.nvfp4 ? globalScale(0) : Value();
     auto f32x2 = VectorType::get({2}, b.getF32Type());
     for (int64_t half = 0; half < 2; ++half) {
@@ -400,7 +476,8 @@ kernels::KernelSpec expertGemm(const ExpertTileShape &s, Product p, bool dropLas
 
 std::vector<std::string> gemmScalars(const ExpertTileShape &s, Product p) {
   const std::string k = std::to_string(wgmma::kTileK);
-  std::vector<std::string> scalars = {"tmap:0:" + k + "," + std::to_string(kTileRows) + ":128"};
+  std::vector<std::string> scalars = {"tmap:0:" + k + "," + std::to_string(wgmma::kConsumerRows) +
+                                      ":128"};
   if (!s.nvfp4)
     for (int64_t m = 0; m < (p == Product::GateUp ? 2 : 1); ++m)
       scalars.push_back("tmap:" + std::to_string(4 + m) + ":" + k + "," +
@@ -411,7 +488,8 @@ std::vector<std::string> gemmScalars(const ExpertTileShape &s, Product p) {
 }
 
 // The rows kernel: a block of 128 threads a (tile, row); 8 elements a
-// thread a pass.
+// thread a pass. Rows past the items are zeros up to the next 64 (the row
+// blocks the GEMMs compute); the rest are never read.
 kernels::KernelSpec expertRows(const ExpertTileShape &s) {
   const std::string name = "expert_rows_bf16_" + kernels::expertShapeSuffix(s);
   kernels::Tiling tiling;
@@ -434,6 +512,12 @@ kernels::KernelSpec expertRows(const ExpertTileShape &s) {
     Value begin = arith::MulIOp::create(b, tid, k.index(8));
     auto f32x8 = VectorType::get({8}, b.getF32Type());
     auto bf16x8 = VectorType::get({8}, b.getBF16Type());
+    Value blockEnd = arith::MulIOp::create(
+        b,
+        arith::DivUIOp::create(
+            b, arith::AddIOp::create(b, t.rowsIn, k.index(wgmma::kConsumerRows - 1)),
+            k.index(wgmma::kConsumerRows)),
+        k.index(wgmma::kConsumerRows));
     auto ifItem = scf::IfOp::create(
         b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, r, t.rowsIn), /*withElse=*/true);
     {
@@ -452,9 +536,13 @@ kernels::KernelSpec expertRows(const ExpertTileShape &s) {
                               ValueRange{row, c}, false, llvm::MaybeAlign(16));
     }
     {
-      // Rows past the tile's items: zeros, so that every product is finite.
+      // Rows past the tile's items in a computed row block: zeros, so that
+      // every product is finite.
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(&ifItem.getElseRegion().front());
+      auto ifComputed = scf::IfOp::create(
+          b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, r, blockEnd), /*withElse=*/false);
+      b.setInsertionPointToStart(&ifComputed.getThenRegion().front());
       Value zero = arith::ConstantOp::create(
           b, DenseElementsAttr::get(bf16x8, FloatAttr::get(b.getBF16Type(), 0.0)));
       auto loop = scf::ForOp::create(b, begin, k.index(s.latent), k.index(8 * kRowsThreads));
@@ -476,7 +564,8 @@ bool wgmmaExpertsFit(const ExpertTileShape &s) {
   return s.latent % 8 == 0 && kernels::expertListsFit(s);
 }
 
-kernels::TargetHooks::MatrixExperts wgmmaExperts(const ExpertTileShape &s, bool dropLastStep) {
+kernels::TargetHooks::MatrixExperts wgmmaExperts(const ExpertTileShape &shape, bool dropLastStep) {
+  const ExpertTileShape s = wideTiles(shape);
   kernels::TargetHooks::MatrixExperts experts;
   experts.lists = kernels::expertLists(s);
   experts.listsWork = kernels::expertListsWork(s);
@@ -491,7 +580,7 @@ kernels::TargetHooks::MatrixExperts wgmmaExperts(const ExpertTileShape &s, bool 
   experts.itemWords = s.maxItems();
   experts.rows = kernels::KernelLaunch{
       expertRows(s), kernels::Work{s.maxTiles() * kTileRows * kRowsThreads, 0, kRowsThreads}};
-  // maxTiles() tiles of 128 rows: at most 128 (E + 1) + k T.
+  // maxTiles() tiles of 256 rows: at most 256 (E + 1) + k T.
   experts.tileRows = kTileRows * (s.experts + 1);
   experts.gateUpScalars = gemmScalars(s, Product::GateUp);
   experts.downScalars = gemmScalars(s, Product::Down);

@@ -1,21 +1,26 @@
 // The MegaMoE expert stage of prefill on Hopper's wgmma pipeline (sm_90a),
 // built as typed IR over WgmmaPipeline.h. The (token, choice) items are
-// grouped by expert into tiles of up to 128 (ExpertLists.h); then
+// grouped by expert into tiles of up to 256 (ExpertLists.h): an expert's
+// items mostly fit one tile, so each block reads (and, NVFP4, decodes) its
+// slice of the expert's weights once for all of them. Then
 //
 //   rows:    the items' latent rows z[t] as bf16, in tile order: tile i's
-//            rows are 128 i .. 128 i + 127 of x (rows past its items zero);
+//            rows are 256 i .. 256 i + 255 of x (rows past its items zero
+//            up to the next 64, the rest never read);
 //   gate/up: h = silu(gate_e x) * (up_e x) a tile, gate and up of the same
-//            columns in one wgmma (the B tile holds gate's rows, then up's),
-//            written as bf16 in the same tile order;
-//   down:    y[t, j, :] = down_e h, stored at each item's place.
+//            64 columns in one wgmma (the B tile holds gate's rows, then
+//            up's), written as bf16 in the same tile order;
+//   down:    y[t, j, :] = down_e h, 128 columns a block, stored at each
+//            item's place.
 //
 // A block of three warpgroups a (tile, column tile): the producer fills a
 // ring of stages (x's or h's rows by TMA from the tile-ordered buffer; the
 // weights by TMA when bf16, or, when NVFP4, loaded, decoded to bf16 (E2M1
 // times its E4M3 scale is exact in bf16) and stored in the swizzled layout
-// by the producer's 128 threads; Hopper has no FP4 tensor cores); the two
-// consumers each take 64 of the tile's rows. The NVFP4 global scale
-// multiplies the accumulators.
+// by the producer's 128 threads; Hopper has no FP4 tensor cores); consumer
+// c takes the tile's 64-row blocks c and c + 2 and runs wgmma only on those
+// that hold items, so a tile costs its items rounded up to 64. The NVFP4
+// global scale multiplies the accumulators.
 #pragma once
 
 #include "targets/common/ExpertLists.h"
@@ -27,7 +32,7 @@
 namespace kiln::nvptx {
 
 // Whether the shape fits: intermediate a multiple of its column tile
-// (min(128, intermediate)), latent of its own (min(256, latent)), both of
+// (min(64, intermediate)), latent of its own (min(128, latent)), both of
 // 64 (the k step) and 32 (the decode's rows), and the lists fit.
 bool wgmmaExpertsFit(const kernels::ExpertTileShape &shape);
 

@@ -132,6 +132,11 @@ void Ring::expectBytes(Value fullAt, int64_t bytes) {
                                          NVVM::MemScopeKind::CTA, false, Value());
 }
 
+void Ring::expectBytes(Value fullAt, Value bytes) {
+  NVVM::MBarrierArriveExpectTxOp::create(b, b.getLoc(), Type(), fullAt, bytes,
+                                         NVVM::MemScopeKind::CTA, false, Value());
+}
+
 void Ring::acquireTensorMap(Value map) {
   NVVM::FenceProxyAcquireOp::create(b, b.getLoc(), NVVM::MemScopeKind::GPU, map, k.i32(128),
                                     NVVM::ProxyKind::GENERIC, NVVM::ProxyKind::TENSORMAP);
@@ -150,33 +155,42 @@ void Ring::copy(Value dst, Value map, Value kk, ArrayRef<Value> outer, Value ful
 }
 
 Value Ring::accumulate(Value consumer, int64_t kSteps, Value inGroup) {
+  return accumulateRowBlocks(ValueRange{consumer}, kSteps, inGroup)[0];
+}
+
+SmallVector<Value> Ring::accumulateRowBlocks(ValueRange rowBlocks, int64_t kSteps, Value inGroup) {
   MLIRContext *ctx = b.getContext();
   Value zero = LLVM::ZeroOp::create(b, acc);
-  auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1), ValueRange{zero});
+  auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1),
+                                 SmallVector<Value>(rowBlocks.size(), zero));
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
     Value step = loop.getInductionVar();
     Value s = stageOf(step);
     wait(full(s), parity(step));
-    Value aRows = arith::AddIOp::create(
-        b, shared32(aTile(s)),
-        arith::IndexCastOp::create(
-            b, b.getI32Type(),
-            arith::MulIOp::create(b, consumer, k.index(kConsumerRows * kRowBytes))));
+    SmallVector<Value> aRows;
+    for (Value block : rowBlocks)
+      aRows.push_back(arith::AddIOp::create(
+          b, shared32(aTile(s)),
+          arith::IndexCastOp::create(
+              b, b.getI32Type(),
+              arith::MulIOp::create(b, block, k.index(kConsumerRows * kRowBytes)))));
     Value bRows = shared32(bTile(s));
     NVVM::WgmmaFenceAlignedOp::create(b, b.getLoc());
-    Value sum = loop.getRegionIterArgs()[0];
+    SmallVector<Value> sums(loop.getRegionIterArgs());
     for (int64_t kk = 0; kk < kTileK / kMmaK; ++kk) {
       Value advance = k.i32(kk * kMmaK * 2); // bytes along the 128-byte row
-      Value descA = matrixDescriptor(b, arith::AddIOp::create(b, aRows, advance));
-      Value descB = matrixDescriptor(b, arith::AddIOp::create(b, bRows, advance));
-      sum = NVVM::WgmmaMmaAsyncOp::create(
-          b, b.getLoc(), acc, sum, descA, descB,
-          NVVM::MMAShapeAttr::get(ctx, kConsumerRows, ring.bRows, kMmaK), NVVM::WGMMATypes::bf16,
-          NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32, NVVM::WGMMAScaleOut::one,
-          NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row,
-          NVVM::MMALayout::col, nullptr);
+      for (size_t i = 0; i < aRows.size(); ++i) {
+        Value descA = matrixDescriptor(b, arith::AddIOp::create(b, aRows[i], advance));
+        Value descB = matrixDescriptor(b, arith::AddIOp::create(b, bRows, advance));
+        sums[i] = NVVM::WgmmaMmaAsyncOp::create(
+            b, b.getLoc(), acc, sums[i], descA, descB,
+            NVVM::MMAShapeAttr::get(ctx, kConsumerRows, ring.bRows, kMmaK), NVVM::WGMMATypes::bf16,
+            NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32, NVVM::WGMMAScaleOut::one,
+            NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row,
+            NVVM::MMALayout::col, nullptr);
+      }
     }
     NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
     // The step before this one has finished reading its stage: free it.
@@ -194,10 +208,11 @@ Value Ring::accumulate(Value consumer, int64_t kSteps, Value inGroup) {
       NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), empty(previous), Value(),
                                      NVVM::MemScopeKind::CTA, false);
     }
-    scf::YieldOp::create(b, sum);
+    if (!sums.empty()) // a loop without results has its yield already
+      scf::YieldOp::create(b, sums);
   }
   NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 0);
-  return loop.getResult(0);
+  return SmallVector<Value>(loop.getResults());
 }
 
 } // namespace kiln::nvptx::wgmma

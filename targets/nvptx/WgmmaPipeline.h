@@ -101,6 +101,8 @@ public:
   Claim claim(mlir::Value step);
   // An arrival on `fullAt` that also expects `bytes` from the TMA.
   void expectBytes(mlir::Value fullAt, int64_t bytes);
+  // The same for a count known when the kernel runs (i32).
+  void expectBytes(mlir::Value fullAt, mlir::Value bytes);
   // One TMA copy of a box into shared `dst`, its bytes counted on `fullAt`:
   // the box at k `kk` (i32), then the `outer` coordinates (indices),
   // innermost first.
@@ -115,6 +117,13 @@ public:
   // stage before once its wgmma have read it. Returns the accumulators
   // (an LLVM struct of bRows / 2 f32) after the last group completed.
   mlir::Value accumulate(mlir::Value consumer, int64_t kSteps, mlir::Value inGroup);
+  // The same over several 64-row blocks of the A tile (indices, block i's
+  // rows 64 i .. 64 i + 63), each against the whole B tile into its own
+  // accumulators, returned in that order. No blocks: the loop only waits
+  // for each stage and frees it, so that a consumer with no rows to compute
+  // still keeps the ring turning.
+  llvm::SmallVector<mlir::Value> accumulateRowBlocks(mlir::ValueRange rowBlocks, int64_t kSteps,
+                                                     mlir::Value inGroup);
   mlir::LLVM::LLVMStructType accumulatorType() const { return acc; }
 
 private:
