@@ -28,7 +28,9 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   tiny-bf16.f32kv.sm_90.kiln tiny-bf16.f32kv.reference tiny-wide128.p500-pg16-b4.sm_90.kiln \
   tiny-wide128.p512-pg64-b4.sm_90.kiln tiny-wide128.p512-pg64-broken.sm_90.kiln \
   tiny-wide128.p512-pg64-fp8.sm_90.kiln tiny-wide128.p512-pg64-fp8-broken.sm_90.kiln \
-  tiny-wide128.fp8tc-1200s.reference small-nvfp4.staged-broken.sm_90.kiln; do
+  tiny-wide128.fp8tc-1200s.reference small-nvfp4.staged-broken.sm_90.kiln \
+  tiny-bf16.p2048.sm_90.kiln tiny-nvfp4.p2048.sm_90.kiln tiny-bf16.bf16tc-2000.reference \
+  tiny-nvfp4.bf16tc-2000.reference tiny-bf16.p2048-experts-broken.sm_90.kiln; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -102,6 +104,14 @@ for format in bf16 nvfp4; do
       --reference "$DATA/tiny-$format.bf16tc-$n.reference" --tolerance 0.03 --batch-steps 0 ||
       status=1
   done
+done
+# One chunk of 2000 tokens: every expert past one 256-item tile of the
+# Hopper expert GEMMs.
+for format in bf16 nvfp4; do
+  echo "== tiny-$format, one prefill chunk of 2000 tokens, against the interpreter with the same roundings"
+  "$BIN/kiln-check" "$DATA/tiny-$format.p2048.sm_90.kiln" --weights "$DATA/tiny-$format" \
+    --context 4096 --reference "$DATA/tiny-$format.bf16tc-2000.reference" --tolerance 0.03 \
+    --batch-steps 0 || status=1
 done
 # The wgmma attention with a head's 128 queries a block (tiny-wide's groups
 # of three), its window of two tiles and a second chunk over the cache (its
@@ -179,6 +189,9 @@ broken small-nvfp4.p512-experts-broken small-nvfp4.bf16tc-600 \
   "the experts' gate/up GEMM broken on purpose (its last k step dropped)"
 broken tiny-wide128.p500-attn-broken tiny-wide128.bf16tc-600 \
   "attention broken on purpose (each block's last key tile dropped)" synthetic:7 0.03
+broken tiny-bf16.p2048-experts-broken tiny-bf16.bf16tc-2000 \
+  "the experts' gate/up GEMM broken on purpose (its last k step dropped), two tiles an expert" \
+  "$DATA/tiny-bf16" 0.03
 # The narrow expert kernels (a few items an expert: small's 64-token prefill
 # and its batched decode) with gate/up's last k step dropped, against the f32
 # reference with the default tolerance.
@@ -215,9 +228,12 @@ if command -v compute-sanitizer >/dev/null; then
   # (racecheck does not finish small's artifact within minutes).
   sanitize() { # tool, artifact, weights[, prompt tokens (300)]
     local tokens=${4:-300}
+    # Ids 1, 2, ... 1000, 1, 2, ...: within tiny's vocabulary of 1024.
+    local ids
+    ids=$(seq 1 "$tokens" | awk '{printf "%s%d", (NR > 1 ? "," : ""), ($1 - 1) % 1000 + 1}')
     echo "== compute-sanitizer $1, $2, a $tokens-token prompt"
     if ! compute-sanitizer --tool "$1" --error-exitcode 3 "$BIN/kiln-run" "$DATA/$2.sm_90.kiln" \
-      --weights "$3" --prompt-ids "$(seq -s, 1 "$tokens")" --max-new-tokens 2 > "$work/sanitizer.log" 2>&1; then
+      --weights "$3" --prompt-ids "$ids" --max-new-tokens 2 > "$work/sanitizer.log" 2>&1; then
       grep -v '^[0-9,]*$' "$work/sanitizer.log" | head -40
       status=1
     fi
@@ -231,6 +247,9 @@ if command -v compute-sanitizer >/dev/null; then
   sanitize memcheck tiny-wide128.p512-pg64-fp8 synthetic:7 1100
   sanitize racecheck tiny-wide128.p512-pg64-fp8 synthetic:7 1100
   sanitize racecheck tiny-nvfp4.p512 "$DATA/tiny-nvfp4"
+  # Two 256-item tiles an expert, every 64-row block live.
+  sanitize memcheck tiny-nvfp4.p2048 "$DATA/tiny-nvfp4" 2000
+  sanitize racecheck tiny-nvfp4.p2048 "$DATA/tiny-nvfp4" 2000
   # The wgmma attention over two chunks (the second's tiles reach into the
   # cache: by TMA and converted).
   for name in tiny-wide tiny-wide128; do

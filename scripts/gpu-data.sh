@@ -103,6 +103,20 @@ kiln_log "tiny bf16 and nvfp4, prefill chunks of 512 (wgmma GEMMs and experts; r
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --max-prefill-tokens=512 -o "$OUT/tiny-bf16.p512.sm_90.kiln"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 \
   -o "$OUT/tiny-nvfp4.p512.sm_90.kiln"
+# One chunk of 2000 tokens: 500 items an expert, so each expert fills one
+# 256-item tile of the Hopper expert GEMMs and part of a second, all four of
+# its 64-row blocks live (ids below tiny's vocabulary of 1024).
+kiln_log "tiny bf16 and nvfp4, one prefill chunk of 2000 tokens: references, artifacts"
+LONG_PROMPT=$(python3 -c "print(','.join(str(i % 1000 + 1) for i in range(1, 2001)))")
+for format in bf16 nvfp4; do
+  quant=$([ $format = bf16 ] && echo none || echo nvfp4)
+  "$BIN/kiln-interp" --weights "$OUT/tiny-$format" --prompt-ids "$LONG_PROMPT" --linear-inputs=bf16 \
+    --attention-inputs=bf16 --save-reference "$OUT/tiny-$format.bf16tc-2000.reference"
+  "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=$quant --max-prefill-tokens=2048 \
+    -o "$OUT/tiny-$format.p2048.sm_90.kiln"
+done
+"$BIN/kilnc" muse-spark-tiny --target=sm_90 --max-prefill-tokens=2048 \
+  --inject-fault=expert-drop-k-step -o "$OUT/tiny-bf16.p2048-experts-broken.sm_90.kiln"
 # Tiny widened to head_dim 64 and a window of 128 (tiny-wide), and to head_dim
 # 128 (tiny-wide128: two 64-dim panels a key and value tile): their attention
 # takes the wgmma kernel (tiny's 32 keeps mma.sync), with groups of three
