@@ -29,9 +29,8 @@ constexpr int64_t kThreads = 3 * wgmma::kWarpgroup; // producer + two consumers
 constexpr int64_t kStages = 4;
 constexpr int64_t kConsumerWarps = 8;
 constexpr int64_t kRowsThreads = 128; // the rows kernel's block
-// Steps of NVFP4 weights the decoding producer has loading ahead of the one
-// it decodes.
-constexpr int64_t kRawAhead = 1;
+// k steps the decoding producer takes an iteration.
+constexpr int64_t kDecodeSteps = 2;
 // Registers a thread after setmaxnreg: a TMA producer needs few; one that
 // decodes NVFP4 keeps a step's raw weights in flight.
 constexpr uint32_t kTmaProducerRegs = 40, kTmaConsumerRegs = 232;
@@ -263,11 +262,13 @@ private:
     return raw;
   }
 
-  // NVFP4 weights: the producer's 128 threads load kRawAhead steps ahead, decode and
-  // store the B tile in the TMA's swizzled layout (16-byte chunk c of row r
-  // at chunk c ^ (r % 8)), then make the stores visible to the tensor cores
-  // (the async proxy) before arriving; its first thread has the TMA bring
-  // the rows.
+  // NVFP4 weights: the producer's 128 threads decode kDecodeSteps k steps an
+  // iteration (their loads issued an iteration ahead), each step's B tile
+  // stored in the TMA's swizzled layout (16-byte chunk c of row r at chunk
+  // c ^ (r % 8)); then they make the stores visible to the tensor cores (the
+  // async proxy) and arrive. Its first thread has the TMA bring the rows.
+  // Several steps an iteration give a thread independent decodes to
+  // interleave: one step of a 128-row B tile is only four a thread.
   void produceDecoding(wgmma::Ring &ring, Value inGroup) {
     Value issuer = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, inGroup, k.index(0));
     Value rows = rowsMap();
@@ -277,55 +278,82 @@ private:
       b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
       ring.acquireTensorMap(rows);
     }
-    // kRawAhead steps' raw weights in flight: a step's loads have that many
-    // steps' time to arrive.
-    SmallVector<Value> inFlight;
-    for (int64_t d = 0; d < kRawAhead; ++d)
-      llvm::append_range(inFlight, loadRaw(k.index(std::min(d, kSteps - 1)), inGroup));
-    auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1), inFlight);
-    b.setInsertionPointToStart(loop.getBody());
-    Value step = loop.getInductionVar();
-    Value next = arith::MinUIOp::create(b, arith::AddIOp::create(b, step, k.index(kRawAhead)),
-                                        k.index(kSteps - 1));
-    SmallVector<Value> ahead = loadRaw(next, inGroup);
-    auto [stage, fullAt] = ring.claim(step);
+    // The raw weights of steps first .. first + count - 1 (the last step
+    // where they run past it).
+    auto loadSteps = [&](Value first, int64_t count) {
+      SmallVector<Value> raw;
+      for (int64_t j = 0; j < count; ++j) {
+        Value step = arith::MinUIOp::create(b, arith::AddIOp::create(b, first, k.index(j)),
+                                            k.index(kSteps - 1));
+        llvm::append_range(raw, loadRaw(step, inGroup));
+      }
+      return raw;
+    };
+    const int64_t groups = kSteps / kDecodeSteps, tail = kSteps % kDecodeSteps;
+    SmallVector<Value> inFlight = loadSteps(k.index(0), kDecodeSteps);
+    auto loop = scf::ForOp::create(b, k.index(0), k.index(groups * kDecodeSteps),
+                                   k.index(kDecodeSteps), inFlight);
     {
-      auto ifIssuer = scf::IfOp::create(b, issuer, false);
       OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
-      ring.expectBytes(fullAt, liveRowBytes());
-      copyRows(ring, rows, stage, toI32(arith::MulIOp::create(b, step, k.index(wgmma::kTileK))),
-               fullAt);
+      b.setInsertionPointToStart(loop.getBody());
+      Value first = loop.getInductionVar();
+      SmallVector<Value> ahead =
+          loadSteps(arith::AddIOp::create(b, first, k.index(kDecodeSteps)), kDecodeSteps);
+      produceSteps(ring, inGroup, issuer, rows, first, kDecodeSteps, loop.getRegionIterArgs());
+      scf::YieldOp::create(b, ahead);
     }
+    if (tail)
+      produceSteps(ring, inGroup, issuer, rows, k.index(groups * kDecodeSteps), tail,
+                   loop.getResults());
+  }
+
+  // Steps first .. first + count - 1 from their raw weights (`raw`, a step's
+  // after another's): each step's stage claimed, its rows brought by the
+  // TMA and its B tile decoded; then one fence and each stage's arrival.
+  void produceSteps(wgmma::Ring &ring, Value inGroup, Value issuer, Value rows, Value first,
+                    int64_t count, ValueRange raw) {
+    const int64_t units = bRows(s, product) / 32, perStep = 2 * units;
     Value sub = arith::DivUIOp::create(b, inGroup, k.index(4));
     Value blk = arith::RemUIOp::create(b, inGroup, k.index(4));
     Value swizzle = arith::RemUIOp::create(b, sub, k.index(8)); // row % 8 for every unit
-    Value tileAt = ring.bOffset(stage);
-    ValueRange raw = loop.getRegionIterArgs();
-    for (int64_t i = 0; i < bRows(s, product) / 32; ++i) {
-      Value words = nvfp4BlockToBf16(b, raw[2 * i], raw[2 * i + 1]);
-      Value row = arith::AddIOp::create(b, sub, k.index(32 * i));
-      Value rowAt = arith::AddIOp::create(b, tileAt,
-                                          arith::MulIOp::create(b, row, k.index(wgmma::kRowBytes)));
-      for (int64_t half = 0; half < 2; ++half) {
-        Value chunk = arith::XOrIOp::create(
-            b, arith::AddIOp::create(b, arith::MulIOp::create(b, blk, k.index(2)), k.index(half)),
-            swizzle);
-        Value at =
-            ring.at(arith::AddIOp::create(b, rowAt, arith::MulIOp::create(b, chunk, k.index(16))));
-        Value part = vector::ShuffleOp::create(
-            b, words, words, ArrayRef<int64_t>{4 * half, 4 * half + 1, 4 * half + 2, 4 * half + 3});
-        LLVM::StoreOp::create(b, part, at, /*alignment=*/16);
+    SmallVector<Value> fulls;
+    for (int64_t j = 0; j < count; ++j) {
+      Value step = arith::AddIOp::create(b, first, k.index(j));
+      auto [stage, fullAt] = ring.claim(step);
+      fulls.push_back(fullAt);
+      {
+        auto ifIssuer = scf::IfOp::create(b, issuer, false);
+        OpBuilder::InsertionGuard guard(b);
+        b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
+        ring.expectBytes(fullAt, liveRowBytes());
+        copyRows(ring, rows, stage, toI32(arith::MulIOp::create(b, step, k.index(wgmma::kTileK))),
+                 fullAt);
+      }
+      Value tileAt = ring.bOffset(stage);
+      for (int64_t i = 0; i < units; ++i) {
+        Value words = nvfp4BlockToBf16(b, raw[j * perStep + 2 * i], raw[j * perStep + 2 * i + 1]);
+        Value row = arith::AddIOp::create(b, sub, k.index(32 * i));
+        Value rowAt = arith::AddIOp::create(
+            b, tileAt, arith::MulIOp::create(b, row, k.index(wgmma::kRowBytes)));
+        for (int64_t half = 0; half < 2; ++half) {
+          Value chunk = arith::XOrIOp::create(
+              b, arith::AddIOp::create(b, arith::MulIOp::create(b, blk, k.index(2)), k.index(half)),
+              swizzle);
+          Value at = ring.at(
+              arith::AddIOp::create(b, rowAt, arith::MulIOp::create(b, chunk, k.index(16))));
+          Value part = vector::ShuffleOp::create(
+              b, words, words,
+              ArrayRef<int64_t>{4 * half, 4 * half + 1, 4 * half + 2, 4 * half + 3});
+          LLVM::StoreOp::create(b, part, at, /*alignment=*/16);
+        }
       }
     }
     NVVM::FenceProxyOp::create(
         b, b.getLoc(), NVVM::ProxyKind::async_shared,
         NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
-    NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), fullAt, Value(), NVVM::MemScopeKind::CTA,
-                                   false);
-    SmallVector<Value> carried(raw.drop_front(raw.size() / kRawAhead));
-    llvm::append_range(carried, ahead);
-    scf::YieldOp::create(b, carried);
+    for (Value fullAt : fulls)
+      NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), fullAt, Value(),
+                                     NVVM::MemScopeKind::CTA, false);
   }
 
   // The accumulators of m64nNk16 for row block `block`: thread t of the
