@@ -29,8 +29,13 @@ constexpr int64_t kThreads = 3 * wgmma::kWarpgroup; // producer + two consumers
 constexpr int64_t kStages = 4;
 constexpr int64_t kConsumerWarps = 8;
 constexpr int64_t kRowsThreads = 128; // the rows kernel's block
-// k steps the decoding producer takes an iteration.
+// k steps the decoding producer takes an iteration. It claims all of them
+// before arriving on the first, and claiming step s waits for the consumers
+// to have freed step s - kStages, which they do once they hold step
+// s - kStages + 1: so fewer than kStages, or producer and consumers wait on
+// each other (four steps with four stages hung on the H200). Three spill.
 constexpr int64_t kDecodeSteps = 2;
+static_assert(kDecodeSteps < kStages, "the producer would wait for a stage it has not filled");
 // Registers a thread after setmaxnreg: a TMA producer needs few; one that
 // decodes NVFP4 keeps a step's raw weights in flight.
 constexpr uint32_t kTmaProducerRegs = 40, kTmaConsumerRegs = 232;
