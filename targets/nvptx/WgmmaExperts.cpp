@@ -37,7 +37,8 @@ constexpr int64_t kRowsThreads = 128; // the rows kernel's block
 constexpr int64_t kDecodeSteps = 2;
 static_assert(kDecodeSteps < kStages, "the producer would wait for a stage it has not filled");
 // Registers a thread after setmaxnreg: a TMA producer needs few; one that
-// decodes NVFP4 keeps a step's raw weights in flight.
+// decodes NVFP4 keeps an iteration's raw weights in flight while it decodes
+// the last one's.
 constexpr uint32_t kTmaProducerRegs = 40, kTmaConsumerRegs = 232;
 constexpr uint32_t kDecodeProducerRegs = 88, kDecodeConsumerRegs = 208;
 static_assert(wgmma::registersFit(kTmaProducerRegs, kTmaConsumerRegs) &&
