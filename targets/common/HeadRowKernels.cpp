@@ -10,6 +10,8 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
+#include <cmath>
+
 namespace kiln::kernels {
 
 using namespace mlir;
@@ -139,16 +141,17 @@ HeadRowStage ropeStage(int64_t headDim, double theta) {
     Type f64 = b.getF64Type(), f32 = b.getF32Type();
     Value position = arith::SIToFPOp::create(
         b, f64, memref::LoadOp::create(b, args[0], ValueRange{scope.token}).getResult());
-    Value base = arith::ConstantFloatOp::create(b, b.getF64Type(), APFloat(theta));
-    Value minusTwoOverD =
-        arith::ConstantFloatOp::create(b, b.getF64Type(), APFloat(-2.0 / double(headDim)));
+    std::vector<double> frequencies;
+    for (int64_t j = 0; j < headDim / 2; ++j)
+      frequencies.push_back(std::pow(theta, -2.0 * double(j) / double(headDim)));
+    const std::string name = scope.kernel.func.getName().str() + "_rope_frequencies";
+    Value table =
+        memref::GetGlobalOp::create(b, constantTable(scope.kernel, name, frequencies), name);
     for (size_t i = 0; i < row.lo.size(); ++i) {
       SmallVector<Value> cosines, sines;
       for (int64_t e = 0; e < scope.width; ++e) {
         Value j = arith::AddIOp::create(b, row.at[i], arith::ConstantIndexOp::create(b, e));
-        Value jf =
-            arith::SIToFPOp::create(b, f64, arith::IndexCastOp::create(b, b.getI64Type(), j));
-        Value freq = math::PowFOp::create(b, base, arith::MulFOp::create(b, jf, minusTwoOverD));
+        Value freq = memref::LoadOp::create(b, table, ValueRange{j});
         Value angle = arith::MulFOp::create(b, position, freq);
         cosines.push_back(arith::TruncFOp::create(b, f32, math::CosOp::create(b, angle)));
         sines.push_back(arith::TruncFOp::create(b, f32, math::SinOp::create(b, angle)));
@@ -192,7 +195,7 @@ KernelSpec headRowThreads(const std::string &op, int64_t heads, int64_t headDim,
           row.hi.push_back(
               vector::LoadOp::create(b, vf, layout.x, ValueRange{t, h, k.index(j + half)}));
         }
-        HeadRowScope scope{b, headDim, width, t, [](Value v) { return v; }};
+        HeadRowScope scope{k, b, headDim, width, t, [](Value v) { return v; }};
         runStages(scope, stages, layout, row);
         for (size_t i = 0; i < row.lo.size(); ++i) {
           int64_t j = int64_t(i) * width;
@@ -248,7 +251,7 @@ KernelSpec headRowWarp(const std::string &op, int64_t heads, int64_t headDim,
           row.lo.push_back(lo);
           row.hi.push_back(hi);
         }
-        HeadRowScope scope{b, headDim, width, t, [&b](Value v) { return warpSum(b, v); }};
+        HeadRowScope scope{k, b, headDim, width, t, [&b](Value v) { return warpSum(b, v); }};
         runStages(scope, stages, layout, row);
         for (int64_t c = 0; c < chunks; ++c) {
           OpBuilder::InsertionGuard guard(b);

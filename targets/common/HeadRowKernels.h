@@ -26,6 +26,8 @@ class ImplicitLocOpBuilder;
 
 namespace kiln::kernels {
 
+struct KernelScope;
+
 // The part of one (token, head) row a holder keeps: chunk i is the f32
 // vectors lo[i] of elements at[i] .. at[i] + width and hi[i] of the same
 // elements plus D/2, so rotate-half's partners sit together.
@@ -35,6 +37,7 @@ struct HeadRow {
 
 // What a stage may ask of the skeleton it runs in.
 struct HeadRowScope {
+  KernelScope &kernel; // for the module's constants
   mlir::ImplicitLocOpBuilder &b;
   int64_t headDim;
   int64_t width;     // elements of a chunk
@@ -56,7 +59,9 @@ struct HeadRowStage {
 HeadRowStage headNormStage(int64_t headDim, double eps);
 // kiln.rope: NeoX rotate-half by the token's position, the angle
 // pos * theta^(-2j/D) in f64 as the other rope kernels take it (argument
-// memref<?xi32>, the token positions).
+// memref<?xi32>, the token positions); the D/2 frequencies theta^(-2j/D)
+// are a constant table computed here (std::pow, as the interpreter's), not
+// a pow for every element of every head.
 HeadRowStage ropeStage(int64_t headDim, double theta);
 
 // `op`'s kernel from `stages`: a launch part per token, its heads in turn

@@ -156,16 +156,27 @@ Value forEachRowOfPart(KernelScope &k, Value count) {
   return loop.getInductionVar();
 }
 
-MemRefType constantTable(KernelScope &k, const std::string &name, ArrayRef<float> values) {
-  FloatType f32 = k.b.getF32Type();
+namespace {
+template <typename T>
+MemRefType constantTableOf(KernelScope &k, const std::string &name, FloatType element,
+                           ArrayRef<T> values) {
   const int64_t count = static_cast<int64_t>(values.size());
-  auto type = MemRefType::get({count}, f32);
+  auto type = MemRefType::get({count}, element);
   OpBuilder::InsertionGuard guard(k.b);
   k.b.setInsertionPoint(k.func);
   memref::GlobalOp::create(k.b, name, k.b.getStringAttr("private"), type,
-                           DenseElementsAttr::get(RankedTensorType::get({count}, f32), values),
+                           DenseElementsAttr::get(RankedTensorType::get({count}, element), values),
                            /*constant=*/true, IntegerAttr());
   return type;
+}
+} // namespace
+
+MemRefType constantTable(KernelScope &k, const std::string &name, ArrayRef<float> values) {
+  return constantTableOf(k, name, k.b.getF32Type(), values);
+}
+
+MemRefType constantTable(KernelScope &k, const std::string &name, ArrayRef<double> values) {
+  return constantTableOf(k, name, k.b.getF64Type(), values);
 }
 
 SharedBuffer declareSharedBuffer(KernelScope &k, const std::string &name, ArrayRef<int64_t> shape,

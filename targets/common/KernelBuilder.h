@@ -93,6 +93,9 @@ mlir::Value forEachRowOfPart(KernelScope &k, mlir::Value count);
 // by memref.get_global; returns its type.
 mlir::MemRefType constantTable(KernelScope &k, const std::string &name,
                                llvm::ArrayRef<float> values);
+// The same of f64 values.
+mlir::MemRefType constantTable(KernelScope &k, const std::string &name,
+                               llvm::ArrayRef<double> values);
 // A buffer in shared memory (the GPU's workgroup address space) of the
 // kernel's module: `shape` of `element`, declared as the private global
 // `name` before the kernel function; get() is memref.get_global of it where
