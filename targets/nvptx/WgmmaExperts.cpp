@@ -77,6 +77,16 @@ struct TileOfBlock {
 
 // Reads the tile count (meta[E + 1]) and leaves the builder inside an
 // scf.if on the tile's existence, where it reads the tile's expert and items.
+// The rows of a tile's 64-row blocks that hold items: `rowsIn` rounded up
+// to 64. The GEMMs compute and copy those rows only.
+Value computedRows(kernels::KernelScope &k, Value rowsIn) {
+  ImplicitLocOpBuilder &b = k.b;
+  Value blocks =
+      arith::DivUIOp::create(b, arith::AddIOp::create(b, rowsIn, k.index(wgmma::kConsumerRows - 1)),
+                             k.index(wgmma::kConsumerRows));
+  return arith::MulIOp::create(b, blocks, k.index(wgmma::kConsumerRows));
+}
+
 TileOfBlock tileOfBlock(kernels::KernelScope &k, const ExpertTileShape &s, Value tile, Value meta,
                         Value tiles) {
   ImplicitLocOpBuilder &b = k.b;
@@ -189,11 +199,8 @@ private:
 
   // The bytes of A a stage holds: its live 64-row blocks'.
   Value liveRowBytes() {
-    Value blocks = arith::DivUIOp::create(
-        b, arith::AddIOp::create(b, t.rowsIn, k.index(wgmma::kConsumerRows - 1)),
-        k.index(wgmma::kConsumerRows));
     return arith::IndexCastOp::create(
-        b, i32, arith::MulIOp::create(b, blocks, k.index(wgmma::kConsumerRows * wgmma::kRowBytes)));
+        b, i32, arith::MulIOp::create(b, computedRows(k, t.rowsIn), k.index(wgmma::kRowBytes)));
   }
 
   // The issuer's TMA copies of the tile's rows for `step` into stage s: a
@@ -546,12 +553,7 @@ kernels::KernelSpec expertRows(const ExpertTileShape &s) {
     Value begin = arith::MulIOp::create(b, tid, k.index(8));
     auto f32x8 = VectorType::get({8}, b.getF32Type());
     auto bf16x8 = VectorType::get({8}, b.getBF16Type());
-    Value blockEnd = arith::MulIOp::create(
-        b,
-        arith::DivUIOp::create(
-            b, arith::AddIOp::create(b, t.rowsIn, k.index(wgmma::kConsumerRows - 1)),
-            k.index(wgmma::kConsumerRows)),
-        k.index(wgmma::kConsumerRows));
+    Value blockEnd = computedRows(k, t.rowsIn);
     auto ifItem = scf::IfOp::create(
         b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, r, t.rowsIn), /*withElse=*/true);
     {
