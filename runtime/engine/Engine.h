@@ -226,6 +226,11 @@ public:
   int64_t freeKvPages() const;
   // The pages `conversation` holds (0 unpaged).
   int64_t heldKvPages(int64_t conversation) const;
+  // The distinct pages that every conversation and the saved conversations
+  // `saved` hold, from their page lists (0 unpaged). Where `saved` are all
+  // that the caller keeps, kvPages() - freeKvPages() beyond this are pages
+  // lost: taken, and held by nothing the caller can give back.
+  int64_t distinctKvPages(const std::vector<int64_t> &saved) const;
   // The activation arena every entry point shares: the largest one's.
   uint64_t arenaBytes() const;
   // This process's rank and the job's size (0 and 1 for one rank).

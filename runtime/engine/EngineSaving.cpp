@@ -153,4 +153,13 @@ int64_t Engine::savedKvPages(int64_t number) const {
   return static_cast<int64_t>(impl_->savedOne(number).pages.size());
 }
 
+int64_t Engine::distinctKvPages(const std::vector<int64_t> &saved) const {
+  if (!impl_->pages.paged())
+    return 0;
+  std::vector<const std::vector<int32_t> *> holders;
+  for (int64_t number : saved)
+    holders.push_back(&impl_->savedOne(number).pages);
+  return impl_->pages.distinct(holders);
+}
+
 } // namespace kiln

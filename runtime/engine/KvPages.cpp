@@ -85,6 +85,24 @@ int64_t KvPages::references(int32_t page) const {
   return references_.at(static_cast<size_t>(page));
 }
 
+int64_t KvPages::distinct(const std::vector<const std::vector<int32_t> *> &others) const {
+  std::vector<bool> seen(static_cast<size_t>(pages_), false);
+  int64_t count = 0;
+  const auto see = [&](int32_t page) {
+    if (!seen[static_cast<size_t>(page)]) {
+      seen[static_cast<size_t>(page)] = true;
+      ++count;
+    }
+  };
+  for (int64_t c = 0; c < conversations_; ++c)
+    for (int64_t index = 0; index < held(c); ++index)
+      see(table_[static_cast<size_t>(c * perConversation_ + index)]);
+  for (const std::vector<int32_t> *pages : others)
+    for (int32_t page : *pages)
+      see(page);
+  return count;
+}
+
 std::vector<int32_t> KvPages::share(int64_t conversation, int64_t count) {
   std::vector<int32_t> shared;
   for (int64_t index = 0; index < count; ++index)

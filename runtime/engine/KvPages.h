@@ -54,6 +54,10 @@ public:
   // references (conversations' tables and holders of share()'s pages).
   int32_t page(int64_t conversation, int64_t index) const;
   int64_t references(int32_t page) const;
+  // The distinct pages that the conversations' tables and `others` (pages
+  // from share()) hold: what the pool should count as taken. A page taken
+  // and held by none of them is lost (a holder dropped without drop()).
+  int64_t distinct(const std::vector<const std::vector<int32_t> *> &others) const;
   // `conversation`'s first `count` pages, each with one more reference,
   // which the caller gives back with drop().
   std::vector<int32_t> share(int64_t conversation, int64_t count);

@@ -98,6 +98,10 @@ std::string Metrics::text(const MetricsSnapshot &now) {
   gauge("kiln_kv_slots_free", "Conversation slots (KV caches) free.", now.slotsFree);
   gauge("kiln_kv_pages_used",
         "Pages of the paged KV caches' pool that conversations hold (0 unpaged).", now.pagesUsed);
+  gauge("kiln_kv_pages_held",
+        "Pages that the slots' caches and the saved histories hold, counted from their page "
+        "lists: kiln_kv_pages_used unless pages were lost (0 unpaged).",
+        now.pagesHeld);
   gauge("kiln_kv_pages_free", "Pages of the paged KV caches' pool free (0 unpaged).",
         now.pagesFree);
   gauge("kiln_saved_histories",

@@ -28,7 +28,10 @@ struct MetricsSnapshot {
   int64_t waiting = 0, running = 0;
   int64_t slotsUsed = 0, slotsFree = 0;
   int64_t pagesUsed = 0, pagesFree = 0; // paged KV caches (0 and 0 unpaged)
-  int64_t savedHistories = 0;           // Engine::save copies the scheduler keeps
+  // The pages that the slots and the saved histories the scheduler keeps
+  // hold, counted from their page lists: pagesUsed unless a page was lost.
+  int64_t pagesHeld = 0;
+  int64_t savedHistories = 0; // Engine::save copies the scheduler keeps
 };
 
 class Metrics {

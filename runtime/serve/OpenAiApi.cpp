@@ -87,19 +87,23 @@ json parseBody(const std::string &text, std::initializer_list<const char *> know
 void checkModel(const json &body, const ModelInfo &model) {
   if (const auto found = body.find("model"); found != body.end() && !found->is_null())
     if (!found->is_string() || found->get<std::string>() != model.name)
-      throw ApiError(404, "model: this server serves '" + model.name + "' only", "model",
-                     "not_found_error");
+      throw ApiError(400, "model: this server serves '" + model.name + "' only", "model");
 }
 
 // What both APIs share: the length, sampling, stop texts and streaming,
 // once the prompt is known.
-void parseGeneration(const json &body, const char *lengthField, const ModelInfo &model,
-                     const text::Tokenizer *tokenizer, GenerationParams &params) {
+void parseGeneration(const json &body, const char *promptField, const char *lengthField,
+                     const ModelInfo &model, const text::Tokenizer *tokenizer,
+                     GenerationParams &params) {
   if (params.prompt.empty())
-    bad("prompt", "the prompt has no tokens");
+    bad(promptField, "the prompt has no tokens");
   for (int32_t id : params.prompt)
     if (id >= model.vocab)
-      bad("prompt", "token id " + std::to_string(id) + " is outside the model's vocabulary");
+      bad(promptField, "token id " + std::to_string(id) + " is outside the model's vocabulary");
+  if (static_cast<int64_t>(params.prompt.size()) > model.contextLength)
+    bad(promptField, std::to_string(params.prompt.size()) +
+                         " prompt tokens are more than the server's context holds, " +
+                         std::to_string(model.contextLength));
   params.maxTokens = integer(body, lengthField, 16, 1, model.contextLength);
   const int64_t needed = static_cast<int64_t>(params.prompt.size()) + params.maxTokens - 1;
   if (needed > model.contextLength)
@@ -167,7 +171,7 @@ GenerationParams parseCompletion(const std::string &text, const ModelInfo &model
   } else {
     bad("prompt", "expected a string or an array of token ids (one prompt per request)");
   }
-  parseGeneration(body, "max_tokens", model, tokenizer, params);
+  parseGeneration(body, "prompt", "max_tokens", model, tokenizer, params);
   params.logprobs = static_cast<int>(integer(body, "logprobs", -1, 0, 20));
   return params;
 }
@@ -236,7 +240,8 @@ GenerationParams parseChatCompletion(const std::string &text, const ModelInfo &m
     bad("messages", std::string("the chat template refused them: ") + error.what());
   }
   const bool modern = body.contains("max_completion_tokens");
-  parseGeneration(body, modern ? "max_completion_tokens" : "max_tokens", model, tokenizer, params);
+  parseGeneration(body, "messages", modern ? "max_completion_tokens" : "max_tokens", model,
+                  tokenizer, params);
   if (const auto logprobs = body.find("logprobs"); logprobs != body.end() && !logprobs->is_null()) {
     if (!logprobs->is_boolean())
       bad("logprobs", "expected true or false");

@@ -63,7 +63,7 @@ Scheduler::Scheduler(Engine &engine, std::shared_ptr<const text::Tokenizer> toke
   for (int64_t c = 0; c < engine_.conversations(); ++c)
     freeSlots_.insert(c);
   verifyBatch_ = engine_.artifact().findEntryPoint("verify_batch") != nullptr;
-  pagesFree_ = engine_.freeKvPages();
+  countPages();
   thread_ = std::thread([this] { loop(); });
 }
 
@@ -90,6 +90,18 @@ bool Scheduler::submit(std::shared_ptr<Request> request) {
   return true;
 }
 
+void Scheduler::countPages() {
+  pagesFree_ = engine_.freeKvPages();
+  std::vector<int64_t> saved;
+  for (const auto &[number, history] : saved_)
+    saved.push_back(number);
+  try {
+    pagesHeld_ = engine_.distinctKvPages(saved);
+  } catch (const std::exception &) {
+    pagesHeld_ = 0; // a number the engine does not know: /metrics shows the pages as lost
+  }
+}
+
 MetricsSnapshot Scheduler::snapshot() {
   std::lock_guard<std::mutex> lock(mutex_);
   MetricsSnapshot now;
@@ -99,6 +111,7 @@ MetricsSnapshot Scheduler::snapshot() {
   now.slotsUsed = engine_.conversations() - now.slotsFree;
   now.pagesFree = pagesFree_;
   now.pagesUsed = engine_.kvPages() - pagesFree_;
+  now.pagesHeld = pagesHeld_;
   now.savedHistories = static_cast<int64_t>(saved_.size());
   return now;
 }
@@ -190,7 +203,7 @@ void Scheduler::loop() {
       }
     }
     runningCount_ = static_cast<int64_t>(running.size());
-    pagesFree_ = engine_.freeKvPages();
+    countPages();
   }
   for (const std::shared_ptr<Request> &request : running)
     if (!request->done)

@@ -10,6 +10,9 @@ namespace {
 
 using json = nlohmann::json;
 
+// A request body's bytes at most: a prompt of a million token ids is about 8 MiB.
+constexpr size_t kMaxBodyBytes = size_t(64) << 20;
+
 void sendJson(httplib::Response &res, int status, const json &body) {
   res.status = status;
   res.set_content(body.dump(), "application/json");
@@ -79,16 +82,40 @@ Server::Server(Scheduler &scheduler, Metrics &metrics, ModelInfo model,
   http_->Get("/metrics", [this](const httplib::Request &, httplib::Response &res) {
     res.set_content(metrics_.text(scheduler_.snapshot()), "text/plain; version=0.0.4");
   });
-  http_->Post("/v1/completions", [this](const httplib::Request &req, httplib::Response &res) {
-    generate(req.body, /*chat=*/false, &res);
+  // The generation routes read their bodies themselves: httplib's own
+  // reading refuses a form-encoded body over 8 KiB (413), which is what
+  // `curl -d` sends without a Content-Type header; the body is JSON whatever
+  // the header says.
+  http_->set_payload_max_length(kMaxBodyBytes);
+  const auto bodyOf = [](const httplib::ContentReader &reader) {
+    std::string body;
+    reader([&](const char *data, size_t size) {
+      body.append(data, size);
+      return true;
+    });
+    return body;
+  };
+  http_->Post("/v1/completions", [this, bodyOf](const httplib::Request &, httplib::Response &res,
+                                                const httplib::ContentReader &reader) {
+    generate(bodyOf(reader), /*chat=*/false, &res);
   });
-  http_->Post("/v1/chat/completions", [this](const httplib::Request &req, httplib::Response &res) {
-    generate(req.body, /*chat=*/true, &res);
-  });
+  http_->Post("/v1/chat/completions",
+              [this, bodyOf](const httplib::Request &, httplib::Response &res,
+                             const httplib::ContentReader &reader) {
+                generate(bodyOf(reader), /*chat=*/true, &res);
+              });
   http_->set_error_handler([](const httplib::Request &req, httplib::Response &res) {
-    if (res.body.empty())
-      sendError(res, ApiError(res.status, "no route " + req.method + " " + req.path.substr(0, 200),
-                              "", "not_found_error"));
+    if (!res.body.empty())
+      return;
+    if (res.status == 413)
+      sendError(res, ApiError(413, "the request body is over " +
+                                       std::to_string(kMaxBodyBytes >> 20) + " MiB"));
+    else if (res.status == 404)
+      sendError(res, ApiError(404, "no route " + req.method + " " + req.path.substr(0, 200), "",
+                              "not_found_error"));
+    else
+      sendError(res, ApiError(res.status, "the request could not be read (HTTP " +
+                                              std::to_string(res.status) + ")"));
   });
 }
 

@@ -117,6 +117,26 @@ TEST(KvPagesTest, ASharedPageGoesBackWithItsLastHolder) {
   EXPECT_EQ(pages.held(1), 2);
 }
 
+TEST(KvPagesTest, DistinctCountsEachHeldPageOnceAndMissesALostHolder) {
+  KvPages pages(16, 8, 2, 64);
+  ASSERT_TRUE(pages.reserve(0, 40)); // pages 0, 1, 2
+  const std::vector<int32_t> saved = pages.share(0, 2);
+  pages.adopt(1, saved);             // conversation 1 shares pages 0 and 1
+  ASSERT_TRUE(pages.reserve(1, 48)); // and takes page 3
+  EXPECT_EQ(pages.distinct({&saved}), 4);
+  EXPECT_EQ(pages.pages() - pages.freePages(), 4);
+  // Both conversations gone: only the saved list holds pages 0 and 1.
+  pages.release(0, 0);
+  pages.release(1, 0);
+  EXPECT_EQ(pages.distinct({&saved}), 2);
+  EXPECT_EQ(pages.pages() - pages.freePages(), 2);
+  // A saved list nobody counts any more (dropped from the books without
+  // drop()): its pages are taken, and held by nothing counted.
+  EXPECT_EQ(pages.distinct({}), 0);
+  pages.drop(saved);
+  EXPECT_EQ(pages.freePages(), 8);
+}
+
 TEST(KvPagesTest, RefusesEmptySizes) {
   EXPECT_THROW(KvPages(0, 8, 1, 64), RuntimeError);
   EXPECT_THROW(KvPages(16, 0, 1, 64), RuntimeError);

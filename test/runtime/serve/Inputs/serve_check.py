@@ -36,8 +36,8 @@ class Server:
 
     def request(self, method, path, body=None):
         conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=120)
-        conn.request(method, path, json.dumps(body) if body is not None else None,
-                     {"Content-Type": "application/json"})
+        data = body if body is None or isinstance(body, str) else json.dumps(body)
+        conn.request(method, path, data, {"Content-Type": "application/json"})
         response = conn.getresponse()
         data = response.read()
         conn.close()
@@ -232,21 +232,56 @@ if status != 400 or "Unknown role: robot" not in body["error"]["message"]:
 print("chat: the template's prompt, kiln-run's tokens, a message or deltas; the template's "
       "refusal is a 400")
 
-# Bad requests: 400 naming the field, 404 for another model.
-for body, status_expected, param in [
-        ({"prompt": "x", "max_tokens": 0}, 400, "max_tokens"),
-        ({"prompt": "x", "temperature": "hot"}, 400, "temperature"),
-        ({"prompt": "x", "frobnicate": 1}, 400, "frobnicate"),
-        ({"prompt": [1, 99999]}, 400, "prompt"),
-        ({"prompt": "x", "max_tokens": 5000}, 400, "max_tokens"),
-        ({"prompt": "x", "model": "gpt-4"}, 404, "model")]:
-    status, reply = server.complete(body)
-    if status != status_expected or reply["error"]["param"] != param:
-        fail(f"{body}: {status} {reply}")
+# Bad requests: 400 naming the field, with a message saying what is wrong.
+SERVED = json.loads(server.request("GET", "/v1/models")[1])["data"][0]
+CONTEXT = SERVED["max_model_len"]
+for path, body, param, said in [
+        ("/v1/completions", {"prompt": "x", "max_tokens": 0}, "max_tokens",
+         f"expected an integer in 1..{CONTEXT}, found 0"),
+        ("/v1/completions", {"prompt": "x", "max_tokens": CONTEXT + 1}, "max_tokens",
+         f"expected an integer in 1..{CONTEXT}, found {CONTEXT + 1}"),
+        ("/v1/completions", {"prompt": [5] * (CONTEXT - 100), "max_tokens": 200}, "max_tokens",
+         f"{CONTEXT - 100} prompt tokens and 200 new ones need a context of {CONTEXT + 99}; "
+         f"the server's holds {CONTEXT}"),
+        ("/v1/completions", {"prompt": [5] * (CONTEXT + 1)}, "prompt",
+         f"{CONTEXT + 1} prompt tokens are more than the server's context holds, {CONTEXT}"),
+        ("/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * CONTEXT}]},
+         "messages", f"prompt tokens are more than the server's context holds, {CONTEXT}"),
+        ("/v1/completions", {"prompt": "x", "temperature": "hot"}, "temperature",
+         "expected a number"),
+        ("/v1/completions", {"prompt": "x", "frobnicate": 1}, "frobnicate",
+         "not a field kiln-serve takes"),
+        ("/v1/completions", {"prompt": [1, 99999]}, "prompt",
+         "token ids must be integers in 0.."),
+        ("/v1/completions", {"prompt": "x", "model": "gpt-4"}, "model",
+         f"this server serves '{SERVED['id']}' only")]:
+    status, reply = server.complete_at(path, body)
+    if status != 400 or reply["error"]["param"] != param or said not in reply["error"]["message"]:
+        fail(f"{path} {json.dumps(body)[:200]}: {status} {reply}")
 status, reply = server.request("POST", "/v1/completions", None)
 if status != 400:
     fail(f"an empty body: {status}")
-print("bad requests: 400 naming the field, 404 for another model")
+status, reply = server.request("POST", "/v1/completions", "{\"prompt\": [1, 2")
+if status != 400 or b"the request body" not in reply:
+    fail(f"malformed JSON: {status} {reply!r}")
+status, reply = server.request("GET", "/v1/nowhere")
+if status != 404 or b"no route GET /v1/nowhere" not in reply:
+    fail(f"an unknown route: {status} {reply!r}")
+# What `curl -d` sends without a Content-Type header: a form-encoded body,
+# here over the 8 KiB that httplib would read of one; JSON all the same.
+conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=120)
+conn.request("POST", "/v1/completions",
+             json.dumps({"prompt": [i % 1000 + 1 for i in range(2000)], "max_tokens": 2,
+                         "temperature": 0}),
+             {"Content-Type": "application/x-www-form-urlencoded"})
+response = conn.getresponse()
+reply = response.read()
+conn.close()
+if response.status != 200 or len(json.loads(reply)["choices"][0]["token_ids"]) != 2:
+    fail(f"a form-encoded JSON body of 10 KB: {response.status} {reply[:300]!r}")
+print("bad requests: 400 naming the field and saying why (another model, a prompt or max_tokens "
+      "past the context, malformed JSON), 404 naming an unknown route; a form-encoded JSON body "
+      "is read")
 
 # A client that goes away mid-stream frees its slot.
 conn = http.client.HTTPConnection("127.0.0.1", server.port, timeout=60)
@@ -265,9 +300,21 @@ while True:
         fail(f"the abandoned stream still holds its slot: {m}")
     time.sleep(0.05)
 ok = m['kiln_requests_total{status="ok"}']
-if ok != 9 + 4 + 1 + 1 + 2 + 2 or m['kiln_time_to_first_token_seconds_count'] < ok:
+if ok != 9 + 4 + 1 + 1 + 2 + 2 + 1 or m['kiln_time_to_first_token_seconds_count'] < ok:
     fail(f"metrics: {m}")
-print("a client gone mid-stream frees its slot; /metrics counts every request")
+# Every token after a request's first is one gap between consecutive tokens;
+# each histogram's buckets grow and end at its count.
+first = m["kiln_time_to_first_token_seconds_count"]
+if m["kiln_time_per_output_token_seconds_count"] != m["kiln_generation_tokens_total"] - first:
+    fail(f"TPOT counts {m['kiln_time_per_output_token_seconds_count']} gaps for "
+         f"{m['kiln_generation_tokens_total']} tokens of {first} requests")
+for name in ("kiln_time_to_first_token_seconds", "kiln_time_per_output_token_seconds"):
+    buckets = [v for k, v in m.items() if k.startswith(name + "_bucket")]
+    if buckets != sorted(buckets) or buckets[-1] != m[name + "_count"] or \
+            not 0 < m[name + "_sum"] < 60 * m[name + "_count"]:
+        fail(f"{name}: buckets {buckets}, sum {m[name + '_sum']}, count {m[name + '_count']}")
+print("a client gone mid-stream frees its slot; /metrics counts every request, its first "
+      "token and every gap after it")
 server.stop()
 
 # Batched decode: one decode_batch call a step while the running requests are

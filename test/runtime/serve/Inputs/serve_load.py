@@ -11,8 +11,10 @@ answer; some requests are malformed (400 expected); a 429 is retried. Then:
 
 - every slot is back in the pool and nothing waits or runs (/metrics), and
   the request counters add up to the requests sent; with a paged KV cache
-  only the slots' cached histories and the saved ones hold pages, and none
-  once the solo runs (without prefix reuse) are done; the saved histories
+  only the slots' cached histories and the saved ones hold pages (/metrics:
+  kiln_kv_pages_used is kiln_kv_pages_held), and none once the solo runs
+  (without prefix reuse) and streams whose clients go away mid-stream are
+  done; the saved histories
   (sessions continued in another slot, shared prefixes) are counted;
 - every finished request's tokens equal a solo run's (the same request alone on
   a fresh server with --no-prefix-reuse --decode each), and every cancelled
@@ -229,6 +231,17 @@ if cancelled == 0:
 print(f"after the load: {int(slots)} of {int(slots)} slots free, none running or waiting; "
       f"/metrics counts every request "
       f"({cancelled} cancelled)")
+if m["kiln_kv_pages_used"] + m["kiln_kv_pages_free"] > 0:
+    # Nothing runs: every page taken is one that a slot's cached history or
+    # a saved history holds (kiln_kv_pages_held counts them from their page
+    # lists); a page that a finished, cancelled or vanished request left
+    # behind would be used and held by nothing.
+    if m["kiln_kv_pages_used"] != m["kiln_kv_pages_held"]:
+        fail(f"{int(m['kiln_kv_pages_used'] - m['kiln_kv_pages_held'])} KV pages lost: "
+             f"{int(m['kiln_kv_pages_used'])} used, {int(m['kiln_kv_pages_held'])} held by "
+             f"cached and saved histories")
+    print(f"paged KV after the load: every page used is a cached or saved history's "
+          f"({int(m['kiln_kv_pages_used'])} of {int(m['kiln_kv_pages_used'] + m['kiln_kv_pages_free'])})")
 if m["kiln_saved_histories_total"] > 0:
     # Paged KV: slots' histories saved when other sessions took the slots,
     # shared prefixes saved, and requests that continued them elsewhere.
@@ -262,6 +275,16 @@ for item in work:
         fail(f"request {item['i']} ({item['kind']}): {ids} under load, {alone} alone")
     compared += 1
 print(f"{compared} replies under load are the solo runs' tokens (cancelled ones a prefix)")
+# Clients that go away mid-stream on the server without prefix reuse: their
+# requests end at the next step and give back every page they took.
+for k in range(8):
+    conn = solo_server.connect()
+    conn.request("POST", "/v1/completions",
+                 json.dumps({"prompt": [k + 3] * (40 + 20 * k), "max_tokens": 200, "stream": True}))
+    if len(Stream(conn.getresponse()).take(2)) != 2:
+        fail(f"disconnecting stream {k} got no tokens")
+    conn.sock.shutdown(socket.SHUT_RDWR)
+    conn.close()
 # A reply's last bytes may reach us before the scheduler's next step frees
 # its pages: wait for that step (a busy machine may take a while), not for
 # ever.
@@ -275,8 +298,8 @@ while True:
         fail(f"KV pages still held after the solo runs: {pages}")
     time.sleep(0.05)
 if total > 0:
-    print(f"paged KV: after the solo runs every page is free "
-          f"({int(pages['kiln_kv_pages_free'])} of {int(total)})")
+    print(f"paged KV: after the solo runs and 8 streams whose clients went away every page is "
+          f"free ({int(pages['kiln_kv_pages_free'])} of {int(total)})")
 
 # SIGTERM drains: streams in flight finish whole, new requests get 503.
 DRAINED_TOKENS = 160
