@@ -1,22 +1,29 @@
 #include "runtime/serve/Metrics.h"
 
 #include <sstream>
+#include <utility>
 
 namespace kiln::serve {
 
-void Histogram::observe(double seconds) {
-  for (size_t b = 0; b < kBounds.size(); ++b)
-    if (seconds <= kBounds[b])
+Histogram::Histogram()
+    : Histogram({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10}) {}
+
+Histogram::Histogram(std::vector<double> bounds)
+    : bounds_(std::move(bounds)), counts_(bounds_.size(), 0) {}
+
+void Histogram::observe(double value) {
+  for (size_t b = 0; b < bounds_.size(); ++b)
+    if (value <= bounds_[b])
       ++counts_[b];
   ++count_;
-  sum_ += seconds;
+  sum_ += value;
 }
 
 std::string Histogram::text(const std::string &name, const std::string &help) const {
   std::ostringstream out;
   out << "# HELP " << name << " " << help << "\n# TYPE " << name << " histogram\n";
-  for (size_t b = 0; b < kBounds.size(); ++b)
-    out << name << "_bucket{le=\"" << kBounds[b] << "\"} " << counts_[b] << "\n";
+  for (size_t b = 0; b < bounds_.size(); ++b)
+    out << name << "_bucket{le=\"" << bounds_[b] << "\"} " << counts_[b] << "\n";
   out << name << "_bucket{le=\"+Inf\"} " << count_ << "\n"
       << name << "_sum " << sum_ << "\n"
       << name << "_count " << count_ << "\n";
@@ -70,6 +77,14 @@ void Metrics::historyRestored() {
 void Metrics::timeToFirstToken(double seconds) {
   std::lock_guard<std::mutex> lock(mutex_);
   ttft_.observe(seconds);
+}
+
+void Metrics::step(uint64_t promptTokens, bool decoded) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  ++steps_;
+  mixedSteps_ += promptTokens > 0 && decoded;
+  if (promptTokens > 0)
+    stepPrompt_.observe(static_cast<double>(promptTokens));
 }
 
 void Metrics::timePerOutputToken(double seconds) {
@@ -132,6 +147,12 @@ std::string Metrics::text(const MetricsSnapshot &now) {
   counter("kiln_spec_draft_tokens_total", "Drafted tokens speculative steps checked.",
           draftTokens_);
   counter("kiln_spec_accepted_tokens_total", "Drafted tokens the model accepted.", acceptedDrafts_);
+  counter("kiln_steps_total", "Scheduler steps that prefilled or decoded.", steps_);
+  counter("kiln_steps_prefill_and_decode_total",
+          "Steps that prefilled prompt chunks and decoded the running requests together.",
+          mixedSteps_);
+  out << stepPrompt_.text("kiln_step_prompt_tokens",
+                          "Prompt tokens a step prefilled (at most --prefill-tokens-per-step).");
   out << ttft_.text("kiln_time_to_first_token_seconds",
                     "From a request's arrival to its first token.");
   out << tpot_.text("kiln_time_per_output_token_seconds",

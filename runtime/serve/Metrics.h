@@ -2,24 +2,26 @@
 // for /metrics.
 #pragma once
 
-#include <array>
 #include <cstdint>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace kiln::serve {
 
-// A histogram of seconds over fixed buckets.
+// A histogram over fixed buckets (upper bounds, ascending).
 class Histogram {
 public:
-  static constexpr std::array<double, 12> kBounds = {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                     0.1,   0.25,   0.5,   1,    2.5,   10};
-  void observe(double seconds);
+  // Seconds: a millisecond to ten seconds.
+  Histogram();
+  explicit Histogram(std::vector<double> bounds);
+  void observe(double value);
   // "<name>_bucket{le=...} N" lines, _sum and _count.
   std::string text(const std::string &name, const std::string &help) const;
 
 private:
-  std::array<uint64_t, kBounds.size()> counts_{};
+  std::vector<double> bounds_;
+  std::vector<uint64_t> counts_;
   uint64_t count_ = 0;
   double sum_ = 0;
 };
@@ -40,6 +42,9 @@ public:
   void tokens(uint64_t prompt, uint64_t generated);
   void timeToFirstToken(double seconds);
   void timePerOutputToken(double seconds);
+  // A scheduler step: the prompt tokens it prefilled and whether it ran a
+  // decode step too (chunked prefill interleaved with decoding).
+  void step(uint64_t promptTokens, bool decoded);
   // A speculative step's drafts and how many of them were accepted.
   void speculation(uint64_t drafted, uint64_t accepted);
   // Prompt tokens a request found in its slot's caches (prefix reuse).
@@ -58,7 +63,9 @@ private:
   uint64_t promptTokens_ = 0, generatedTokens_ = 0;
   uint64_t draftTokens_ = 0, acceptedDrafts_ = 0, reusedTokens_ = 0, evictions_ = 0;
   uint64_t saves_ = 0, restores_ = 0;
+  uint64_t steps_ = 0, mixedSteps_ = 0;
   Histogram ttft_, tpot_;
+  Histogram stepPrompt_{{16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768}};
 };
 
 } // namespace kiln::serve

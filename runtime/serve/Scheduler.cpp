@@ -531,8 +531,13 @@ void Scheduler::step(std::vector<std::shared_ptr<Request>> &running) {
     if (!request->done && request->prefilled == request->params.prompt.size() &&
         !request->generated.empty())
       decoding.push_back(request.get());
-  if (decoding.empty())
+  const auto prefilled = static_cast<uint64_t>(options_.prefillTokensPerStep - budget);
+  if (decoding.empty()) {
+    if (prefilled > 0)
+      metrics_.step(prefilled, false);
     return;
+  }
+  metrics_.step(prefilled, true);
   std::sort(decoding.begin(), decoding.end(),
             [](const Request *a, const Request *b) { return a->conversation < b->conversation; });
   bool prefix = options_.batchedDecode && decoding.size() > 1;
