@@ -52,7 +52,7 @@ one, prompts are token ids and replies carry token_ids only.
                                 artifact's model)
   --context N                   positions each conversation's KV caches hold
                                 (default: min(4096, max_position_embeddings))
-  --kv-pages N                   an artifact with paged KV caches (kilnc
+  --kv-pages N                  an artifact with paged KV caches (kilnc
                                 --kv-page-tokens): the pool's pages (default:
                                 every slot's whole context); a request waits
                                 until the pool can promise the pages of its

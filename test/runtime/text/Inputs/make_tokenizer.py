@@ -4,8 +4,14 @@ merges learnt from a multilingual corpus, Llama 4's pre-tokenizer pattern,
 added and special tokens, a BOS post-processor and a chat template.
 
   make_tokenizer.py DIR [--ignore-merges] [--string-merges] [--merges N]
+                    [--grow-to N]      (more merges, up to N BPE tokens)
                     [--vocab-size N]   (reserved special tokens up to N ids)
                     [--chat-template FILE]
+
+--grow-to builds a vocabulary of a real model's size (Llama 4's and Muse
+Spark's: 200000 BPE tokens, then reserved special tokens up to 202048) from
+merges made up after the learnt ones: seeded random words of the corpus's
+scripts built up byte by byte, and random pairs of tokens already there.
 """
 import argparse
 import collections
@@ -64,6 +70,39 @@ def words(text):
     return re.findall(r" ?[^\W\d_]+| ?\d{1,3}| ?[^\w\s]+|\s+", text)
 
 
+def grow(vocab, merges, size, byte_map):
+    """Merges appended until the vocabulary holds `size` tokens: a valid BPE
+    (each merge joins two tokens of the vocabulary into a new one), ranked
+    after the learnt merges, so that text still meets those first."""
+    import random
+    rng = random.Random(202048)
+    alphabet = sorted(set(CORPUS) - set("\n"))
+    tokens = list(vocab)
+    while len(vocab) < size:
+        if rng.random() < 0.5:
+            # A word of the corpus's characters, built up byte by byte.
+            word = ("" if rng.random() < 0.3 else " ") + "".join(
+                rng.choice(alphabet) for _ in range(rng.randrange(2, 9)))
+            chars = [byte_map[b] for b in word.encode("utf-8")]
+            piece = chars[0]
+            for c in chars[1:]:
+                merged = piece + c
+                if merged not in vocab and len(vocab) < size:
+                    merges.append((piece, c))
+                    vocab[merged] = len(vocab)
+                    tokens.append(merged)
+                if merged not in vocab:
+                    break
+                piece = merged
+        else:
+            # Two tokens already there, joined.
+            a, b = rng.choice(tokens), rng.choice(tokens)
+            if a + b not in vocab and len(a + b) <= 24:
+                merges.append((a, b))
+                vocab[a + b] = len(vocab)
+                tokens.append(a + b)
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("dir")
@@ -71,6 +110,7 @@ def main():
     parser.add_argument("--string-merges", action="store_true")
     parser.add_argument("--merges", type=int, default=600)
     parser.add_argument("--vocab-size", type=int, default=0)
+    parser.add_argument("--grow-to", type=int, default=0)
     parser.add_argument("--chat-template")
     args = parser.parse_args()
 
@@ -102,6 +142,8 @@ def main():
                     out.append(p[i])
                     i += 1
             pieces[w] = out
+
+    grow(vocab, merges, args.grow_to, byte_map)
 
     special = ["<|begin_of_text|>", "<|end_of_text|>", "<|header_start|>", "<|header_end|>",
                "<|eot|>"]

@@ -2,12 +2,20 @@
 kiln-tokenize) agree: the same tokens, and the text the first printed as they
 streamed is the tokenizer's decoding of the second's tokens (special tokens
 skipped), up to and without the EOS token.
-  same_generation.py TOKENIZER_DIR ARTIFACT TEXT NEW_TOKENS"""
+  same_generation.py TOKENIZER_DIR ARTIFACT TEXT NEW_TOKENS [--prompt-file]
+
+With --prompt-file, TEXT is a file's path: its text is tokenized, and the
+first run reads it with kiln-run --prompt-file."""
 import json
 import subprocess
 import sys
 
 tok, artifact, text, new = sys.argv[1:5]
+from_file = "--prompt-file" in sys.argv[5:]
+path = text
+if from_file:
+    with open(path, encoding="utf-8") as f:
+        text = f.read()
 
 
 def run(*args):
@@ -23,7 +31,8 @@ eos = int([l.split(": ")[1] for l in info.splitlines() if l.startswith("eos:")][
 if eos in ids:
     ids = ids[: ids.index(eos) + 1]
 decoded = run("kiln-tokenize", tok, "--decode", ",".join(map(str, ids)), "--no-special")
-by_text = run("kiln-run", artifact, *weights, "--tokenizer", tok, "--prompt", text)
+by_text = run("kiln-run", artifact, *weights, "--tokenizer", tok,
+              *(["--prompt-file", path] if from_file else ["--prompt", text]))
 printed = by_text.split(b"\ntime to first token")[0].removesuffix(b"\n(stopped at the EOS token)")
 if printed != decoded:
     sys.exit(f"printed {printed!r}\ndecoded {decoded!r}")
