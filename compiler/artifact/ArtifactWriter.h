@@ -25,6 +25,8 @@ struct ArtifactInfo {
   std::vector<std::string> features;
   int tp = 1, ep = 1, world = 1, rank = 0;
   bool sp = false;
+  // The memory plan's device and reserve (Target.memory_bytes; 0: none).
+  uint64_t memoryBytes = 0, reserveBytes = 0;
 };
 
 // The compiler's version string recorded in every artifact.

@@ -26,6 +26,10 @@ struct TargetChoice {
   const Chip *gpu = nullptr; // GPUs: the chip table's row (runtime/core/Chips.def)
   x86::CpuTarget cpu;        // x86 only: the CPU and the features its kernels use
   std::string fault;         // a kernel broken on purpose (kilnc --inject-fault), or ""
+  // The device memory the memory plan is made for and the runtime's reserve
+  // (kilnc --device-memory, --reserve-memory), recorded in the artifact; 0:
+  // no plan.
+  uint64_t memoryBytes = 0, reserveBytes = 0;
   std::string name() const { return kind == Nvptx ? "nvptx" : kind == Amdgcn ? "amdgcn" : "x86"; }
   static TargetChoice x86(x86::CpuTarget cpu) {
     TargetChoice target;

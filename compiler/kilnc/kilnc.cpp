@@ -515,6 +515,10 @@ int main(int argc, char **argv) {
     if (gib > 0)
       request.deviceBytes = uint64_t(gib * double(1ull << 30));
     request.target = chip ? kiln::TargetChoice::forChip(*chip) : kiln::TargetChoice::x86(*cpu);
+    if (request.deviceBytes) {
+      request.target.memoryBytes = *request.deviceBytes;
+      request.target.reserveBytes = request.reserveBytes;
+    }
     if (!injectFault.empty() &&
         !((injectFault == "wgmma-drop-k-step" || injectFault == "attention-drop-tile" ||
            injectFault == "expert-drop-k-step" || injectFault == "narrow-experts-drop-k-step" ||

@@ -46,6 +46,7 @@ ArtifactMemory artifactMemory(const Artifact &artifact) {
       const uint64_t perToken = 2ull * cache->kv_heads() * cache->head_dim() * dtypeSize(dtype);
       if (cache->window() == 0) {
         memory.globalKvBytesPerToken += perToken;
+        memory.pageTokens = cache->page_tokens();
       } else {
         memory.slidingKvBytesPerToken += perToken;
         memory.slidingKvBytes += perToken * (cache->ring() ? cache->ring() : cache->window());
@@ -55,6 +56,10 @@ ArtifactMemory artifactMemory(const Artifact &artifact) {
   if (const auto *groups = root.comm_groups())
     for (const fb::CommGroup *group : *groups)
       memory.exchangeBytes += group->exchange_bytes();
+  if (const fb::Target *target = root.target()) {
+    memory.plannedDeviceBytes = target->memory_bytes();
+    memory.plannedReserveBytes = target->reserve_bytes();
+  }
   return memory;
 }
 
@@ -67,6 +72,16 @@ int64_t kvTokensThatFit(const ArtifactMemory &memory, uint64_t deviceBytes, uint
     return -1;
   return memory.globalKvBytesPerToken ? left / static_cast<int64_t>(memory.globalKvBytesPerToken)
                                       : left;
+}
+
+int64_t kvPagesThatFit(const ArtifactMemory &memory, uint64_t deviceBytes, uint64_t reserveBytes,
+                       uint64_t otherBytes) {
+  if (memory.pageTokens <= 0 || memory.globalKvBytesPerToken == 0)
+    return 0;
+  if (otherBytes > deviceBytes)
+    return -1;
+  const int64_t tokens = kvTokensThatFit(memory, deviceBytes - otherBytes, reserveBytes);
+  return tokens < 0 ? -1 : tokens / memory.pageTokens - 1; // less the scratch page
 }
 
 bool printMemoryPlan(std::ostream &out, const ArtifactMemory &memory,
@@ -95,6 +110,9 @@ bool printMemoryPlan(std::ostream &out, const ArtifactMemory &memory,
   }
   out << "  KV tokens that fit    " << tokens << " (global layers' context, all conversations, in "
       << gib(static_cast<uint64_t>(tokens) * memory.globalKvBytesPerToken) << ")\n";
+  if (const int64_t pages = kvPagesThatFit(memory, *deviceBytes, reserveBytes); pages > 0)
+    out << "  KV pages that fit     " << pages << " of " << memory.pageTokens
+        << " positions (kiln-serve's pool by default, less its saved histories' ring copies)\n";
   return true;
 }
 

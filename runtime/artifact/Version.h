@@ -20,7 +20,8 @@ constexpr uint32_t kSchemaMajor = 1;
 // Artifact.digests, which the runtime requires (an artifact of an older
 // minor is refused: recompile it); 7: the "verify" entry point and
 // KvCache.ring; 8: paged KV caches (KvCache.page_tokens, Input 2, the page
-// table).
-constexpr uint32_t kSchemaMinor = 8;
+// table); 9: the memory plan's device (Target.memory_bytes and
+// reserve_bytes).
+constexpr uint32_t kSchemaMinor = 9;
 
 } // namespace kiln::artifact

@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <map>
+#include <optional>
 #include <ostream>
 
 namespace kiln {
@@ -384,8 +385,17 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options, std::ost
                     : std::string())
       << ")\n";
 
-  out << "memory per rank:\n";
-  printMemoryPlan(out, artifactMemory(artifact), std::nullopt, 0);
+  // With the device kilnc planned for, what fits on it too.
+  const ArtifactMemory memory = artifactMemory(artifact);
+  std::optional<uint64_t> planned;
+  if (memory.plannedDeviceBytes > 0)
+    planned = memory.plannedDeviceBytes;
+  char device[64] = "";
+  if (planned)
+    std::snprintf(device, sizeof(device), " (planned for %.2f GiB a device)",
+                  double(*planned) / double(uint64_t{1} << 30));
+  out << "memory per rank" << device << ":\n";
+  printMemoryPlan(out, memory, planned, memory.plannedReserveBytes);
 
   const fb::KernelLibrary &library = *root.library();
   out << "kernels       " << artifact.numKernels() << ", library " << text(library.format()) << " "

@@ -1,6 +1,7 @@
 // kiln-serve: an OpenAI-compatible HTTP server over a Kiln artifact
 // (runtime/serve/).
 #include "runtime/artifact/Artifact.h"
+#include "runtime/artifact/ArtifactMemory.h"
 #include "runtime/artifact/ModelFacts.h"
 #include "runtime/comm/LeaderChannel.h"
 #include "runtime/comm/RankInfo.h"
@@ -54,7 +55,12 @@ one, prompts are token ids and replies carry token_ids only.
                                 (default: min(4096, max_position_embeddings))
   --kv-pages N                  an artifact with paged KV caches (kilnc
                                 --kv-page-tokens): the pool's pages (default:
-                                every slot's whole context); a request waits
+                                those the artifact's memory plan leaves on the
+                                device kilnc planned for, --device-memory or
+                                the chip's, less the saved histories' rings;
+                                without a plan, as an x86 artifact compiled
+                                without --device-memory, every slot's whole
+                                context); a request waits
                                 until the pool can promise the pages of its
                                 prompt and max_tokens beside the running
                                 ones', cached histories are forgotten, least
@@ -281,6 +287,36 @@ int run(const std::vector<std::string> &args) {
     if (schedulerOptions.draftTokens == 0)
       schedulerOptions.draftTokens = verifyTokens - 1;
   }
+  // A paged artifact's pool, unless sized here: the pages that the memory
+  // plan kilnc made for the device leaves (kilnc --device-memory, the
+  // chip's by default), less the saved histories' ring copies.
+  const kiln::ArtifactMemory memory = kiln::artifactMemory(artifact);
+  if (schedulerOptions.savedHistories < 0)
+    schedulerOptions.savedHistories = 4 * memory.conversations;
+  std::string poolSource;
+  if (memory.pageTokens > 0 && memory.plannedDeviceBytes > 0 && !values.count("--kv-pages") &&
+      !values.count("--kv-memory")) {
+    const uint64_t copies = schedulerOptions.prefixReuse
+                                ? memory.slidingKvBytes /
+                                      static_cast<uint64_t>(memory.conversations) *
+                                      static_cast<uint64_t>(schedulerOptions.savedHistories)
+                                : 0;
+    const int64_t pages =
+        kiln::kvPagesThatFit(memory, memory.plannedDeviceBytes, memory.plannedReserveBytes, copies);
+    char planned[160];
+    std::snprintf(planned, sizeof planned,
+                  "the memory plan for %.2f GiB a device, %.2f GiB reserved, %.2f GiB of saved "
+                  "histories' rings",
+                  double(memory.plannedDeviceBytes) / double(uint64_t{1} << 30),
+                  double(memory.plannedReserveBytes) / double(uint64_t{1} << 30),
+                  double(copies) / double(uint64_t{1} << 30));
+    if (pages < 1)
+      throw std::runtime_error(std::string(planned) +
+                               " leaves no room for a KV page: give --kv-pages or --kv-memory, "
+                               "fewer --saved-histories, or compile with a larger --device-memory");
+    engineOptions.kvPages = std::min<int64_t>(pages, (int64_t{1} << 31) - 2);
+    poolSource = std::string(", by ") + planned;
+  }
   const flatbuffers::String *modelName = artifact->model()->name();
   kiln::serve::ModelInfo model;
   model.name = values.count("--model-name") ? values["--model-name"]
@@ -307,8 +343,6 @@ int run(const std::vector<std::string> &args) {
     leader = std::make_unique<kiln::serve::RankLeader>(*engine, std::move(leaderChannel));
   model.vocab = engine->vocabSize();
   model.contextLength = engine->contextLength();
-  if (schedulerOptions.savedHistories < 0)
-    schedulerOptions.savedHistories = 4 * engine->conversations();
   std::string saving;
   if (engine->canSave() && schedulerOptions.prefixReuse && schedulerOptions.savedHistories > 0) {
     char gib[32];
@@ -349,7 +383,7 @@ int run(const std::vector<std::string> &args) {
                               : "",
       static_cast<long long>(engine->conversations()), static_cast<long long>(model.contextLength),
       engine->kvPageTokens() ? (" (KV in " + std::to_string(engine->kvPages()) + " pages of " +
-                                std::to_string(engine->kvPageTokens()) + ")")
+                                std::to_string(engine->kvPageTokens()) + poolSource + ")")
                                    .c_str()
                              : "",
       static_cast<long long>(schedulerOptions.prefillTokensPerStep),

@@ -14,6 +14,7 @@ import http.client
 import json
 import sys
 import threading
+import time
 
 from serve_process import ServeProcess, fail
 
@@ -81,9 +82,30 @@ reader = threading.Thread(target=stream_long_reply)
 reader.start()
 if not first_token.wait(120):
     fail("the long reply's first token never came")
+# The step that prefilled its 3 prompt tokens is counted once it ends, which
+# may be after its first token reached us.
+deadline = time.time() + 60
+while metrics()["kiln_step_prompt_tokens_sum"] != 3:
+    if time.time() > deadline:
+        fail(f"the long reply's prefill step was not counted: {metrics()}")
+    time.sleep(0.005)
 before, streamed_before = metrics(), streamed[0]
 complete([i % 1000 + 1 for i in range(640)])
-after, streamed_after = metrics(), streamed[0]
+streamed_after = streamed[0]
+
+
+def settled(prompt_tokens):
+    """/metrics once the steps that prefilled `prompt_tokens` more are counted
+    (a step is counted as it ends, after its tokens went out)."""
+    deadline = time.time() + 60
+    while True:
+        now = metrics()
+        if now["kiln_step_prompt_tokens_sum"] - before["kiln_step_prompt_tokens_sum"] >= \
+                prompt_tokens or time.time() > deadline:
+            return now
+
+
+after = settled(640)
 delta = lambda name: after[name] - before[name]
 bucket = lambda le: delta(f'kiln_step_prompt_tokens_bucket{{le="{le}"}}')
 if finish:
@@ -112,7 +134,7 @@ for t in threads:
     t.start()
 for t in threads:
     t.join()
-after = metrics()
+after = settled(200)
 if delta("kiln_prompt_tokens_total") != 200 or \
         delta("kiln_step_prompt_tokens_sum") != 200 or \
         bucket(BUDGET) != delta("kiln_step_prompt_tokens_count"):
