@@ -314,8 +314,17 @@ int run(const std::vector<std::string> &args) {
       throw std::runtime_error(std::string(planned) +
                                " leaves no room for a KV page: give --kv-pages or --kv-memory, "
                                "fewer --saved-histories, or compile with a larger --device-memory");
-    engineOptions.kvPages = std::min<int64_t>(pages, (int64_t{1} << 31) - 2);
-    poolSource = std::string(", by ") + planned;
+    // No more than the slots and the saved histories could ever hold, each a
+    // whole context of its own (a small model on a large device would
+    // otherwise take the device).
+    const int64_t context = engineOptions.contextLength > 0 ? engineOptions.contextLength
+                                                            : kiln::defaultContextLength(facts);
+    const int64_t most = (memory.conversations +
+                          (schedulerOptions.prefixReuse ? schedulerOptions.savedHistories : 0)) *
+                         ((context + memory.pageTokens - 1) / memory.pageTokens);
+    engineOptions.kvPages = std::min({pages, most, (int64_t{1} << 31) - 2});
+    poolSource = std::string(", by ") + planned +
+                 (pages > most ? ", at most the slots' and saved histories' whole contexts" : "");
   }
   const flatbuffers::String *modelName = artifact->model()->name();
   kiln::serve::ModelInfo model;
