@@ -115,7 +115,8 @@ std::string Metrics::text(const MetricsSnapshot &now) {
         "Pages of the paged KV caches' pool that conversations hold (0 unpaged).", now.pagesUsed);
   gauge("kiln_kv_pages_held",
         "Pages that the slots' caches and the saved histories hold, counted from their page "
-        "lists: kiln_kv_pages_used unless pages were lost (0 unpaged).",
+        "lists (each step while idle, every 32nd while requests run): kiln_kv_pages_used when "
+        "idle unless pages were lost (0 unpaged).",
         now.pagesHeld);
   gauge("kiln_kv_pages_free", "Pages of the paged KV caches' pool free (0 unpaged).",
         now.pagesFree);

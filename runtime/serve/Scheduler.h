@@ -162,9 +162,11 @@ private:
   void engineFailed(const std::string &what, const std::vector<std::shared_ptr<Request>> &running);
   int64_t runningCount_ = 0;
   int64_t pagesFree_ = 0; // the engine's free KV pages after the last step
-  // The pages the slots and saved_ hold after the last step
-  // (Engine::distinctKvPages), which /metrics sets beside those used.
+  // The pages the slots and saved_ hold (Engine::distinctKvPages), which
+  // /metrics sets beside those used: counted after each step while nothing
+  // runs, every 32nd step while requests do.
   int64_t pagesHeld_ = 0;
+  int64_t stepsSinceCount_ = 0;
   void countPages(); // mutex_ held
   std::string problem_;
   bool stopping_ = false;

@@ -9,6 +9,7 @@
 #include "runtime/core/FlagValue.h"
 #include "runtime/core/QuoteName.h"
 #include "runtime/engine/Engine.h"
+#include "runtime/serve/PlannedPool.h"
 #include "runtime/serve/RankFollowing.h"
 #include "runtime/serve/Scheduler.h"
 #include "runtime/serve/Server.h"
@@ -287,45 +288,21 @@ int run(const std::vector<std::string> &args) {
     if (schedulerOptions.draftTokens == 0)
       schedulerOptions.draftTokens = verifyTokens - 1;
   }
-  // A paged artifact's pool, unless sized here: the pages that the memory
-  // plan kilnc made for the device leaves (kilnc --device-memory, the
-  // chip's by default), less the saved histories' ring copies.
+  // A paged artifact's pool, unless sized here: the memory plan's
+  // (runtime/serve/PlannedPool.h).
   const kiln::ArtifactMemory memory = kiln::artifactMemory(artifact);
   if (schedulerOptions.savedHistories < 0)
     schedulerOptions.savedHistories = 4 * memory.conversations;
   std::string poolSource;
-  if (memory.pageTokens > 0 && memory.plannedDeviceBytes > 0 && !values.count("--kv-pages") &&
-      !values.count("--kv-memory")) {
-    const uint64_t copies = schedulerOptions.prefixReuse
-                                ? memory.slidingKvBytes /
-                                      static_cast<uint64_t>(memory.conversations) *
-                                      static_cast<uint64_t>(schedulerOptions.savedHistories)
-                                : 0;
-    const int64_t pages =
-        kiln::kvPagesThatFit(memory, memory.plannedDeviceBytes, memory.plannedReserveBytes, copies);
-    char planned[160];
-    std::snprintf(planned, sizeof planned,
-                  "the memory plan for %.2f GiB a device, %.2f GiB reserved, %.2f GiB of saved "
-                  "histories' rings",
-                  double(memory.plannedDeviceBytes) / double(uint64_t{1} << 30),
-                  double(memory.plannedReserveBytes) / double(uint64_t{1} << 30),
-                  double(copies) / double(uint64_t{1} << 30));
-    if (pages < 1)
-      throw std::runtime_error(std::string(planned) +
-                               " leaves no room for a KV page: give --kv-pages or --kv-memory, "
-                               "fewer --saved-histories, or compile with a larger --device-memory");
-    // No more than the slots and the saved histories could ever hold, each a
-    // whole context of its own (a small model on a large device would
-    // otherwise take the device).
-    const int64_t context = engineOptions.contextLength > 0 ? engineOptions.contextLength
-                                                            : kiln::defaultContextLength(facts);
-    const int64_t most = (memory.conversations +
-                          (schedulerOptions.prefixReuse ? schedulerOptions.savedHistories : 0)) *
-                         ((context + memory.pageTokens - 1) / memory.pageTokens);
-    engineOptions.kvPages = std::min({pages, most, (int64_t{1} << 31) - 2});
-    poolSource = std::string(", by ") + planned +
-                 (pages > most ? ", at most the slots' and saved histories' whole contexts" : "");
-  }
+  if (!values.count("--kv-pages") && !values.count("--kv-memory"))
+    if (const std::optional<kiln::serve::PlannedPool> pool = kiln::serve::plannedPool(
+            memory,
+            engineOptions.contextLength > 0 ? engineOptions.contextLength
+                                            : kiln::defaultContextLength(facts),
+            schedulerOptions.savedHistories, schedulerOptions.prefixReuse)) {
+      engineOptions.kvPages = pool->pages;
+      poolSource = ", " + pool->source;
+    }
   const flatbuffers::String *modelName = artifact->model()->name();
   kiln::serve::ModelInfo model;
   model.name = values.count("--model-name") ? values["--model-name"]

@@ -1,0 +1,37 @@
+#include "runtime/serve/PlannedPool.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <stdexcept>
+
+namespace kiln::serve {
+
+std::optional<PlannedPool> plannedPool(const ArtifactMemory &memory, int64_t contextLength,
+                                       int64_t savedHistories, bool prefixReuse) {
+  if (memory.pageTokens <= 0 || memory.plannedDeviceBytes == 0)
+    return std::nullopt;
+  const int64_t saved = prefixReuse ? savedHistories : 0;
+  const uint64_t copies = memory.slidingKvBytes / static_cast<uint64_t>(memory.conversations) *
+                          static_cast<uint64_t>(saved);
+  const int64_t pages =
+      kvPagesThatFit(memory, memory.plannedDeviceBytes, memory.plannedReserveBytes, copies);
+  const auto gib = [](uint64_t bytes) { return double(bytes) / double(uint64_t{1} << 30); };
+  char planned[160];
+  std::snprintf(planned, sizeof planned,
+                "the memory plan for %.2f GiB a device, %.2f GiB reserved, %.2f GiB of saved "
+                "histories' rings",
+                gib(memory.plannedDeviceBytes), gib(memory.plannedReserveBytes), gib(copies));
+  if (pages < 1)
+    throw std::runtime_error(std::string(planned) +
+                             " leaves no room for a KV page: give --kv-pages or --kv-memory, "
+                             "fewer --saved-histories, or compile with a larger --device-memory");
+  const int64_t most = (memory.conversations + saved) *
+                       ((contextLength + memory.pageTokens - 1) / memory.pageTokens);
+  PlannedPool pool;
+  pool.pages = std::min({pages, most, (int64_t{1} << 31) - 2});
+  pool.source = std::string("by ") + planned +
+                (pages > most ? ", at most the slots' and saved histories' whole contexts" : "");
+  return pool;
+}
+
+} // namespace kiln::serve
