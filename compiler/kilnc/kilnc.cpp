@@ -205,8 +205,9 @@ cl::opt<bool> progressLines("progress",
                                      "stderr is a terminal)"),
                             cl::cat(kilncCategory));
 cl::opt<double> reserveMemory("reserve-memory",
-                              cl::desc("GiB per device kept for activations and the runtime "
-                                       "(default 8)"),
+                              cl::desc("GiB per device kept for the runtime beside the "
+                                       "planned weights, arena and KV, recorded with "
+                                       "--device-memory (default 8)"),
                               cl::init(8.0), cl::cat(kilncCategory));
 
 // For the GPU checks' own test: an artifact with a kernel broken on purpose
@@ -257,9 +258,12 @@ void describeTargets() {
   const kiln::Chip &first = kiln::allChips().front();
   deviceMemory.setInitialValue(double(first.memoryGiB));
   help.push_back("GiB of memory per device: the --report's memory plan, and with --target the "
-                 "size an artifact's rank must fit (default " +
+                 "size an artifact's rank must fit, recorded in it (kiln-serve sizes a paged KV "
+                 "pool by it) (default " +
                  std::to_string(first.memoryGiB) + ", " + std::string(first.target) +
-                 "'s; with --target the chip's: " + memory + "; x86 unchecked)");
+                 "'s; with --target the chip's: " + memory +
+                 "; x86 unchecked and unrecorded "
+                 "unless given)");
   deviceMemory.setDescription(help.back());
 }
 
