@@ -65,13 +65,7 @@ class Server:
         return events
 
     def metrics(self):
-        status, data = self.request("GET", "/metrics")
-        values = {}
-        for line in data.decode().splitlines():
-            if line and not line.startswith("#"):
-                name, value = line.rsplit(" ", 1)
-                values[name] = float(value)
-        return values
+        return self.process.metrics()
 
     def stop(self):
         self.process.stop(timeout=60)

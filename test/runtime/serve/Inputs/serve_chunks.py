@@ -27,13 +27,7 @@ def connect():
     return http.client.HTTPConnection("127.0.0.1", server.port, timeout=300)
 
 
-def metrics():
-    conn = connect()
-    conn.request("GET", "/metrics")
-    text = conn.getresponse().read().decode()
-    conn.close()
-    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-            for line in text.splitlines() if line and not line.startswith("#")}
+metrics = server.metrics
 
 
 def complete(prompt):

@@ -77,12 +77,7 @@ class Server:
         return response.status, data
 
     def metrics(self):
-        conn = self.connect()
-        conn.request("GET", "/metrics")
-        text = conn.getresponse().read().decode()
-        conn.close()
-        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
-                for line in text.splitlines() if line and not line.startswith("#")}
+        return self.process.metrics()
 
     def wait(self):
         """Its exit status and all it said."""

@@ -6,11 +6,13 @@ an exception) with the server still running, so that none outlives its test.
 
     server = ServeProcess([ARTIFACT, "--weights", "synthetic:1", ...])
     server.port, server.banner   # after "listening on http://HOST:PORT"
+    server.metrics()             # /metrics as {sample: value}
     server.stop()                # SIGTERM; fails unless it exits 0, "stopped"
 
 Failures exit the test with "FAIL: " and the message; `ServeProcess.on_fail`
 may add to the message (a test's own context)."""
 import atexit
+import http.client
 import os
 import queue
 import signal
@@ -57,6 +59,15 @@ class ServeProcess:
                 self.port = int(line.strip().rsplit(":", 1)[1])
         # What it said up to and including the listening line.
         self.banner = self.said()
+
+    def metrics(self):
+        """/metrics as {sample name with its labels: value}."""
+        conn = http.client.HTTPConnection("127.0.0.1", self.port, timeout=300)
+        conn.request("GET", "/metrics")
+        text = conn.getresponse().read().decode()
+        conn.close()
+        return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1])
+                for line in text.splitlines() if line and not line.startswith("#")}
 
     def said(self):
         """All it has written to stderr so far."""
