@@ -125,10 +125,8 @@ mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spar
     info.triple = std::string(target.gpu->triple());
     info.chip = std::string(target.gpu->chip);
   }
-  if (target.memoryBytes > 0) {
-    info.memoryBytes = target.memoryBytes;
-    info.reserveBytes = target.reserveBytes;
-  }
+  info.memoryBytes = target.memoryBytes;
+  info.reserveBytes = target.reserveBytes;
   if (stage)
     stage("kernels: " + std::to_string(build.library.size()) + " bytes of " +
           (target.kind == TargetChoice::Nvptx    ? std::string("PTX")

@@ -118,19 +118,20 @@ int runBackend(mlir::ModuleOp graph, const BackendRequest &request) {
       --size; // PTX text, without the terminating NUL the driver needs
     return write(request.outputPath, build->library.data(), size);
   }
-  // What a rank needs on its device; an artifact that cannot fit is not
-  // written.
+  // What a rank needs on the device the artifact records (none: not
+  // checked); an artifact that cannot fit is not written.
   const ArtifactMemory memory =
       artifactMemory(Artifact::fromBytes(build->artifact, request.outputPath));
+  std::optional<uint64_t> device;
+  if (memory.plannedDeviceBytes > 0)
+    device = memory.plannedDeviceBytes;
   std::ostringstream plan;
-  const bool fits = printMemoryPlan(plan, memory, request.deviceBytes, request.reserveBytes);
+  const bool fits = printMemoryPlan(plan, memory, device, memory.plannedReserveBytes);
   const std::string heading =
       "memory per rank" +
-      (request.deviceBytes
-           ? " (" +
-                 llvm::formatv("{0:F2}", double(*request.deviceBytes) / double(1ull << 30)).str() +
-                 " GiB a device)"
-           : std::string()) +
+      (device ? " (" + llvm::formatv("{0:F2}", double(*device) / double(1ull << 30)).str() +
+                    " GiB a device)"
+              : std::string()) +
       ":\n";
   if (!fits) {
     llvm::errs() << heading << plan.str();

@@ -25,10 +25,6 @@ struct BackendRequest {
   int64_t kvPageTokens = 0; // the global layers' KV page (0: unpaged)
   bool peerExchange = true; // EP decode combines through peer memory where the target can
   bool report = false;
-  // The device an artifact must fit, per rank (unset: not checked), and what
-  // is kept for the runtime.
-  std::optional<uint64_t> deviceBytes;
-  uint64_t reserveBytes = 0;
   // Stage lines on stderr.
   bool progress = false;
   // The graph after the pipeline with sequence parallelism (null: none).

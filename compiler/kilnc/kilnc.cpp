@@ -509,19 +509,17 @@ int main(int argc, char **argv) {
     request.config = &config;
     request.spGraph = spModule ? *spModule : mlir::ModuleOp();
     request.progress = showProgress;
-    request.reserveBytes = uint64_t(reserveMemory * double(1ull << 30));
-    // The chip's memory unless --device-memory names another; x86 runs in
-    // the host's memory, unchecked unless named.
+    // The device an artifact's rank must fit, recorded in it: the chip's
+    // memory unless --device-memory names another; x86 runs in the host's
+    // memory, unchecked unless named.
     const kiln::Chip *chip = target >= 0 ? &kiln::allChips()[target] : nullptr;
     double gib = deviceMemory;
     if (deviceMemory.getNumOccurrences() == 0)
       gib = chip ? double(chip->memoryGiB) : 0.0;
-    if (gib > 0)
-      request.deviceBytes = uint64_t(gib * double(1ull << 30));
     request.target = chip ? kiln::TargetChoice::forChip(*chip) : kiln::TargetChoice::x86(*cpu);
-    if (request.deviceBytes) {
-      request.target.memoryBytes = *request.deviceBytes;
-      request.target.reserveBytes = request.reserveBytes;
+    if (gib > 0) {
+      request.target.memoryBytes = uint64_t(gib * double(1ull << 30));
+      request.target.reserveBytes = uint64_t(reserveMemory * double(1ull << 30));
     }
     if (!injectFault.empty() &&
         !((injectFault == "wgmma-drop-k-step" || injectFault == "attention-drop-tile" ||
