@@ -34,4 +34,22 @@ std::optional<PlannedPool> plannedPool(const ArtifactMemory &memory, int64_t con
   return pool;
 }
 
+int64_t defaultSavedHistories(const ArtifactMemory &memory) {
+  const int64_t fewest = 4 * memory.conversations, most = 64 * memory.conversations;
+  if (memory.pageTokens <= 0 || memory.plannedDeviceBytes == 0)
+    return fewest;
+  const int64_t pages =
+      kvPagesThatFit(memory, memory.plannedDeviceBytes, memory.plannedReserveBytes);
+  const uint64_t ringBytes =
+      memory.slidingKvBytes / static_cast<uint64_t>(std::max<int64_t>(memory.conversations, 1));
+  if (pages <= 0)
+    return fewest;
+  if (ringBytes == 0)
+    return most;
+  const uint64_t eighth = static_cast<uint64_t>(pages) * static_cast<uint64_t>(memory.pageTokens) *
+                          memory.globalKvBytesPerToken / 8;
+  return std::clamp(static_cast<int64_t>(std::min<uint64_t>(eighth / ringBytes, uint64_t(most))),
+                    fewest, most);
+}
+
 } // namespace kiln::serve

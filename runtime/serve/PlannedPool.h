@@ -27,4 +27,13 @@ struct PlannedPool {
 std::optional<PlannedPool> plannedPool(const ArtifactMemory &memory, int64_t contextLength,
                                        int64_t savedHistories, bool prefixReuse);
 
+// kiln-serve's default --saved-histories: 4 a slot; for a paged artifact
+// with a memory plan, as many as their ring copies fit in an eighth of the
+// memory the plan leaves for KV pages, at least 4 and at most 64 a slot.
+// Prefix reuse across turns finds a session's history only while it is
+// saved, so with more sessions than slots (an agentic replay at 128 users
+// on 32 slots) a count fixed per slot forgets histories the device has
+// room to keep.
+int64_t defaultSavedHistories(const ArtifactMemory &memory);
+
 } // namespace kiln::serve

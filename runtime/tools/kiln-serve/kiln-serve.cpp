@@ -95,7 +95,10 @@ one, prompts are token ids and replies carry token_ids only.
                                 when another request takes the slot, and a
                                 prefix prompts share (a system prompt); the
                                 least recently used goes first (default: 4
-                                per slot; 0: none)
+                                per slot; with the artifact's memory plan,
+                                as many as their rings fit in an eighth of
+                                the KV pool's memory, 4 to 64 per slot; 0:
+                                none)
   --no-prefix-reuse             forget a slot's caches when its request ends
                                 (by default a new request whose prompt begins
                                 with what a free slot holds, such as the next
@@ -292,7 +295,7 @@ int run(const std::vector<std::string> &args) {
   // (runtime/serve/PlannedPool.h).
   const kiln::ArtifactMemory memory = kiln::artifactMemory(artifact);
   if (schedulerOptions.savedHistories < 0)
-    schedulerOptions.savedHistories = 4 * memory.conversations;
+    schedulerOptions.savedHistories = kiln::serve::defaultSavedHistories(memory);
   std::string poolSource;
   if (!values.count("--kv-pages") && !values.count("--kv-memory"))
     if (const std::optional<kiln::serve::PlannedPool> pool = kiln::serve::plannedPool(

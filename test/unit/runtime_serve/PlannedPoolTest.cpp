@@ -73,5 +73,32 @@ TEST(PlannedPoolTest, NoRoomIsAnError) {
   }
 }
 
+TEST(PlannedPoolTest, SavedHistoriesByDefault) {
+  // Without a plan (or pages), 4 a slot.
+  ArtifactMemory unplanned = memory();
+  unplanned.plannedDeviceBytes = 0;
+  EXPECT_EQ(defaultSavedHistories(unplanned), 8);
+  // Pages without rings to copy: 64 a slot.
+  EXPECT_EQ(defaultSavedHistories(memory()), 128);
+  // 2047 pages of 256 KiB leave an eighth of about 64 MiB: 63 copies of a
+  // 1 MiB ring.
+  ArtifactMemory rings = memory();
+  rings.slidingKvBytes = 2 * kMiB;
+  rings.weightBytes -= rings.slidingKvBytes;
+  EXPECT_EQ(defaultSavedHistories(rings), 63);
+  // Rings of 16 MiB: 3 fit, but 4 a slot is the least.
+  rings.slidingKvBytes = 2 * 16 * kMiB;
+  rings.weightBytes = kGiB - rings.slidingKvBytes;
+  EXPECT_EQ(defaultSavedHistories(rings), 8);
+  // Rings of 64 KiB: 1023, but 64 a slot is the most.
+  rings.slidingKvBytes = 2 * 64 * 1024;
+  rings.weightBytes = kGiB - rings.slidingKvBytes;
+  EXPECT_EQ(defaultSavedHistories(rings), 128);
+  // And what the default takes still fits the plan.
+  rings.slidingKvBytes = 2 * kMiB;
+  rings.weightBytes = kGiB - rings.slidingKvBytes;
+  EXPECT_GT(plannedPool(rings, 1 << 20, defaultSavedHistories(rings), true)->pages, 0);
+}
+
 } // namespace
 } // namespace kiln::serve
