@@ -253,13 +253,13 @@ mlir::FailureOr<std::vector<uint8_t>> Writer::run(const std::vector<uint8_t> &li
 
   auto version = art::CreateVersion(fbb, art::kSchemaMajor, art::kSchemaMinor,
                                     fbb.CreateString(compilerVersion()));
-  auto target =
-      art::CreateTarget(fbb,
-                        info.targetKind == ArtifactInfo::Nvptx    ? art::TargetKind::NVPTX
-                        : info.targetKind == ArtifactInfo::Amdgcn ? art::TargetKind::AMDGCN
-                                                                  : art::TargetKind::X86,
-                        fbb.CreateString(info.triple), fbb.CreateString(info.chip),
-                        fbb.CreateVector(features), info.memoryBytes, info.reserveBytes);
+  auto target = art::CreateTarget(
+      fbb,
+      info.targetKind == ArtifactInfo::Nvptx    ? art::TargetKind::NVPTX
+      : info.targetKind == ArtifactInfo::Amdgcn ? art::TargetKind::AMDGCN
+                                                : art::TargetKind::X86,
+      fbb.CreateString(info.triple), fbb.CreateString(info.chip), fbb.CreateVector(features),
+      info.memoryBytes, info.reserveBytes, info.kernelsWaitForPriorGrid);
   auto modelTable =
       art::CreateModel(fbb, fbb.CreateString(info.modelName), fbb.CreateString(info.configJson),
                        fbb.CreateString(info.weightFormat));

@@ -27,6 +27,8 @@ struct ArtifactInfo {
   bool sp = false;
   // The memory plan's device and reserve (Target.memory_bytes; 0: none).
   uint64_t memoryBytes = 0, reserveBytes = 0;
+  // Every kernel waits for the grid before it (Target.kernels_wait_for_prior_grid).
+  bool kernelsWaitForPriorGrid = false;
 };
 
 // The compiler's version string recorded in every artifact.

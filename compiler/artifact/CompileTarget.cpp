@@ -106,6 +106,7 @@ mlir::FailureOr<TargetBuild> buildArtifact(mlir::ModuleOp graph, const muse_spar
     build.library.push_back(0); // the driver reads a NUL-terminated image
     info.targetKind = ArtifactInfo::Nvptx;
     info.libraryFormat = "ptx";
+    info.kernelsWaitForPriorGrid = true; // nvptx/GridDependency.h
   } else if (target.kind == TargetChoice::Amdgcn) {
     if (!amdgcn::compileHsaco(kernelContext, build.model.kernels, amdgcnOptions(*target.gpu),
                               build.library, error))

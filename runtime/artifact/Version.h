@@ -21,7 +21,7 @@ constexpr uint32_t kSchemaMajor = 1;
 // minor is refused: recompile it); 7: the "verify" entry point and
 // KvCache.ring; 8: paged KV caches (KvCache.page_tokens, Input 2, the page
 // table); 9: the memory plan's device (Target.memory_bytes and
-// reserve_bytes).
-constexpr uint32_t kSchemaMinor = 9;
+// reserve_bytes); 10: Target.kernels_wait_for_prior_grid.
+constexpr uint32_t kSchemaMinor = 10;
 
 } // namespace kiln::artifact

@@ -116,6 +116,7 @@ std::shared_ptr<const CudaDriver> CudaDriver::load(const std::string &library) {
   need(api.cuMemcpyDtoDAsync, "cuMemcpyDtoDAsync_v2");
   need(api.cuMemsetD8Async, "cuMemsetD8Async");
   need(api.cuLaunchKernel, "cuLaunchKernel");
+  resolve(handle, api.cuLaunchKernelEx, "cuLaunchKernelEx");
   need(api.cuStreamCreate, "cuStreamCreate");
   need(api.cuStreamDestroy, "cuStreamDestroy_v2");
   need(api.cuStreamSynchronize, "cuStreamSynchronize");

@@ -112,6 +112,26 @@ constexpr unsigned kStreamNonBlocking = 1;
 constexpr int kCaptureModeThreadLocal = 1;
 constexpr int kCaptureStatusActive = 1;
 
+// CUlaunchAttribute with CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION
+// (its value a 64-byte union, the field first), and CUlaunchConfig.
+constexpr int kLaunchAttributeProgrammaticStreamSerialization = 6;
+struct LaunchAttribute {
+  int id = 0;
+  char pad[8 - sizeof(int)] = {};
+  union Value {
+    char pad[64];
+    int programmaticStreamSerializationAllowed;
+  } value = {};
+};
+struct LaunchConfig {
+  unsigned gridDimX = 1, gridDimY = 1, gridDimZ = 1;
+  unsigned blockDimX = 1, blockDimY = 1, blockDimZ = 1;
+  unsigned sharedMemBytes = 0;
+  CUstream hStream = nullptr;
+  LaunchAttribute *attrs = nullptr;
+  unsigned numAttrs = 0;
+};
+
 // CUDA_KERNEL_NODE_PARAMS (v2; v1 is its first ten fields).
 struct KernelNodeParams {
   CUfunction func = nullptr;
@@ -164,6 +184,9 @@ struct CudaApi {
                              unsigned blockX, unsigned blockY, unsigned blockZ,
                              unsigned sharedMemBytes, CUstream stream, void **kernelParams,
                              void **extra);
+  // Null where the driver lacks it (before CUDA 11.8): no programmatic launches.
+  CUresult (*cuLaunchKernelEx)(const LaunchConfig *config, CUfunction function, void **kernelParams,
+                               void **extra);
   CUresult (*cuStreamCreate)(CUstream *stream, unsigned flags);
   CUresult (*cuStreamDestroy)(CUstream stream); // _v2
   CUresult (*cuStreamSynchronize)(CUstream stream);

@@ -189,7 +189,28 @@ CallResult CudaDriverTable::blocksPerMultiprocessor(int *blocks, gpu::Function f
           "cuOccupancyMaxActiveBlocksPerMultiprocessor"};
 }
 
+bool CudaDriverTable::hasProgrammaticLaunch() const {
+  // A capture's programmatic edges carry edge data, which only the v3
+  // capture query reports (v2 answers CUDA_ERROR_LOSSY_QUERY).
+  return api().cuLaunchKernelEx != nullptr && api().cuStreamGetCaptureInfo_v3 != nullptr;
+}
+
 CallResult CudaDriverTable::launch(const gpu::KernelNode &kernel, gpu::Stream stream) {
+  if (kernel.programmatic && api().cuLaunchKernelEx) {
+    LaunchAttribute attribute;
+    attribute.id = kLaunchAttributeProgrammaticStreamSerialization;
+    attribute.value.programmaticStreamSerializationAllowed = 1;
+    LaunchConfig config;
+    config.gridDimX = kernel.grid;
+    config.blockDimX = kernel.block;
+    config.sharedMemBytes = kernel.sharedBytes;
+    config.hStream = cuStream(stream);
+    config.attrs = &attribute;
+    config.numAttrs = 1;
+    return {api().cuLaunchKernelEx(&config, static_cast<CUfunction>(kernel.function), kernel.params,
+                                   nullptr),
+            "cuLaunchKernelEx"};
+  }
   return {api().cuLaunchKernel(static_cast<CUfunction>(kernel.function), kernel.grid, 1, 1,
                                kernel.block, 1, 1, kernel.sharedBytes, cuStream(stream),
                                kernel.params, nullptr),

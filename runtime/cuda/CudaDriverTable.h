@@ -80,6 +80,7 @@ public:
                                           unsigned sharedBytes) override;
 
   gpu::CallResult launch(const gpu::KernelNode &kernel, gpu::Stream stream) override;
+  bool hasProgrammaticLaunch() const override;
   gpu::CallResult synchronize(gpu::Stream stream) override;
   bool hasQuery() const override;
   gpu::CallResult query(gpu::Stream stream) override;

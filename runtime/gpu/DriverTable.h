@@ -69,6 +69,11 @@ struct KernelNode {
   unsigned grid = 1, block = 1;
   unsigned sharedBytes = 0;
   void **params = nullptr;
+  // Launched with programmatic stream serialization: its blocks may be
+  // scheduled while the kernel before it drains, the kernel waiting for it
+  // itself (Target.kernels_wait_for_prior_grid). Only where the table
+  // hasProgrammaticLaunch().
+  bool programmatic = false;
 };
 
 class DriverTable {
@@ -124,6 +129,9 @@ public:
                                              unsigned sharedBytes);
 
   virtual CallResult launch(const KernelNode &kernel, Stream stream) = 0;
+  // Whether launch() honours KernelNode::programmatic, in a graph's capture
+  // too.
+  virtual bool hasProgrammaticLaunch() const { return false; }
   virtual CallResult synchronize(Stream stream) = 0;
   // Whether `stream` has work left, without waiting (the watchdog's poll):
   // a status that notReady() tells apart.

@@ -189,6 +189,9 @@ void GpuBackend::copy2D(DeviceAddress to, uint64_t toPitch, DeviceAddress from, 
   check(table_->copy2D(to, toPitch, from, fromPitch, width, rows, stream_), source_);
 }
 
+// Off until measured on an H200 beside launches in order (docs/gpu-notes.md).
+constexpr bool kProgrammaticByDefault = false;
+
 void GpuBackend::loadKernels(const Artifact &artifact) {
   if (artifact.numKernels() == 0)
     return;
@@ -226,6 +229,15 @@ void GpuBackend::loadKernels(const Artifact &artifact) {
         allowSharedBytes(loadedKernel.function, loadedKernel.name, kernel->shared_bytes());
     kernels_.push_back(std::move(loadedKernel));
   }
+  // Each kernel's blocks may start while the one before drains where every
+  // kernel waits for its predecessor itself (griddepcontrol.wait at its
+  // entry). KILN_PROGRAMMATIC_LAUNCH=1 asks for it, 0 launches the kernels
+  // one after another; unset, kProgrammaticByDefault.
+  const char *programmatic = std::getenv("KILN_PROGRAMMATIC_LAUNCH");
+  const bool wanted =
+      programmatic && *programmatic ? std::strcmp(programmatic, "0") != 0 : kProgrammaticByDefault;
+  programmatic_ = wanted && artifact->target()->kernels_wait_for_prior_grid() &&
+                  table_->hasProgrammaticLaunch();
 }
 
 unsigned GpuBackend::allowSharedBytes(Function function, const std::string &name, unsigned bytes) {
@@ -372,8 +384,8 @@ void GpuBackend::launch(PreparedLaunch &prepared, const LaunchCall &call) {
   enter();
   refreshTensorMaps(prepared, call);
   launch.params.pack(call.buffers, call.scalars);
-  const KernelNode node{launch.function, gridOf(prepared, call), launch.block, launch.sharedBytes,
-                        launch.params.pointers()};
+  const KernelNode node{launch.function,    gridOf(prepared, call),   launch.block,
+                        launch.sharedBytes, launch.params.pointers(), programmatic_};
   check(table_->launch(node, stream_), source_ + ": " + launch.where);
   if (capture_) {
     GraphNode captured = nullptr;

@@ -58,7 +58,9 @@ public:
   GpuBackend(std::unique_ptr<DriverTable> table, std::string source);
   ~GpuBackend() override;
 
-  std::string description() const override { return table_->device().description; }
+  std::string description() const override {
+    return table_->device().description + (programmatic_ ? ", programmatic launches" : "");
+  }
 
   DeviceAddress allocate(uint64_t bytes, const std::string &what) override;
   void release(DeviceAddress address) noexcept override;
@@ -147,6 +149,8 @@ private:
     unsigned sharedLimit = 0;
   };
   std::vector<LoadedKernel> kernels_;
+  // Kernels launched with programmatic stream serialization (loadKernels).
+  bool programmatic_ = false;
   // Other ranks' memory opened through IPC, closed as the backend goes.
   std::vector<DeviceAddress> peerMemory_;
   // Set by the first error; every later call refuses with it.

@@ -1,6 +1,7 @@
 #include "targets/nvptx/KernelCompiler.h"
 
 #include "targets/common/GpuKernelModule.h"
+#include "targets/nvptx/GridDependency.h"
 
 #include "mlir/Conversion/ConvertToLLVM/ToLLVMPass.h"
 #include "mlir/Conversion/GPUToNVVM/GPUToNVVMPass.h"
@@ -45,7 +46,11 @@ mlir::OwningOpRef<mlir::ModuleOp> buildGpuModule(mlir::MLIRContext &context,
   auto target = mlir::NVVM::NVVMTargetAttr::get(&context, options.optLevel, "nvptx64-nvidia-cuda",
                                                 options.chip, options.features, nullptr,
                                                 link.empty() ? nullptr : b.getArrayAttr(link));
-  return kernels::buildGpuKernelModule(context, kernels, target, "nvptx");
+  mlir::OwningOpRef<mlir::ModuleOp> module =
+      kernels::buildGpuKernelModule(context, kernels, target, "nvptx");
+  if (module)
+    waitForPriorGrid(*module); // every chip of the table is sm_90 or later
+  return module;
 }
 
 bool compilePtx(mlir::MLIRContext &context, const std::vector<kernels::KernelSpec> &kernels,

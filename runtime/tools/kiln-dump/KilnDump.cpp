@@ -312,6 +312,8 @@ void dumpArtifact(const Artifact &artifact, const DumpOptions &options, std::ost
     out << " none";
   for (flatbuffers::uoffset_t i = 0; features && i < features->size(); ++i)
     out << (i ? ", " : " ") << text(features->Get(i));
+  if (target.kernels_wait_for_prior_grid())
+    out << "; kernels wait for the grid before them (programmatic launches)";
   out << "\n";
 
   const fb::Model &model = *root.model();

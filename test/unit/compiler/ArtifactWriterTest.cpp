@@ -68,7 +68,7 @@ TEST_F(ArtifactWriterTest, WritesSharedBytesAndTensorMaps) {
   mlir::FailureOr<std::vector<uint8_t>> bytes = serializeArtifact(model(), library, nvptx());
   ASSERT_TRUE(mlir::succeeded(bytes));
   const Artifact artifact = Artifact::fromBytes(*bytes, "written.kiln");
-  EXPECT_EQ(artifact->version()->schema_minor(), 9u);
+  EXPECT_EQ(artifact->version()->schema_minor(), 10u);
   EXPECT_EQ(artifact->target()->memory_bytes(), 0u); // no memory plan asked for
   EXPECT_EQ(artifact->kernels()->Get(0)->shared_bytes(), 196608u);
   EXPECT_EQ(artifact->kernels()->Get(1)->shared_bytes(), 0u);

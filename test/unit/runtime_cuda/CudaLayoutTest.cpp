@@ -6,6 +6,8 @@
 
 #include <gtest/gtest.h>
 
+#include <cstddef>
+
 #ifdef KILN_CUDA_HEADER
 #include <cuda.h>
 #endif
@@ -36,6 +38,19 @@ static_assert(sizeof(CUtensorMapDataType) == sizeof(int));
 static_assert(sizeof(CUtensorMapSwizzle) == sizeof(int));
 static_assert(sizeof(cuuint32_t) == sizeof(uint32_t) && sizeof(cuuint64_t) == sizeof(uint64_t));
 static_assert(sizeof(CUfunction_attribute) == sizeof(int));
+// Programmatic dependent launch: cuLaunchKernelEx's config and attribute.
+static_assert(kLaunchAttributeProgrammaticStreamSerialization ==
+              CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION);
+static_assert(sizeof(CUlaunchAttributeID) == sizeof(int));
+static_assert(sizeof(LaunchAttribute) == sizeof(CUlaunchAttribute));
+static_assert(offsetof(LaunchAttribute, value) == offsetof(CUlaunchAttribute, value));
+static_assert(offsetof(LaunchAttribute, value.programmaticStreamSerializationAllowed) ==
+              offsetof(CUlaunchAttribute, value.programmaticStreamSerializationAllowed));
+static_assert(sizeof(LaunchConfig) == sizeof(CUlaunchConfig));
+static_assert(offsetof(LaunchConfig, sharedMemBytes) == offsetof(CUlaunchConfig, sharedMemBytes));
+static_assert(offsetof(LaunchConfig, hStream) == offsetof(CUlaunchConfig, hStream));
+static_assert(offsetof(LaunchConfig, attrs) == offsetof(CUlaunchConfig, attrs));
+static_assert(offsetof(LaunchConfig, numAttrs) == offsetof(CUlaunchConfig, numAttrs));
 #endif
 
 TEST(CudaLayoutTest, HopperDeclarationsMatchCudaH) {
