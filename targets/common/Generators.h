@@ -130,8 +130,10 @@ bool gpuRowsFit(int64_t width);
 // The threads of a row block for a row of `width` (up to 1024, 4 elements
 // each per step); launch it as Work{0, threads, threads}.
 int64_t rowBlockThreads(int64_t width);
-KernelSpec rmsNormBlock(int64_t width, double eps);
-KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps);
+// With `bf16Copy`, the normed row also as bf16 (an argument before rows):
+// the copy a matrix-core GEMM reads, which spares it a cast kernel.
+KernelSpec rmsNormBlock(int64_t width, double eps, bool bf16Copy = false);
+KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps, bool bf16Copy = false);
 KernelSpec embedThreads(int64_t vocab, int64_t hidden);
 // scale[t, j] = weight[t, j] / rms(y[t, j]), then out[t] = sum_j scale[t, j]
 // * post_norm[e_j] * y[t, j].

@@ -44,9 +44,13 @@ KernelSpec castBf16Threads(int64_t width) {
                                                          k.index(kCastLanes));
                        auto f32s = VectorType::get({kCastLanes}, b.getF32Type());
                        auto bf16s = VectorType::get({kCastLanes}, b.getBF16Type());
-                       Value v = vector::LoadOp::create(b, f32s, k.arg(0), ValueRange{row, col});
+                       // 8 elements from a multiple of 8: 32 bytes read, 16
+                       // written, both 16-byte aligned (one vector access
+                       // each, not eight).
+                       Value v = vector::LoadOp::create(b, f32s, k.arg(0), ValueRange{row, col},
+                                                        false, llvm::MaybeAlign(16));
                        vector::StoreOp::create(b, arith::TruncFOp::create(b, bf16s, v), k.arg(1),
-                                               ValueRange{row, col});
+                                               ValueRange{row, col}, false, llvm::MaybeAlign(16));
                      });
 }
 

@@ -88,6 +88,20 @@ KernelLaunch GpuTargetHooks::normResidualKernel(int64_t width, double postEps,
   return {normResidualBlock(width, postEps, nextEps), rowBlock(width)};
 }
 
+std::optional<KernelLaunch> GpuTargetHooks::rmsNormKernelWithBf16(int64_t width, double eps) const {
+  if (!gpuRowsFit(width))
+    return std::nullopt;
+  return KernelLaunch{rmsNormBlock(width, eps, /*bf16Copy=*/true), rowBlock(width)};
+}
+
+std::optional<KernelLaunch>
+GpuTargetHooks::normResidualKernelWithBf16(int64_t width, double postEps, double nextEps) const {
+  if (!gpuRowsFit(width))
+    return std::nullopt;
+  return KernelLaunch{normResidualBlock(width, postEps, nextEps, /*bf16Copy=*/true),
+                      rowBlock(width)};
+}
+
 KernelLaunch GpuTargetHooks::routerTopKKernel(int64_t experts, int64_t k) const {
   if (!routerWarpFits(experts))
     return TargetHooks::routerTopKKernel(experts, k);

@@ -19,6 +19,9 @@ public:
   KernelLaunch headNormRopeKernel(int64_t heads, int64_t headDim, double eps,
                                   double theta) const override;
   KernelLaunch normResidualKernel(int64_t width, double postEps, double nextEps) const override;
+  std::optional<KernelLaunch> rmsNormKernelWithBf16(int64_t width, double eps) const override;
+  std::optional<KernelLaunch> normResidualKernelWithBf16(int64_t width, double postEps,
+                                                         double nextEps) const override;
   KernelLaunch routerTopKKernel(int64_t experts, int64_t k) const override;
   Gemv gemv(int64_t n, int64_t k, int64_t maxRows, bool splitRows) const override;
   std::optional<SplitAttention> splitAttention(const AttentionShape &shape, int64_t maxTokens,

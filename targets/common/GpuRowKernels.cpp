@@ -132,14 +132,20 @@ public:
     return {inv, vector::BroadcastOp::create(b, VectorType::get({4}, f32), inv)};
   }
 
-  // dst[row] = src[row] * inv * weight, this thread's quarter-vectors.
-  void scaleRow(Value src, Value dst, Value weight, Value inv) {
+  // dst[row] = src[row] * inv * weight, this thread's quarter-vectors; and
+  // where `copy` is given, the same rounded to bf16 (round to nearest even, as
+  // the cast kernel it replaces rounds), an 8-byte store a quarter-vector.
+  void scaleRow(Value src, Value dst, Value weight, Value inv, Value copy = Value()) {
     forQuarters(Value(), [&](Value c, Value) {
       Value v = load4(b.getF32Type(), src, ValueRange{row, c});
       Value wf = extend(load4(b.getBF16Type(), weight, ValueRange{c}, /*aligned=*/false));
       Value scaled = arith::MulFOp::create(b, v, inv);
       Value out = arith::MulFOp::create(b, scaled, wf);
       vector::StoreOp::create(b, out, dst, ValueRange{row, c}, false, llvm::MaybeAlign(16));
+      if (copy) {
+        Value rounded = arith::TruncFOp::create(b, VectorType::get({4}, b.getBF16Type()), out);
+        vector::StoreOp::create(b, rounded, copy, ValueRange{row, c}, false, llvm::MaybeAlign(8));
+      }
       return Value();
     });
   }
@@ -165,30 +171,40 @@ int64_t rowBlockThreads(int64_t width) {
 }
 
 // The block kernels, built as typed IR (KernelBuilder.h).
-KernelSpec rmsNormBlock(int64_t width, double eps) {
+KernelSpec rmsNormBlock(int64_t width, double eps, bool bf16Copy) {
   int64_t threads = rowBlockThreads(width);
-  std::string name = "rms_norm_block_" + str(width) + epsSuffix(eps);
+  std::string name = "rms_norm_block_" + str(width) + epsSuffix(eps) + (bf16Copy ? "_bf16" : "");
   auto args = [&](Builder &b) -> std::vector<Type> {
     Type row = MemRefType::get({ShapedType::kDynamic, width}, b.getF32Type());
-    return {row, MemRefType::get({width}, b.getBF16Type()), row, b.getI64Type()};
+    std::vector<Type> types = {row, MemRefType::get({width}, b.getBF16Type()), row};
+    if (bf16Copy)
+      types.push_back(MemRefType::get({ShapedType::kDynamic, width}, b.getBF16Type()));
+    types.push_back(b.getI64Type());
+    return types;
   };
   return buildKernel(name, "kiln.rms_norm", blockRowTiling(threads), args, [&](KernelScope &k) {
     BlockRow r(k, name + "_smem", threads);
     r.setWidth(width);
     Value inv = r.inverseRms(r.blockSum(r.sumSquares(k.arg(0), r.row), 0), eps).vector;
-    r.scaleRow(k.arg(0), k.arg(2), k.arg(1), inv);
+    r.scaleRow(k.arg(0), k.arg(2), k.arg(1), inv, bf16Copy ? k.arg(3) : Value());
   });
 }
 
-KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps) {
+KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps, bool bf16Copy) {
   int64_t threads = rowBlockThreads(width);
-  std::string name = "norm_residual_block_" + str(width) + epsSuffix(postEps) + epsSuffix(nextEps);
+  std::string name = "norm_residual_block_" + str(width) + epsSuffix(postEps) + epsSuffix(nextEps) +
+                     (bf16Copy ? "_bf16" : "");
   // new_res = res + gate * RMSNorm(upd; post); normed = RMSNorm(new_res; next).
-  // Arguments: res, upd, post, gate, next, new_res, normed, rows.
+  // Arguments: res, upd, post, gate, next, new_res, normed, [normed as bf16,]
+  // rows.
   auto args = [&](Builder &b) -> std::vector<Type> {
     Type row = MemRefType::get({ShapedType::kDynamic, width}, b.getF32Type());
     Type w = MemRefType::get({width}, b.getBF16Type());
-    return {row, row, w, w, w, row, row, b.getI64Type()};
+    std::vector<Type> types = {row, row, w, w, w, row, row};
+    if (bf16Copy)
+      types.push_back(MemRefType::get({ShapedType::kDynamic, width}, b.getBF16Type()));
+    types.push_back(b.getI64Type());
+    return types;
   };
   return buildKernel(
       name, "kiln.norm_residual", blockRowTiling(threads), args, [&](KernelScope &k) {
@@ -211,7 +227,7 @@ KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps) {
           return vector::FMAOp::create(b, h, h, acc).getResult();
         });
         Value inv2 = r.inverseRms(r.blockSum(r.reduce(squares), threads / 32), nextEps).vector;
-        r.scaleRow(newRes, normed, next, inv2);
+        r.scaleRow(newRes, normed, next, inv2, bf16Copy ? k.arg(7) : Value());
       });
 }
 

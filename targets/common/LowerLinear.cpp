@@ -31,6 +31,22 @@ void Lowering::launchMatrixGemm(const TargetHooks::MatrixGemm &gemm, int64_t n, 
   launch(*gemm.sum, {partial, y}, {"tokens:0", "part", "parts"}, gemm.sumWork, what);
 }
 
+std::optional<std::string> Lowering::bf16CopyCast(Value value) {
+  for (Operation *user : value.getUsers()) {
+    auto linear = llvm::dyn_cast<LinearOp>(user);
+    if (!linear || linear.getInput() != value || isRouterLogits(linear))
+      continue;
+    auto wType = llvm::cast<RankedTensorType>(linear.getWeight().getType());
+    if (!wType.getElementType().isBF16())
+      continue;
+    if (auto matrix = hooks.matrixGemm(wType.getDimSize(0), wType.getDimSize(1), maxRows(),
+                                       /*exact=*/false);
+        matrix && matrix->cast)
+      return matrix->cast->name;
+  }
+  return std::nullopt;
+}
+
 void Lowering::launchGemv(const TargetHooks::Gemv &gemv, const Buf &x, const Buf &w, const Buf &y,
                           bool lastRow, StringRef what) {
   if (gemv.everyRow) {

@@ -88,7 +88,18 @@ LogicalResult Lowering::lower(RmsNormOp o, StringRef what) {
     return failure();
   int64_t n = width(o.getInput());
   Buf y = alloc({n}, b.getF32Type());
-  KernelLaunch kernel = hooks.rmsNormKernel(n, o.getEps().convertToDouble());
+  const double eps = o.getEps().convertToDouble();
+  // A matrix GEMM that would cast the result to bf16 finds the norm's copy.
+  if (std::optional<std::string> cast = bf16CopyCast(o.getResult()))
+    if (std::optional<KernelLaunch> fused = hooks.rmsNormKernelWithBf16(n, eps)) {
+      Buf yb = alloc({n}, b.getBF16Type());
+      launch(fused->kernel, {act(o.getInput()), *w, y, yb}, {"tokens:0", "part", "parts"},
+             fused->work, what);
+      values[o.getResult()] = y;
+      bf16Copies[{o.getResult().getAsOpaquePointer(), rowScale, *cast}] = yb;
+      return success();
+    }
+  KernelLaunch kernel = hooks.rmsNormKernel(n, eps);
   launch(kernel.kernel, {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, kernel.work,
          what);
   values[o.getResult()] = y;
@@ -268,12 +279,23 @@ LogicalResult Lowering::lower(NormResidualOp o, StringRef what) {
     return failure();
   int64_t w = width(o.getResidual());
   Buf h = alloc({w}, b.getF32Type()), y = alloc({w}, b.getF32Type());
-  KernelLaunch kernel = hooks.normResidualKernel(w, o.getPostEps().convertToDouble(),
-                                                 o.getNextEps().convertToDouble());
-  launch(kernel.kernel, {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
-         {"tokens:0", "part", "parts"}, kernel.work, what);
+  const double postEps = o.getPostEps().convertToDouble();
+  const double nextEps = o.getNextEps().convertToDouble();
   values[o.getNewResidual()] = h;
   values[o.getNormed()] = y;
+  // A matrix GEMM that would cast `normed` to bf16 finds the kernel's copy.
+  if (std::optional<std::string> cast = bf16CopyCast(o.getNormed()))
+    if (std::optional<KernelLaunch> fused = hooks.normResidualKernelWithBf16(w, postEps, nextEps)) {
+      Buf yb = alloc({w}, b.getBF16Type());
+      launch(fused->kernel,
+             {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y, yb},
+             {"tokens:0", "part", "parts"}, fused->work, what);
+      bf16Copies[{o.getNormed().getAsOpaquePointer(), rowScale, *cast}] = yb;
+      return success();
+    }
+  KernelLaunch kernel = hooks.normResidualKernel(w, postEps, nextEps);
+  launch(kernel.kernel, {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
+         {"tokens:0", "part", "parts"}, kernel.work, what);
   return success();
 }
 

@@ -191,6 +191,10 @@ private:
   // Per entry: bf16 copies of activations, by graph value, row scale and the
   // cast kernel that made them.
   std::map<std::tuple<const void *, int64_t, std::string>, Buf> bf16Copies;
+  // The cast kernel a matrix GEMM reading `value` would run to make its bf16
+  // copy (the first such reader's), where one would: a norm producing
+  // `value` then writes the copy itself (bf16Copies).
+  std::optional<std::string> bf16CopyCast(Value value);
   CommGroups groups;
   int64_t world = 1; // max(tp, ep) of the graph's kiln.layout
   Buf ids, positions;

@@ -65,6 +65,16 @@ public:
   virtual KernelLaunch headNormRopeKernel(int64_t heads, int64_t headDim, double eps,
                                           double theta) const;
   virtual KernelLaunch normResidualKernel(int64_t width, double postEps, double nextEps) const;
+  // The two norms writing their normed rows also as bf16, an argument after
+  // the f32 result (the copy a matrix GEMM's `cast` would make, exactly):
+  // none by default.
+  virtual std::optional<KernelLaunch> rmsNormKernelWithBf16(int64_t width, double eps) const {
+    return std::nullopt;
+  }
+  virtual std::optional<KernelLaunch> normResidualKernelWithBf16(int64_t width, double postEps,
+                                                                 double nextEps) const {
+    return std::nullopt;
+  }
   virtual KernelLaunch routerTopKKernel(int64_t experts, int64_t k) const;
 
   // y = x · Wᵀ for bf16 W [n, k] as the checkpoint has it (x, W, y), where no

@@ -120,7 +120,8 @@ private:
         OpBuilder::InsertionGuard guard(b);
         b.setInsertionPointToStart(&ifOk.getThenRegion().front());
         Value pair = vector::FromElementsOp::create(b, vec2, ValueRange{v0, v1});
-        vector::StoreOp::create(b, pair, y, ValueRange{row, col});
+        // Columns 2 (t % 4) and the next, one 8-byte store.
+        vector::StoreOp::create(b, pair, y, ValueRange{row, col}, false, llvm::MaybeAlign(8));
       }
     }
   }
