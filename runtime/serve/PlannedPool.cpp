@@ -5,14 +5,21 @@
 #include <stdexcept>
 
 namespace kiln::serve {
+namespace {
+
+// One conversation's sliding rings: what a saved history copies.
+uint64_t ringBytes(const ArtifactMemory &memory) {
+  return memory.slidingKvBytes / static_cast<uint64_t>(std::max<int64_t>(memory.conversations, 1));
+}
+
+} // namespace
 
 std::optional<PlannedPool> plannedPool(const ArtifactMemory &memory, int64_t contextLength,
                                        int64_t savedHistories, bool prefixReuse) {
   if (memory.pageTokens <= 0 || memory.plannedDeviceBytes == 0)
     return std::nullopt;
   const int64_t saved = prefixReuse ? savedHistories : 0;
-  const uint64_t copies = memory.slidingKvBytes / static_cast<uint64_t>(memory.conversations) *
-                          static_cast<uint64_t>(saved);
+  const uint64_t copies = ringBytes(memory) * static_cast<uint64_t>(saved);
   const int64_t pages =
       kvPagesThatFit(memory, memory.plannedDeviceBytes, memory.plannedReserveBytes, copies);
   const auto gib = [](uint64_t bytes) { return double(bytes) / double(uint64_t{1} << 30); };
@@ -40,15 +47,14 @@ int64_t defaultSavedHistories(const ArtifactMemory &memory) {
     return fewest;
   const int64_t pages =
       kvPagesThatFit(memory, memory.plannedDeviceBytes, memory.plannedReserveBytes);
-  const uint64_t ringBytes =
-      memory.slidingKvBytes / static_cast<uint64_t>(std::max<int64_t>(memory.conversations, 1));
+  const uint64_t rings = ringBytes(memory);
   if (pages <= 0)
     return fewest;
-  if (ringBytes == 0)
+  if (rings == 0)
     return most;
   const uint64_t eighth = static_cast<uint64_t>(pages) * static_cast<uint64_t>(memory.pageTokens) *
                           memory.globalKvBytesPerToken / 8;
-  return std::clamp(static_cast<int64_t>(std::min<uint64_t>(eighth / ringBytes, uint64_t(most))),
+  return std::clamp(static_cast<int64_t>(std::min<uint64_t>(eighth / rings, uint64_t(most))),
                     fewest, most);
 }
 

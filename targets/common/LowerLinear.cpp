@@ -9,8 +9,7 @@ void Lowering::launchMatrixGemm(const TargetHooks::MatrixGemm &gemm, int64_t n, 
                                 const Buf &w, const Buf &y, StringRef what, Value source) {
   Buf in = x;
   if (gemm.cast) {
-    std::tuple<const void *, int64_t, std::string> key(source.getAsOpaquePointer(), rowScale,
-                                                       gemm.cast->name);
+    const Bf16CopyKey key = bf16CopyKey(source, gemm.cast->name);
     auto copy = source ? bf16Copies.find(key) : bf16Copies.end();
     if (copy != bf16Copies.end()) {
       in = copy->second;
@@ -31,7 +30,7 @@ void Lowering::launchMatrixGemm(const TargetHooks::MatrixGemm &gemm, int64_t n, 
   launch(*gemm.sum, {partial, y}, {"tokens:0", "part", "parts"}, gemm.sumWork, what);
 }
 
-std::optional<std::string> Lowering::bf16CopyCast(Value value) {
+std::optional<Lowering::Bf16CopyKey> Lowering::pendingBf16Copy(Value value) {
   for (Operation *user : value.getUsers()) {
     auto linear = llvm::dyn_cast<LinearOp>(user);
     if (!linear || linear.getInput() != value || isRouterLogits(linear))
@@ -42,7 +41,7 @@ std::optional<std::string> Lowering::bf16CopyCast(Value value) {
     if (auto matrix = hooks.matrixGemm(wType.getDimSize(0), wType.getDimSize(1), maxRows(),
                                        /*exact=*/false);
         matrix && matrix->cast)
-      return matrix->cast->name;
+      return bf16CopyKey(value, matrix->cast->name);
   }
   return std::nullopt;
 }

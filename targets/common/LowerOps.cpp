@@ -89,20 +89,19 @@ LogicalResult Lowering::lower(RmsNormOp o, StringRef what) {
   int64_t n = width(o.getInput());
   Buf y = alloc({n}, b.getF32Type());
   const double eps = o.getEps().convertToDouble();
+  values[o.getResult()] = y;
   // A matrix GEMM that would cast the result to bf16 finds the norm's copy.
-  if (std::optional<std::string> cast = bf16CopyCast(o.getResult()))
+  if (std::optional<Bf16CopyKey> copy = pendingBf16Copy(o.getResult()))
     if (std::optional<KernelLaunch> fused = hooks.rmsNormKernelWithBf16(n, eps)) {
       Buf yb = alloc({n}, b.getBF16Type());
       launch(fused->kernel, {act(o.getInput()), *w, y, yb}, {"tokens:0", "part", "parts"},
              fused->work, what);
-      values[o.getResult()] = y;
-      bf16Copies[{o.getResult().getAsOpaquePointer(), rowScale, *cast}] = yb;
+      bf16Copies[*copy] = yb;
       return success();
     }
   KernelLaunch kernel = hooks.rmsNormKernel(n, eps);
   launch(kernel.kernel, {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, kernel.work,
          what);
-  values[o.getResult()] = y;
   return success();
 }
 
@@ -284,13 +283,13 @@ LogicalResult Lowering::lower(NormResidualOp o, StringRef what) {
   values[o.getNewResidual()] = h;
   values[o.getNormed()] = y;
   // A matrix GEMM that would cast `normed` to bf16 finds the kernel's copy.
-  if (std::optional<std::string> cast = bf16CopyCast(o.getNormed()))
+  if (std::optional<Bf16CopyKey> copy = pendingBf16Copy(o.getNormed()))
     if (std::optional<KernelLaunch> fused = hooks.normResidualKernelWithBf16(w, postEps, nextEps)) {
       Buf yb = alloc({w}, b.getBF16Type());
       launch(fused->kernel,
              {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y, yb},
              {"tokens:0", "part", "parts"}, fused->work, what);
-      bf16Copies[{o.getNormed().getAsOpaquePointer(), rowScale, *cast}] = yb;
+      bf16Copies[*copy] = yb;
       return success();
     }
   KernelLaunch kernel = hooks.normResidualKernel(w, postEps, nextEps);

@@ -189,12 +189,16 @@ private:
   llvm::DenseMap<Value, Buf> values;    // per entry
   llvm::DenseMap<Value, Buf> bound;     // weights bound in this entry
   // Per entry: bf16 copies of activations, by graph value, row scale and the
-  // cast kernel that made them.
-  std::map<std::tuple<const void *, int64_t, std::string>, Buf> bf16Copies;
-  // The cast kernel a matrix GEMM reading `value` would run to make its bf16
-  // copy (the first such reader's), where one would: a norm producing
-  // `value` then writes the copy itself (bf16Copies).
-  std::optional<std::string> bf16CopyCast(Value value);
+  // cast kernel that made them (or that a norm writing the copy replaced).
+  using Bf16CopyKey = std::tuple<const void *, int64_t, std::string>;
+  std::map<Bf16CopyKey, Buf> bf16Copies;
+  Bf16CopyKey bf16CopyKey(Value value, const std::string &cast) const {
+    return {value.getAsOpaquePointer(), rowScale, cast};
+  }
+  // Where a matrix GEMM reading `value` would cast it to bf16 (the first
+  // such reader), the key its copy goes by: a norm producing `value` then
+  // writes the copy itself (bf16Copies).
+  std::optional<Bf16CopyKey> pendingBf16Copy(Value value);
   CommGroups groups;
   int64_t world = 1; // max(tp, ep) of the graph's kiln.layout
   Buf ids, positions;

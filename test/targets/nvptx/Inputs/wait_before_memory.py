@@ -9,7 +9,7 @@ entry that breaks the rule."""
 import re
 import sys
 
-MEMORY = re.compile(r"^\s*(?:@!?%p\d+\s+)?(ld|st|atom|red|cp|prefetch|cvta\.to|mbarrier|wgmma|multimem)\b")
+MEMORY = re.compile(r"^\s*(?:@!?%p\d+\s+)?(ld|st|atom|red|cp|prefetch|mbarrier|wgmma|multimem)\b")
 text = open(sys.argv[1]).read()
 entries = re.findall(r"\.entry\s+(\w+)\s*\((.*?)\n\}", text, re.S)
 if not entries:
@@ -25,7 +25,7 @@ for name, body in entries:
         elif "griddepcontrol.launch_dependents" in line and launch is None:
             launch = number
         m = MEMORY.match(line)
-        if m and not line.strip().startswith("ld.param") and not m.group(1) == "cvta.to":
+        if m and not line.strip().startswith("ld.param"):
             if wait is None:
                 sys.exit(f"{name}: '{line.strip()}' before griddepcontrol.wait")
     if wait is None or launch is None or launch < wait:
