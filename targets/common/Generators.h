@@ -11,12 +11,15 @@
 #include "targets/common/KernelSpec.h"
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
 namespace mlir {
 class Builder;
+class ImplicitLocOpBuilder;
 class Type;
+class Value;
 } // namespace mlir
 
 namespace kiln::kernels {
@@ -118,10 +121,16 @@ KernelSpec expertDownWarp(int64_t experts, int64_t k, int64_t intermediate, int6
 bool stagedExpertsFit(int64_t intermediate, int64_t latent);
 Work stagedGateUpWork(int64_t k, int64_t intermediate);
 Work stagedDownWork(int64_t k, int64_t latent);
+// Two E4M3 bytes (an i16, the first in its low byte) as vector<2xf16>
+// (element 0 from the low byte), exactly: a target's conversion, with which
+// the staged kernels compute in packed f16 pairs (PackedStagedDot.h).
+using E4m3PairToF16 = std::function<mlir::Value(mlir::ImplicitLocOpBuilder &, mlir::Value)>;
 // `dropLastChunk`: broken on purpose, its dots one 1024-element chunk short.
+// `toF16`: the target's pair conversion, or null (f32 products).
 KernelSpec expertGateUpStaged(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
-                              bool dropLastChunk = false);
-KernelSpec expertDownStaged(int64_t experts, int64_t k, int64_t intermediate, int64_t latent);
+                              bool dropLastChunk = false, const E4m3PairToF16 *toF16 = nullptr);
+KernelSpec expertDownStaged(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
+                            const E4m3PairToF16 *toF16 = nullptr);
 // Row-wise ops on a GPU (GpuRowKernels.cpp): a block per token row for the
 // RMSNorms of a hidden state, a warp per
 // (token, head) for head norms and rotary embedding, a thread per 4 elements

@@ -165,9 +165,13 @@ GpuTargetHooks::expertStage(int64_t experts, int64_t k, int64_t intermediate, in
     // Decode: the products spread over warps, a few rows each; NVFP4 rows
     // one token's vector at a time (the batch-1 step) read it staged.
     if (nvfp4 && maxTokens == 1 && stagedExpertsFit(intermediate, latent)) {
-      stage.gateUp = {expertGateUpStaged(experts, k, intermediate, latent, stagedExpertsBroken()),
-                      stagedGateUpWork(k, intermediate)};
-      stage.down = {expertDownStaged(experts, k, intermediate, latent), stagedDownWork(k, latent)};
+      std::optional<E4m3PairToF16> toF16 = e4m3PairToF16();
+      const E4m3PairToF16 *pairs = toF16 ? &*toF16 : nullptr;
+      stage.gateUp = {
+          expertGateUpStaged(experts, k, intermediate, latent, stagedExpertsBroken(), pairs),
+          stagedGateUpWork(k, intermediate)};
+      stage.down = {expertDownStaged(experts, k, intermediate, latent, pairs),
+                    stagedDownWork(k, latent)};
     } else {
       stage.gateUp = {expertGateUpWarp(experts, k, intermediate, latent, nvfp4),
                       Work{0, warp::kWarp * k * intermediate / 2}};

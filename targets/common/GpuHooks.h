@@ -6,6 +6,7 @@
 #pragma once
 
 #include "targets/common/ExpertLists.h"
+#include "targets/common/Generators.h"
 #include "targets/common/TargetHooks.h"
 
 namespace kiln::kernels {
@@ -40,6 +41,10 @@ protected:
   // broken on purpose: their gate/up dots leave out the last 1024-element
   // chunk (kilnc --inject-fault=staged-experts-drop-chunk on NVPTX).
   virtual bool stagedExpertsBroken() const { return false; }
+  // The target's conversion of two E4M3 bytes to an f16 pair in one
+  // instruction, with which the staged expert kernels compute in packed f16
+  // pairs (PackedStagedDot.h); none: they compute in f32.
+  virtual std::optional<E4m3PairToF16> e4m3PairToF16() const { return std::nullopt; }
   // The append of a call's new K/V to the caches after attention (the split
   // attention's, and a target's tiled attention's); head_dim must fit the
   // warp kernels (warpAttentionFits).

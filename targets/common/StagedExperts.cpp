@@ -8,11 +8,14 @@
 // them products with one vector (a token's z for gate/up, one selected
 // expert's h for down); the block copies that vector into shared memory in
 // the order the lanes read it (warp::stageVectorInLaneOrder), and every
-// lane's load of it is then part of a contiguous 512 bytes.
+// lane's load of it is then part of a contiguous 512 bytes. Where the target
+// converts E4M3 pairs to f16 pairs (PackedStagedDot.h), the vector is staged
+// in f16 and the products are packed f16 pairs; elsewhere in f32.
 #include "targets/common/ExpertLists.h"
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
 #include "targets/common/KernelSpec.h"
+#include "targets/common/PackedStagedDot.h"
 #include "targets/common/TargetHooks.h"
 #include "targets/common/WarpDot.h"
 
@@ -47,9 +50,11 @@ struct StagedBlock {
 // rows`, after the block's barrier.
 StagedBlock stageBlock(KernelScope &k, const std::string &name, Value vector, int64_t width,
                        int64_t itemsPerToken, Value rows,
-                       const std::function<SmallVector<Value, 2>(Value, Value)> &vectorAt) {
+                       const std::function<SmallVector<Value, 2>(Value, Value)> &vectorAt,
+                       bool pairs) {
   ImplicitLocOpBuilder &b = k.b;
-  SharedBuffer vectorCopy = declareSharedBuffer(k, name + "_vector", {width}, b.getF32Type());
+  SharedBuffer vectorCopy = declareSharedBuffer(k, name + "_vector", {width},
+                                                pairs ? Type(b.getF16Type()) : b.getF32Type());
   StagedBlock s;
   s.warp.c0 = k.index(0);
   s.warp.c1 = k.index(1);
@@ -69,15 +74,19 @@ StagedBlock stageBlock(KernelScope &k, const std::string &name, Value vector, in
       b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, s.token, rows), false);
   b.setInsertionPointToStart(&inRange.getThenRegion().front());
   s.staged = vectorCopy.get(b);
-  warp::stageVectorInLaneOrder(b, vector, vectorAt(s.token, s.first), width, s.staged, s.thread,
-                               kStagedWarps * warp::kWarp);
+  if (pairs)
+    warp::stageVectorInPairOrder(b, vector, vectorAt(s.token, s.first), width, s.staged, s.thread,
+                                 kStagedWarps * warp::kWarp);
+  else
+    warp::stageVectorInLaneOrder(b, vector, vectorAt(s.token, s.first), width, s.staged, s.thread,
+                                 kStagedWarps * warp::kWarp);
   gpu::BarrierOp::create(b);
   return s;
 }
 
-Tiling stagedTiling(int64_t rowsPerWarp) {
+Tiling stagedTiling(int64_t rowsPerWarp, bool pairs) {
   Tiling tiling;
-  tiling.set("kind", "staged-gemv_nvfp4")
+  tiling.set("kind", pairs ? "staged-gemv_nvfp4_f16x2" : "staged-gemv_nvfp4")
       .set("warps", kStagedWarps)
       .set("items_per_warp", kStagedItems)
       .set("rows_per_warp", rowsPerWarp);
@@ -92,6 +101,20 @@ Value stagedItemLoop(KernelScope &k, const StagedBlock &s) {
   b.setInsertionPointToStart(loop.getBody());
   Value step = arith::MulIOp::create(b, loop.getInductionVar(), s.warp.warps);
   return arith::AddIOp::create(b, s.first, arith::AddIOp::create(b, step, s.warp.warp));
+}
+
+// This lane's part of each row's dot with the staged vector's first `k`
+// elements, in packed f16 pairs where `toF16` is given.
+SmallVector<Value> stagedDot(ImplicitLocOpBuilder &b, const StagedBlock &s,
+                             ArrayRef<warp::Row> rows, int64_t k, const E4m3PairToF16 *toF16) {
+  if (toF16)
+    return warp::packedStagedDot(b, s.warp, rows, s.staged, k, *toF16);
+  return warp::rowsDot(b, s.warp, rows, true, s.staged, ValueRange{}, k, Value(),
+                       warp::Nvfp4Lanes::StagedVector);
+}
+
+std::string stagedName(const std::string &projection, bool broken, const E4m3PairToF16 *toF16) {
+  return "expert_" + projection + "_staged_" + (toF16 ? "f16x2_" : "") + (broken ? "broken_" : "");
 }
 
 void storeFromLaneZero(ImplicitLocOpBuilder &b, const WarpOfPart &w,
@@ -121,14 +144,13 @@ Work stagedDownWork(int64_t k, int64_t latent) {
 }
 
 KernelSpec expertGateUpStaged(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
-                              bool dropLastChunk) {
+                              bool dropLastChunk, const E4m3PairToF16 *toF16) {
   // An item: rows o0, o0 + 1 of gate and of up, four rows sharing each load
   // of the staged z.
-  std::string name = std::string("expert_gateup_staged_") + (dropLastChunk ? "broken_" : "") +
-                     str(experts) + "e_top" + str(k) + "_" + str(intermediate) + "x" + str(latent) +
-                     "_nvfp4";
+  std::string name = stagedName("gateup", dropLastChunk, toF16) + str(experts) + "e_top" + str(k) +
+                     "_" + str(intermediate) + "x" + str(latent) + "_nvfp4";
   const ExpertTileShape shape{experts, k, intermediate, latent, true, 0};
-  Tiling tiling = stagedTiling(2);
+  Tiling tiling = stagedTiling(2, toF16);
   auto args = [&](Builder &b) { return expertGateUpArgTypes(b, shape); };
   return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k_) {
     ImplicitLocOpBuilder &b = k_.b;
@@ -138,8 +160,9 @@ KernelSpec expertGateUpStaged(int64_t experts, int64_t k, int64_t intermediate, 
     ExpertProjection gate = expertProjection(all, 2, true);
     ExpertProjection up = expertProjection(all, 2 + p, true);
     const int64_t groups = intermediate / 2;
-    StagedBlock s = stageBlock(k_, name, z, latent, k * groups, rows,
-                               [](Value t, Value) { return SmallVector<Value, 2>{t}; });
+    StagedBlock s = stageBlock(
+        k_, name, z, latent, k * groups, rows,
+        [](Value t, Value) { return SmallVector<Value, 2>{t}; }, toF16);
     Value one = arith::ConstantOp::create(b, b.getF32FloatAttr(1.0f));
     Value item = stagedItemLoop(k_, s);
     Value groupCount = k_.index(groups);
@@ -150,9 +173,7 @@ KernelSpec expertGateUpStaged(int64_t experts, int64_t k, int64_t intermediate, 
     SmallVector<warp::Row> dotRows = warp::projectionRows(gate, e, {o0, o1}, gate.loadGlobal(b, e));
     dotRows.append(warp::projectionRows(up, e, {o0, o1}, up.loadGlobal(b, e)));
     SmallVector<Value> sums =
-        warp::warpSums(b, warp::rowsDot(b, s.warp, dotRows, true, s.staged, ValueRange{},
-                                        dropLastChunk ? latent - 1024 : latent, Value(),
-                                        warp::Nvfp4Lanes::StagedVector));
+        warp::warpSums(b, stagedDot(b, s, dotRows, dropLastChunk ? latent - 1024 : latent, toF16));
     // h = silu(gate z) * (up z)
     storeFromLaneZero(b, s.warp, [&] {
       Value o[2] = {o0, o1};
@@ -163,13 +184,14 @@ KernelSpec expertGateUpStaged(int64_t experts, int64_t k, int64_t intermediate, 
   });
 }
 
-KernelSpec expertDownStaged(int64_t experts, int64_t k, int64_t intermediate, int64_t latent) {
+KernelSpec expertDownStaged(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
+                            const E4m3PairToF16 *toF16) {
   // An item: rows o0 .. o0 + 3 of down, sharing each load of the staged h
   // of the block's selected expert (a block's items never span two).
-  std::string name = "expert_down_staged_" + str(experts) + "e_top" + str(k) + "_" + str(latent) +
-                     "x" + str(intermediate) + "_nvfp4";
+  std::string name = stagedName("down", false, toF16) + str(experts) + "e_top" + str(k) + "_" +
+                     str(latent) + "x" + str(intermediate) + "_nvfp4";
   const ExpertTileShape shape{experts, k, intermediate, latent, true, 0};
-  Tiling tiling = stagedTiling(4);
+  Tiling tiling = stagedTiling(4, toF16);
   auto args = [&](Builder &b) { return expertDownArgTypes(b, shape); };
   return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k_) {
     ImplicitLocOpBuilder &b = k_.b;
@@ -179,10 +201,12 @@ KernelSpec expertDownStaged(int64_t experts, int64_t k, int64_t intermediate, in
     ExpertProjection down = expertProjection(all, 2, true);
     const int64_t groups = latent / 4;
     Value groupCount = k_.index(groups);
-    StagedBlock s =
-        stageBlock(k_, name, h, intermediate, k * groups, rows, [&](Value t, Value first) {
+    StagedBlock s = stageBlock(
+        k_, name, h, intermediate, k * groups, rows,
+        [&](Value t, Value first) {
           return SmallVector<Value, 2>{t, arith::DivUIOp::create(b, first, groupCount)};
-        });
+        },
+        toF16);
     Value item = stagedItemLoop(k_, s);
     Value j = arith::DivUIOp::create(b, item, groupCount);
     Value o0 = arith::MulIOp::create(b, arith::RemUIOp::create(b, item, groupCount), k_.index(4));
@@ -190,10 +214,9 @@ KernelSpec expertDownStaged(int64_t experts, int64_t k, int64_t intermediate, in
     for (int r = 1; r < 4; ++r)
       o.push_back(arith::AddIOp::create(b, o0, k_.index(r)));
     Value e = chosenExpert(b, idx, s.token, j);
-    SmallVector<Value> sums = warp::warpSums(
-        b, warp::rowsDot(b, s.warp, warp::projectionRows(down, e, o, down.loadGlobal(b, e)), true,
-                         s.staged, ValueRange{}, intermediate, Value(),
-                         warp::Nvfp4Lanes::StagedVector));
+    SmallVector<Value> sums =
+        warp::warpSums(b, stagedDot(b, s, warp::projectionRows(down, e, o, down.loadGlobal(b, e)),
+                                    intermediate, toF16));
     storeFromLaneZero(b, s.warp, [&] {
       for (int r = 0; r < 4; ++r)
         memref::StoreOp::create(b, sums[r], y, ValueRange{s.token, j, o[r]});

@@ -12,6 +12,10 @@
 #include "targets/nvptx/WgmmaExperts.h"
 #include "targets/nvptx/WgmmaGemm.h"
 
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/IR/ImplicitLocOpBuilder.h"
+
 #include <algorithm>
 
 namespace kiln::nvptx {
@@ -188,6 +192,16 @@ kernels::LaunchShape NvptxHooks::shape(kernels::Work work, int64_t) const {
     shape.gridBlocks = kernels::Work{work.constant, work.perToken};
   }
   return shape;
+}
+
+std::optional<kernels::E4m3PairToF16> NvptxHooks::e4m3PairToF16() const {
+  return kernels::E4m3PairToF16([](mlir::ImplicitLocOpBuilder &b, mlir::Value pair) -> mlir::Value {
+    auto bytes = mlir::VectorType::get({2}, b.getI8Type());
+    mlir::Value both = mlir::LLVM::BitcastOp::create(b, bytes, pair);
+    return mlir::NVVM::ConvertF8x2ToF16x2Op::create(b, mlir::VectorType::get({2}, b.getF16Type()),
+                                                    both, /*relu=*/false,
+                                                    mlir::Float8E4M3FNType::get(b.getContext()));
+  });
 }
 
 } // namespace kiln::nvptx

@@ -38,6 +38,8 @@ public:
 protected:
   MatrixExperts fewItemsExperts(const kernels::ExpertTileShape &shape) const override;
   bool stagedExpertsBroken() const override { return fault == "staged-experts-drop-chunk"; }
+  // cvt.rn.f16x2.e4m3x2 (sm_89 and later; every chip of the table).
+  std::optional<kernels::E4m3PairToF16> e4m3PairToF16() const override;
 
 private:
   std::optional<MatrixGemm> narrowGemm(int64_t n, int64_t k, int64_t maxTokens,

@@ -80,6 +80,26 @@ TEST(FloatTest, E4m3DecodesEveryCode) {
   EXPECT_EQ(e4m3ToFloat(0x77), 240.0f);
 }
 
+// The packed staged expert kernels (targets/common/PackedStagedDot.cpp)
+// rewrite each E2M1 code of a word of eight as an E4M3 byte whose value is
+// the code's over 64 (high codes: w & 0x80808080 | w >> 2 & 0x1C1C1C1C; low
+// codes: w << 4 & 0x80808080 | w << 2 & 0x1C1C1C1C), then convert the bytes
+// to f16 in hardware. Every code pair of a byte, in both places, holds it.
+TEST(FloatTest, E2m1CodesAsE4m3BytesAreTheirValuesOver64) {
+  for (uint32_t pair = 0; pair < 256; ++pair) {
+    const uint32_t word = pair * 0x01010101u;
+    const uint32_t high = (word & 0x80808080u) | ((word >> 2) & 0x1C1C1C1Cu);
+    const uint32_t low = ((word << 4) & 0x80808080u) | ((word << 2) & 0x1C1C1C1Cu);
+    for (int byte = 0; byte < 4; ++byte) {
+      const auto at = [&](uint32_t w) { return static_cast<uint8_t>(w >> (8 * byte)); };
+      EXPECT_EQ(e4m3ToFloat(at(high)) * 64.0f, e2m1ToFloat(static_cast<uint8_t>(pair >> 4)))
+          << "pair " << pair << " byte " << byte;
+      EXPECT_EQ(e4m3ToFloat(at(low)) * 64.0f, e2m1ToFloat(static_cast<uint8_t>(pair & 15)))
+          << "pair " << pair << " byte " << byte;
+    }
+  }
+}
+
 TEST(FloatTest, E4m3EncodeInvertsDecode) {
   for (int code = 0; code < 256; ++code) {
     if ((code & 0x7f) == 0x7f)
