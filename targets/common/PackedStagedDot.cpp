@@ -60,11 +60,11 @@ public:
     auto v8h = VectorType::get({8}, b.getF16Type());
     std::array<WordPairs, kWordsPerLane> out;
     for (int64_t m = 0; m < kWordsPerLane; ++m) {
-      Value at = m ? arith::AddIOp::create(b, xAt, arith::ConstantIndexOp::create(b, 256 * m))
-                         .getResult()
-                   : xAt;
-      Value eight = vector::LoadOp::create(b, v8h, staged, ValueRange{at}, false,
-                                           llvm::MaybeAlign(16));
+      Value at =
+          m ? arith::AddIOp::create(b, xAt, arith::ConstantIndexOp::create(b, 256 * m)).getResult()
+            : xAt;
+      Value eight =
+          vector::LoadOp::create(b, v8h, staged, ValueRange{at}, false, llvm::MaybeAlign(16));
       for (int64_t p = 0; p < 4; ++p)
         out[m].pairs[p] =
             vector::ShuffleOp::create(b, eight, eight, ArrayRef<int64_t>{2 * p, 2 * p + 1});
@@ -82,18 +82,18 @@ public:
     Value words = vector::BitCastOp::create(b, VectorType::get({4}, b.getI32Type()), bytes);
     // A byte's high code s e1 e0 m (bits 7..4) as s << 7 | e1 e0 m << 2, its
     // low code (bits 3..0) likewise: E4M3 bytes, each code's value / 64.
-    Value high = arith::OrIOp::create(
-        b, arith::AndIOp::create(b, words, signs),
-        arith::AndIOp::create(b, arith::ShRUIOp::create(b, words, two), mags));
+    Value high =
+        arith::OrIOp::create(b, arith::AndIOp::create(b, words, signs),
+                             arith::AndIOp::create(b, arith::ShRUIOp::create(b, words, two), mags));
     Value low = arith::OrIOp::create(
         b, arith::AndIOp::create(b, arith::ShLIOp::create(b, words, four), signs),
         arith::AndIOp::create(b, arith::ShLIOp::create(b, words, two), mags));
     Value scaleBytes = vector::LoadOp::create(b, VectorType::get({2}, b.getI8Type()), row.scales,
                                               concat(row.at, scaleAt), false, llvm::MaybeAlign(2));
-    Value scalePair = toF16(
-        b, vector::ExtractOp::create(
-               b, vector::BitCastOp::create(b, VectorType::get({1}, i16), scaleBytes),
-               ArrayRef<int64_t>{0}));
+    Value scalePair =
+        toF16(b, vector::ExtractOp::create(
+                     b, vector::BitCastOp::create(b, VectorType::get({1}, i16), scaleBytes),
+                     ArrayRef<int64_t>{0}));
     for (int64_t block = 0; block < 2; ++block) {
       // Words 2 block and 2 block + 1 share the block's scale.
       Value sum = zeroPair;
@@ -141,10 +141,10 @@ void stageVectorInPairOrder(ImplicitLocOpBuilder &b, Value x, ValueRange xAt, in
   Value chunkStart = arith::MulIOp::create(b, arith::SubIOp::create(b, g, inChunk), index(8));
   Value lane = arith::DivUIOp::create(b, inChunk, index(4));
   Value word = arith::RemUIOp::create(b, inChunk, index(4));
-  Value to = arith::AddIOp::create(
-      b, chunkStart,
-      arith::AddIOp::create(b, arith::MulIOp::create(b, word, index(256)),
-                            arith::MulIOp::create(b, lane, index(8))));
+  Value to =
+      arith::AddIOp::create(b, chunkStart,
+                            arith::AddIOp::create(b, arith::MulIOp::create(b, word, index(256)),
+                                                  arith::MulIOp::create(b, lane, index(8))));
   SmallVector<Value, 3> from(xAt.begin(), xAt.end());
   from.push_back(arith::MulIOp::create(b, g, index(8)));
   Value value = vector::LoadOp::create(b, VectorType::get({8}, b.getF32Type()), x, from, false,
@@ -190,8 +190,8 @@ SmallVector<Value> packedStagedDot(ImplicitLocOpBuilder &b, const WarpOfPart &wa
   Value fold = arith::ConstantOp::create(b, b.getF32FloatAttr(kCodeFold));
   SmallVector<Value> out;
   for (auto [r, row] : llvm::enumerate(rows))
-    out.push_back(arith::MulFOp::create(b, loop.getResult(r),
-                                        arith::MulFOp::create(b, row.global, fold)));
+    out.push_back(
+        arith::MulFOp::create(b, loop.getResult(r), arith::MulFOp::create(b, row.global, fold)));
   return out;
 }
 
