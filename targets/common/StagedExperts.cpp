@@ -150,7 +150,7 @@ KernelSpec expertGateUpStaged(int64_t experts, int64_t k, int64_t intermediate, 
   std::string name = stagedName("gateup", dropLastChunk, toF16) + str(experts) + "e_top" + str(k) +
                      "_" + str(intermediate) + "x" + str(latent) + "_nvfp4";
   const ExpertTileShape shape{experts, k, intermediate, latent, true, 0};
-  Tiling tiling = stagedTiling(2, toF16);
+  Tiling tiling = stagedTiling(2, toF16 != nullptr);
   auto args = [&](Builder &b) { return expertGateUpArgTypes(b, shape); };
   return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k_) {
     ImplicitLocOpBuilder &b = k_.b;
@@ -162,7 +162,7 @@ KernelSpec expertGateUpStaged(int64_t experts, int64_t k, int64_t intermediate, 
     const int64_t groups = intermediate / 2;
     StagedBlock s = stageBlock(
         k_, name, z, latent, k * groups, rows,
-        [](Value t, Value) { return SmallVector<Value, 2>{t}; }, toF16);
+        [](Value t, Value) { return SmallVector<Value, 2>{t}; }, toF16 != nullptr);
     Value one = arith::ConstantOp::create(b, b.getF32FloatAttr(1.0f));
     Value item = stagedItemLoop(k_, s);
     Value groupCount = k_.index(groups);
@@ -191,7 +191,7 @@ KernelSpec expertDownStaged(int64_t experts, int64_t k, int64_t intermediate, in
   std::string name = stagedName("down", false, toF16) + str(experts) + "e_top" + str(k) + "_" +
                      str(latent) + "x" + str(intermediate) + "_nvfp4";
   const ExpertTileShape shape{experts, k, intermediate, latent, true, 0};
-  Tiling tiling = stagedTiling(4, toF16);
+  Tiling tiling = stagedTiling(4, toF16 != nullptr);
   auto args = [&](Builder &b) { return expertDownArgTypes(b, shape); };
   return buildKernel(name, "kiln.megamoe", tiling, args, [&](KernelScope &k_) {
     ImplicitLocOpBuilder &b = k_.b;
@@ -206,7 +206,7 @@ KernelSpec expertDownStaged(int64_t experts, int64_t k, int64_t intermediate, in
         [&](Value t, Value first) {
           return SmallVector<Value, 2>{t, arith::DivUIOp::create(b, first, groupCount)};
         },
-        toF16);
+        toF16 != nullptr);
     Value item = stagedItemLoop(k_, s);
     Value j = arith::DivUIOp::create(b, item, groupCount);
     Value o0 = arith::MulIOp::create(b, arith::RemUIOp::create(b, item, groupCount), k_.index(4));
