@@ -149,6 +149,14 @@ void stageVectorInPairOrder(ImplicitLocOpBuilder &b, Value x, ValueRange xAt, in
   from.push_back(arith::MulIOp::create(b, g, index(8)));
   Value value = vector::LoadOp::create(b, VectorType::get({8}, b.getF32Type()), x, from, false,
                                        llvm::MaybeAlign(32));
+  // Saturated to f16's range, so that an element past it gives the largest
+  // f16 of its sign rather than an infinity (and NaN sums).
+  auto v8f = VectorType::get({8}, b.getF32Type());
+  auto bound = [&](float v) -> Value {
+    return arith::ConstantOp::create(b, v8f, DenseElementsAttr::get(v8f, v));
+  };
+  value = arith::MinimumFOp::create(b, arith::MaximumFOp::create(b, value, bound(-65504.0f)),
+                                    bound(65504.0f));
   Value halves = arith::TruncFOp::create(b, VectorType::get({8}, b.getF16Type()), value);
   Value ordered =
       vector::ShuffleOp::create(b, halves, halves, ArrayRef<int64_t>{0, 2, 4, 6, 1, 3, 5, 7});

@@ -16,9 +16,10 @@
 // pair), then in f32 times the block scale.
 //
 // Numerics: the vector is rounded to f16 (11 significant bits, against the
-// bf16 the tensor-core kernels use); the products and their eight-term sums
-// are f16 at 2^-6 of their value, so a vector element as large as f16 holds
-// (65504) cannot overflow them.
+// bf16 the tensor-core kernels use), saturated at f16's largest magnitude
+// (65504: an activation past it is clipped, not made infinite); the products
+// and their eight-term sums are f16 at 2^-6 of their value, so no element f16
+// holds can overflow them.
 #pragma once
 
 #include "targets/common/Generators.h"
@@ -39,8 +40,8 @@ namespace kiln::kernels::warp {
 struct Row;
 
 // Copies x[xAt, :] (`k` f32, k % 1024 == 0) into `staged`, a rank-1
-// shared-memory memref of k f16, rounded to f16, in the order
-// packedStagedDot reads it: lane l's word m of chunk c (elements
+// shared-memory memref of k f16, saturated at +-65504 and rounded to f16, in
+// the order packedStagedDot reads it: lane l's word m of chunk c (elements
 // 1024 c + 32 l + 8 m + i, i = 0 .. 7) as 8 f16 at 1024 c + 256 m + 8 l, in
 // the order of the word's f16 pairs: codes 0 2 4 6 1 3 5 7. Thread `thread`
 // of `threads` copies every threads-th word; the caller synchronises the
