@@ -30,8 +30,8 @@ SmallVector<Value, 3> concat(ArrayRef<Value> lead, Value last) {
   return all;
 }
 
-// A word's pair of f16 (vector<2xf16>) products to come: the codes' four
-// f16 pairs, in the staged vector's order (codes 0 2 | 4 6 | 1 3 | 5 7).
+// The staged vector's elements for one word of codes: four f16 pairs
+// (vector<2xf16>), in the order of the codes' pairs (0 2 | 4 6 | 1 3 | 5 7).
 struct WordPairs {
   Value pairs[4];
 };
