@@ -24,12 +24,6 @@ constexpr int64_t kWordsPerLane = 4; // a lane's 32 codes of a chunk
 // E4M3 bytes of E2M1 codes hold 2^-6 of the codes' values.
 constexpr float kCodeFold = 64.0f;
 
-SmallVector<Value, 3> concat(ArrayRef<Value> lead, Value last) {
-  SmallVector<Value, 3> all(lead.begin(), lead.end());
-  all.push_back(last);
-  return all;
-}
-
 // The staged vector's elements for one word of codes: four f16 pairs
 // (vector<2xf16>), in the order of the codes' pairs (0 2 | 4 6 | 1 3 | 5 7).
 struct WordPairs {
@@ -145,9 +139,8 @@ void stageVectorInPairOrder(ImplicitLocOpBuilder &b, Value x, ValueRange xAt, in
       arith::AddIOp::create(b, chunkStart,
                             arith::AddIOp::create(b, arith::MulIOp::create(b, word, index(256)),
                                                   arith::MulIOp::create(b, lane, index(8))));
-  SmallVector<Value, 3> from(xAt.begin(), xAt.end());
-  from.push_back(arith::MulIOp::create(b, g, index(8)));
-  Value value = vector::LoadOp::create(b, VectorType::get({8}, b.getF32Type()), x, from, false,
+  Value value = vector::LoadOp::create(b, VectorType::get({8}, b.getF32Type()), x,
+                                       concat(xAt, arith::MulIOp::create(b, g, index(8))), false,
                                        llvm::MaybeAlign(32));
   // Saturated to f16's range, so that an element past it gives the largest
   // f16 of its sign rather than an infinity (and NaN sums).

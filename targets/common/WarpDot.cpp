@@ -34,15 +34,15 @@ Value warpSum(ImplicitLocOpBuilder &b, Value value) {
   return value;
 }
 
-namespace {
-
-using Indices = SmallVector<Value, 2>;
-
-Indices concat(ValueRange lead, Value last) {
-  Indices all(lead.begin(), lead.end());
+SmallVector<Value, 2> concat(ValueRange lead, Value last) {
+  SmallVector<Value, 2> all(lead.begin(), lead.end());
   all.push_back(last);
   return all;
 }
+
+namespace {
+
+using Indices = SmallVector<Value, 2>;
 
 // Values loaded once per chunk and shared by the rows that read them: the
 // vector's rows (by index) and the weight rows (by memref and index).

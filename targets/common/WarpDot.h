@@ -19,6 +19,9 @@ namespace kiln::kernels::warp {
 
 constexpr int64_t kWarp = 32;
 
+// The indices `lead` then `last` (a row's leading indices and a column).
+llvm::SmallVector<mlir::Value, 2> concat(mlir::ValueRange lead, mlir::Value last);
+
 // f32 `value` summed over the 32 lanes of a warp (xor shuffles, offsets
 // 1, 2, .. 16); every lane holds the sum.
 mlir::Value warpSum(mlir::ImplicitLocOpBuilder &b, mlir::Value value);
