@@ -46,6 +46,22 @@ std::optional<Lowering::Bf16CopyKey> Lowering::pendingBf16Copy(Value value) {
   return std::nullopt;
 }
 
+bool Lowering::launchNormWithBf16Copy(Value result, int64_t width,
+                                      llvm::function_ref<std::optional<KernelLaunch>()> withCopy,
+                                      ArrayRef<Buf> buffers, StringRef what) {
+  std::optional<Bf16CopyKey> copy = pendingBf16Copy(result);
+  if (!copy)
+    return false;
+  std::optional<KernelLaunch> fused = withCopy();
+  if (!fused)
+    return false;
+  SmallVector<Buf> all(buffers.begin(), buffers.end());
+  all.push_back(alloc({width}, b.getBF16Type()));
+  launch(fused->kernel, all, {"tokens:0", "part", "parts"}, fused->work, what);
+  bf16Copies[*copy] = all.back();
+  return true;
+}
+
 void Lowering::launchGemv(const TargetHooks::Gemv &gemv, const Buf &x, const Buf &w, const Buf &y,
                           bool lastRow, StringRef what) {
   if (gemv.everyRow) {

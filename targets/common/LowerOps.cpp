@@ -91,14 +91,10 @@ LogicalResult Lowering::lower(RmsNormOp o, StringRef what) {
   const double eps = o.getEps().convertToDouble();
   values[o.getResult()] = y;
   // A matrix GEMM that would cast the result to bf16 finds the norm's copy.
-  if (std::optional<Bf16CopyKey> copy = pendingBf16Copy(o.getResult()))
-    if (std::optional<KernelLaunch> fused = hooks.rmsNormKernelWithBf16(n, eps)) {
-      Buf yb = alloc({n}, b.getBF16Type());
-      launch(fused->kernel, {act(o.getInput()), *w, y, yb}, {"tokens:0", "part", "parts"},
-             fused->work, what);
-      bf16Copies[*copy] = yb;
-      return success();
-    }
+  if (launchNormWithBf16Copy(
+          o.getResult(), n, [&] { return hooks.rmsNormKernelWithBf16(n, eps); },
+          {act(o.getInput()), *w, y}, what))
+    return success();
   KernelLaunch kernel = hooks.rmsNormKernel(n, eps);
   launch(kernel.kernel, {act(o.getInput()), *w, y}, {"tokens:0", "part", "parts"}, kernel.work,
          what);
@@ -283,15 +279,10 @@ LogicalResult Lowering::lower(NormResidualOp o, StringRef what) {
   values[o.getNewResidual()] = h;
   values[o.getNormed()] = y;
   // A matrix GEMM that would cast `normed` to bf16 finds the kernel's copy.
-  if (std::optional<Bf16CopyKey> copy = pendingBf16Copy(o.getNormed()))
-    if (std::optional<KernelLaunch> fused = hooks.normResidualKernelWithBf16(w, postEps, nextEps)) {
-      Buf yb = alloc({w}, b.getBF16Type());
-      launch(fused->kernel,
-             {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y, yb},
-             {"tokens:0", "part", "parts"}, fused->work, what);
-      bf16Copies[*copy] = yb;
-      return success();
-    }
+  if (launchNormWithBf16Copy(
+          o.getNormed(), w, [&] { return hooks.normResidualKernelWithBf16(w, postEps, nextEps); },
+          {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y}, what))
+    return success();
   KernelLaunch kernel = hooks.normResidualKernel(w, postEps, nextEps);
   launch(kernel.kernel, {act(o.getResidual()), act(o.getUpdate()), *post, *gate, *next, h, y},
          {"tokens:0", "part", "parts"}, kernel.work, what);

@@ -199,6 +199,13 @@ private:
   // such reader), the key its copy goes by: a norm producing `value` then
   // writes the copy itself (bf16Copies).
   std::optional<Bf16CopyKey> pendingBf16Copy(Value value);
+  // A norm whose `result` (`width` wide) a matrix GEMM would cast to bf16:
+  // where the target has `withCopy` (the norm writing its rows also as
+  // bf16), launches it with `buffers` and a bf16 copy after them, and
+  // records the copy. False, launching nothing, otherwise.
+  bool launchNormWithBf16Copy(Value result, int64_t width,
+                              llvm::function_ref<std::optional<KernelLaunch>()> withCopy,
+                              ArrayRef<Buf> buffers, StringRef what);
   CommGroups groups;
   int64_t world = 1; // max(tp, ep) of the graph's kiln.layout
   Buf ids, positions;
