@@ -123,37 +123,18 @@ private:
 
 void stageVectorInPairOrder(ImplicitLocOpBuilder &b, Value x, ValueRange xAt, int64_t k,
                             Value staged, Value thread, int64_t threads) {
-  if (k % kChunk != 0)
-    llvm::report_fatal_error("kiln: a vector staged in pair order needs whole 1024-element chunks");
-  auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v).getResult(); };
-  auto loop = scf::ForOp::create(b, thread, index(k / 8), index(threads));
-  OpBuilder::InsertionGuard guard(b);
-  b.setInsertionPointToStart(loop.getBody());
-  // Word g of 8 elements: chunk g / 128, lane (g % 128) / 4, word g % 4.
-  Value g = loop.getInductionVar();
-  Value inChunk = arith::RemUIOp::create(b, g, index(128));
-  Value chunkStart = arith::MulIOp::create(b, arith::SubIOp::create(b, g, inChunk), index(8));
-  Value lane = arith::DivUIOp::create(b, inChunk, index(4));
-  Value word = arith::RemUIOp::create(b, inChunk, index(4));
-  Value to =
-      arith::AddIOp::create(b, chunkStart,
-                            arith::AddIOp::create(b, arith::MulIOp::create(b, word, index(256)),
-                                                  arith::MulIOp::create(b, lane, index(8))));
-  Value value = vector::LoadOp::create(b, VectorType::get({8}, b.getF32Type()), x,
-                                       concat(xAt, arith::MulIOp::create(b, g, index(8))), false,
-                                       llvm::MaybeAlign(32));
-  // Saturated to f16's range, so that an element past it gives the largest
-  // f16 of its sign rather than an infinity (and NaN sums).
   auto v8f = VectorType::get({8}, b.getF32Type());
   auto bound = [&](float v) -> Value {
     return arith::ConstantOp::create(b, v8f, DenseElementsAttr::get(v8f, v));
   };
-  value = arith::MinimumFOp::create(b, arith::MaximumFOp::create(b, value, bound(-65504.0f)),
-                                    bound(65504.0f));
-  Value halves = arith::TruncFOp::create(b, VectorType::get({8}, b.getF16Type()), value);
-  Value ordered =
-      vector::ShuffleOp::create(b, halves, halves, ArrayRef<int64_t>{0, 2, 4, 6, 1, 3, 5, 7});
-  vector::StoreOp::create(b, ordered, staged, ValueRange{to}, false, llvm::MaybeAlign(16));
+  stageVectorByWords(b, x, xAt, k, staged, thread, threads, 8, [&](Value value) -> Value {
+    // Saturated to f16's range, so that an element past it gives the
+    // largest f16 of its sign rather than an infinity (and NaN sums).
+    value = arith::MinimumFOp::create(b, arith::MaximumFOp::create(b, value, bound(-65504.0f)),
+                                      bound(65504.0f));
+    Value halves = arith::TruncFOp::create(b, VectorType::get({8}, b.getF16Type()), value);
+    return vector::ShuffleOp::create(b, halves, halves, ArrayRef<int64_t>{0, 2, 4, 6, 1, 3, 5, 7});
+  });
 }
 
 SmallVector<Value> packedStagedDot(ImplicitLocOpBuilder &b, const WarpOfPart &warp,

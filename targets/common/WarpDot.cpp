@@ -391,29 +391,35 @@ SmallVector<Value> rowsDot(ImplicitLocOpBuilder &b, const WarpOfPart &warp, Arra
   return outs;
 }
 
-void stageVectorInLaneOrder(ImplicitLocOpBuilder &b, Value x, ValueRange xAt, int64_t k,
-                            Value staged, Value thread, int64_t threads) {
-  if (k % 1024 != 0)
-    llvm::report_fatal_error("kiln: a vector staged in lane order needs whole 1024-element chunks");
-  auto v4f = VectorType::get({4}, b.getF32Type());
+void stageVectorByWords(ImplicitLocOpBuilder &b, Value x, ValueRange xAt, int64_t k, Value staged,
+                        Value thread, int64_t threads, int64_t word,
+                        llvm::function_ref<Value(Value)> asStaged) {
+  if (k % 1024 != 0 || 32 % word != 0)
+    llvm::report_fatal_error("kiln: a staged vector needs whole 1024-element chunks");
   auto index = [&](int64_t v) { return arith::ConstantIndexOp::create(b, v).getResult(); };
-  Value c4 = index(4), c8 = index(8), c256 = index(256);
-  auto loop = scf::ForOp::create(b, thread, index(k / 4), index(threads));
+  auto loop = scf::ForOp::create(b, thread, index(k / word), index(threads));
   OpBuilder::InsertionGuard guard(b);
   b.setInsertionPointToStart(loop.getBody());
-  // Group g of 4 elements: chunk g / 256, lane (g % 256) / 8, word g % 8.
+  // Word g: chunk g / (1024 / word), lane (g % (1024 / word)) / (32 / word),
+  // the lane's word g % (32 / word).
   Value g = loop.getInductionVar();
-  Value inChunk = arith::RemUIOp::create(b, g, c256);
-  Value chunkStart = arith::MulIOp::create(b, arith::SubIOp::create(b, g, inChunk), c4);
-  Value lane = arith::DivUIOp::create(b, inChunk, c8);
-  Value word = arith::RemUIOp::create(b, inChunk, c8);
-  Value to =
-      arith::AddIOp::create(b, chunkStart,
-                            arith::AddIOp::create(b, arith::MulIOp::create(b, word, index(128)),
-                                                  arith::MulIOp::create(b, lane, c4)));
-  Value value = vector::LoadOp::create(b, v4f, x, concat(xAt, arith::MulIOp::create(b, g, c4)),
-                                       false, llvm::MaybeAlign(16));
-  vector::StoreOp::create(b, value, staged, ValueRange{to}, false, llvm::MaybeAlign(16));
+  Value inChunk = arith::RemUIOp::create(b, g, index(1024 / word));
+  Value chunkStart = arith::MulIOp::create(b, arith::SubIOp::create(b, g, inChunk), index(word));
+  Value lane = arith::DivUIOp::create(b, inChunk, index(32 / word));
+  Value laneWord = arith::RemUIOp::create(b, inChunk, index(32 / word));
+  Value to = arith::AddIOp::create(
+      b, chunkStart,
+      arith::AddIOp::create(b, arith::MulIOp::create(b, laneWord, index(32 * word)),
+                            arith::MulIOp::create(b, lane, index(word))));
+  Value value = vector::LoadOp::create(b, VectorType::get({word}, b.getF32Type()), x,
+                                       concat(xAt, arith::MulIOp::create(b, g, index(word))), false,
+                                       llvm::MaybeAlign(4 * word));
+  vector::StoreOp::create(b, asStaged(value), staged, ValueRange{to}, false, llvm::MaybeAlign(16));
+}
+
+void stageVectorInLaneOrder(ImplicitLocOpBuilder &b, Value x, ValueRange xAt, int64_t k,
+                            Value staged, Value thread, int64_t threads) {
+  stageVectorByWords(b, x, xAt, k, staged, thread, threads, 4, [](Value v) { return v; });
 }
 
 SmallVector<Row> projectionRows(const ExpertProjection &projection, Value e,

@@ -6,6 +6,7 @@
 
 #include "mlir/IR/ImplicitLocOpBuilder.h"
 #include "mlir/IR/Value.h"
+#include "llvm/ADT/STLFunctionalExtras.h"
 #include "llvm/ADT/SmallVector.h"
 
 #include <cstdint>
@@ -65,6 +66,17 @@ llvm::SmallVector<mlir::Value> rowsDot(mlir::ImplicitLocOpBuilder &b, const Warp
                                        mlir::ValueRange xAt, int64_t k,
                                        mlir::Value offset = mlir::Value(),
                                        Nvfp4Lanes lanes = Nvfp4Lanes::Contiguous);
+
+// Copies the vector `x`[xAt, :] (`k` f32, k % 1024 == 0) into `staged`, a
+// rank-1 shared-memory memref, `word` elements at a time (word divides 32):
+// lane l's word m of each 1024-element chunk (elements 1024 c + 32 l +
+// word m ..) to 1024 c + 32 word m + word l, as `asStaged` makes the word's
+// f32 (a vector of `word`) into what `staged` holds of it (16 bytes). Thread
+// `thread` of `threads` copies every threads-th word; the caller synchronises
+// the block before the dots read it.
+void stageVectorByWords(mlir::ImplicitLocOpBuilder &b, mlir::Value x, mlir::ValueRange xAt,
+                        int64_t k, mlir::Value staged, mlir::Value thread, int64_t threads,
+                        int64_t word, llvm::function_ref<mlir::Value(mlir::Value)> asStaged);
 
 // Copies the vector `x`[xAt, :] (`k` f32, k % 1024 == 0) into `staged`, a
 // rank-1 shared-memory memref of k f32, in the order the lanes of an
