@@ -10,6 +10,7 @@
 
 #include "targets/common/KernelBuilder.h"
 #include "targets/common/KvCacheAccess.h"
+#include "targets/nvptx/DynamicShared.h"
 #include "targets/nvptx/FlashSoftmax.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -392,15 +393,7 @@ kernels::KernelSpec mmaAttention(const S &shape, bool dropLastTile) {
   const std::string smemName = name + "_smem";
   kernels::KernelSpec spec =
       kernels::buildKernel(name, "kiln.attention", tiling, args, [&](kernels::KernelScope &scope) {
-        {
-          OpBuilder::InsertionGuard guard(scope.b);
-          scope.b.setInsertionPoint(scope.func);
-          LLVM::GlobalOp::create(scope.b, LLVM::LLVMArrayType::get(scope.b.getI8Type(), 0),
-                                 /*isConstant=*/false, LLVM::Linkage::External, smemName,
-                                 Attribute(), /*alignment=*/16, /*addrSpace=*/3);
-        }
-        scope.func->setAttr("nvvm.maxntid",
-                            scope.b.getDenseI32ArrayAttr({int32_t(shape.threads()), 1, 1}));
+        declareDynamicShared(scope, smemName, /*alignment=*/16, shape.threads());
         MmaAttentionBuilder(scope, shape, smemName, dropLastTile).build();
       });
   spec.sharedBytes = shape.sharedBytes();

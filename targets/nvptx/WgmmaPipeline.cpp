@@ -1,5 +1,7 @@
 #include "targets/nvptx/WgmmaPipeline.h"
 
+#include "targets/nvptx/DynamicShared.h"
+
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
@@ -11,14 +13,7 @@ namespace kiln::nvptx::wgmma {
 using namespace mlir;
 
 void declareKernel(kernels::KernelScope &k, const std::string &smemName, int64_t threads) {
-  {
-    OpBuilder::InsertionGuard guard(k.b);
-    k.b.setInsertionPoint(k.func);
-    LLVM::GlobalOp::create(k.b, LLVM::LLVMArrayType::get(k.b.getI8Type(), 0),
-                           /*isConstant=*/false, LLVM::Linkage::External, smemName, Attribute(),
-                           /*alignment=*/1024, /*addrSpace=*/3);
-  }
-  k.func->setAttr("nvvm.maxntid", k.b.getDenseI32ArrayAttr({int32_t(threads), 1, 1}));
+  declareDynamicShared(k, smemName, /*alignment=*/1024, threads);
   k.func->setAttr("nvvm.minctasm", k.b.getI32IntegerAttr(1));
 }
 
