@@ -29,6 +29,7 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   tiny-wide128.p512-pg64-b4.sm_90.kiln tiny-wide128.p512-pg64-broken.sm_90.kiln \
   tiny-wide128.p512-pg64-fp8.sm_90.kiln tiny-wide128.p512-pg64-fp8-broken.sm_90.kiln \
   tiny-wide128.fp8tc-1200s.reference small-nvfp4.staged-broken.sm_90.kiln \
+  small-nvfp4.pair-broken.sm_90.kiln \
   tiny-bf16.p2048.sm_90.kiln tiny-nvfp4.p2048.sm_90.kiln tiny-bf16.bf16tc-2000.reference \
   tiny-nvfp4.bf16tc-2000.reference tiny-bf16.p2048-experts-broken.sm_90.kiln; do
   if [ ! -e "$DATA/$file" ]; then
@@ -203,6 +204,12 @@ must_fail "small-nvfp4, the narrow expert gate/up broken on purpose (its last k 
 # one chunk short, against the same reference and tolerances: must fail.
 must_fail "small-nvfp4, the staged expert gate/up broken on purpose (a chunk left out)" \
   "$DATA/small-nvfp4.staged-broken.sm_90.kiln" --weights synthetic:3 \
+  --reference "$DATA/small-nvfp4.reference"
+# The decode step's k and v projections in one launch (the pair GEMV, which
+# the small-nvfp4 check above runs), its second product reading the first's
+# weights: must fail.
+must_fail "small-nvfp4, the k/v pair GEMV broken on purpose (v from k's weights)" \
+  "$DATA/small-nvfp4.pair-broken.sm_90.kiln" --weights synthetic:3 \
   --reference "$DATA/small-nvfp4.reference"
 if command -v compute-sanitizer >/dev/null; then
   # The staged expert kernels' shared-memory copy and barrier.

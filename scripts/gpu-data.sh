@@ -99,6 +99,8 @@ kiln_log "small nvfp4, prefill chunks of 512 (wgmma GEMMs), and one with a GEMM 
   --inject-fault=narrow-experts-drop-k-step -o "$OUT/small-nvfp4.narrow-broken.sm_90.kiln"
 "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=8 --verify-tokens=8 \
   --inject-fault=staged-experts-drop-chunk -o "$OUT/small-nvfp4.staged-broken.sm_90.kiln"
+"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=8 --verify-tokens=8 \
+  --inject-fault=gemv-pair-first-weight -o "$OUT/small-nvfp4.pair-broken.sm_90.kiln"
 kiln_log "tiny bf16 and nvfp4, prefill chunks of 512 (wgmma GEMMs and experts; racecheck runs them)"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --max-prefill-tokens=512 -o "$OUT/tiny-bf16.p512.sm_90.kiln"
 "$BIN/kilnc" muse-spark-tiny --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 \

@@ -215,7 +215,8 @@ cl::opt<double> reserveMemory("reserve-memory",
 cl::opt<std::string> injectFault("inject-fault", cl::Hidden,
                                  cl::desc("Build one kernel family wrong on purpose "
                                           "(wgmma-drop-k-step, attention-drop-tile, "
-                                          "expert-drop-k-step, narrow-experts-drop-k-step), "
+                                          "expert-drop-k-step, narrow-experts-drop-k-step, "
+                                          "staged-experts-drop-chunk, gemv-pair-first-weight), "
                                           "to test the checks"),
                                  cl::init(""), cl::cat(kilncCategory));
 
@@ -524,11 +525,11 @@ int main(int argc, char **argv) {
     if (!injectFault.empty() &&
         !((injectFault == "wgmma-drop-k-step" || injectFault == "attention-drop-tile" ||
            injectFault == "expert-drop-k-step" || injectFault == "narrow-experts-drop-k-step" ||
-           injectFault == "staged-experts-drop-chunk") &&
+           injectFault == "staged-experts-drop-chunk" || injectFault == "gemv-pair-first-weight") &&
           chip && chip->matrix == kiln::MatrixCores::Wgmma))
       return fail("--inject-fault: the faults are wgmma-drop-k-step, attention-drop-tile, "
-                  "expert-drop-k-step, narrow-experts-drop-k-step and staged-experts-drop-chunk, "
-                  "with --target=sm_90");
+                  "expert-drop-k-step, narrow-experts-drop-k-step, staged-experts-drop-chunk and "
+                  "gemv-pair-first-weight, with --target=sm_90");
     request.target.fault = injectFault;
     return kiln::runBackend(*module, request);
   }

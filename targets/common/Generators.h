@@ -109,6 +109,10 @@ KernelSpec linearBlockTokens(int64_t n, int64_t k, int64_t tokens);
 // Few rows (n < 4096): a block of four warps per row, each a quarter of k.
 bool splitGemvFits(int64_t n, int64_t k);
 KernelSpec linearSplitBlock(int64_t n, int64_t k);
+// Two such products of one x (a layer's k and v projections: x, w0, w1, y0,
+// y1; first row, rows): 2n blocks, one launch. `broken`: the second product
+// reads w0 (a fault the GPU checks must catch).
+KernelSpec linearSplitBlockPair(int64_t n, int64_t k, bool broken = false);
 // The MegaMoE stage's products: h = silu(gate z) * up z for every (token,
 // selected expert, row), then y = down h.
 KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,

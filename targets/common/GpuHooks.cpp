@@ -124,6 +124,14 @@ TargetHooks::Gemv GpuTargetHooks::gemv(int64_t n, int64_t k, int64_t maxRows,
   return TargetHooks::gemv(n, k, maxRows, splitRows);
 }
 
+std::optional<TargetHooks::Gemv> GpuTargetHooks::gemvPair(int64_t n, int64_t k) const {
+  // Where gemv's split rows take the split-k block kernel (few rows, long k).
+  if (!splitGemvFits(n, k))
+    return std::nullopt;
+  return Gemv{linearSplitBlockPair(n, k, gemvPairBroken()),
+              Work{4 * warp::kWarp * 2 * n, 0, 4 * warp::kWarp}};
+}
+
 KernelLaunch GpuTargetHooks::kvAppendKernel(const AttentionShape &shape,
                                             SequenceLayout sequences) const {
   return {kvAppendWarp(shape, sequences), warpPerHead(shape.kvHeads)};

@@ -25,6 +25,7 @@ public:
                                                          double nextEps) const override;
   KernelLaunch routerTopKKernel(int64_t experts, int64_t k) const override;
   Gemv gemv(int64_t n, int64_t k, int64_t maxRows, bool splitRows) const override;
+  std::optional<Gemv> gemvPair(int64_t n, int64_t k) const override;
   std::optional<SplitAttention> splitAttention(const AttentionShape &shape, int64_t maxTokens,
                                                SequenceLayout sequences) const override;
   std::optional<ExpertStage> expertStage(int64_t experts, int64_t k, int64_t intermediate,
@@ -41,6 +42,9 @@ protected:
   // broken on purpose: their gate/up dots leave out the last 1024-element
   // chunk (kilnc --inject-fault=staged-experts-drop-chunk on NVPTX).
   virtual bool stagedExpertsBroken() const { return false; }
+  // Whether the k/v pair GEMV is to be built broken on purpose: its second
+  // product reads the first's weights (kilnc --inject-fault=gemv-pair-first-weight).
+  virtual bool gemvPairBroken() const { return false; }
   // The target's conversion of two E4M3 bytes to an f16 pair in one
   // instruction, with which the staged expert kernels compute in packed f16
   // pairs (PackedStagedDot.h); none: they compute in f32.

@@ -74,6 +74,9 @@ void Lowering::launchGemv(const TargetHooks::Gemv &gemv, const Buf &x, const Buf
 }
 
 LogicalResult Lowering::lower(LinearOp o, StringRef what) {
+  // Computed already, beside the sibling product lowered before it.
+  if (values.count(o.getResult()))
+    return success();
   Value input = o.getInput(), weightValue = o.getWeight();
   auto wType = llvm::cast<RankedTensorType>(weightValue.getType());
   int64_t n = wType.getDimSize(0), k = wType.getDimSize(1);
@@ -106,8 +109,36 @@ LogicalResult Lowering::lower(LinearOp o, StringRef what) {
   FailureOr<Buf> w = weight(weightValue, Transform::None);
   if (failed(w))
     return failure();
+  if (LinearOp sibling = gemvSibling(o); sibling && !exact)
+    if (std::optional<TargetHooks::Gemv> pair = hooks.gemvPair(n, k)) {
+      FailureOr<Buf> w1 = weight(sibling.getWeight(), Transform::None);
+      if (failed(w1))
+        return failure();
+      Buf y1 = alloc({n}, b.getF32Type());
+      values[sibling.getResult()] = y1;
+      std::string both = what.str();
+      if (auto name = llvm::dyn_cast<NameLoc>(sibling.getLoc()))
+        both += "+" + name.getName().str();
+      launch(pair->kernel, {x, *w, *w1, y, y1}, {"const:0", "tokens:0", "part", "parts"},
+             pair->work, both);
+      return success();
+    }
   launchGemv(hooks.gemv(n, k, maxRows(), /*splitRows=*/true), x, *w, y, /*lastRow=*/false, what);
   return success();
+}
+
+LinearOp Lowering::gemvSibling(LinearOp o) {
+  Value input = o.getInput();
+  for (Operation *user : input.getUsers()) {
+    auto other = llvm::dyn_cast<LinearOp>(user);
+    if (!other || other == o || other.getInput() != input || isRouterLogits(other) ||
+        other.getWeight().getType() != o.getWeight().getType() ||
+        other->getBlock() != o->getBlock() || !o->isBeforeInBlock(other) ||
+        values.count(other.getResult()))
+      continue;
+    return other;
+  }
+  return {};
 }
 
 LogicalResult Lowering::lower(LogitsOp o, StringRef what) {

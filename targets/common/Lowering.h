@@ -155,6 +155,10 @@ private:
   // in this entry (q, k and v of one input), that copy again.
   void launchMatrixGemm(const TargetHooks::MatrixGemm &gemm, int64_t n, const Buf &x, const Buf &w,
                         const Buf &y, StringRef what, Value source = Value());
+  // A later product of o's input with a weight of o's type (not a router's,
+  // not lowered yet): the GEMV path may compute both in one launch
+  // (TargetHooks::gemvPair). Null if none.
+  LinearOp gemvSibling(LinearOp o);
   // y = x · Wᵀ through the target's GEMV; `lastRow`: of the last token's row
   // only (a kernel over a range of rows reads just that one).
   void launchGemv(const TargetHooks::Gemv &gemv, const Buf &x, const Buf &w, const Buf &y,

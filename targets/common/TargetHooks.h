@@ -89,6 +89,13 @@ public:
     bool everyRow = false;
   };
   virtual Gemv gemv(int64_t n, int64_t k, int64_t maxRows, bool splitRows) const;
+  // Two such products of one x with two weights of one shape (x, W0, W1, y0,
+  // y1; scalars first, count, part, parts), in one launch where the target
+  // has a kernel for it, each y exactly gemv's: the few-row products a
+  // decode step runs side by side (a layer's k and v projections), whose
+  // launches are short enough that their latency, not their bytes, is what
+  // they cost. None otherwise.
+  virtual std::optional<Gemv> gemvPair(int64_t /*n*/, int64_t /*k*/) const { return std::nullopt; }
   // A tiled GEMM y[rows, n] = x'[rows, k] · Wᵀ for bf16 weights, with its
   // launch: arguments (x', W, y; rows, part, parts), x' padded to a multiple
   // of 16 rows; or none, and the vector GEMM serves. The target says how it

@@ -134,21 +134,31 @@ KernelSpec linearWarpTokens(int64_t n, int64_t k, int64_t tokens) {
 
 bool splitGemvFits(int64_t n, int64_t k) { return n < 4096 && k % 1024 == 0; }
 
-KernelSpec linearSplitBlock(int64_t n, int64_t k) {
-  // A block of four warps per output row, each warp a quarter of k; the
-  // quarters summed through shared memory in order.
-  std::string name = "linear_split_block_" + str(n) + "x" + str(k);
+namespace {
+
+// A block of four warps per output row, each warp a quarter of k; the
+// quarters summed through shared memory in order. With `pair`, two products
+// of the same x (weights w0, w1 of one shape, outputs y0, y1): blocks
+// [0, n) compute w0's rows, [n, 2n) w1's, each exactly as the single kernel
+// (`broken`: w0's again, a fault for the GPU checks).
+KernelSpec splitBlockGemv(int64_t n, int64_t k, bool pair, bool broken) {
+  std::string name = std::string(pair ? "linear_split_block_pair_" : "linear_split_block_") +
+                     (broken ? "broken_" : "") + str(n) + "x" + str(k);
   Tiling tiling;
-  tiling.set("kind", "split-k-gemv").set("splits", 4).set("parallel", "n");
+  tiling.set("kind", "split-k-gemv").set("splits", 4).set("parallel", pair ? "2n" : "n");
   auto args = [&](Builder &b) -> std::vector<Type> {
     Type f32 = b.getF32Type(), i64 = b.getI64Type();
-    return {MemRefType::get({ShapedType::kDynamic, k}, f32),
-            MemRefType::get({n, k}, b.getBF16Type()),
-            MemRefType::get({ShapedType::kDynamic, n}, f32), i64, i64};
+    Type x = MemRefType::get({ShapedType::kDynamic, k}, f32);
+    Type w = MemRefType::get({n, k}, b.getBF16Type());
+    Type y = MemRefType::get({ShapedType::kDynamic, n}, f32);
+    if (pair)
+      return {x, w, w, y, y, i64, i64};
+    return {x, w, y, i64, i64};
   };
   return buildKernel(name, "kiln.linear", tiling, args, [&](KernelScope &k_) {
     ImplicitLocOpBuilder &b = k_.b;
-    Value x = k_.arg(0), w = k_.arg(1), y = k_.arg(2);
+    const unsigned scalars = pair ? 5 : 3;
+    Value x = k_.arg(0), w = k_.arg(1), y = k_.arg(pair ? 3 : 2);
     SharedBuffer quarters = declareSharedBuffer(k_, name + "_smem", {4}, b.getF32Type());
     WarpOfPart wp;
     wp.c0 = k_.index(0);
@@ -158,11 +168,18 @@ KernelSpec linearSplitBlock(int64_t n, int64_t k) {
     Value quarter = k_.index(k / 4);
     Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
     Value o = gpu::BlockIdOp::create(b, gpu::Dimension::x);
+    if (pair) {
+      // The block's product: w1 and y1 from block n on.
+      Value second = arith::CmpIOp::create(b, arith::CmpIPredicate::uge, o, k_.index(n));
+      o = arith::SelectOp::create(b, second, arith::SubIOp::create(b, o, k_.index(n)), o);
+      w = arith::SelectOp::create(b, second, k_.arg(broken ? 1 : 2), w);
+      y = arith::SelectOp::create(b, second, k_.arg(4), y);
+    }
     wp.lane = arith::RemUIOp::create(b, tid, wp.c32);
     Value wid = arith::DivUIOp::create(b, tid, wp.c32);
     Value col = arith::MulIOp::create(b, wid, quarter);
     Value smem = quarters.get(b);
-    Value rows = k_.argIndex(4), first = k_.argIndex(3);
+    Value rows = k_.argIndex(scalars + 1), first = k_.argIndex(scalars);
     Value lead = isZero(b, wp.lane, wp.c0), firstThread = isZero(b, tid, wp.c0);
     auto tokens = scf::ForOp::create(b, wp.c0, rows, wp.c1);
     b.setInsertionPointToStart(tokens.getBody());
@@ -189,6 +206,16 @@ KernelSpec linearSplitBlock(int64_t n, int64_t k) {
     }
     gpu::BarrierOp::create(b);
   });
+}
+
+} // namespace
+
+KernelSpec linearSplitBlock(int64_t n, int64_t k) {
+  return splitBlockGemv(n, k, /*pair=*/false, /*broken=*/false);
+}
+
+KernelSpec linearSplitBlockPair(int64_t n, int64_t k, bool broken) {
+  return splitBlockGemv(n, k, /*pair=*/true, broken);
 }
 
 KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,

@@ -38,6 +38,7 @@ public:
 protected:
   MatrixExperts fewItemsExperts(const kernels::ExpertTileShape &shape) const override;
   bool stagedExpertsBroken() const override { return fault == "staged-experts-drop-chunk"; }
+  bool gemvPairBroken() const override { return fault == "gemv-pair-first-weight"; }
   // cvt.rn.f16x2.e4m3x2 (sm_89 and later; every chip of the table).
   std::optional<kernels::E4m3PairToF16> e4m3PairToF16() const override;
 
