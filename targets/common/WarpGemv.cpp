@@ -157,7 +157,7 @@ KernelSpec splitBlockGemv(int64_t n, int64_t k, bool pair, bool broken) {
   };
   return buildKernel(name, "kiln.linear", tiling, args, [&](KernelScope &k_) {
     ImplicitLocOpBuilder &b = k_.b;
-    const unsigned scalars = pair ? 5 : 3;
+    const unsigned firstScalar = pair ? 5 : 3;
     Value x = k_.arg(0), w = k_.arg(1), y = k_.arg(pair ? 3 : 2);
     SharedBuffer quarters = declareSharedBuffer(k_, name + "_smem", {4}, b.getF32Type());
     WarpOfPart wp;
@@ -179,7 +179,7 @@ KernelSpec splitBlockGemv(int64_t n, int64_t k, bool pair, bool broken) {
     Value wid = arith::DivUIOp::create(b, tid, wp.c32);
     Value col = arith::MulIOp::create(b, wid, quarter);
     Value smem = quarters.get(b);
-    Value rows = k_.argIndex(scalars + 1), first = k_.argIndex(scalars);
+    Value rows = k_.argIndex(firstScalar + 1), first = k_.argIndex(firstScalar);
     Value lead = isZero(b, wp.lane, wp.c0), firstThread = isZero(b, tid, wp.c0);
     auto tokens = scf::ForOp::create(b, wp.c0, rows, wp.c1);
     b.setInsertionPointToStart(tokens.getBody());
