@@ -4,6 +4,7 @@
 #
 #   bench/h200-ncu.sh BIN ARTIFACT [PREFILL_TOKENS] [DECODE_STEPS]
 #
+# TOP=N lists the N kernels that take the most time in each phase (10).
 # Runs kiln-run under ncu twice (clocks left alone, --clock-control none): a
 # prompt of PREFILL_TOKENS (default 4096) with one reply token (the prefill's
 # launches), then with DECODE_STEPS (default 8) more, every launch of Kiln's
@@ -49,7 +50,7 @@ profile() {
 # the prefill's; the longer run's launches after as many are the decode steps'.
 profile prefill 1
 profile decode $((STEPS + 1))
-python3 - "$work/prefill.csv" "$work/decode.csv" <<'PY'
+python3 - "$work/prefill.csv" "$work/decode.csv" "${TOP:-10}" <<'PY'
 import csv, io, sys
 
 
@@ -86,7 +87,7 @@ for phase, rs in phases.items():
     print("| kernel | time | share | launches | " + " | ".join(label[k] for k in pct_keys) + " |")
     print("| --- " * (4 + len(pct_keys)) + "|")
     ranked = sorted(byname.items(), key=lambda kv: -sum(num(r, time_key) or 0 for r in kv[1]))
-    for name, group in ranked[:10]:
+    for name, group in ranked[:int(sys.argv[3])]:
         t = sum(num(r, time_key) or 0 for r in group)
         cells = []
         for k in pct_keys:

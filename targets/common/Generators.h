@@ -106,9 +106,14 @@ constexpr int64_t kBlockGemvTokens = 8;
 bool blockGemvFits(int64_t k, int64_t tokens);
 int64_t blockGemvRows();
 KernelSpec linearBlockTokens(int64_t n, int64_t k, int64_t tokens);
-// Few rows (n < 4096): a block of four warps per row, each a quarter of k.
+// Few rows (n < 4096): a block of four warps per row, each a quarter of k;
+// one row of x over many rows of weights (n >= 2048, k a multiple of 2048):
+// a block of kWideSplits warps per row, each a whole number of 256-element
+// chunks.
 bool splitGemvFits(int64_t n, int64_t k);
-KernelSpec linearSplitBlock(int64_t n, int64_t k);
+constexpr int64_t kWideSplits = 8;
+bool wideSplitGemvFits(int64_t n, int64_t k);
+KernelSpec linearSplitBlock(int64_t n, int64_t k, int64_t splits = 4);
 // Two such products of one x (a layer's k and v projections: x, w0, w1, y0,
 // y1; first row, rows): 2n blocks, one launch. `broken`: the second product
 // reads w0 (a fault the GPU checks must catch).

@@ -110,6 +110,15 @@ KernelLaunch GpuTargetHooks::routerTopKKernel(int64_t experts, int64_t k) const 
 
 TargetHooks::Gemv GpuTargetHooks::gemv(int64_t n, int64_t k, int64_t maxRows,
                                        bool splitRows) const {
+  // One row (batch-1 decode): the split-k block kernel, eight warps a row
+  // where the rows are many. A warp a row leaves the DRAM idle while a
+  // warp's row drains and at the launch's tail; eight warps each read an
+  // eighth, all their loads in flight at once (the proxy's 4096-12288-row
+  // products: 80-90% of DRAM's rate under Nsight Compute, 65-75% a warp a
+  // row; docs/gpu-notes.md, twenty-sixth session).
+  if (splitRows && maxRows == 1 && wideSplitGemvFits(n, k))
+    return {linearSplitBlock(n, k, kWideSplits),
+            Work{kWideSplits * warp::kWarp * n, 0, kWideSplits * warp::kWarp}};
   if (splitRows && splitGemvFits(n, k))
     return {linearSplitBlock(n, k), Work{4 * warp::kWarp * n, 0, 4 * warp::kWarp}};
   if (maxRows >= 2 && maxRows <= kGemvTokens) {

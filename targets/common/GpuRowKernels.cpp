@@ -53,6 +53,47 @@ public:
   void setWidth(int64_t w) {
     width = k.index(w);
     widthF = arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(float(w)));
+    widthElems = w;
+  }
+
+  // This thread's quarter-vector columns, unrolled, where the row divides
+  // evenly among the threads into at most kHeldQuarters each (else none):
+  // a kernel then holds its row in registers across its block sums instead
+  // of reading it again after each (a decode step's norms are one row, a
+  // block, and each reading is a round trip to memory on the critical path).
+  SmallVector<Value> heldColumns() {
+    SmallVector<Value> columns;
+    const int64_t quarters = widthElems / (4 * threads);
+    if (widthElems % (4 * threads) != 0 || quarters > kHeldQuarters)
+      return columns;
+    for (int64_t i = 0; i < quarters; ++i)
+      columns.push_back(i ? arith::AddIOp::create(b, t4, k.index(4 * threads * i)).getResult()
+                          : t4);
+    return columns;
+  }
+  // The vectors of `src` at `columns` (rows indexed by `rowAt` first), and
+  // of a bf16 weight vector widened to f32.
+  SmallVector<Value> loadHeld(Value src, ValueRange rowAt, ArrayRef<Value> columns) {
+    SmallVector<Value> held;
+    for (Value c : columns) {
+      SmallVector<Value> at(rowAt.begin(), rowAt.end());
+      at.push_back(c);
+      held.push_back(load4(b.getF32Type(), src, at));
+    }
+    return held;
+  }
+  SmallVector<Value> loadHeldWeight(Value weight, ArrayRef<Value> columns) {
+    SmallVector<Value> held;
+    for (Value c : columns)
+      held.push_back(extend(load4(b.getBF16Type(), weight, ValueRange{c}, /*aligned=*/false)));
+    return held;
+  }
+  // The sum of squares of held vectors, in the loop's order.
+  Value heldSquares(ArrayRef<Value> held) {
+    Value acc = zeroV;
+    for (Value v : held)
+      acc = vector::FMAOp::create(b, v, v, acc);
+    return reduce(acc);
   }
 
   // A loop over this thread's quarter-vectors of the row, carrying one
@@ -139,20 +180,30 @@ public:
     forQuarters(Value(), [&](Value c, Value) {
       Value v = load4(b.getF32Type(), src, ValueRange{row, c});
       Value wf = extend(load4(b.getBF16Type(), weight, ValueRange{c}, /*aligned=*/false));
-      Value scaled = arith::MulFOp::create(b, v, inv);
-      Value out = arith::MulFOp::create(b, scaled, wf);
-      vector::StoreOp::create(b, out, dst, ValueRange{row, c}, false, llvm::MaybeAlign(16));
-      if (copy) {
-        Value rounded = arith::TruncFOp::create(b, VectorType::get({4}, b.getBF16Type()), out);
-        vector::StoreOp::create(b, rounded, copy, ValueRange{row, c}, false, llvm::MaybeAlign(8));
-      }
+      storeScaled(v, wf, inv, dst, c, copy);
       return Value();
     });
   }
+  // The same from held vectors and weights.
+  void scaleHeld(ArrayRef<Value> held, ArrayRef<Value> weights, ArrayRef<Value> columns, Value dst,
+                 Value inv, Value copy = Value()) {
+    for (size_t i = 0; i < columns.size(); ++i)
+      storeScaled(held[i], weights[i], inv, dst, columns[i], copy);
+  }
+  void storeScaled(Value v, Value wf, Value inv, Value dst, Value c, Value copy) {
+    Value scaled = arith::MulFOp::create(b, v, inv);
+    Value out = arith::MulFOp::create(b, scaled, wf);
+    vector::StoreOp::create(b, out, dst, ValueRange{row, c}, false, llvm::MaybeAlign(16));
+    if (copy) {
+      Value rounded = arith::TruncFOp::create(b, VectorType::get({4}, b.getBF16Type()), out);
+      vector::StoreOp::create(b, rounded, copy, ValueRange{row, c}, false, llvm::MaybeAlign(8));
+    }
+  }
 
+  static constexpr int64_t kHeldQuarters = 4;
   KernelScope &k;
   ImplicitLocOpBuilder &b;
-  int64_t threads;
+  int64_t threads, widthElems = 0;
   Value c0, stride, tid, row, lane, wid, t4, zeroV, oneF, smem, width, widthF;
 };
 
@@ -185,8 +236,16 @@ KernelSpec rmsNormBlock(int64_t width, double eps, bool bf16Copy) {
   return buildKernel(name, "kiln.rms_norm", blockRowTiling(threads), args, [&](KernelScope &k) {
     BlockRow r(k, name + "_smem", threads);
     r.setWidth(width);
+    Value copy = bf16Copy ? k.arg(3) : Value();
+    if (SmallVector<Value> columns = r.heldColumns(); !columns.empty()) {
+      SmallVector<Value> x = r.loadHeld(k.arg(0), r.row, columns);
+      SmallVector<Value> w = r.loadHeldWeight(k.arg(1), columns);
+      Value inv = r.inverseRms(r.blockSum(r.heldSquares(x), 0), eps).vector;
+      r.scaleHeld(x, w, columns, k.arg(2), inv, copy);
+      return;
+    }
     Value inv = r.inverseRms(r.blockSum(r.sumSquares(k.arg(0), r.row), 0), eps).vector;
-    r.scaleRow(k.arg(0), k.arg(2), k.arg(1), inv, bf16Copy ? k.arg(3) : Value());
+    r.scaleRow(k.arg(0), k.arg(2), k.arg(1), inv, copy);
   });
 }
 
@@ -213,21 +272,45 @@ KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps, bool
         r.setWidth(width);
         Value res = k.arg(0), upd = k.arg(1), post = k.arg(2), gate = k.arg(3), next = k.arg(4);
         Value newRes = k.arg(5), normed = k.arg(6);
+        Value copy = bf16Copy ? k.arg(7) : Value();
+        // h = res + gate * (upd * inv1 * post), in this order in both forms.
+        auto residual = [&](Value u, Value pf, Value gf, Value old, Value inv1) {
+          Value unw = arith::MulFOp::create(b, arith::MulFOp::create(b, u, inv1), pf);
+          return arith::AddFOp::create(b, old, arith::MulFOp::create(b, gf, unw)).getResult();
+        };
+        auto store = [&](Value h, Value c) {
+          vector::StoreOp::create(b, h, newRes, ValueRange{r.row, c}, false, llvm::MaybeAlign(16));
+        };
+        if (SmallVector<Value> columns = r.heldColumns(); !columns.empty()) {
+          // Everything but `next` read before the first sum; `next` before
+          // the second.
+          SmallVector<Value> u = r.loadHeld(upd, r.row, columns);
+          SmallVector<Value> old = r.loadHeld(res, r.row, columns);
+          SmallVector<Value> pf = r.loadHeldWeight(post, columns);
+          SmallVector<Value> gf = r.loadHeldWeight(gate, columns);
+          Value inv1 = r.inverseRms(r.blockSum(r.heldSquares(u), 0), postEps).vector;
+          SmallVector<Value> h;
+          for (size_t i = 0; i < columns.size(); ++i) {
+            h.push_back(residual(u[i], pf[i], gf[i], old[i], inv1));
+            store(h.back(), columns[i]);
+          }
+          SmallVector<Value> nf = r.loadHeldWeight(next, columns);
+          Value inv2 = r.inverseRms(r.blockSum(r.heldSquares(h), threads / 32), nextEps).vector;
+          r.scaleHeld(h, nf, columns, normed, inv2, copy);
+          return;
+        }
         Value inv1 = r.inverseRms(r.blockSum(r.sumSquares(upd, r.row), 0), postEps).vector;
         Value squares = r.forQuarters(r.zeroV, [&](Value c, Value acc) {
           Value u = r.load4(b.getF32Type(), upd, ValueRange{r.row, c});
           Value pf = r.extend(r.load4(b.getBF16Type(), post, ValueRange{c}, false));
-          Value un = arith::MulFOp::create(b, u, inv1);
-          Value unw = arith::MulFOp::create(b, un, pf);
           Value gf = r.extend(r.load4(b.getBF16Type(), gate, ValueRange{c}, false));
           Value old = r.load4(b.getF32Type(), res, ValueRange{r.row, c});
-          Value gu = arith::MulFOp::create(b, gf, unw);
-          Value h = arith::AddFOp::create(b, old, gu);
-          vector::StoreOp::create(b, h, newRes, ValueRange{r.row, c}, false, llvm::MaybeAlign(16));
+          Value h = residual(u, pf, gf, old, inv1);
+          store(h, c);
           return vector::FMAOp::create(b, h, h, acc).getResult();
         });
         Value inv2 = r.inverseRms(r.blockSum(r.reduce(squares), threads / 32), nextEps).vector;
-        r.scaleRow(newRes, normed, next, inv2, bf16Copy ? k.arg(7) : Value());
+        r.scaleRow(newRes, normed, next, inv2, copy);
       });
 }
 

@@ -133,19 +133,21 @@ KernelSpec linearWarpTokens(int64_t n, int64_t k, int64_t tokens) {
 }
 
 bool splitGemvFits(int64_t n, int64_t k) { return n < 4096 && k % 1024 == 0; }
+bool wideSplitGemvFits(int64_t n, int64_t k) { return n >= 2048 && k % (256 * kWideSplits) == 0; }
 
 namespace {
 
-// A block of four warps per output row, each warp a quarter of k; the
-// quarters summed through shared memory in order. With `pair`, two products
+// A block of `splits` warps per output row, each warp a 1/splits part of k;
+// the parts summed through shared memory in order. With `pair`, two products
 // of the same x (weights w0, w1 of one shape, outputs y0, y1): blocks
 // [0, n) compute w0's rows, [n, 2n) w1's, each exactly as the single kernel
 // (`broken`: w0's again, a fault for the GPU checks).
-KernelSpec splitBlockGemv(int64_t n, int64_t k, bool pair, bool broken) {
+KernelSpec splitBlockGemv(int64_t n, int64_t k, int64_t splits, bool pair, bool broken) {
   std::string name = std::string(pair ? "linear_split_block_pair_" : "linear_split_block_") +
-                     (broken ? "broken_" : "") + str(n) + "x" + str(k);
+                     (splits != 4 ? "s" + str(splits) + "_" : "") + (broken ? "broken_" : "") +
+                     str(n) + "x" + str(k);
   Tiling tiling;
-  tiling.set("kind", "split-k-gemv").set("splits", 4).set("parallel", pair ? "2n" : "n");
+  tiling.set("kind", "split-k-gemv").set("splits", splits).set("parallel", pair ? "2n" : "n");
   auto args = [&](Builder &b) -> std::vector<Type> {
     Type f32 = b.getF32Type(), i64 = b.getI64Type();
     Type x = MemRefType::get({ShapedType::kDynamic, k}, f32);
@@ -159,13 +161,12 @@ KernelSpec splitBlockGemv(int64_t n, int64_t k, bool pair, bool broken) {
     ImplicitLocOpBuilder &b = k_.b;
     const unsigned firstScalar = pair ? 5 : 3;
     Value x = k_.arg(0), w = k_.arg(1), y = k_.arg(pair ? 3 : 2);
-    SharedBuffer quarters = declareSharedBuffer(k_, name + "_smem", {4}, b.getF32Type());
+    SharedBuffer parts = declareSharedBuffer(k_, name + "_smem", {splits}, b.getF32Type());
     WarpOfPart wp;
     wp.c0 = k_.index(0);
     wp.c1 = k_.index(1);
-    Value c2 = k_.index(2), c3 = k_.index(3);
     wp.c32 = k_.index(32);
-    Value quarter = k_.index(k / 4);
+    Value part = k_.index(k / splits);
     Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
     Value o = gpu::BlockIdOp::create(b, gpu::Dimension::x);
     if (pair) {
@@ -177,15 +178,15 @@ KernelSpec splitBlockGemv(int64_t n, int64_t k, bool pair, bool broken) {
     }
     wp.lane = arith::RemUIOp::create(b, tid, wp.c32);
     Value wid = arith::DivUIOp::create(b, tid, wp.c32);
-    Value col = arith::MulIOp::create(b, wid, quarter);
-    Value smem = quarters.get(b);
+    Value col = arith::MulIOp::create(b, wid, part);
+    Value smem = parts.get(b);
     Value rows = k_.argIndex(firstScalar + 1), first = k_.argIndex(firstScalar);
     Value lead = isZero(b, wp.lane, wp.c0), firstThread = isZero(b, tid, wp.c0);
     auto tokens = scf::ForOp::create(b, wp.c0, rows, wp.c1);
     b.setInsertionPointToStart(tokens.getBody());
     Value r = tokens.getInductionVar();
     Value xr = arith::AddIOp::create(b, first, r);
-    Value dot = warp::rowsDot(b, wp, {warp::Row{w, {o}}}, false, x, xr, k / 4, col)[0];
+    Value dot = warp::rowsDot(b, wp, {warp::Row{w, {o}}}, false, x, xr, k / splits, col)[0];
     Value partSum = warp::warpSum(b, dot);
     {
       OpBuilder::InsertionGuard guard(b);
@@ -196,12 +197,14 @@ KernelSpec splitBlockGemv(int64_t n, int64_t k, bool pair, bool broken) {
     {
       OpBuilder::InsertionGuard guard(b);
       enterIf(b, firstThread);
-      Value p[4];
-      Value at[4] = {wp.c0, wp.c1, c2, c3};
-      for (int q = 0; q < 4; ++q)
-        p[q] = memref::LoadOp::create(b, smem, ValueRange{at[q]});
-      Value s = arith::AddFOp::create(
-          b, arith::AddFOp::create(b, arith::AddFOp::create(b, p[0], p[1]), p[2]), p[3]);
+      SmallVector<Value> p;
+      for (int64_t q = 0; q < splits; ++q)
+        p.push_back(
+            memref::LoadOp::create(b, smem, ValueRange{q < 2 ? (q ? wp.c1 : wp.c0) : k_.index(q)}));
+      // In order: ((p0 + p1) + p2) + ...
+      Value s = p[0];
+      for (int64_t q = 1; q < splits; ++q)
+        s = arith::AddFOp::create(b, s, p[q]);
       memref::StoreOp::create(b, s, y, ValueRange{r, o});
     }
     gpu::BarrierOp::create(b);
@@ -210,12 +213,12 @@ KernelSpec splitBlockGemv(int64_t n, int64_t k, bool pair, bool broken) {
 
 } // namespace
 
-KernelSpec linearSplitBlock(int64_t n, int64_t k) {
-  return splitBlockGemv(n, k, /*pair=*/false, /*broken=*/false);
+KernelSpec linearSplitBlock(int64_t n, int64_t k, int64_t splits) {
+  return splitBlockGemv(n, k, splits, /*pair=*/false, /*broken=*/false);
 }
 
 KernelSpec linearSplitBlockPair(int64_t n, int64_t k, bool broken) {
-  return splitBlockGemv(n, k, /*pair=*/true, broken);
+  return splitBlockGemv(n, k, 4, /*pair=*/true, broken);
 }
 
 KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, int64_t latent,
