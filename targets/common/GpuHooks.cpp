@@ -113,9 +113,9 @@ TargetHooks::Gemv GpuTargetHooks::gemv(int64_t n, int64_t k, int64_t maxRows,
   // One row (batch-1 decode): the split-k block kernel, eight warps a row
   // where the rows are many. A warp a row leaves the DRAM idle while a
   // warp's row drains and at the launch's tail; eight warps each read an
-  // eighth, all their loads in flight at once (the proxy's 4096-12288-row
-  // products: 80-90% of DRAM's rate under Nsight Compute, 65-75% a warp a
-  // row; docs/gpu-notes.md, twenty-sixth session).
+  // eighth, all their loads in flight at once (on an H100 the proxy's step
+  // 3% faster than a warp a row, 1-2% faster than two or four warps;
+  // docs/gpu-notes.md, twenty-sixth session).
   if (splitRows && maxRows == 1 && wideSplitGemvFits(n, k))
     return {linearSplitBlock(n, k, kWideSplits),
             Work{kWideSplits * warp::kWarp * n, 0, kWideSplits * warp::kWarp}};

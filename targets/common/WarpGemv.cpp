@@ -199,8 +199,7 @@ KernelSpec splitBlockGemv(int64_t n, int64_t k, int64_t splits, bool pair, bool 
       enterIf(b, firstThread);
       SmallVector<Value> p;
       for (int64_t q = 0; q < splits; ++q)
-        p.push_back(
-            memref::LoadOp::create(b, smem, ValueRange{q < 2 ? (q ? wp.c1 : wp.c0) : k_.index(q)}));
+        p.push_back(memref::LoadOp::create(b, smem, ValueRange{k_.index(q)}));
       // In order: ((p0 + p1) + p2) + ...
       Value s = p[0];
       for (int64_t q = 1; q < splits; ++q)
