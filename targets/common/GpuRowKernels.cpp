@@ -1,6 +1,7 @@
 // GPU kernels for the row-wise ops of a token: a block of up to 1024 threads
 // per token row for the RMSNorms of the hidden state (each thread a strided
-// quarter-vector of the row, the warps' sums of squares combined in shared
+// quarter-vector of the row, held in registers across the block sums where
+// the row divides evenly, the warps' sums of squares combined in shared
 // memory in a fixed order), a warp per (token, head) for head norms and
 // rotary embedding, a thread per 4 elements for the embedding gather and the
 // experts' weighted sum. The CPU forms of these ops loop over a row in one
