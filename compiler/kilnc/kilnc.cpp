@@ -26,6 +26,7 @@
 #include "mlir/Support/Timing.h"
 
 #include "llvm/ADT/STLExtras.h"
+#include "llvm/ADT/StringExtras.h"
 #include "llvm/Support/CommandLine.h"
 #include "llvm/Support/FormatVariadic.h"
 #include "llvm/Support/InitLLVM.h"
@@ -528,13 +529,9 @@ int main(int argc, char **argv) {
     }
     if (!injectFault.empty() && !(llvm::is_contained(kFaults, injectFault) && chip &&
                                   chip->matrix == kiln::MatrixCores::Wgmma)) {
-      std::string names;
-      for (size_t i = 0; i < std::size(kFaults); ++i)
-        names += std::string(i == 0                        ? ""
-                             : i + 1 == std::size(kFaults) ? " and "
-                                                           : ", ") +
-                 kFaults[i];
-      return fail("--inject-fault: the faults are " + names + ", with --target=sm_90");
+      llvm::ArrayRef<const char *> faults(kFaults);
+      return fail("--inject-fault: the faults are " + llvm::join(faults.drop_back(), ", ") +
+                  " and " + faults.back() + ", with --target=sm_90");
     }
     request.target.fault = injectFault;
     return kiln::runBackend(*module, request);

@@ -72,15 +72,12 @@ public:
                           : t4);
     return columns;
   }
-  // The vectors of `src` at `columns` (rows indexed by `rowAt` first), and
-  // of a bf16 weight vector widened to f32.
-  SmallVector<Value> loadHeld(Value src, ValueRange rowAt, ArrayRef<Value> columns) {
+  // The vectors of `src`'s row at `columns`, and of a bf16 weight vector
+  // widened to f32.
+  SmallVector<Value> loadHeld(Value src, ArrayRef<Value> columns) {
     SmallVector<Value> held;
-    for (Value c : columns) {
-      SmallVector<Value> at(rowAt.begin(), rowAt.end());
-      at.push_back(c);
-      held.push_back(load4(b.getF32Type(), src, at));
-    }
+    for (Value c : columns)
+      held.push_back(load4(b.getF32Type(), src, ValueRange{row, c}));
     return held;
   }
   SmallVector<Value> loadHeldWeight(Value weight, ArrayRef<Value> columns) {
@@ -241,7 +238,7 @@ KernelSpec rmsNormBlock(int64_t width, double eps, bool bf16Copy) {
     r.setWidth(width);
     Value copy = bf16Copy ? k.arg(3) : Value();
     if (SmallVector<Value> columns = r.heldColumns(); !columns.empty()) {
-      SmallVector<Value> x = r.loadHeld(k.arg(0), r.row, columns);
+      SmallVector<Value> x = r.loadHeld(k.arg(0), columns);
       SmallVector<Value> w = r.loadHeldWeight(k.arg(1), columns);
       Value inv = r.inverseRms(r.blockSum(r.heldSquares(x), 0), eps).vector;
       r.scaleHeld(x, w, columns, k.arg(2), inv, copy);
@@ -287,8 +284,8 @@ KernelSpec normResidualBlock(int64_t width, double postEps, double nextEps, bool
         if (SmallVector<Value> columns = r.heldColumns(); !columns.empty()) {
           // Everything but `next` read before the first sum; `next` before
           // the second.
-          SmallVector<Value> u = r.loadHeld(upd, r.row, columns);
-          SmallVector<Value> old = r.loadHeld(res, r.row, columns);
+          SmallVector<Value> u = r.loadHeld(upd, columns);
+          SmallVector<Value> old = r.loadHeld(res, columns);
           SmallVector<Value> pf = r.loadHeldWeight(post, columns);
           SmallVector<Value> gf = r.loadHeldWeight(gate, columns);
           Value inv1 = r.inverseRms(r.blockSum(r.heldSquares(u), 0), postEps).vector;
