@@ -2,6 +2,7 @@
 
 #include "targets/common/KernelBuilder.h"
 #include "targets/nvptx/NarrowMma.h"
+#include "targets/nvptx/Nvfp4Bf16.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
@@ -88,8 +89,9 @@ public:
       }
     if (s.nvfp4)
       for (int64_t m = 0; m < matrices(p); ++m)
-        globalScales.push_back(
-            memref::LoadOp::create(b, k.arg(weightArg(m) + 2), ValueRange{expert}));
+        globalScales.push_back(arith::MulFOp::create(
+            b, memref::LoadOp::create(b, k.arg(weightArg(m) + 2), ValueRange{expert}),
+            arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(kNvfp4Bf16Shortfall))));
 
     auto groups = scf::ForOp::create(b, k.index(0), items, k.index(kItems));
     b.setInsertionPointToStart(groups.getBody());

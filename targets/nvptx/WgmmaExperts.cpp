@@ -387,9 +387,12 @@ private:
         b, n0, arith::MulIOp::create(b, arith::RemUIOp::create(b, lane, k.index(4)), k.index(2)));
     return {row, col};
   }
-  // The NVFP4 global scale of weight matrix `m` for the tile's expert.
+  // The NVFP4 global scale of weight matrix `m` for the tile's expert, with
+  // what the decoded weights fall short by.
   Value globalScale(int64_t m) {
-    return memref::LoadOp::create(b, k.arg(weightArg(m) + 2), ValueRange{t.expert});
+    Value g = memref::LoadOp::create(b, k.arg(weightArg(m) + 2), ValueRange{t.expert});
+    return arith::MulFOp::create(
+        b, g, arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(kNvfp4Bf16Shortfall)));
   }
 
   // h = silu(gate) * up (gate in columns 0 .. cols - 1 of the accumulators,

@@ -27,6 +27,12 @@ constexpr int64_t kRowBytes = wgmma::kRowBytes;
 constexpr uint32_t kProducerRegs = 40, kConsumerRegs = 232;
 static_assert(wgmma::registersFit(kProducerRegs, kConsumerRegs));
 constexpr int64_t kConsumerWarps = 8; // two warpgroups
+// Row tiles a group of blocks takes before the next column tile: a wave of
+// 132 blocks then holds 16 row tiles of x and about 8 column tiles of W, a
+// few tens of MB that L2 keeps. Measured on the proxy's 4096-token prefill
+// on an H100: groups of 8, 16 and 32 within 1% of each other, the whole
+// prefill 7% faster than with row-major order (docs/gpu-notes.md).
+constexpr int64_t kGroupRows = 16;
 
 wgmma::RingLayout ringLayout(const T &tiling) {
   return wgmma::RingLayout{tiling.stages, T::kTileM, T::kTileN};
@@ -44,8 +50,7 @@ public:
     Value bid = gpu::BlockIdOp::create(b, gpu::Dimension::x);
     Value rows = k.argIndex(3);
     const int64_t colTiles = (n + T::kTileN - 1) / T::kTileN;
-    Value mt = arith::DivUIOp::create(b, bid, k.index(colTiles));
-    Value nt = arith::RemUIOp::create(b, bid, k.index(colTiles));
+    auto [mt, nt] = tileOfBlock(bid, colTiles);
     m0 = arith::MulIOp::create(b, mt, k.index(T::kTileM));
     n0 = arith::MulIOp::create(b, nt, k.index(T::kTileN));
     Value live = arith::CmpIOp::create(b, arith::CmpIPredicate::ult, m0, rows);
@@ -71,6 +76,25 @@ public:
 
 private:
   Value toI32(Value index) { return arith::IndexCastOp::create(b, i32, index); }
+
+  // Block `bid`'s (row tile, column tile). Blocks in launch order take
+  // groups of kGroupRows row tiles column by column, down each column
+  // first: the blocks resident at once share a few row tiles of x and a few
+  // column tiles of W, which stay in L2 while they run. Row-major order
+  // instead streams all of W once for every row tile or two.
+  std::pair<Value, Value> tileOfBlock(Value bid, int64_t colTiles) {
+    Value rowTiles =
+        arith::DivUIOp::create(b, gpu::GridDimOp::create(b, gpu::Dimension::x), k.index(colTiles));
+    Value perGroup = k.index(kGroupRows * colTiles);
+    Value g = arith::DivUIOp::create(b, bid, perGroup);
+    Value within = arith::RemUIOp::create(b, bid, perGroup);
+    Value first = arith::MulIOp::create(b, g, k.index(kGroupRows));
+    // The last group may hold fewer row tiles.
+    Value rowsHere =
+        arith::MinUIOp::create(b, k.index(kGroupRows), arith::SubIOp::create(b, rowTiles, first));
+    return {arith::AddIOp::create(b, first, arith::RemUIOp::create(b, within, rowsHere)),
+            arith::DivUIOp::create(b, within, rowsHere)};
+  }
 
   // The producer's one thread: stage after stage, wait until the consumers
   // freed it (the first pass finds every stage free), then have the TMA fill

@@ -9,6 +9,8 @@
 // (bf16 in, f32 accumulators in registers), and release the stage to the
 // producer once those have read it. The producer gives up registers
 // (setmaxnreg) to the consumers, whose 128 accumulators a thread need them.
+// Blocks take their tiles in groups of 16 row tiles, down each column tile
+// in turn, so that the blocks resident at once share x and W tiles in L2.
 //
 // Arguments (x bf16 [T, k], W bf16 [n, k], y f32 [T, n]; T, x's tensor map,
 // W's tensor map): the maps are Launch tensor maps of the x and W buffers
