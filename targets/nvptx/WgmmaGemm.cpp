@@ -81,7 +81,7 @@ private:
   // groups of kGroupRows row tiles column by column, down each column
   // first: the blocks resident at once share a few row tiles of x and a few
   // column tiles of W, which stay in L2 while they run. Row-major order
-  // instead streams all of W once for every row tile or two.
+  // instead streams all of W from HBM again every few row tiles.
   std::pair<Value, Value> tileOfBlock(Value bid, int64_t colTiles) {
     Value rowTiles =
         arith::DivUIOp::create(b, gpu::GridDimOp::create(b, gpu::Dimension::x), k.index(colTiles));
