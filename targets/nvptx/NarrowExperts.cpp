@@ -89,9 +89,7 @@ public:
       }
     if (s.nvfp4)
       for (int64_t m = 0; m < matrices(p); ++m)
-        globalScales.push_back(arith::MulFOp::create(
-            b, memref::LoadOp::create(b, k.arg(weightArg(m) + 2), ValueRange{expert}),
-            arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(kNvfp4Bf16Shortfall))));
+        globalScales.push_back(decodedGlobalScale(b, k.arg(weightArg(m) + 2), expert));
 
     auto groups = scf::ForOp::create(b, k.index(0), items, k.index(kItems));
     b.setInsertionPointToStart(groups.getBody());

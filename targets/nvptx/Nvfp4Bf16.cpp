@@ -2,6 +2,7 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 #include "mlir/IR/BuiltinAttributes.h"
 
@@ -55,6 +56,12 @@ Value nvfp4BlockToBf16(ImplicitLocOpBuilder &b, Value words, Value scale) {
   Value sb = arith::TruncFOp::create(b, b.getBF16Type(), sf);
   values = arith::MulFOp::create(b, values, vector::BroadcastOp::create(b, bf16x16, sb));
   return vector::BitCastOp::create(b, VectorType::get({8}, i32), values);
+}
+
+Value decodedGlobalScale(ImplicitLocOpBuilder &b, Value globals, Value expert) {
+  Value g = memref::LoadOp::create(b, globals, ValueRange{expert});
+  return arith::MulFOp::create(b, g,
+                               arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(0x1p7f)));
 }
 
 } // namespace kiln::nvptx

@@ -16,9 +16,11 @@ namespace kiln::nvptx {
 // significant bits, and times 2^-7 it is still a normal bf16.
 mlir::Value nvfp4BlockToBf16(mlir::ImplicitLocOpBuilder &b, mlir::Value words, mlir::Value scale);
 
-// What nvfp4BlockToBf16's values fall short by: the kernels fold it into
-// the expert's global scale, which multiplies each finished dot product.
-// A power of two, so the results are the bits the exact values would give.
-constexpr float kNvfp4Bf16Shortfall = 0x1p7f;
+// The NVFP4 global scale of `expert` (`globals`, f32 [E]) times the 2^7 that
+// nvfp4BlockToBf16's values fall short by: what multiplies each finished dot
+// product of them. A power of two, so the results are the bits the exact
+// values would give.
+mlir::Value decodedGlobalScale(mlir::ImplicitLocOpBuilder &b, mlir::Value globals,
+                               mlir::Value expert);
 
 } // namespace kiln::nvptx

@@ -389,11 +389,7 @@ private:
   }
   // The NVFP4 global scale of weight matrix `m` for the tile's expert, with
   // what the decoded weights fall short by.
-  Value globalScale(int64_t m) {
-    Value g = memref::LoadOp::create(b, k.arg(weightArg(m) + 2), ValueRange{t.expert});
-    return arith::MulFOp::create(
-        b, g, arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(kNvfp4Bf16Shortfall)));
-  }
+  Value globalScale(int64_t m) { return decodedGlobalScale(b, k.arg(weightArg(m) + 2), t.expert); }
 
   // h = silu(gate) * up (gate in columns 0 .. cols - 1 of the accumulators,
   // up in cols ..), bf16, at the tile's rows of h.
