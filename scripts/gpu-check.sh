@@ -29,7 +29,7 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   tiny-wide128.p512-pg64-b4.sm_90.kiln tiny-wide128.p512-pg64-broken.sm_90.kiln \
   tiny-wide128.p512-pg64-fp8.sm_90.kiln tiny-wide128.p512-pg64-fp8-broken.sm_90.kiln \
   tiny-wide128.fp8tc-1200s.reference small-nvfp4.staged-broken.sm_90.kiln \
-  small-nvfp4.pair-broken.sm_90.kiln \
+  small-nvfp4.pair-broken.sm_90.kiln small-nvfp4.p512-combine-broken.sm_90.kiln \
   tiny-bf16.p2048.sm_90.kiln tiny-nvfp4.p2048.sm_90.kiln tiny-bf16.bf16tc-2000.reference \
   tiny-nvfp4.bf16tc-2000.reference tiny-bf16.p2048-experts-broken.sm_90.kiln; do
   if [ ! -e "$DATA/$file" ]; then
@@ -188,6 +188,8 @@ broken small-nvfp4.p512-attn-broken small-nvfp4.bf16tc-600 \
   "attention broken on purpose (each block's last key tile dropped)"
 broken small-nvfp4.p512-experts-broken small-nvfp4.bf16tc-600 \
   "the experts' gate/up GEMM broken on purpose (its last k step dropped)"
+broken small-nvfp4.p512-combine-broken small-nvfp4.bf16tc-600 \
+  "the experts' combine broken on purpose (each token's last choice left out)"
 broken tiny-wide128.p500-attn-broken tiny-wide128.bf16tc-600 \
   "attention broken on purpose (each block's last key tile dropped)" synthetic:7 0.03
 broken tiny-bf16.p2048-experts-broken tiny-bf16.bf16tc-2000 \

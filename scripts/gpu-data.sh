@@ -95,6 +95,8 @@ kiln_log "small nvfp4, prefill chunks of 512 (wgmma GEMMs), and one with a GEMM 
   --inject-fault=attention-drop-tile -o "$OUT/small-nvfp4.p512-attn-broken.sm_90.kiln"
 "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 \
   --inject-fault=expert-drop-k-step -o "$OUT/small-nvfp4.p512-experts-broken.sm_90.kiln"
+"$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --max-prefill-tokens=512 \
+  --inject-fault=expert-combine-drop-choice -o "$OUT/small-nvfp4.p512-combine-broken.sm_90.kiln"
 "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=8 \
   --inject-fault=narrow-experts-drop-k-step -o "$OUT/small-nvfp4.narrow-broken.sm_90.kiln"
 "$BIN/kilnc" muse-spark-small --target=sm_90 --quant=nvfp4 --decode-batch=8 --verify-tokens=8 \

@@ -216,12 +216,14 @@ cl::opt<double> reserveMemory("reserve-memory",
 // must fail them. Hidden: not for users. The faults the NVPTX hooks know.
 constexpr const char *kFaults[] = {"wgmma-drop-k-step",         "attention-drop-tile",
                                    "expert-drop-k-step",        "narrow-experts-drop-k-step",
-                                   "staged-experts-drop-chunk", "gemv-pair-first-weight"};
+                                   "staged-experts-drop-chunk", "gemv-pair-first-weight",
+                                   "expert-combine-drop-choice"};
 cl::opt<std::string> injectFault("inject-fault", cl::Hidden,
                                  cl::desc("Build one kernel family wrong on purpose "
                                           "(wgmma-drop-k-step, attention-drop-tile, "
                                           "expert-drop-k-step, narrow-experts-drop-k-step, "
-                                          "staged-experts-drop-chunk, gemv-pair-first-weight), "
+                                          "staged-experts-drop-chunk, gemv-pair-first-weight, "
+                                          "expert-combine-drop-choice), "
                                           "to test the checks"),
                                  cl::init(""), cl::cat(kilncCategory));
 

@@ -160,6 +160,14 @@ KernelSpec expertScalesBlock(int64_t k, int64_t latent, double eps);
 bool routerWarpFits(int64_t experts);
 KernelSpec routerTopKWarp(int64_t experts, int64_t k);
 KernelSpec expertCombineThreads(int64_t experts, int64_t k, int64_t latent);
+// The two above as one kernel, a block per token that reads y once (its k
+// rows held in registers across their sums of squares); the same arguments
+// as expertCombineThreads with the router's weights for the scales. Where
+// the rows divide evenly among the block's threads and hold in a few
+// registers.
+bool expertCombineBlockFits(int64_t k, int64_t latent);
+KernelSpec expertCombineBlock(int64_t experts, int64_t k, int64_t latent, double eps,
+                              bool broken = false);
 // Attention as split-KV partials (one warp per token, query head and split),
 // their merge, and the append of the new K/V to the cache. With `sequences`
 // > 0 (batched decode) token t continues conversation t of `sequences`, at

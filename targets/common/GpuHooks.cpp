@@ -196,6 +196,11 @@ GpuTargetHooks::expertStage(int64_t experts, int64_t k, int64_t intermediate, in
                     Work{0, warp::kWarp * k * latent / 4}};
     }
   }
+  if (expertCombineBlockFits(k, latent)) {
+    stage.combine = {expertCombineBlock(experts, k, latent, eps, expertCombineBroken()),
+                     rowBlock(latent)};
+    return stage;
+  }
   int64_t threads = rowBlockThreads(latent);
   stage.scales = {expertScalesBlock(k, latent, eps), Work{0, k * threads, threads}};
   stage.combine = {expertCombineThreads(experts, k, latent), Work{0, latent / 4}};

@@ -45,6 +45,9 @@ protected:
   // Whether the k/v pair GEMV is to be built broken on purpose: its second
   // product reads the first's weights (kilnc --inject-fault=gemv-pair-first-weight).
   virtual bool gemvPairBroken() const { return false; }
+  // Whether the experts' combine is to be built broken on purpose: each
+  // token's last choice left out (kilnc --inject-fault=expert-combine-drop-choice).
+  virtual bool expertCombineBroken() const { return false; }
   // The target's conversion of two E4M3 bytes to an f16 pair in one
   // instruction, with which the staged expert kernels compute in packed f16
   // pairs (PackedStagedDot.h); none: they compute in f32.

@@ -146,9 +146,12 @@ LogicalResult Lowering::lowerMegaMoE(MegaMoEOp o, StringRef what) {
       down.push_back(yk);
       launch(stage->down->kernel, down, {"tokens:0", "part", "parts"}, stage->down->work, what);
     }
-    Buf scales = alloc({k}, f32);
-    launch(stage->scales.kernel, {yk, weights, scales}, {"tokens:0", "part", "parts"},
-           stage->scales.work, what);
+    Buf scales = weights;
+    if (stage->scales) {
+      scales = alloc({k}, f32);
+      launch(stage->scales->kernel, {yk, weights, scales}, {"tokens:0", "part", "parts"},
+             stage->scales->work, what);
+    }
     launch(stage->combine.kernel, {yk, indices, scales, *pn, y}, {"tokens:0", "part", "parts"},
            stage->combine.work, what);
     return finish(y);

@@ -151,8 +151,21 @@ LogicalResult Lowering::lower(SplitHeadsOp o, StringRef) {
 }
 
 LogicalResult Lowering::lower(MergeHeadsOp o, StringRef) {
-  values[o.getResult()] = view(act(o.getInput()), {rows(), fixed(width(o.getResult()))});
+  Buf merged = view(act(o.getInput()), {rows(), fixed(width(o.getResult()))});
+  values[o.getResult()] = merged;
+  // Heads the attention kernel wrote as bf16 (castingGemmReads): the copy
+  // the GEMM reading them would have cast.
+  if (merged.elem.isBF16())
+    if (std::optional<Bf16CopyKey> copy = pendingBf16Copy(o.getResult()))
+      bf16Copies[*copy] = merged;
   return success();
+}
+
+bool Lowering::castingGemmReads(Value heads) {
+  if (!heads.hasOneUse())
+    return false;
+  auto merge = llvm::dyn_cast<MergeHeadsOp>(*heads.getUsers().begin());
+  return merge && merge.getResult().hasOneUse() && pendingBf16Copy(merge.getResult());
 }
 
 LogicalResult Lowering::lower(RopeOp o, StringRef what) {
@@ -193,7 +206,6 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
   SmallVector<plan::DimAttr> cacheDims = {fixed(1), fixed(k.getDimSize(1)), fixed(k.getDimSize(2))};
   Buf kc = binding("kv", 2 * cache, cacheDims, cacheType);
   Buf vc = binding("kv", 2 * cache + 1, cacheDims, cacheType);
-  Buf y = allocShape(headRows(o.getResult()), f32);
   int64_t qHeads = q.getDimSize(1), kvHeads = k.getDimSize(1), dim = q.getDimSize(2);
   AttentionShape shape{qHeads,
                        kvHeads,
@@ -215,26 +227,31 @@ LogicalResult Lowering::lower(AttentionOp o, StringRef what) {
     return buffers;
   };
   // Prefill-sized entries: one kernel over query and key tiles, then the
-  // append of the new K/V.
-  if (!entrySequences)
-    if (std::optional<TargetHooks::TileAttention> tiled = hooks.tileAttention(shape, maxRows())) {
-      SmallVector<Buf> buffers = {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc, y};
-      SmallVector<StringRef> scalars = {"tokens:0", "past:0", "part", "parts"};
-      if (tiled->stage) {
-        Type bf16 = b.getBF16Type();
-        Buf keys = allocShape({fixed(kvHeads), fixed(tiled->stagedRows), fixed(dim)}, bf16);
-        Buf values = allocShape({fixed(kvHeads), fixed(tiled->stagedRows), fixed(dim)}, bf16);
-        launch(tiled->stage->kernel, {act(o.getK()), act(o.getV()), keys, values},
-               {"tokens:0", "part", "parts"}, tiled->stage->work, what);
-        buffers.append({keys, values});
-        scalars.assign(tiled->attendScalars.begin(), tiled->attendScalars.end());
-      }
-      launch(tiled->attend.kernel, withPages(buffers), scalars, tiled->attend.work, what);
-      launch(tiled->append.kernel, withPages({act(o.getK()), act(o.getV()), kc, vc}),
-             {"tokens:0", "past:0", "part", "parts"}, tiled->append.work, what);
-      values[o.getResult()] = y;
-      return success();
+  // append of the new K/V; y as bf16 where the target's kernel writes it so
+  // and its one reader would cast it (the output projection on tensor cores).
+  std::optional<TargetHooks::TileAttention> tiled =
+      entrySequences ? std::nullopt
+                     : hooks.tileAttention(shape, maxRows(), castingGemmReads(o.getResult()));
+  Buf y = allocShape(headRows(o.getResult()),
+                     tiled && tiled->bf16Output ? Type(b.getBF16Type()) : Type(f32));
+  if (tiled) {
+    SmallVector<Buf> buffers = {act(o.getQ()), act(o.getK()), act(o.getV()), kc, vc, y};
+    SmallVector<StringRef> scalars = {"tokens:0", "past:0", "part", "parts"};
+    if (tiled->stage) {
+      Type bf16 = b.getBF16Type();
+      Buf keys = allocShape({fixed(kvHeads), fixed(tiled->stagedRows), fixed(dim)}, bf16);
+      Buf values = allocShape({fixed(kvHeads), fixed(tiled->stagedRows), fixed(dim)}, bf16);
+      launch(tiled->stage->kernel, {act(o.getK()), act(o.getV()), keys, values},
+             {"tokens:0", "part", "parts"}, tiled->stage->work, what);
+      buffers.append({keys, values});
+      scalars.assign(tiled->attendScalars.begin(), tiled->attendScalars.end());
     }
+    launch(tiled->attend.kernel, withPages(buffers), scalars, tiled->attend.work, what);
+    launch(tiled->append.kernel, withPages({act(o.getK()), act(o.getV()), kc, vc}),
+           {"tokens:0", "past:0", "part", "parts"}, tiled->append.work, what);
+    values[o.getResult()] = y;
+    return success();
+  }
   // A batched entry's tokens each continue one conversation: split like
   // decode (or a verify call of a conversation's rows).
   if (std::optional<TargetHooks::SplitAttention> split = hooks.splitAttention(

@@ -203,6 +203,10 @@ private:
   // such reader), the key its copy goes by: a norm producing `value` then
   // writes the copy itself (bf16Copies).
   std::optional<Bf16CopyKey> pendingBf16Copy(Value value);
+  // Whether attention heads `heads` have one reader, a merge of the heads
+  // whose one reader is a GEMM that would cast it to bf16 (pendingBf16Copy):
+  // the attention kernel may then write them as bf16, that GEMM's copy.
+  bool castingGemmReads(Value heads);
   // A norm whose `result` (`width` wide) a matrix GEMM would cast to bf16:
   // where the target has `withCopy` (the norm writing its rows also as
   // bf16), launches it with `buffers` and a bf16 copy after them, and

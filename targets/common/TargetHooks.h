@@ -191,14 +191,21 @@ public:
   // and `attend` also takes the two staged buffers after y, and
   // `attendScalars` (tokens, past, then its own, such as tensor maps over
   // them or over the caches).
+  //
+  // `bf16Output`: asked for where y's one reader is a GEMM that would cast
+  // it to bf16; where the target's kernel writes y as bf16 (rounded to
+  // nearest even, as the cast would), it says so in `bf16Output` and y is
+  // bf16.
   struct TileAttention {
     KernelLaunch attend, append;
     std::optional<KernelLaunch> stage;
     int64_t stagedRows = 0;
     std::vector<std::string> attendScalars;
+    bool bf16Output = false;
   };
   virtual std::optional<TileAttention> tileAttention(const AttentionShape & /*shape*/,
-                                                     int64_t /*maxTokens*/) const {
+                                                     int64_t /*maxTokens*/,
+                                                     bool /*bf16Output*/) const {
     return std::nullopt;
   }
   // Attention in three launches: per (token, query heads, split of the visible
@@ -223,13 +230,14 @@ public:
   // items per expert (`listed`, as matrixExperts gives them) or per item
   // (gateUp: z, idx, gate, up, h; down: h, idx, down, y; scalars tokens,
   // part, parts), then the experts' scales (y [T, k, latent], weights,
-  // scales) and their weighted sum (y, idx, scales, post_norm, out); or none,
-  // and the generic fused MegaMoE kernel serves. `members`: the ranks of the
-  // expert group (each holding `experts`).
+  // scales) and their weighted sum (y, idx, scales, post_norm, out), or
+  // without `scales` a combine that computes them itself (y, idx, weights,
+  // post_norm, out); or none, and the generic fused MegaMoE kernel serves.
+  // `members`: the ranks of the expert group (each holding `experts`).
   struct ExpertStage {
     std::optional<MatrixExperts> listed;
-    std::optional<KernelLaunch> gateUp, down;
-    KernelLaunch scales, combine;
+    std::optional<KernelLaunch> gateUp, down, scales;
+    KernelLaunch combine;
   };
   virtual std::optional<ExpertStage> expertStage(int64_t /*experts*/, int64_t /*k*/,
                                                  int64_t /*intermediate*/, int64_t /*latent*/,

@@ -118,7 +118,8 @@ NvptxHooks::peerMegaMoE(const kernels::PeerMegaMoEShape &shape) const {
 // split kernels on CUDA cores elsewhere, whose results match the f32
 // interpreter closely.
 std::optional<kernels::TargetHooks::TileAttention>
-NvptxHooks::tileAttention(const kernels::AttentionShape &shape, int64_t maxTokens) const {
+NvptxHooks::tileAttention(const kernels::AttentionShape &shape, int64_t maxTokens,
+                          bool bf16Output) const {
   if (!hopper() || maxTokens <= WgmmaGemmTiling::kTileM ||
       !kernels::warpAttentionFits(shape.headDim))
     return std::nullopt;
@@ -127,9 +128,10 @@ NvptxHooks::tileAttention(const kernels::AttentionShape &shape, int64_t maxToken
   // mma.sync kernel otherwise (tiny's 32).
   WgmmaAttentionShape wide{shape};
   if (wgmmaAttentionFits(wide)) {
-    WgmmaAttentionKernels kernels = wgmmaAttention(wide, maxTokens, broken);
-    return TileAttention{kernels.attend, kvAppendKernel(shape, /*sequences=*/{}), kernels.stage,
-                         kernels.stagedRows, kernels.attendScalars};
+    WgmmaAttentionKernels kernels = wgmmaAttention(wide, maxTokens, broken, bf16Output);
+    return TileAttention{kernels.attend,        kvAppendKernel(shape, /*sequences=*/{}),
+                         kernels.stage,         kernels.stagedRows,
+                         kernels.attendScalars, bf16Output};
   }
   MmaAttentionShape tiles{shape};
   if (!mmaAttentionFits(tiles))

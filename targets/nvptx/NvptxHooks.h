@@ -29,7 +29,7 @@ public:
                                              int64_t maxTokens) const override;
   std::optional<PeerMegaMoE> peerMegaMoE(const kernels::PeerMegaMoEShape &shape) const override;
   std::optional<TileAttention> tileAttention(const kernels::AttentionShape &shape,
-                                             int64_t maxTokens) const override;
+                                             int64_t maxTokens, bool bf16Output) const override;
   std::optional<SplitAttention> splitAttention(const kernels::AttentionShape &shape,
                                                int64_t maxTokens,
                                                kernels::SequenceLayout sequences) const override;
@@ -39,6 +39,7 @@ protected:
   MatrixExperts fewItemsExperts(const kernels::ExpertTileShape &shape) const override;
   bool stagedExpertsBroken() const override { return fault == "staged-experts-drop-chunk"; }
   bool gemvPairBroken() const override { return fault == "gemv-pair-first-weight"; }
+  bool expertCombineBroken() const override { return fault == "expert-combine-drop-choice"; }
   // cvt.rn.f16x2.e4m3x2 (sm_89 and later; every chip of the table).
   std::optional<kernels::E4m3PairToF16> e4m3PairToF16() const override;
 

@@ -66,9 +66,9 @@ int64_t probabilitiesOffset(const S &s) { return queriesOffset(s) + 2 * s.panels
 class WgmmaAttentionBuilder {
 public:
   WgmmaAttentionBuilder(kernels::KernelScope &k, const S &shape, const std::string &smemName,
-                        bool dropLastTile)
-      : k(k), b(k.b), s(shape), smemName(smemName), dropLastTile(dropLastTile), ctx(b.getContext()),
-        f32(b.getF32Type()), i32(b.getI32Type()),
+                        bool dropLastTile, bool bf16Output)
+      : k(k), b(k.b), s(shape), smemName(smemName), dropLastTile(dropLastTile),
+        bf16Output(bf16Output), ctx(b.getContext()), f32(b.getF32Type()), i32(b.getI32Type()),
         scoresType(LLVM::LLVMStructType::getLiteral(
             ctx, SmallVector<Type>(kRows * S::kKeys / wgmma::kWarpgroup, f32))),
         outputType(LLVM::LLVMStructType::getLiteral(
@@ -680,8 +680,11 @@ private:
         Value lo = arith::MulFOp::create(b, element(out, 4 * jd + first), inverse);
         Value hi = arith::MulFOp::create(b, element(out, 4 * jd + first + 1), inverse);
         Value col = arith::AddIOp::create(b, col2t, idx(8 * jd));
-        vector::StoreOp::create(b, vector::FromElementsOp::create(b, v2, ValueRange{lo, hi}),
-                                k.arg(5), ValueRange{row, head, col}, false, llvm::MaybeAlign(8));
+        Value pair = vector::FromElementsOp::create(b, v2, ValueRange{lo, hi});
+        if (bf16Output)
+          pair = arith::TruncFOp::create(b, VectorType::get({2}, b.getBF16Type()), pair);
+        vector::StoreOp::create(b, pair, k.arg(5), ValueRange{row, head, col}, false,
+                                llvm::MaybeAlign(bf16Output ? 4 : 8));
       }
     }
   }
@@ -690,7 +693,7 @@ private:
   ImplicitLocOpBuilder &b;
   const S &s;
   std::string smemName;
-  bool dropLastTile;
+  bool dropLastTile, bf16Output;
   MLIRContext *ctx;
   FloatType f32;
   Type i32;
@@ -726,9 +729,11 @@ int64_t stagedRows(int64_t maxTokens) {
   return (maxTokens + S::kKeys - 1) / S::kKeys * S::kKeys + S::kKeys;
 }
 
-kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastTile) {
+kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastTile,
+                                    bool bf16Output) {
   const std::string name = std::string("attention_wgmma_") + (dropLastTile ? "broken_" : "") +
-                           shapeSuffix(shape) + kernels::pageSuffix(shape);
+                           shapeSuffix(shape) + kernels::pageSuffix(shape) +
+                           (bf16Output ? "_ybf16" : "");
   kernels::Tiling tiling;
   tiling.set("kind", "wgmma-attention")
       .set("queries", shape.blockQueries())
@@ -750,7 +755,9 @@ kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastT
     Type keys = MemRefType::get({shape.kvHeads, rows, shape.headDim}, b.getBF16Type());
     Type values = keys;
     Type i64 = b.getI64Type();
-    std::vector<Type> types = {q, kv, kv, kvCache, kvCache, q, keys, values};
+    Type y =
+        bf16Output ? MemRefType::get({dynamic, shape.qHeads, shape.headDim}, b.getBF16Type()) : q;
+    std::vector<Type> types = {q, kv, kv, kvCache, kvCache, y, keys, values};
     kernels::appendPageTable(b, shape, types);
     types.insert(types.end(), {i64, i64, i64, i64});
     if (shape.cache == kernels::KvElement::BF16) // the caches' tensor maps
@@ -761,7 +768,7 @@ kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastT
   kernels::KernelSpec spec =
       kernels::buildKernel(name, "kiln.attention", tiling, args, [&](kernels::KernelScope &scope) {
         wgmma::declareKernel(scope, smemName, kThreads);
-        WgmmaAttentionBuilder(scope, shape, smemName, dropLastTile).build();
+        WgmmaAttentionBuilder(scope, shape, smemName, dropLastTile, bf16Output).build();
       });
   spec.sharedBytes = shape.sharedBytes();
   return spec;
@@ -826,7 +833,8 @@ kernels::KernelSpec stageKernel(const S &shape, int64_t rows) {
 
 } // namespace
 
-WgmmaAttentionKernels wgmmaAttention(const S &shape, int64_t maxTokens, bool dropLastTile) {
+WgmmaAttentionKernels wgmmaAttention(const S &shape, int64_t maxTokens, bool dropLastTile,
+                                     bool bf16Output) {
   WgmmaAttentionKernels out;
   out.stagedRows = stagedRows(maxTokens);
   const int64_t quads = shape.kvHeads * shape.headDim / 4;
@@ -834,7 +842,7 @@ WgmmaAttentionKernels wgmmaAttention(const S &shape, int64_t maxTokens, bool dro
                kernels::Work{S::kKeys * quads, quads, stageBlock(quads)}};
   const int64_t blocks =
       (maxTokens + shape.blockQueries() - 1) / shape.blockQueries() * shape.headUnits();
-  out.attend = {attentionKernel(shape, out.stagedRows, dropLastTile),
+  out.attend = {attentionKernel(shape, out.stagedRows, dropLastTile, bf16Output),
                 kernels::Work{blocks * kThreads, 0, kThreads}};
   // The staged keys and values [Hkv, R, D]: boxes of 64 dims x 64 keys of
   // one head; a bf16 cache's [slots, Hkv, D]: 64 dims of one head x 64 slots.

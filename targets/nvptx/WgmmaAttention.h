@@ -27,7 +27,8 @@
 //
 // Arguments: q [T, Hq, D], k and v [T, Hkv, D] (this call's), the K and V
 // caches [slots, Hkv, D] (a ring of `window` slots on sliding layers), y [T,
-// Hq, D], all f32 but a bf16 cache, the staged keys and values; T, past, the
+// Hq, D], all f32 but a bf16 cache (and y where asked for as bf16), the
+// staged keys and values; T, past, the
 // staged keys' and values' tensor maps (and a bf16 cache's two); part, parts. The new K/V go into
 // the cache after (the split attention's append kernel).
 #pragma once
@@ -65,8 +66,10 @@ struct WgmmaAttentionKernels {
 };
 // The staging and the attention kernels for entries of up to `maxTokens`.
 // `dropLastTile`: an attention kernel broken on purpose that skips each
-// block's last key tile, for the check that must catch it.
+// block's last key tile, for the check that must catch it. `bf16Output`: y
+// as bf16 (rounded to nearest even, as the cast kernel a bf16 GEMM would
+// otherwise run on it rounds), for an output projection on tensor cores.
 WgmmaAttentionKernels wgmmaAttention(const WgmmaAttentionShape &shape, int64_t maxTokens,
-                                     bool dropLastTile = false);
+                                     bool dropLastTile = false, bool bf16Output = false);
 
 } // namespace kiln::nvptx
