@@ -2,11 +2,12 @@
 // per token row for the RMSNorms of the hidden state (each thread a strided
 // quarter-vector of the row, held in registers across the block sums where
 // the row divides evenly, the warps' sums of squares combined in shared
-// memory in a fixed order), a warp per (token, head) for head norms and
-// rotary embedding, a thread per 4 elements for the embedding gather and the
-// experts' weighted sum. The CPU forms of these ops loop over a row in one
-// part; on a GPU that leaves all but one thread idle and costs more than the
-// GEMVs around them.
+// memory in a fixed order) and for the experts' scales and weighted sum (a
+// token's k rows held the same way), a warp per (token, head) for head norms
+// and rotary embedding, a thread per 4 elements for the embedding gather and
+// the experts' weighted sum where the rows are not held. The CPU forms of
+// these ops loop over a row in one part; on a GPU that leaves all but one
+// thread idle and costs more than the GEMVs around them.
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
 #include "targets/common/KernelSpec.h"
@@ -414,14 +415,15 @@ KernelSpec expertCombineBlock(int64_t experts, int64_t k, int64_t latent, double
   // thread j < k turns row j's into scale[j] = weight[t, j] / rms(y[t, j])
   // (slots k * warps on); after a second barrier every thread adds
   // scale[j] * post_norm[e_j] * y[t, j] over j in order, skipping another
-  // rank's experts (-1). The operations and
-  // their order are expertScalesBlock's then expertCombineThreads', so the
-  // two forms agree bit for bit; y is read once instead of twice.
+  // rank's experts (-1). The operations and their order are
+  // expertScalesBlock's then expertCombineThreads', so the two forms agree
+  // bit for bit; y is read once instead of twice.
   return buildKernel(name, "kiln.megamoe", blockRowTiling(threads), args, [&](KernelScope &s) {
     ImplicitLocOpBuilder &b = s.b;
     BlockRow r(s, name + "_smem", threads, k * warps + k);
     // The block's size told to ptxas, which otherwise assumes a thread may
-    // have more than the 64 registers a thread of 1024 gets.
+    // have more than the 64 registers a thread of 1024 gets (NVPTX only;
+    // other targets' lowering ignores nvvm attributes).
     s.func->setAttr("nvvm.maxntid", b.getDenseI32ArrayAttr({int32_t(threads), 1, 1}));
     r.setWidth(latent);
     const SmallVector<Value> columns = r.heldColumns();
