@@ -387,6 +387,22 @@ KernelSpec expertScalesBlock(int64_t k, int64_t latent, double eps) {
   });
 }
 
+namespace {
+// The combines' arguments, the same for both forms so that either serves the
+// same launch: y [T, k, latent], idx [T, k], the scales (expertCombineThreads)
+// or the router's weights (expertCombineBlock) [T, k], post_norm [experts,
+// latent], out [T, latent]; rows.
+std::vector<Type> combineArgs(Builder &b, int64_t experts, int64_t k, int64_t latent) {
+  const int64_t dynamic = ShapedType::kDynamic;
+  return {MemRefType::get({dynamic, k, latent}, b.getF32Type()),
+          MemRefType::get({dynamic, k}, b.getI32Type()),
+          MemRefType::get({dynamic, k}, b.getF32Type()),
+          MemRefType::get({experts, latent}, b.getBF16Type()),
+          MemRefType::get({dynamic, latent}, b.getF32Type()),
+          b.getI64Type()};
+}
+} // namespace
+
 bool expertCombineBlockFits(int64_t k, int64_t latent) {
   const int64_t threads = rowBlockThreads(latent);
   if (latent % (4 * threads) != 0 || k > threads)
@@ -400,16 +416,7 @@ KernelSpec expertCombineBlock(int64_t experts, int64_t k, int64_t latent, double
   const int64_t threads = rowBlockThreads(latent), warps = threads / 32;
   std::string name = "expert_combine_block_" + str(experts) + "e_top" + str(k) + "_" + str(latent) +
                      epsSuffix(eps) + (broken ? "_broken" : "");
-  // y, idx, weights, post_norm, out; rows.
-  auto args = [&](Builder &b) -> std::vector<Type> {
-    const int64_t dynamic = ShapedType::kDynamic;
-    return {MemRefType::get({dynamic, k, latent}, b.getF32Type()),
-            MemRefType::get({dynamic, k}, b.getI32Type()),
-            MemRefType::get({dynamic, k}, b.getF32Type()),
-            MemRefType::get({experts, latent}, b.getBF16Type()),
-            MemRefType::get({dynamic, latent}, b.getF32Type()),
-            b.getI64Type()};
-  };
+  auto args = [&](Builder &b) { return combineArgs(b, experts, k, latent); };
   // A block per token t. Each thread holds its quarter-vectors of the k rows
   // y[t, j]; their k sums of squares cross one barrier (slots j * warps on);
   // thread j < k turns row j's into scale[j] = weight[t, j] / rms(y[t, j])
@@ -597,16 +604,7 @@ KernelSpec routerTopKWarp(int64_t experts, int64_t k) {
 KernelSpec expertCombineThreads(int64_t experts, int64_t k, int64_t latent) {
   std::string name =
       "expert_combine_threads_" + str(experts) + "e_top" + str(k) + "_" + str(latent);
-  // y, idx, scales, post_norm, out; rows.
-  auto args = [&](Builder &b) -> std::vector<Type> {
-    const int64_t dynamic = ShapedType::kDynamic;
-    return {MemRefType::get({dynamic, k, latent}, b.getF32Type()),
-            MemRefType::get({dynamic, k}, b.getI32Type()),
-            MemRefType::get({dynamic, k}, b.getF32Type()),
-            MemRefType::get({experts, latent}, b.getBF16Type()),
-            MemRefType::get({dynamic, latent}, b.getF32Type()),
-            b.getI64Type()};
-  };
+  auto args = [&](Builder &b) { return combineArgs(b, experts, k, latent); };
   // out[t, c..c+3] = sum_j scale[t, j] * post_norm[e_j, c..] * y[t, j, c..], j in order.
   return buildKernel(name, "kiln.megamoe", fourElements(), args, [&](KernelScope &s) {
     ImplicitLocOpBuilder &b = s.b;
