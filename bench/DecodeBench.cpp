@@ -7,10 +7,10 @@
 //
 // It loads the artifact with its weights, prefills `context` tokens (timed),
 // decodes `steps` tokens one at a time through the CUDA graph (timed on the
-// host, logits download included), profiles one more decode step and one
-// prefill call launch by launch (CUDA events), and measures the
-// device-to-device copy bandwidth with a 2 GiB copy (on a CPU, a 1 GiB
-// copy split over its cores). An artifact with a
+// host; the greedy token chosen on the device as a serving loop does, then
+// as many steps with the logits downloaded and chosen on the host), profiles one more decode step
+// and one prefill call launch by launch (CUDA events), and measures the device-to-device copy
+// bandwidth with a 2 GiB copy (on a CPU, a 1 GiB copy split over its cores). An artifact with a
 // decode_batch entry (kilnc --decode-batch N) also gets N conversations of
 // `context` tokens each, stepped `steps` times together (each step's greedy
 // tokens chosen on the device; also timed with every row's logits copied to
@@ -73,7 +73,8 @@ struct Options {
       "[--steps N] [--tensor-tflops R] [--json FILE]\n"
       "  --weights SPEC  checkpoint directory or synthetic:SEED (default synthetic:1)\n"
       "  --context N     tokens prefilled before decoding, per conversation (default 4096)\n"
-      "  --steps N       decode steps timed, and batched steps with a decode_batch entry\n"
+      "  --steps N       decode steps timed (greedy on the device, then as many with the\n"
+      "                  logits to the host), and batched steps with a decode_batch entry\n"
       "                  (default 32)\n"
       "  --tensor-tflops R  measured bf16 tensor-core TFLOP/s: prints the prefill roofline\n"
       "  --json FILE     also write the figures as JSON (rank 0's)\n"
@@ -316,9 +317,10 @@ int main(int argc, char **argv) {
   try {
     kiln::EngineOptions engineOptions;
     engineOptions.weights = options.weights;
-    // The prompt, then the timed steps, their warm-up and profile steps, and
-    // the batched steps timed with logits to the host (a quarter as many).
-    engineOptions.contextLength = options.context + options.steps + options.steps / 4 + 16;
+    // The prompt, then the timed steps (greedy on the device, then with the
+    // logits to the host), their warm-up and profile steps, and the batched
+    // steps timed with logits to the host (a quarter as many).
+    engineOptions.contextLength = options.context + 2 * options.steps + options.steps / 4 + 16;
     // A multi-rank artifact: one process per rank, each on its GPU
     // (EngineOptions::device's default).
     auto loadStart = Clock::now();
@@ -376,25 +378,39 @@ int main(int argc, char **argv) {
     for (int i = 0; i < 2; ++i)
       token = argmax(engine->decode(token));
     const int64_t pastAtStart = engine->pastTokens();
+    // A step as a greedy serving loop runs it (as the batched steps below):
+    // the token chosen where the logits are, only it comes back.
     std::vector<double> stepMs;
     for (int i = 0; i < options.steps; ++i) {
       auto start = Clock::now();
-      logits = engine->decode(token);
+      token = engine->decodeGreedy(0, token);
       stepMs.push_back(msSince(start));
+    }
+    // The same step returning the logits to the host, chosen there.
+    std::vector<double> logitStepMs;
+    for (int i = 0; i < options.steps; ++i) {
+      auto start = Clock::now();
+      logits = engine->decode(token);
+      logitStepMs.push_back(msSince(start));
       token = argmax(logits);
     }
     const double decodeMs = median(stepMs);
+    const double logitsMs = median(logitStepMs);
     const StepBytes bytes = decodeBytes(artifact, config, pastAtStart);
     const double rooflineMs = roofline ? bytes.total() / bandwidth * 1e3 : 0.0;
     std::printf("decode    batch 1, KV length %lld: %.3f ms/token median of %d (min %.3f), "
-                "%.1f tokens/s\n",
+                "%.1f tokens/s (greedy token chosen where the logits are)\n",
                 (long long)pastAtStart, decodeMs, options.steps,
                 *std::min_element(stepMs.begin(), stepMs.end()), 1e3 / decodeMs);
+    std::printf("decode    batch 1 with the logits copied to the host and chosen there: %.3f "
+                "ms/token median of %d (min %.3f)\n",
+                logitsMs, options.steps, *std::min_element(logitStepMs.begin(), logitStepMs.end()));
     if (roofline)
       std::printf("roofline  %.3f GB a step (weights %.3f, experts %.3f, KV %.3f) / copy "
-                  "bandwidth = %.3f ms: Kiln at %.1f%% of roofline\n",
+                  "bandwidth = %.3f ms: Kiln at %.1f%% of roofline (%.1f%% with the logits to "
+                  "the host)\n",
                   bytes.total() / 1e9, bytes.weights / 1e9, bytes.experts / 1e9, bytes.kv / 1e9,
-                  rooflineMs, 100.0 * rooflineMs / decodeMs);
+                  rooflineMs, 100.0 * rooflineMs / decodeMs, 100.0 * rooflineMs / logitsMs);
 
     // One step launch by launch.
     const std::vector<KernelRow> rows =
@@ -488,6 +504,7 @@ int main(int argc, char **argv) {
       out["prefill_tensor_roofline_ms"] = tensorMs;
       out["decode_kv_length"] = pastAtStart;
       out["decode_ms_per_token"] = decodeMs;
+      out["decode_logits_to_host_ms_per_token"] = logitsMs;
       out["decode_bytes"] = bytes.total();
       out["roofline_ms"] = rooflineMs;
       out["roofline_fraction"] = rooflineMs / decodeMs;

@@ -802,6 +802,18 @@ std::vector<float> Engine::decode(int64_t conversation, int32_t token) {
   return impl.lastLogits(entry, 1);
 }
 
+int32_t Engine::decodeGreedy(int64_t conversation, int32_t token) {
+  Impl &impl = *impl_;
+  if (impl.observer)
+    impl.observer(EngineCall{EngineCall::Kind::DecodeGreedy, conversation, 0, {token}, {}, {}});
+  impl.select(conversation);
+  impl.checkTokens(&token, 1);
+  EntryPlan &entry = impl.decodeEntry ? *impl.decodeEntry : *impl.prefillEntry;
+  impl.run(entry, &token, 1, true);
+  // The decode entry's one row of logits is row 0 (lastLogits).
+  return impl.chooseGreedy(1)[0];
+}
+
 std::vector<float> Engine::decodeBatch(const std::vector<int32_t> &tokens) {
   Impl &impl = *impl_;
   if (impl.observer)

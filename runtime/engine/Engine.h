@@ -106,6 +106,11 @@ public:
   // prefill and decode for conversation `conversation` (0 .. conversations-1).
   std::vector<float> prefill(int64_t conversation, const std::vector<int32_t> &tokens);
   std::vector<float> decode(int64_t conversation, int32_t token);
+  // decode, returning the greedy next token (argmax of the logits, lowest
+  // index on ties) instead of the logits: on a GPU the artifact's greedy
+  // kernel chooses where the logits are and only the token id comes back, as
+  // a serving loop steps one conversation.
+  int32_t decodeGreedy(int64_t conversation, int32_t token);
   // One token for each of conversations 0 .. n-1 (n = tokens.size(), at most
   // conversations()), in one call of the decode_batch entry point; returns
   // the n rows of logits, n * vocabSize() floats.

@@ -8,7 +8,7 @@
 namespace kiln {
 namespace {
 
-constexpr uint8_t kLastKind = static_cast<uint8_t>(EngineCall::Kind::DropSaved);
+constexpr uint8_t kLastKind = static_cast<uint8_t>(EngineCall::Kind::DecodeGreedy);
 
 template <typename T> void put(std::string &out, T value) {
   char bytes[sizeof(T)];
@@ -60,9 +60,10 @@ std::vector<std::vector<int32_t>> rowsOf(const EngineCall &call) {
 
 std::string describe(const EngineCall &call) {
   static const char *const kNames[] = {
-      "prefill", "decode",       "decode_batch", "decode_batch_greedy",
-      "verify",  "verify_batch", "rollback",     "forget",
-      "reset",   "save",         "restore",      "drop_saved"};
+      "prefill",      "decode",       "decode_batch", "decode_batch_greedy",
+      "verify",       "verify_batch", "rollback",     "forget",
+      "reset",        "save",         "restore",      "drop_saved",
+      "decode_greedy"};
   std::string text = kNames[static_cast<uint8_t>(call.kind)];
   switch (call.kind) {
   case EngineCall::Kind::Rollback:
@@ -140,10 +141,14 @@ void replay(Engine &engine, const EngineCall &call) {
     engine.prefill(call.conversation, call.tokens);
     return;
   case EngineCall::Kind::Decode:
+  case EngineCall::Kind::DecodeGreedy:
     if (call.tokens.size() != 1)
       throw RuntimeError("a decode call takes one token, not " +
                          std::to_string(call.tokens.size()));
-    engine.decode(call.conversation, call.tokens[0]);
+    if (call.kind == EngineCall::Kind::Decode)
+      engine.decode(call.conversation, call.tokens[0]);
+    else
+      engine.decodeGreedy(call.conversation, call.tokens[0]);
     return;
   case EngineCall::Kind::DecodeBatch:
     if (call.stepped.empty())

@@ -28,6 +28,7 @@ struct EngineCall {
     Save,              // save(conversation): numbered as on rank 0, in order
     Restore,           // restore(conversation, saved, keep)
     DropSaved,         // dropSaved(saved)
+    DecodeGreedy,      // decodeGreedy(conversation, tokens[0])
   };
   Kind kind = Kind::Decode;
   int64_t conversation = 0;

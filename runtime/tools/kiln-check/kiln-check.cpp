@@ -3,7 +3,9 @@
 // within a tolerance, then greedy steps that follow the reference's tokens
 // (teacher forcing) and must choose the same token, except where the
 // reference itself had a near tie; with --step-tolerance, their logits too
-// must be within it of the reference's (kiln-interp and --write keep them).
+// must be within it of the reference's (kiln-interp and --write keep them);
+// the same steps through decodeGreedy (on a GPU, the token chosen where the
+// logits are) must choose what the host's argmax chose.
 // Or writes such a reference from this run.
 // An artifact with a decode_batch entry is also checked against itself:
 // every conversation decoded in batches must match the same conversation
@@ -303,6 +305,28 @@ bool checkBatched(Engine &engine, const std::vector<int32_t> &prompt, int steps)
   return ok && greedyDiffering == 0;
 }
 
+// The reference's steps again through decodeGreedy (on a GPU the token is
+// chosen where the logits are, only it comes back): after each forced token
+// it must choose what the host's argmax of the same step's downloaded logits
+// chose (hostChoices[s + 1]; the runs are the same bits).
+bool checkDecodeGreedy(Engine &engine, const Reference &reference,
+                       const std::vector<int32_t> &hostChoices) {
+  engine.reset();
+  engine.prefill(reference.prompt);
+  int differing = 0, compared = 0;
+  for (size_t s = 0; s < reference.steps.size(); ++s) {
+    const int32_t chosen = engine.decodeGreedy(0, reference.steps[s].token);
+    if (s + 1 < hostChoices.size()) {
+      ++compared;
+      differing += chosen != hostChoices[s + 1];
+    }
+  }
+  std::printf("greedy choice where the logits are: %d steps: %d tokens differ from the host's "
+              "argmax (%s)\n",
+              compared, differing, differing == 0 ? "ok" : "FAILED");
+  return differing == 0;
+}
+
 double gib(uint64_t bytes) { return double(bytes) / double(1ull << 30); }
 
 // --load-only: the artifact loaded with its weights (rank `rank` alone, when
@@ -480,6 +504,7 @@ int main(int argc, char **argv) {
                 reference.prompt.size(), prefill.relative, prefill.worst, scale,
                 ok ? "ok" : "TOO FAR");
     int same = 0, nearTies = 0, wrong = 0;
+    std::vector<int32_t> hostChoices; // each step's argmax of the downloaded logits
     // With --step-tolerance, each decode step's logits against the
     // reference's, where it kept them: the worst step is reported.
     LogitsDistance worstStep;
@@ -496,6 +521,7 @@ int main(int argc, char **argv) {
         }
       }
       int32_t chosen = greedyStep(got).token;
+      hostChoices.push_back(chosen);
       if (chosen == expected.token) {
         ++same;
       } else if (expected.margin < nearTie * scale) {
@@ -524,6 +550,8 @@ int main(int argc, char **argv) {
                   stepsTooFar, stepsTooFar ? "TOO FAR" : "ok");
       stepsOk = stepsOk && stepsTooFar == 0;
     }
+    if (!reference.steps.empty())
+      stepsOk = checkDecodeGreedy(*engine, reference, hostChoices) && stepsOk;
     if (engine->conversations() > 1 && batchSteps > 0)
       stepsOk = checkBatched(*engine, reference.prompt, batchSteps) && stepsOk;
     if (engine->verifyTokens() > 1 && verifySteps > 0)

@@ -311,13 +311,17 @@ TEST_F(EngineTest, IdleRowsOfABatchLeaveTheirConversationsAsTheyWere) {
   for (int64_t c = 0; c < 3; ++c)
     expectLogitsNear(engine->decode(c, 13), references[c].append({13}, 3),
                      "conversation " + std::to_string(c) + " alone after idle rows");
+  // One conversation's greedy step: its best token, the others unmoved.
+  const std::vector<double> alone = references[2].append({11}, 3);
+  EXPECT_EQ(engine->decodeGreedy(2, 11),
+            std::max_element(alone.begin(), alone.end()) - alone.begin());
   // The greedy form: the stepped row's best token, the idle ones unmoved.
   const std::vector<double> expected = references[1].append({5}, 3);
   const std::vector<int32_t> chosen = engine->decodeBatchGreedy({4, 5, 6}, {false, true, false});
   EXPECT_EQ(chosen[1], std::max_element(expected.begin(), expected.end()) - expected.begin());
   EXPECT_EQ(engine->pastTokens(0), past[0] + 1);
   EXPECT_EQ(engine->pastTokens(1), past[1] + 2);
-  EXPECT_EQ(engine->pastTokens(2), past[2] + 1);
+  EXPECT_EQ(engine->pastTokens(2), past[2] + 2);
   EXPECT_HAS(errorOf([&] { engine->decodeBatch({1, 2}, {true}); }), "1 step flags for 2 tokens");
   EXPECT_HAS(errorOf([&] {
                engine->decodeBatchGreedy({1, 2}, {true, false, true});
@@ -339,26 +343,28 @@ TEST_F(EngineTest, ObservedCallsReplayedOnAnotherEngineLeaveItTheSame) {
   leader->decodeBatch({1, 2, 3}, {true, false, true});
   leader->decodeBatchGreedy({4, 5});
   leader->decode(1, 6);
+  leader->decodeGreedy(2, 7);
   EXPECT_TRUE(leader->canRollback(0, leader->pastTokens(0)));
   EXPECT_FALSE(leader->canRollback(0, leader->pastTokens(0) + 1));
   leader->rollback(0, leader->pastTokens(0));
   leader->forget(2);
   leader->prefill(2, prompt(9, 4));
-  ASSERT_EQ(sent.size(), 9u);
+  ASSERT_EQ(sent.size(), 10u);
   EXPECT_EQ(describe(decodeCall(sent[3])), "decode_batch of 3 conversations");
-  EXPECT_EQ(describe(decodeCall(sent[6])), "rollback of conversation 0 to 9");
+  EXPECT_EQ(describe(decodeCall(sent[6])), "decode_greedy of 1 tokens, conversation 2");
+  EXPECT_EQ(describe(decodeCall(sent[7])), "rollback of conversation 0 to 9");
   for (const std::string &bytes : sent)
     replay(*follower, decodeCall(bytes));
   leader->observeCalls(nullptr);
   for (int64_t c = 0; c < 3; ++c)
     EXPECT_EQ(follower->pastTokens(c), leader->pastTokens(c)) << "conversation " << c;
   EXPECT_EQ(follower->decodeBatch({7, 8, 9}), leader->decodeBatch({7, 8, 9}));
-  EXPECT_EQ(sent.size(), 9u); // no longer observed
+  EXPECT_EQ(sent.size(), 10u); // no longer observed
 
   // The first call's 7 tokens, cut after the first.
   EXPECT_HAS(errorOf([&] { decodeCall(sent[0].substr(0, 25)); }), "counts 7 elements past its end");
   EXPECT_HAS(errorOf([&] { decodeCall(std::string(1, '\x20')); }), "unknown kind 32");
-  EXPECT_HAS(errorOf([&] { decodeCall(sent[6] + "x"); }), "bytes past its end");
+  EXPECT_HAS(errorOf([&] { decodeCall(sent[7] + "x"); }), "bytes past its end");
 }
 
 TEST_F(EngineTest, RefusesABatchEntryWhoseTokensAreNotItsConversations) {
