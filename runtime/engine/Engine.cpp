@@ -795,22 +795,22 @@ std::vector<float> Engine::decode(int64_t conversation, int32_t token) {
   Impl &impl = *impl_;
   if (impl.observer)
     impl.observer(EngineCall{EngineCall::Kind::Decode, conversation, 0, {token}, {}, {}});
-  impl.select(conversation);
-  impl.checkTokens(&token, 1);
-  EntryPlan &entry = impl.decodeEntry ? *impl.decodeEntry : *impl.prefillEntry;
-  impl.run(entry, &token, 1, true);
-  return impl.lastLogits(entry, 1);
+  return impl.lastLogits(impl.runDecode(conversation, token), 1);
+}
+
+EntryPlan &Engine::Impl::runDecode(int64_t conversation, int32_t token) {
+  select(conversation);
+  checkTokens(&token, 1);
+  EntryPlan &entry = decodeEntry ? *decodeEntry : *prefillEntry;
+  run(entry, &token, 1, true);
+  return entry;
 }
 
 int32_t Engine::decodeGreedy(int64_t conversation, int32_t token) {
   Impl &impl = *impl_;
   if (impl.observer)
     impl.observer(EngineCall{EngineCall::Kind::DecodeGreedy, conversation, 0, {token}, {}, {}});
-  impl.select(conversation);
-  impl.checkTokens(&token, 1);
-  EntryPlan &entry = impl.decodeEntry ? *impl.decodeEntry : *impl.prefillEntry;
-  impl.run(entry, &token, 1, true);
-  // The decode entry's one row of logits is row 0 (lastLogits).
+  impl.runDecode(conversation, token);
   return impl.chooseGreedy(1)[0];
 }
 

@@ -246,6 +246,9 @@ struct Engine::Impl {
   // Rows first .. first + count - 1 of the logits output, on the host.
   std::vector<float> logitRows(int64_t first, int64_t count);
   void checkTokens(const int32_t *tokens, int64_t count) const;
+  // One token of `conversation` through the decode entry (or prefill's at
+  // one token); returns the entry, whose logits row 0 holds.
+  EntryPlan &runDecode(int64_t conversation, int32_t token);
   // One call of the decode_batch entry for conversations 0 .. n-1.
   void runBatch(const std::vector<int32_t> &tokens, StepClock *clock,
                 const std::vector<bool> *stepped = nullptr);
