@@ -8,9 +8,10 @@
 // It loads the artifact with its weights, prefills `context` tokens (timed),
 // decodes `steps` tokens one at a time through the CUDA graph (timed on the
 // host; the greedy token chosen on the device as a serving loop does, then
-// as many steps with the logits downloaded and chosen on the host), profiles one more decode step
-// and one prefill call launch by launch (CUDA events), and measures the device-to-device copy
-// bandwidth with a 2 GiB copy (on a CPU, a 1 GiB copy split over its cores). An artifact with a
+// as many steps with the logits downloaded and chosen on the host), profiles
+// one more decode step and one prefill call launch by launch (CUDA events),
+// and measures the device-to-device copy bandwidth with a 2 GiB copy (on a
+// CPU, a 1 GiB copy split over its cores). An artifact with a
 // decode_batch entry (kilnc --decode-batch N) also gets N conversations of
 // `context` tokens each, stepped `steps` times together (each step's greedy
 // tokens chosen on the device; also timed with every row's logits copied to
