@@ -82,12 +82,21 @@ public:
     scalarArg = s.paged() ? 9 : 8;
     tokens = k.argIndex(scalarArg);
     past = k.argIndex(scalarArg + 1);
+    // The last query blocks first: a causal block's work grows with its
+    // queries' positions, so the longest start first and the short ones fill
+    // the machine's tail. The grid covers the entry's most tokens; blocks
+    // past this call's exit.
     unit = arith::RemUIOp::create(b, bid, k.index(s.headUnits()));
-    q0 = arith::MulIOp::create(b, arith::DivUIOp::create(b, bid, k.index(s.headUnits())),
+    Value queryBlock = arith::DivUIOp::create(b, bid, k.index(s.headUnits()));
+    Value queryBlocks =
+        arith::DivUIOp::create(b, arith::AddIOp::create(b, tokens, k.index(s.blockQueries() - 1)),
                                k.index(s.blockQueries()));
     auto live = scf::IfOp::create(
-        b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, q0, tokens), false);
+        b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, queryBlock, queryBlocks), false);
     b.setInsertionPointToStart(&live.getThenRegion().front());
+    q0 = arith::MulIOp::create(
+        b, arith::SubIOp::create(b, arith::SubIOp::create(b, queryBlocks, k.index(1)), queryBlock),
+        k.index(s.blockQueries()));
     wgmma::Ring ring(k, ringLayout(s), smemName);
     // Full: each of the producer's threads once its stores are fenced;
     // empty: each consumer warp once its products have read the stage.
@@ -481,6 +490,14 @@ private:
     }
   }
 
+  // A consumer's schedule, per warpgroup: the scores of tile 0, then for each
+  // tile j one commit group holding P_j V_j and the scores of tile j + 1
+  // (issued back to back; the scores' accumulators are free while P V runs,
+  // so this costs no registers), then tile j + 1's softmax while the other
+  // consumer's group runs on the tensor cores. The two consumers take turns
+  // issuing their groups (two named barriers, ids 3 and 4), so that one's
+  // softmax overlaps the other's products instead of both waiting on the
+  // tensor cores at once.
   void consume(wgmma::Ring &ring, Value consumer, Value inGroup) {
     head =
         s.pairHeads()
@@ -490,7 +507,7 @@ private:
                 ? q0
                 : arith::AddIOp::create(b, q0, arith::MulIOp::create(b, consumer, idx(kRows)))
                       .getResult();
-    Value queriesAt =
+    queriesAt =
         arith::AddIOp::create(b, idx(queriesOffset(s)),
                               arith::MulIOp::create(b, consumer, idx(s.panels() * kPanelBytes)));
     probsAt = arith::AddIOp::create(b, idx(probabilitiesOffset(s)),
@@ -499,7 +516,7 @@ private:
     publish(consumer);
 
     Value warp = arith::DivUIOp::create(b, inGroup, idx(32));
-    Value lane = arith::RemUIOp::create(b, inGroup, idx(32));
+    lane = arith::RemUIOp::create(b, inGroup, idx(32));
     g = arith::DivUIOp::create(b, lane, idx(4));
     t = arith::RemUIOp::create(b, lane, idx(4));
     Value rowInTile = arith::AddIOp::create(b, arith::MulIOp::create(b, warp, idx(16)), g);
@@ -508,84 +525,156 @@ private:
     posA = arith::AddIOp::create(b, past, rowA);
     posB = arith::AddIOp::create(b, past, rowB);
     probsRowA = rowInTile;
+    firstConsumer = cmp(arith::CmpIPredicate::eq, consumer, idx(0));
+
+    // The second consumer lets the first issue first.
+    ifThen(arith::XOrIOp::create(b, firstConsumer, arith::ConstantIntOp::create(b, 1, 1)),
+           [&] { arriveTurn(0); });
 
     const double inf = std::numeric_limits<double>::infinity();
     Value minusInf = arith::ConstantFloatOp::create(b, f32, APFloat(float(-inf)));
     Value zero = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
     Value output = LLVM::ZeroOp::create(b, outputType);
-    auto loop = scf::ForOp::create(b, idx(0), tiles, idx(1),
-                                   ValueRange{minusInf, minusInf, zero, zero, output});
+
+    // Tile 0's scores and softmax.
+    Value first = idx(0);
+    ring.wait(ring.full(ring.stageOf(first)), ring.parity(first));
+    beginGroup(consumer);
+    Value scores = scoreProducts(ring, ring.stageOf(first));
+    endGroup(consumer, /*last=*/false);
+    SmallVector<Value> state = takeTile(ring, scores, tileStartOf(first),
+                                        ValueRange{minusInf, minusInf, zero, zero, output});
+
+    // Tiles 1 .. tiles - 1: P V of the previous tile with their scores.
+    auto loop =
+        scf::ForOp::create(b, idx(0), arith::SubIOp::create(b, tiles, idx(1)), idx(1), state);
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(loop.getBody());
       Value step = loop.getInductionVar();
-      Value stage = ring.stageOf(step);
-      ring.wait(ring.full(stage), ring.parity(step));
-      Value keysAt = arith::MulIOp::create(b, stage, idx(ring.layout().aBytes()));
-      Value valuesAt = ring.bOffset(stage);
-      Value tileStart =
-          arith::AddIOp::create(b, keyBegin, arith::MulIOp::create(b, step, idx(S::kKeys)));
-
-      // Scores: the query panels against the key panels, 16 dims a product.
-      NVVM::WgmmaFenceAlignedOp::create(b, b.getLoc());
-      Value scores = LLVM::ZeroOp::create(b, scoresType);
-      for (int64_t p = 0; p < s.panels(); ++p)
-        for (int64_t kk = 0; kk < wgmma::kTileK / wgmma::kMmaK; ++kk) {
-          Value qAt = arith::AddIOp::create(b, queriesAt, idx(p * kPanelBytes));
-          Value kAt = arith::AddIOp::create(b, keysAt, idx(p * kPanelBytes));
-          scores = mma(scoresType, scores, descriptor(qAt, kk * wgmma::kMmaK * 2, ring),
-                       descriptor(kAt, kk * wgmma::kMmaK * 2, ring), S::kKeys);
-        }
-      NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
-      NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 0);
-
+      Value next = arith::AddIOp::create(b, step, idx(1));
       ValueRange carried = loop.getRegionIterArgs();
-      auto [next, probabilities] = softmax(scores, tileStart, carried);
-      // P into the consumer's tile, the output rescaled, then O += P V.
-      for (int64_t j = 0; j < S::kKeys / 8; ++j) {
-        Value chunk = arith::XOrIOp::create(b, idx(j), g);
-        Value inChunk = arith::AddIOp::create(b, arith::MulIOp::create(b, chunk, idx(16)),
-                                              arith::MulIOp::create(b, t, idx(4)));
-        for (int64_t half = 0; half < 2; ++half) {
-          Value row = arith::AddIOp::create(b, probsRowA, idx(8 * half));
-          Value at = arith::AddIOp::create(
-              b, probsAt,
-              arith::AddIOp::create(b, arith::MulIOp::create(b, row, idx(wgmma::kRowBytes)),
-                                    inChunk));
-          Value pair = flash::packBf16(b, probabilities[4 * j + 2 * half],
-                                       probabilities[4 * j + 2 * half + 1]);
-          LLVM::StoreOp::create(b, pair, ring.at(at), /*alignment=*/4);
-        }
-      }
-      Value out = carried[4];
-      for (int64_t i = 0; i < s.headDim / 2; ++i) {
-        Value scaled =
-            arith::MulFOp::create(b, element(out, i), (i % 4) < 2 ? next.alphaA : next.alphaB);
-        out = LLVM::InsertValueOp::create(b, out, scaled, ArrayRef<int64_t>{i});
-      }
       publish(consumer);
-      NVVM::WgmmaFenceAlignedOp::create(b, b.getLoc());
-      for (int64_t kk = 0; kk < S::kKeys / wgmma::kMmaK; ++kk) {
-        // The values' 16 key rows of this product, MN-major over the panels.
-        Value vAddr = arith::AddIOp::create(b, ring.shared32(ring.at(valuesAt)),
-                                            k.i32(kk * wgmma::kMmaK * wgmma::kRowBytes));
-        out = mma(outputType, out, descriptor(probsAt, kk * wgmma::kMmaK * 2, ring),
-                  wgmma::matrixDescriptorMnMajor(b, vAddr, kPanelBytes), s.headDim,
-                  NVVM::MMALayout::row);
-      }
-      NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
-      NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 0);
-      // The stage's keys and values are read: each warp frees it.
-      auto ifLane0 = scf::IfOp::create(b, cmp(arith::CmpIPredicate::eq, lane, idx(0)), false);
-      {
-        OpBuilder::InsertionGuard inner(b);
-        b.setInsertionPointToStart(&ifLane0.getThenRegion().front());
-        NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), ring.empty(stage), Value(),
-                                       NVVM::MemScopeKind::CTA, false);
-      }
-      scf::YieldOp::create(b, ValueRange{next.maxA, next.maxB, next.sumA, next.sumB, out});
+      beginGroup(consumer);
+      Value out = valueProducts(ring, carried[4], ring.stageOf(step));
+      ring.wait(ring.full(ring.stageOf(next)), ring.parity(next));
+      Value nextScores = scoreProducts(ring, ring.stageOf(next));
+      endGroup(consumer, /*last=*/false);
+      freeStage(ring, ring.stageOf(step));
+      SmallVector<Value> taken =
+          takeTile(ring, nextScores, tileStartOf(next),
+                   ValueRange{carried[0], carried[1], carried[2], carried[3], out});
+      scf::YieldOp::create(b, taken);
     }
-    store(loop.getResults());
+    // The last tile's P V.
+    Value lastStage = ring.stageOf(arith::SubIOp::create(b, tiles, idx(1)));
+    SmallVector<Value> results(loop.getResults());
+    publish(consumer);
+    beginGroup(consumer);
+    results[4] = valueProducts(ring, results[4], lastStage);
+    endGroup(consumer, /*last=*/true);
+    freeStage(ring, lastStage);
+    store(results);
+  }
+
+  // The consumers' turns at the tensor cores: consumer c waits at barrier 3 +
+  // c for the other's arrival, issues its group, then arrives at the other's
+  // barrier (the second consumer not after its last group, so that every
+  // arrival is waited for).
+  void arriveTurn(int64_t consumer) {
+    NVVM::BarrierArriveOp::create(b, k.i32(3 + consumer), k.i32(2 * wgmma::kWarpgroup));
+  }
+  void beginGroup(Value consumer) {
+    Value id = arith::IndexCastOp::create(b, i32, arith::AddIOp::create(b, consumer, idx(3)));
+    NVVM::BarrierOp::create(b, Type(), id, k.i32(2 * wgmma::kWarpgroup), nullptr, Value());
+    NVVM::WgmmaFenceAlignedOp::create(b, b.getLoc());
+  }
+  void endGroup(Value consumer, bool last) {
+    NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
+    auto ifFirst = scf::IfOp::create(b, firstConsumer, /*withElse=*/!last);
+    {
+      OpBuilder::InsertionGuard guard(b);
+      b.setInsertionPointToStart(&ifFirst.getThenRegion().front());
+      arriveTurn(1);
+      if (!last) {
+        b.setInsertionPointToStart(&ifFirst.getElseRegion().front());
+        arriveTurn(0);
+      }
+    }
+    NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 0);
+  }
+  void ifThen(Value condition, llvm::function_ref<void()> body) {
+    auto ifOp = scf::IfOp::create(b, condition, /*withElse=*/false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&ifOp.getThenRegion().front());
+    body();
+  }
+
+  Value tileStartOf(Value step) {
+    return arith::AddIOp::create(b, keyBegin, arith::MulIOp::create(b, step, idx(S::kKeys)));
+  }
+  // The scores of the tile in `stage`: the query panels against its key
+  // panels, 16 dims a product.
+  Value scoreProducts(wgmma::Ring &ring, Value stage) {
+    Value keysAt = arith::MulIOp::create(b, stage, idx(ring.layout().aBytes()));
+    Value scores = LLVM::ZeroOp::create(b, scoresType);
+    for (int64_t p = 0; p < s.panels(); ++p)
+      for (int64_t kk = 0; kk < wgmma::kTileK / wgmma::kMmaK; ++kk) {
+        Value qAt = arith::AddIOp::create(b, queriesAt, idx(p * kPanelBytes));
+        Value kAt = arith::AddIOp::create(b, keysAt, idx(p * kPanelBytes));
+        scores = mma(scoresType, scores, descriptor(qAt, kk * wgmma::kMmaK * 2, ring),
+                     descriptor(kAt, kk * wgmma::kMmaK * 2, ring), S::kKeys);
+      }
+    return scores;
+  }
+  // out += P V, the values of the tile in `stage`: 16 key rows a product,
+  // MN-major over the panels.
+  Value valueProducts(wgmma::Ring &ring, Value out, Value stage) {
+    Value valuesAt = ring.bOffset(stage);
+    for (int64_t kk = 0; kk < S::kKeys / wgmma::kMmaK; ++kk) {
+      Value vAddr = arith::AddIOp::create(b, ring.shared32(ring.at(valuesAt)),
+                                          k.i32(kk * wgmma::kMmaK * wgmma::kRowBytes));
+      out = mma(outputType, out, descriptor(probsAt, kk * wgmma::kMmaK * 2, ring),
+                wgmma::matrixDescriptorMnMajor(b, vAddr, kPanelBytes), s.headDim,
+                NVVM::MMALayout::row);
+    }
+    return out;
+  }
+  // The stage's keys and values are read: each warp frees it.
+  void freeStage(wgmma::Ring &ring, Value stage) {
+    ifThen(cmp(arith::CmpIPredicate::eq, lane, idx(0)), [&] {
+      NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), ring.empty(stage), Value(),
+                                     NVVM::MemScopeKind::CTA, false);
+    });
+  }
+  // A tile's scores into the online softmax: its probabilities as bf16 into
+  // the consumer's P tile, the output rescaled. `carried` and the result:
+  // max A, max B, sum A, sum B, the output.
+  SmallVector<Value> takeTile(wgmma::Ring &ring, Value scores, Value tileStart,
+                              ValueRange carried) {
+    auto [next, probabilities] = softmax(scores, tileStart, carried);
+    for (int64_t j = 0; j < S::kKeys / 8; ++j) {
+      Value chunk = arith::XOrIOp::create(b, idx(j), g);
+      Value inChunk = arith::AddIOp::create(b, arith::MulIOp::create(b, chunk, idx(16)),
+                                            arith::MulIOp::create(b, t, idx(4)));
+      for (int64_t half = 0; half < 2; ++half) {
+        Value row = arith::AddIOp::create(b, probsRowA, idx(8 * half));
+        Value at = arith::AddIOp::create(
+            b, probsAt,
+            arith::AddIOp::create(b, arith::MulIOp::create(b, row, idx(wgmma::kRowBytes)),
+                                  inChunk));
+        Value pair = flash::packBf16(b, probabilities[4 * j + 2 * half],
+                                     probabilities[4 * j + 2 * half + 1]);
+        LLVM::StoreOp::create(b, pair, ring.at(at), /*alignment=*/4);
+      }
+    }
+    Value out = carried[4];
+    for (int64_t i = 0; i < s.headDim / 2; ++i) {
+      Value scaled =
+          arith::MulFOp::create(b, element(out, i), (i % 4) < 2 ? next.alphaA : next.alphaB);
+      out = LLVM::InsertValueOp::create(b, out, scaled, ArrayRef<int64_t>{i});
+    }
+    return {next.maxA, next.maxB, next.sumA, next.sumB, out};
   }
 
   // The online softmax over one tile's scores: carried (max A, max B, sum
@@ -702,7 +791,8 @@ private:
   unsigned scalarArg = 8;
   std::optional<kernels::CacheRows> rows;
   Value tileStart, tileSlot; // the producer's current tile
-  Value head, qBase, probsAt, g, t, rowA, rowB, posA, posB, probsRowA;
+  Value head, qBase, queriesAt, probsAt, lane, g, t, rowA, rowB, posA, posB, probsRowA;
+  Value firstConsumer;
 };
 
 } // namespace

@@ -13,7 +13,12 @@
 //              masks them, updates its online softmax in registers, writes
 //              the probabilities as bf16 into its own swizzled P tile and
 //              accumulates P V with wgmma m64nDk16 (B transposed) into its
-//              f32 output.
+//              f32 output. A tile's P V and the next tile's scores are one
+//              commit group, and the two consumers take turns issuing
+//              theirs (two named barriers), so that one's softmax runs while
+//              the other's products do.
+//
+// Blocks count down the query tiles (the last, longest causal walks first).
 //
 // This call's K/V are first staged as bf16 by a kernel of their own (keys
 // and values [Hkv, R, D], R rows for the entry's most tokens and a tile of
