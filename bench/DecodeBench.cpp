@@ -302,6 +302,21 @@ double prefillFlops(const kiln::Artifact &artifact, const nlohmann::json &config
   return flops;
 }
 
+// Each of `count` calls of `step`, timed on the host clock (ms); `after`
+// runs untimed after each.
+std::vector<double> timeSteps(const std::function<void()> &step, int count,
+                              const std::function<void()> &after = {}) {
+  std::vector<double> times;
+  for (int i = 0; i < count; ++i) {
+    auto start = Clock::now();
+    step();
+    times.push_back(msSince(start));
+    if (after)
+      after();
+  }
+  return times;
+}
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v[v.size() / 2];
@@ -381,20 +396,11 @@ int main(int argc, char **argv) {
     const int64_t pastAtStart = engine->pastTokens();
     // A step as a greedy serving loop runs it (as the batched steps below):
     // the token chosen where the logits are, only it comes back.
-    std::vector<double> stepMs;
-    for (int i = 0; i < options.steps; ++i) {
-      auto start = Clock::now();
-      token = engine->decodeGreedy(0, token);
-      stepMs.push_back(msSince(start));
-    }
+    const std::vector<double> stepMs =
+        timeSteps([&] { token = engine->decodeGreedy(0, token); }, options.steps);
     // The same step returning the logits to the host, chosen there.
-    std::vector<double> logitStepMs;
-    for (int i = 0; i < options.steps; ++i) {
-      auto start = Clock::now();
-      logits = engine->decode(token);
-      logitStepMs.push_back(msSince(start));
-      token = argmax(logits);
-    }
+    const std::vector<double> logitStepMs = timeSteps(
+        [&] { logits = engine->decode(token); }, options.steps, [&] { token = argmax(logits); });
     const double decodeMs = median(stepMs);
     const double logitsMs = median(logitStepMs);
     const StepBytes bytes = decodeBytes(artifact, config, pastAtStart);
@@ -459,15 +465,6 @@ int main(int argc, char **argv) {
       for (int i = 0; i < 2; ++i) // direct, then recorded
         stepBatch();
       const int64_t batchPast = engine->pastTokens(0);
-      auto timeSteps = [&](const std::function<void()> &step, int count) {
-        std::vector<double> times;
-        for (int i = 0; i < count; ++i) {
-          auto start = Clock::now();
-          step();
-          times.push_back(msSince(start));
-        }
-        return times;
-      };
       const std::vector<double> batchSteps = timeSteps(stepBatch, options.steps);
       batchMs = median(batchSteps);
       std::printf("decode    batch %lld, KV length %lld each: %.3f ms a step median of %d (min "
