@@ -3,15 +3,16 @@
 // Shared memory: the ring's stages (A: the key tile, B: the value tile, each
 // D / 64 panels of 64 key rows of 128 bytes, as a TMA box brings them from
 // the staged K/V or a bf16 cache; the P V products read B MN-major), its
-// barriers, then each consumer's query panels and its P tile (64 rows of 64
-// keys), every tile in the 128-byte swizzle: 16-byte chunk c of row r at
-// chunk c ^ (r % 8), rows of 128 bytes, 1024-byte atoms.
+// barriers, then each consumer's query panels, every tile in the 128-byte
+// swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8), rows of 128 bytes,
+// 1024-byte atoms.
 //
 // The accumulators of m64nNk16: thread (warp w, lane l) of a warpgroup holds,
 // for each 8 columns j, rows 16 w + l / 4 ("A") and 8 below ("B") at
 // columns 8 j + 2 (l % 4) and the next, registers 4 j .. 4 j + 3 (A, A, B,
-// B). The scores' columns are keys; so the probabilities a thread writes to
-// its P tile are the bf16 pair at byte 16 j + 4 (l % 4) of its rows, chunk j.
+// B). The scores' columns are keys; the same thread's registers of the A
+// operand of m64nNk16 hold rows A and B at k 2 (l % 4) and 8 further, so the
+// probabilities become P V's A operand where they are, packed as bf16 pairs.
 #include "targets/nvptx/WgmmaAttention.h"
 
 #include "targets/common/KernelBuilder.h"
@@ -61,7 +62,6 @@ wgmma::RingLayout ringLayout(const S &s) {
   return wgmma::RingLayout{S::kStages, S::kKeys * s.panels(), s.headDim};
 }
 int64_t queriesOffset(const S &s) { return (ringLayout(s).sharedBytes() + 1023) / 1024 * 1024; }
-int64_t probabilitiesOffset(const S &s) { return queriesOffset(s) + 2 * s.panels() * kPanelBytes; }
 
 class WgmmaAttentionBuilder {
 public:
@@ -441,15 +441,13 @@ private:
                                NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
     syncWarpgroup(consumer);
   }
-  // layoutB: col for a K-major B (the keys), row for an MN-major one (the
-  // values).
-  Value mma(Type type, Value acc, Value a, Value bDesc, int64_t n,
-            NVVM::MMALayout layoutB = NVVM::MMALayout::col) {
+  // A from shared memory, B K-major (the keys).
+  Value mma(Type type, Value acc, Value a, Value bDesc, int64_t n) {
     return NVVM::WgmmaMmaAsyncOp::create(
         b, b.getLoc(), type, acc, a, bDesc, NVVM::MMAShapeAttr::get(ctx, kRows, n, wgmma::kMmaK),
         NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32,
         NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
-        NVVM::MMALayout::row, layoutB, nullptr);
+        NVVM::MMALayout::row, NVVM::MMALayout::col, nullptr);
   }
   Value descriptor(Value baseBytes, int64_t advance, wgmma::Ring &ring) {
     Value addr = arith::AddIOp::create(b, ring.shared32(ring.at(baseBytes)), k.i32(advance));
@@ -510,8 +508,6 @@ private:
     queriesAt =
         arith::AddIOp::create(b, idx(queriesOffset(s)),
                               arith::MulIOp::create(b, consumer, idx(s.panels() * kPanelBytes)));
-    probsAt = arith::AddIOp::create(b, idx(probabilitiesOffset(s)),
-                                    arith::MulIOp::create(b, consumer, idx(kPanelBytes)));
     loadQueries(ring, queriesAt, inGroup);
     publish(consumer);
 
@@ -524,7 +520,6 @@ private:
     rowB = arith::AddIOp::create(b, rowA, idx(8));
     posA = arith::AddIOp::create(b, past, rowA);
     posB = arith::AddIOp::create(b, past, rowB);
-    probsRowA = rowInTile;
     firstConsumer = cmp(arith::CmpIPredicate::eq, consumer, idx(0));
 
     // The second consumer lets the first issue first.
@@ -542,8 +537,8 @@ private:
     beginGroup(consumer);
     Value scores = scoreProducts(ring, ring.stageOf(first));
     endGroup(consumer, /*last=*/false);
-    SmallVector<Value> state = takeTile(ring, scores, tileStartOf(first),
-                                        ValueRange{minusInf, minusInf, zero, zero, output});
+    SmallVector<Value> state =
+        takeTile(scores, tileStartOf(first), ValueRange{minusInf, minusInf, zero, zero, output});
 
     // Tiles 1 .. tiles - 1: P V of the previous tile with their scores.
     auto loop =
@@ -554,27 +549,25 @@ private:
       Value step = loop.getInductionVar();
       Value next = arith::AddIOp::create(b, step, idx(1));
       ValueRange carried = loop.getRegionIterArgs();
-      publish(consumer);
       beginGroup(consumer);
-      Value out = valueProducts(ring, carried[4], ring.stageOf(step));
+      Value out = valueProducts(ring, carried[4], carried.drop_front(5), ring.stageOf(step));
       ring.wait(ring.full(ring.stageOf(next)), ring.parity(next));
       Value nextScores = scoreProducts(ring, ring.stageOf(next));
       endGroup(consumer, /*last=*/false);
       freeStage(ring, ring.stageOf(step));
       SmallVector<Value> taken =
-          takeTile(ring, nextScores, tileStartOf(next),
+          takeTile(nextScores, tileStartOf(next),
                    ValueRange{carried[0], carried[1], carried[2], carried[3], out});
       scf::YieldOp::create(b, taken);
     }
     // The last tile's P V.
     Value lastStage = ring.stageOf(arith::SubIOp::create(b, tiles, idx(1)));
     SmallVector<Value> results(loop.getResults());
-    publish(consumer);
     beginGroup(consumer);
-    results[4] = valueProducts(ring, results[4], lastStage);
+    results[4] = valueProducts(ring, results[4], ValueRange(results).drop_front(5), lastStage);
     endGroup(consumer, /*last=*/true);
     freeStage(ring, lastStage);
-    store(results);
+    store(ValueRange(results).take_front(5));
   }
 
   // The consumers' turns at the tensor cores: consumer c waits at barrier 3 +
@@ -628,15 +621,15 @@ private:
     return scores;
   }
   // out += P V, the values of the tile in `stage`: 16 key rows a product,
-  // MN-major over the panels.
-  Value valueProducts(wgmma::Ring &ring, Value out, Value stage) {
+  // MN-major over the panels; P from registers, four bf16 pairs a product
+  // (`probabilities`, as takeTile packs them).
+  Value valueProducts(wgmma::Ring &ring, Value out, ValueRange probabilities, Value stage) {
     Value valuesAt = ring.bOffset(stage);
     for (int64_t kk = 0; kk < S::kKeys / wgmma::kMmaK; ++kk) {
       Value vAddr = arith::AddIOp::create(b, ring.shared32(ring.at(valuesAt)),
                                           k.i32(kk * wgmma::kMmaK * wgmma::kRowBytes));
-      out = mma(outputType, out, descriptor(probsAt, kk * wgmma::kMmaK * 2, ring),
-                wgmma::matrixDescriptorMnMajor(b, vAddr, kPanelBytes), s.headDim,
-                NVVM::MMALayout::row);
+      out = wgmma::mmaRegisterA(b, out, probabilities.slice(4 * kk, 4),
+                                wgmma::matrixDescriptorMnMajor(b, vAddr, kPanelBytes), s.headDim);
     }
     return out;
   }
@@ -647,34 +640,26 @@ private:
                                      NVVM::MemScopeKind::CTA, false);
     });
   }
-  // A tile's scores into the online softmax: its probabilities as bf16 into
-  // the consumer's P tile, the output rescaled. `carried` and the result:
-  // max A, max B, sum A, sum B, the output.
-  SmallVector<Value> takeTile(wgmma::Ring &ring, Value scores, Value tileStart,
-                              ValueRange carried) {
+  // A tile's scores into the online softmax: its probabilities as bf16
+  // pairs in the A operand's registers for P V, the output rescaled.
+  // `carried`: max A, max B, sum A, sum B, the output; the result that, then
+  // the probabilities, four pairs a 16-key product: (row A, keys 2t, 2t + 1),
+  // (row B, the same), then both rows at keys 8 further. The scores'
+  // accumulators hold them so: no data moves between lanes.
+  SmallVector<Value> takeTile(Value scores, Value tileStart, ValueRange carried) {
     auto [next, probabilities] = softmax(scores, tileStart, carried);
-    for (int64_t j = 0; j < S::kKeys / 8; ++j) {
-      Value chunk = arith::XOrIOp::create(b, idx(j), g);
-      Value inChunk = arith::AddIOp::create(b, arith::MulIOp::create(b, chunk, idx(16)),
-                                            arith::MulIOp::create(b, t, idx(4)));
-      for (int64_t half = 0; half < 2; ++half) {
-        Value row = arith::AddIOp::create(b, probsRowA, idx(8 * half));
-        Value at = arith::AddIOp::create(
-            b, probsAt,
-            arith::AddIOp::create(b, arith::MulIOp::create(b, row, idx(wgmma::kRowBytes)),
-                                  inChunk));
-        Value pair = flash::packBf16(b, probabilities[4 * j + 2 * half],
-                                     probabilities[4 * j + 2 * half + 1]);
-        LLVM::StoreOp::create(b, pair, ring.at(at), /*alignment=*/4);
-      }
-    }
+    SmallVector<Value> pairs;
+    for (size_t i = 0; i < probabilities.size() / 2; ++i)
+      pairs.push_back(flash::packBf16(b, probabilities[2 * i], probabilities[2 * i + 1]));
     Value out = carried[4];
     for (int64_t i = 0; i < s.headDim / 2; ++i) {
       Value scaled =
           arith::MulFOp::create(b, element(out, i), (i % 4) < 2 ? next.alphaA : next.alphaB);
       out = LLVM::InsertValueOp::create(b, out, scaled, ArrayRef<int64_t>{i});
     }
-    return {next.maxA, next.maxB, next.sumA, next.sumB, out};
+    SmallVector<Value> taken = {next.maxA, next.maxB, next.sumA, next.sumB, out};
+    taken.append(pairs);
+    return taken;
   }
 
   // The online softmax over one tile's scores: carried (max A, max B, sum
@@ -791,13 +776,13 @@ private:
   unsigned scalarArg = 8;
   std::optional<kernels::CacheRows> rows;
   Value tileStart, tileSlot; // the producer's current tile
-  Value head, qBase, queriesAt, probsAt, lane, g, t, rowA, rowB, posA, posB, probsRowA;
+  Value head, qBase, queriesAt, lane, g, t, rowA, rowB, posA, posB;
   Value firstConsumer;
 };
 
 } // namespace
 
-int64_t S::sharedBytes() const { return probabilitiesOffset(*this) + 2 * kPanelBytes; }
+int64_t S::sharedBytes() const { return queriesOffset(*this) + 2 * panels() * kPanelBytes; }
 
 bool wgmmaAttentionFits(const S &shape) {
   return (shape.headDim == 64 || shape.headDim == 128) &&

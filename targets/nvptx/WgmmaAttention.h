@@ -10,13 +10,14 @@
 //              wgmma operand, the values an MN-major one;
 //   consumers: each holds its 64 queries as bf16 in shared memory, computes
 //              its 64 x 64 scores with wgmma m64n64k16 (f32 accumulate),
-//              masks them, updates its online softmax in registers, writes
-//              the probabilities as bf16 into its own swizzled P tile and
-//              accumulates P V with wgmma m64nDk16 (B transposed) into its
-//              f32 output. A tile's P V and the next tile's scores are one
-//              commit group, and the two consumers take turns issuing
-//              theirs (two named barriers), so that one's softmax runs while
-//              the other's products do.
+//              masks them, updates its online softmax in registers, packs
+//              the probabilities as bf16 pairs where they are (the A
+//              operand's registers) and accumulates P V with wgmma m64nDk16
+//              (A from registers, B transposed) into its f32 output. A
+//              tile's P V and the next tile's scores are one commit group,
+//              and the two consumers take turns issuing theirs (two named
+//              barriers), so that one's softmax runs while the other's
+//              products do.
 //
 // Blocks count down the query tiles (the last, longest causal walks first).
 //

@@ -3,6 +3,7 @@
 #include "targets/nvptx/DynamicShared.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 
@@ -60,6 +61,42 @@ Value matrixDescriptorMnMajor(ImplicitLocOpBuilder &b, Value addr32, int64_t pan
   uint64_t fixed =
       (uint64_t(panelBytes >> 4) << 16) | (uint64_t(kAtomBytes >> 4) << 32) | (uint64_t(1) << 62);
   return arith::OrIOp::create(b, start, c64(fixed));
+}
+
+Value mmaRegisterA(ImplicitLocOpBuilder &b, Value acc, ValueRange a, Value bDesc, int64_t n) {
+  assert(a.size() == 4 && "four registers of bf16 pairs");
+  auto type = cast<LLVM::LLVMStructType>(acc.getType());
+  const int64_t count = type.getBody().size();
+  assert(count == n / 2 && "m64nN: N / 2 accumulators a thread");
+  // Outputs $0 .. count - 1, the same registers tied as inputs, then A's four
+  // and B's descriptor.
+  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" +
+                     std::to_string(n) + "k16.f32.bf16.bf16 {";
+  std::string constraints;
+  SmallVector<Value> operands;
+  for (int64_t i = 0; i < count; ++i) {
+    text += (i ? ", $" : "$") + std::to_string(i);
+    constraints += (i ? ",=f" : "=f");
+  }
+  for (int64_t i = 0; i < count; ++i) {
+    constraints += "," + std::to_string(i);
+    operands.push_back(LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{i}));
+  }
+  text += "}, {";
+  for (int64_t i = 0; i < 4; ++i) {
+    text += (i ? ", $" : "$") + std::to_string(2 * count + i);
+    constraints += ",r";
+    operands.push_back(a[i]);
+  }
+  // scale-d p (accumulate), A and B unscaled, B transposed.
+  text += "}, $" + std::to_string(2 * count + 4) + ", p, 1, 1, 1;\n}";
+  constraints += ",l";
+  operands.push_back(bDesc);
+  auto op = LLVM::InlineAsmOp::create(b, type, operands, text, constraints,
+                                      /*has_side_effects=*/true, /*is_align_stack=*/false,
+                                      LLVM::tailcallkind::TailCallKind::None,
+                                      LLVM::AsmDialectAttr(), ArrayAttr());
+  return op.getResult(0);
 }
 
 Ring::Ring(kernels::KernelScope &k, const RingLayout &layout, const std::string &smemName)

@@ -68,6 +68,15 @@ mlir::Value matrixDescriptor(mlir::ImplicitLocOpBuilder &b, mlir::Value addr32);
 mlir::Value matrixDescriptorMnMajor(mlir::ImplicitLocOpBuilder &b, mlir::Value addr32,
                                     int64_t panelBytes);
 
+// acc += A B for wgmma m64nNk16 (bf16 in, f32 accumulators, N = the struct
+// `acc`'s fields * 2), A from registers: `a`, four i32 of bf16 pairs in the
+// m16n8k16 A fragment's order (rows g and g + 8 at k 2t, then at k 2t + 8;
+// the warp's 16 rows of the 64); B from shared memory by the descriptor
+// `bDesc`, read transposed (MN-major). MLIR's nvvm.wgmma.mma_async takes A
+// from shared memory only, so this is PTX of its own.
+mlir::Value mmaRegisterA(mlir::ImplicitLocOpBuilder &b, mlir::Value acc, mlir::ValueRange a,
+                         mlir::Value bDesc, int64_t n);
+
 class Ring {
 public:
   // Takes the dynamic shared memory's address where it is built.
