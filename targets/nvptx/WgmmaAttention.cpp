@@ -491,7 +491,7 @@ private:
   // A consumer's schedule, per warpgroup: the scores of tile 0, then for each
   // tile j one commit group holding P_j V_j and the scores of tile j + 1
   // (issued back to back; the scores' accumulators are free while P V runs,
-  // so this costs no registers), then tile j + 1's softmax while the other
+  // so this holds no more of them), then tile j + 1's softmax while the other
   // consumer's group runs on the tensor cores. The two consumers take turns
   // issuing their groups (two named barriers, ids 3 and 4), so that one's
   // softmax overlaps the other's products instead of both waiting on the
@@ -536,7 +536,7 @@ private:
     ring.wait(ring.full(ring.stageOf(first)), ring.parity(first));
     beginGroup(consumer);
     Value scores = scoreProducts(ring, ring.stageOf(first));
-    endGroup(consumer, /*last=*/false);
+    endGroup(/*last=*/false);
     SmallVector<Value> state =
         takeTile(scores, tileStartOf(first), ValueRange{minusInf, minusInf, zero, zero, output});
 
@@ -553,7 +553,7 @@ private:
       Value out = valueProducts(ring, carried[4], carried.drop_front(5), ring.stageOf(step));
       ring.wait(ring.full(ring.stageOf(next)), ring.parity(next));
       Value nextScores = scoreProducts(ring, ring.stageOf(next));
-      endGroup(consumer, /*last=*/false);
+      endGroup(/*last=*/false);
       freeStage(ring, ring.stageOf(step));
       SmallVector<Value> taken =
           takeTile(nextScores, tileStartOf(next),
@@ -565,7 +565,7 @@ private:
     SmallVector<Value> results(loop.getResults());
     beginGroup(consumer);
     results[4] = valueProducts(ring, results[4], ValueRange(results).drop_front(5), lastStage);
-    endGroup(consumer, /*last=*/true);
+    endGroup(/*last=*/true);
     freeStage(ring, lastStage);
     store(ValueRange(results).take_front(5));
   }
@@ -582,7 +582,7 @@ private:
     NVVM::BarrierOp::create(b, Type(), id, k.i32(2 * wgmma::kWarpgroup), nullptr, Value());
     NVVM::WgmmaFenceAlignedOp::create(b, b.getLoc());
   }
-  void endGroup(Value consumer, bool last) {
+  void endGroup(bool last) {
     NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
     auto ifFirst = scf::IfOp::create(b, firstConsumer, /*withElse=*/!last);
     {
