@@ -160,11 +160,12 @@ std::vector<int32_t> conversationPrompt(const std::vector<int32_t> &prompt, int6
 // entry may compute them with other kernels: on a GPU its products run on
 // tensor cores, each f32 activation as two bf16 parts (about 16 bits of it),
 // where a single token's GEMVs multiply in f32 (but see aloneInF16Pairs), so
-// sums differ in their last bits. Where a router's top-k had a near tie that such a difference
-// flips, one token takes another expert: that row's logits move by a few percent, and the
-// conversation's later rows a little (they attend to its K/V). So a few conversations
-// (kBatchFlipShare of them) may go past kBatchTolerance, never past kBatchFlipTolerance; a wrong
-// row, expert or kernel is off in every conversation, and by far more.
+// sums differ in their last bits. Where a router's top-k had a near tie that
+// such a difference flips, one token takes another expert: that row's logits
+// move by a few percent, and the conversation's later rows a little (they
+// attend to its K/V). So a few conversations (kBatchFlipShare of them) may go
+// past kBatchTolerance, never past kBatchFlipTolerance; a wrong row, expert
+// or kernel is off in every conversation, and by far more.
 //
 // A bf16 KV cache widens all three: a key or value whose products differ in
 // their last bits between the two runs may round to the other bf16
