@@ -6,6 +6,8 @@
 
 #include "runtime/core/Chip.h"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -1128,6 +1130,17 @@ int64_t bufferBytes(const fb::BufferRef &ref, int64_t tokens) {
   if (!validEnum(ref.dtype()) || !tryBufferBytes(ref, tokens, result))
     throw ArtifactError("buffer size at T=" + std::to_string(tokens) + " is invalid or overflows");
   return result;
+}
+
+std::string tilingField(const artifact::Kernel &kernel, std::string_view key) {
+  if (!kernel.tiling())
+    return {};
+  const nlohmann::json tiling =
+      nlohmann::json::parse(kernel.tiling()->str(), nullptr, /*allow_exceptions=*/false);
+  if (!tiling.is_object())
+    return {};
+  auto it = tiling.find(key);
+  return it != tiling.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 std::string_view targetKindName(fb::TargetKind kind) {

@@ -100,6 +100,11 @@ std::vector<int64_t> evaluateShape(const artifact::BufferRef &ref, int64_t token
 // stored shape[0], which the runtime replaces with its slot count.
 int64_t bufferBytes(const artifact::BufferRef &ref, int64_t tokens);
 
+// A string field of the kernel's tiling (the JSON the compiler wrote beside
+// it: "kind", "exchange", ...); empty where the tiling, the field or its
+// string is missing.
+std::string tilingField(const artifact::Kernel &kernel, std::string_view key);
+
 // "x86", "nvptx", "amdgcn" (what kilnc --target takes).
 std::string_view targetKindName(artifact::TargetKind kind);
 // The KernelLibrary.format kilnc writes for a target kind:

@@ -3,8 +3,6 @@
 #include "runtime/gpu/GpuGraph.h"
 #include "runtime/gpu/KernelParams.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -216,17 +214,8 @@ void GpuBackend::loadKernels(const Artifact &artifact) {
           source_ + ": kernel '" + loadedKernel.name + "' (not in " + table_->libraryKind() + "?)");
     // The tiling (JSON, as the compiler wrote it beside the kernel) says how
     // it is launched: a persistent kernel, one exchanging with peers.
-    const nlohmann::json tiling =
-        kernel->tiling() ? nlohmann::json::parse(kernel->tiling()->str(), nullptr, false)
-                         : nlohmann::json();
-    auto field = [&](const char *key) {
-      if (!tiling.is_object())
-        return std::string();
-      auto it = tiling.find(key);
-      return it != tiling.end() && it->is_string() ? it->get<std::string>() : std::string();
-    };
-    loadedKernel.persistent = field("kind") == "persistent";
-    loadedKernel.exchanges = field("exchange") == "peer";
+    loadedKernel.persistent = tilingField(*kernel, "kind") == "persistent";
+    loadedKernel.exchanges = tilingField(*kernel, "exchange") == "peer";
     loadedKernel.sharedLimit =
         allowSharedBytes(loadedKernel.function, loadedKernel.name, kernel->shared_bytes());
     kernels_.push_back(std::move(loadedKernel));

@@ -28,8 +28,6 @@
 #include "runtime/safetensors/NonFinite.h"
 #include "runtime/tools/kiln-check/VerifyCheck.h"
 
-#include <nlohmann/json.hpp>
-
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -193,17 +191,9 @@ struct BatchBounds {
 // largest difference the same (0.85 of 5.35) in all four.
 bool aloneInF16Pairs(const Artifact &artifact) {
   if (const auto *kernels = artifact->kernels())
-    for (const auto *kernel : *kernels) {
-      if (!kernel->tiling())
-        continue;
-      const nlohmann::json tiling =
-          nlohmann::json::parse(kernel->tiling()->str(), nullptr, /*allow_exceptions=*/false);
-      if (!tiling.is_object())
-        continue;
-      auto kind = tiling.find("kind");
-      if (kind != tiling.end() && kind->is_string() && *kind == "staged-gemv_nvfp4_f16x2")
+    for (const auto *kernel : *kernels)
+      if (tilingField(*kernel, "kind") == "staged-gemv_nvfp4_f16x2")
         return true;
-    }
   return false;
 }
 
