@@ -629,7 +629,7 @@ private:
       Value vAddr = arith::AddIOp::create(b, ring.shared32(ring.at(valuesAt)),
                                           k.i32(kk * wgmma::kMmaK * wgmma::kRowBytes));
       out = wgmma::mmaRegisterA(b, out, probabilities.slice(4 * kk, 4),
-                                wgmma::matrixDescriptorMnMajor(b, vAddr, kPanelBytes), s.headDim);
+                                wgmma::matrixDescriptorMnMajor(b, vAddr, kPanelBytes));
     }
     return out;
   }

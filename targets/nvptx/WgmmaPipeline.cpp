@@ -63,11 +63,11 @@ Value matrixDescriptorMnMajor(ImplicitLocOpBuilder &b, Value addr32, int64_t pan
   return arith::OrIOp::create(b, start, c64(fixed));
 }
 
-Value mmaRegisterA(ImplicitLocOpBuilder &b, Value acc, ValueRange a, Value bDesc, int64_t n) {
+Value mmaRegisterA(ImplicitLocOpBuilder &b, Value acc, ValueRange a, Value bDesc) {
   assert(a.size() == 4 && "four registers of bf16 pairs");
   auto type = cast<LLVM::LLVMStructType>(acc.getType());
-  const int64_t count = type.getBody().size();
-  assert(count == n / 2 && "m64nN: N / 2 accumulators a thread");
+  const int64_t count = type.getBody().size(); // m64nN: N / 2 a thread
+  const int64_t n = 2 * count;
   // Outputs $0 .. count - 1, the same registers tied as inputs, then A's four
   // and B's descriptor.
   std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" +

@@ -75,7 +75,7 @@ mlir::Value matrixDescriptorMnMajor(mlir::ImplicitLocOpBuilder &b, mlir::Value a
 // `bDesc`, read transposed (MN-major). MLIR's nvvm.wgmma.mma_async takes A
 // from shared memory only, so this is PTX of its own.
 mlir::Value mmaRegisterA(mlir::ImplicitLocOpBuilder &b, mlir::Value acc, mlir::ValueRange a,
-                         mlir::Value bDesc, int64_t n);
+                         mlir::Value bDesc);
 
 class Ring {
 public:
