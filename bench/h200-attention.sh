@@ -7,6 +7,9 @@
 # The artifacts, on a machine with the compiler:
 #   kilnc bench/configs/muse-spark-open-4-layers.json --target=sm_90 --quant=nvfp4 \
 #     --max-prefill-tokens=N -o proxy-N.kiln        (N = 4096, 32768)
+# On a GPU of 80 GB (an H100) the 32768-token artifact does not fit beside the
+# proxy's 256 experts a layer; muse-spark-open-4-layers-16-experts.json has the
+# same attention (shapes, window, layer pattern) and 16 experts, and fits.
 set -euo pipefail
 BIN=$1
 torch_out=$(python3 "$(dirname "$0")/torch_sdpa.py" 4096 32768)

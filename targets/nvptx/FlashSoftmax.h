@@ -20,12 +20,21 @@ mlir::Value packBf16(mlir::ImplicitLocOpBuilder &b, mlir::Value lo, mlir::Value 
 // tile's (this thread's `tileMaxA`, `tileMaxB`) and the carried ones, the
 // factors alpha that rescale what was carried, and the new sums; each of
 // `p` (the tile's scaled scores, log2 units, -inf where masked) becomes its
-// probability exp2(p - max). `carried`: max A, max B, sum A, sum B.
+// probability exp2(p - max). `carried`: max A, max B, sum A, sum B (the
+// maxima in log2 units).
+//
+// `rawScale` set (scale * log2(e), positive): `p` and the tile's maxima are
+// the raw scores instead, each probability exp2(fma(score, scale, -max))
+// (one fused instruction where scaling then subtracting takes two), and
+// every exp2 the approximation that flushes subnormals (one MUFU instruction
+// on NVIDIA chips; the exact-subnormal form adds a range test and two
+// multiplies around it). What it flushes lies below 2^-126 of the row's
+// largest probability.
 struct SoftmaxStep {
   mlir::Value maxA, maxB, sumA, sumB, alphaA, alphaB;
 };
 SoftmaxStep softmaxStep(mlir::ImplicitLocOpBuilder &b, mlir::Value tileMaxA, mlir::Value tileMaxB,
                         mlir::ValueRange carried, llvm::MutableArrayRef<mlir::Value> p,
-                        mlir::Value minusInf, mlir::Value zero);
+                        mlir::Value minusInf, mlir::Value zero, mlir::Value rawScale = {});
 
 } // namespace kiln::nvptx::flash

@@ -2,10 +2,12 @@
 //
 // Shared memory: the ring's stages (A: the key tile, B: the value tile, each
 // D / 64 panels of 64 key rows of 128 bytes, as a TMA box brings them from
-// the staged K/V or a bf16 cache; the P V products read B MN-major), its
-// barriers, then each consumer's query panels, every tile in the 128-byte
-// swizzle: 16-byte chunk c of row r at chunk c ^ (r % 8), rows of 128 bytes,
-// 1024-byte atoms.
+// the staged K/V or a bf16 cache; the P V products read B MN-major), then its
+// barriers, every tile in the 128-byte swizzle: 16-byte chunk c of row r at
+// chunk c ^ (r % 8), rows of 128 bytes, 1024-byte atoms. Neither operand A
+// is in shared memory: each consumer holds its queries in registers (the
+// scores' A, loaded once), and the probabilities (P V's A) where the scores
+// were, so the tensor cores read only the key and value tiles from it.
 //
 // The accumulators of m64nNk16: thread (warp w, lane l) of a warpgroup holds,
 // for each 8 columns j, rows 16 w + l / 4 ("A") and 8 below ("B") at
@@ -13,6 +15,8 @@
 // B). The scores' columns are keys; the same thread's registers of the A
 // operand of m64nNk16 hold rows A and B at k 2 (l % 4) and 8 further, so the
 // probabilities become P V's A operand where they are, packed as bf16 pairs.
+// The queries' A registers (m64n64k16's A, k 16 kk ..): rows A and B at
+// dims 16 kk + 2 (l % 4) and 8 further, as bf16 pairs.
 #include "targets/nvptx/WgmmaAttention.h"
 
 #include "targets/common/KernelBuilder.h"
@@ -53,15 +57,14 @@ int64_t stageBlock(int64_t quads) {
 constexpr int64_t kRows = wgmma::kConsumerRows; // a consumer's 64 query rows
 constexpr int64_t kPanelBytes = kRows * wgmma::kRowBytes;
 // The producer converts a tile at a time and keeps no step in flight; the
-// consumers hold the output (D / 2 registers), the scores (32) and the
-// probabilities.
+// consumers hold the output (D / 2 registers), the scores (32), the
+// probabilities (16) and the queries (D / 4).
 constexpr uint32_t kProducerRegs = 136, kConsumerRegs = 184;
 static_assert(wgmma::registersFit(kProducerRegs, kConsumerRegs));
 
 wgmma::RingLayout ringLayout(const S &s) {
   return wgmma::RingLayout{S::kStages, S::kKeys * s.panels(), s.headDim};
 }
-int64_t queriesOffset(const S &s) { return (ringLayout(s).sharedBytes() + 1023) / 1024 * 1024; }
 
 class WgmmaAttentionBuilder {
 public:
@@ -429,63 +432,38 @@ private:
   Value element(Value structValue, int64_t i) {
     return LLVM::ExtractValueOp::create(b, structValue, ArrayRef<int64_t>{i});
   }
-  // The consumer warpgroup's barrier (ids 1 and 2; 0 is the block's).
-  void syncWarpgroup(Value consumer) {
-    Value id = arith::IndexCastOp::create(b, i32, arith::AddIOp::create(b, consumer, idx(1)));
-    NVVM::BarrierOp::create(b, Type(), id, k.i32(wgmma::kWarpgroup), nullptr, Value());
-  }
-  // Generic-proxy stores to shared memory, then visible to the warpgroup's
-  // wgmma (the async proxy).
-  void publish(Value consumer) {
-    NVVM::FenceProxyOp::create(b, b.getLoc(), NVVM::ProxyKind::async_shared,
-                               NVVM::SharedSpaceAttr::get(ctx, NVVM::SharedSpace::shared_cta));
-    syncWarpgroup(consumer);
-  }
-  // A from shared memory, B K-major (the keys).
-  Value mma(Type type, Value acc, Value a, Value bDesc, int64_t n) {
-    return NVVM::WgmmaMmaAsyncOp::create(
-        b, b.getLoc(), type, acc, a, bDesc, NVVM::MMAShapeAttr::get(ctx, kRows, n, wgmma::kMmaK),
-        NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32,
-        NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one,
-        NVVM::MMALayout::row, NVVM::MMALayout::col, nullptr);
-  }
   Value descriptor(Value baseBytes, int64_t advance, wgmma::Ring &ring) {
     Value addr = arith::AddIOp::create(b, ring.shared32(ring.at(baseBytes)), k.i32(advance));
     return wgmma::matrixDescriptor(b, addr);
   }
 
-  // The consumer's 64 query rows (zeros past T) as bf16 panels.
-  void loadQueries(wgmma::Ring &ring, Value queriesAt, Value inGroup) {
-    const int64_t chunksPerRow = s.headDim / 8;
-    auto v4 = VectorType::get({4}, f32);
+  // The consumer's queries as the scores' A operand (zeros past T): for
+  // each 16 dims, four bf16 pairs (rows A and B at dims 2t, 2t + 1, then 8
+  // further), read once as f32 pairs.
+  SmallVector<Value> loadQueries() {
+    auto v2 = VectorType::get({2}, f32);
     Value queries = globalBase(0);
-    for (int64_t i = 0; i < kRows * chunksPerRow / wgmma::kWarpgroup; ++i) {
-      Value e = arith::AddIOp::create(b, inGroup, idx(i * wgmma::kWarpgroup));
-      Value c = arith::RemUIOp::create(b, e, idx(chunksPerRow));
-      Value r = arith::DivUIOp::create(b, e, idx(chunksPerRow));
-      Value row = arith::AddIOp::create(b, qBase, r);
-      Value ok = cmp(arith::CmpIPredicate::ult, row, tokens);
-      Value safe = arith::SelectOp::create(b, ok, row, idx(0));
-      Value col = arith::MulIOp::create(b, c, idx(8));
-      Value zeros = arith::ConstantOp::create(b, v4, DenseElementsAttr::get(v4, 0.0f));
-      SmallVector<Value> values;
-      for (int64_t half = 0; half < 2; ++half) {
-        Value at = arith::AddIOp::create(b, col, idx(4 * half));
-        Value element = arith::AddIOp::create(
-            b,
-            arith::MulIOp::create(
-                b, arith::AddIOp::create(b, arith::MulIOp::create(b, safe, idx(s.qHeads)), head),
-                idx(s.headDim)),
-            at);
-        Value quad = loadGlobal(v4, queries, element, 4);
-        values.append(elements(arith::SelectOp::create(b, ok, quad, zeros)));
-      }
-      Value panelAt = arith::AddIOp::create(
-          b, queriesAt,
-          arith::MulIOp::create(b, arith::DivUIOp::create(b, c, idx(8)), idx(kPanelBytes)));
-      Value at = swizzled(panelAt, r, arith::RemUIOp::create(b, c, idx(8)));
-      LLVM::StoreOp::create(b, chunkOf(values), ring.at(at), /*alignment=*/16);
-    }
+    Value zeros = arith::ConstantOp::create(b, v2, DenseElementsAttr::get(v2, 0.0f));
+    Value col2t = arith::MulIOp::create(b, t, idx(2));
+    SmallVector<Value> pairs;
+    for (int64_t kk = 0; kk < s.headDim / wgmma::kMmaK; ++kk)
+      for (int64_t half = 0; half < 2; ++half)
+        for (Value row : {rowA, rowB}) {
+          Value ok = cmp(arith::CmpIPredicate::ult, row, tokens);
+          Value safe = arith::SelectOp::create(b, ok, row, idx(0));
+          Value col = arith::AddIOp::create(b, col2t, idx(wgmma::kMmaK * kk + 8 * half));
+          Value element = arith::AddIOp::create(
+              b,
+              arith::MulIOp::create(
+                  b, arith::AddIOp::create(b, arith::MulIOp::create(b, safe, idx(s.qHeads)), head),
+                  idx(s.headDim)),
+              col);
+          Value pair =
+              arith::SelectOp::create(b, ok, loadGlobal(v2, queries, element, 4, 8), zeros);
+          pairs.push_back(flash::packBf16(b, vector::ExtractOp::create(b, pair, 0),
+                                          vector::ExtractOp::create(b, pair, 1)));
+        }
+    return pairs;
   }
 
   // A consumer's schedule, per warpgroup: the scores of tile 0, then for each
@@ -505,12 +483,6 @@ private:
                 ? q0
                 : arith::AddIOp::create(b, q0, arith::MulIOp::create(b, consumer, idx(kRows)))
                       .getResult();
-    queriesAt =
-        arith::AddIOp::create(b, idx(queriesOffset(s)),
-                              arith::MulIOp::create(b, consumer, idx(s.panels() * kPanelBytes)));
-    loadQueries(ring, queriesAt, inGroup);
-    publish(consumer);
-
     Value warp = arith::DivUIOp::create(b, inGroup, idx(32));
     lane = arith::RemUIOp::create(b, inGroup, idx(32));
     g = arith::DivUIOp::create(b, lane, idx(4));
@@ -520,6 +492,7 @@ private:
     rowB = arith::AddIOp::create(b, rowA, idx(8));
     posA = arith::AddIOp::create(b, past, rowA);
     posB = arith::AddIOp::create(b, past, rowB);
+    queryPairs = loadQueries();
     firstConsumer = cmp(arith::CmpIPredicate::eq, consumer, idx(0));
 
     // The second consumer lets the first issue first.
@@ -552,6 +525,9 @@ private:
       beginGroup(consumer);
       Value out = valueProducts(ring, carried[4], carried.drop_front(5), ring.stageOf(step));
       ring.wait(ring.full(ring.stageOf(next)), ring.parity(next));
+      // The wait is a loop: fence again, as ptxas would (it inserts one
+      // after control flow inside a group).
+      NVVM::WgmmaFenceAlignedOp::create(b, b.getLoc());
       Value nextScores = scoreProducts(ring, ring.stageOf(next));
       endGroup(/*last=*/false);
       freeStage(ring, ring.stageOf(step));
@@ -606,17 +582,18 @@ private:
   Value tileStartOf(Value step) {
     return arith::AddIOp::create(b, keyBegin, arith::MulIOp::create(b, step, idx(S::kKeys)));
   }
-  // The scores of the tile in `stage`: the query panels against its key
-  // panels, 16 dims a product.
+  // The scores of the tile in `stage`: the queries (registers) against its
+  // key panels, 16 dims a product, the first not accumulating.
   Value scoreProducts(wgmma::Ring &ring, Value stage) {
     Value keysAt = arith::MulIOp::create(b, stage, idx(ring.layout().aBytes()));
-    Value scores = LLVM::ZeroOp::create(b, scoresType);
+    Value scores = LLVM::UndefOp::create(b, scoresType);
     for (int64_t p = 0; p < s.panels(); ++p)
       for (int64_t kk = 0; kk < wgmma::kTileK / wgmma::kMmaK; ++kk) {
-        Value qAt = arith::AddIOp::create(b, queriesAt, idx(p * kPanelBytes));
+        const int64_t step = p * (wgmma::kTileK / wgmma::kMmaK) + kk;
         Value kAt = arith::AddIOp::create(b, keysAt, idx(p * kPanelBytes));
-        scores = mma(scoresType, scores, descriptor(qAt, kk * wgmma::kMmaK * 2, ring),
-                     descriptor(kAt, kk * wgmma::kMmaK * 2, ring), S::kKeys);
+        scores = wgmma::mmaRegisterA(b, scores, ArrayRef<Value>(queryPairs).slice(4 * step, 4),
+                                     descriptor(kAt, kk * wgmma::kMmaK * 2, ring),
+                                     {/*transposedB=*/false, /*accumulate=*/step > 0});
       }
     return scores;
   }
@@ -629,7 +606,8 @@ private:
       Value vAddr = arith::AddIOp::create(b, ring.shared32(ring.at(valuesAt)),
                                           k.i32(kk * wgmma::kMmaK * wgmma::kRowBytes));
       out = wgmma::mmaRegisterA(b, out, probabilities.slice(4 * kk, 4),
-                                wgmma::matrixDescriptorMnMajor(b, vAddr, kPanelBytes));
+                                wgmma::matrixDescriptorMnMajor(b, vAddr, kPanelBytes),
+                                {/*transposedB=*/true, /*accumulate=*/true});
     }
     return out;
   }
@@ -674,14 +652,15 @@ private:
     Value scaleLog2 =
         arith::ConstantFloatOp::create(b, f32, APFloat(float(s.scale / std::log(2.0))));
     Value col2t = arith::MulIOp::create(b, t, idx(2));
-    // The tile's scores scaled by scale * log2(e), -inf where a key is not
-    // visible (masked), and each row's max.
-    auto scaled = [&](bool masked) {
+    // The tile's scores, -inf where a key is not visible (masked), and each
+    // row's max; softmaxStep scales them by scale * log2(e) as it
+    // exponentiates them.
+    auto visible = [&](bool masked) {
       SmallVector<Value> out(count);
       Value maxA = minusInf, maxB = minusInf;
       for (int64_t i = 0; i < count; ++i) {
         const int64_t j = i / 4, e = i % 4;
-        Value v = arith::MulFOp::create(b, element(scores, i), scaleLog2);
+        Value v = element(scores, i);
         if (masked) {
           Value key = arith::AddIOp::create(b, tileStart,
                                             arith::AddIOp::create(b, col2t, idx(8 * j + (e & 1))));
@@ -726,14 +705,14 @@ private:
     {
       OpBuilder::InsertionGuard guard(b);
       b.setInsertionPointToStart(&ifInterior.getThenRegion().front());
-      scf::YieldOp::create(b, scaled(false));
+      scf::YieldOp::create(b, visible(false));
       b.setInsertionPointToStart(&ifInterior.getElseRegion().front());
-      scf::YieldOp::create(b, scaled(true));
+      scf::YieldOp::create(b, visible(true));
     }
     SmallVector<Value> p(ifInterior.getResults().begin(), ifInterior.getResults().begin() + count);
     Value maxA = ifInterior.getResult(count), maxB = ifInterior.getResult(count + 1);
     flash::SoftmaxStep step =
-        flash::softmaxStep(b, maxA, maxB, carried.take_front(4), p, minusInf, zero);
+        flash::softmaxStep(b, maxA, maxB, carried.take_front(4), p, minusInf, zero, scaleLog2);
     return {step, p};
   }
 
@@ -775,14 +754,15 @@ private:
   Value tokens, past, unit, q0, kvHead, keyBegin, keyEnd, tiles, cacheTiles;
   unsigned scalarArg = 8;
   std::optional<kernels::CacheRows> rows;
-  Value tileStart, tileSlot; // the producer's current tile
-  Value head, qBase, queriesAt, lane, g, t, rowA, rowB, posA, posB;
+  Value tileStart, tileSlot;     // the producer's current tile
+  SmallVector<Value> queryPairs; // the scores' A operand
+  Value head, qBase, lane, g, t, rowA, rowB, posA, posB;
   Value firstConsumer;
 };
 
 } // namespace
 
-int64_t S::sharedBytes() const { return queriesOffset(*this) + 2 * panels() * kPanelBytes; }
+int64_t S::sharedBytes() const { return ringLayout(*this).sharedBytes(); }
 
 bool wgmmaAttentionFits(const S &shape) {
   return (shape.headDim == 64 || shape.headDim == 128) &&

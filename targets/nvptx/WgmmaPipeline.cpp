@@ -63,14 +63,16 @@ Value matrixDescriptorMnMajor(ImplicitLocOpBuilder &b, Value addr32, int64_t pan
   return arith::OrIOp::create(b, start, c64(fixed));
 }
 
-Value mmaRegisterA(ImplicitLocOpBuilder &b, Value acc, ValueRange a, Value bDesc) {
+Value mmaRegisterA(ImplicitLocOpBuilder &b, Value acc, ValueRange a, Value bDesc,
+                   RegisterAOptions options) {
   assert(a.size() == 4 && "four registers of bf16 pairs");
   auto type = cast<LLVM::LLVMStructType>(acc.getType());
   const int64_t count = type.getBody().size(); // m64nN: N / 2 a thread
   const int64_t n = 2 * count;
   // Outputs $0 .. count - 1, the same registers tied as inputs, then A's four
   // and B's descriptor.
-  std::string text = "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\nwgmma.mma_async.sync.aligned.m64n" +
+  std::string text = std::string("{\n.reg .pred p;\nsetp.ne.b32 p, ") +
+                     (options.accumulate ? "1" : "0") + ", 0;\nwgmma.mma_async.sync.aligned.m64n" +
                      std::to_string(n) + "k16.f32.bf16.bf16 {";
   std::string constraints;
   SmallVector<Value> operands;
@@ -88,8 +90,9 @@ Value mmaRegisterA(ImplicitLocOpBuilder &b, Value acc, ValueRange a, Value bDesc
     constraints += ",r";
     operands.push_back(a[i]);
   }
-  // scale-d p (accumulate), A and B unscaled, B transposed.
-  text += "}, $" + std::to_string(2 * count + 4) + ", p, 1, 1, 1;\n}";
+  // scale-d p (accumulate or not), A and B unscaled, B transposed or not.
+  text += "}, $" + std::to_string(2 * count + 4) + ", p, 1, 1, " +
+          (options.transposedB ? "1" : "0") + ";\n}";
   constraints += ",l";
   operands.push_back(bDesc);
   auto op = LLVM::InlineAsmOp::create(b, type, operands, text, constraints,

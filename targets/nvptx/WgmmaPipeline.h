@@ -72,10 +72,17 @@ mlir::Value matrixDescriptorMnMajor(mlir::ImplicitLocOpBuilder &b, mlir::Value a
 // `acc`'s fields * 2), A from registers: `a`, four i32 of bf16 pairs in the
 // m16n8k16 A fragment's order (rows g and g + 8 at k 2t, then at k 2t + 8;
 // the warp's 16 rows of the 64); B from shared memory by the descriptor
-// `bDesc`, read transposed (MN-major). MLIR's nvvm.wgmma.mma_async takes A
-// from shared memory only, so this is PTX of its own.
+// `bDesc`, K-major (as matrixDescriptor) or, `transposedB`, MN-major (as
+// matrixDescriptorMnMajor). `accumulate` false: acc = A B, what `acc` holds
+// ignored (pass it undefined, so that nothing writes the registers between
+// the fence and the product). MLIR's nvvm.wgmma.mma_async takes A from
+// shared memory only, so this is PTX of its own.
+struct RegisterAOptions {
+  bool transposedB = false;
+  bool accumulate = true;
+};
 mlir::Value mmaRegisterA(mlir::ImplicitLocOpBuilder &b, mlir::Value acc, mlir::ValueRange a,
-                         mlir::Value bDesc);
+                         mlir::Value bDesc, RegisterAOptions options);
 
 class Ring {
 public:
