@@ -8,8 +8,10 @@
 //              stages (WgmmaPipeline.h), keys and values alike as 64 rows of
 //              D / 64 panels in the 128-byte swizzle: the keys a K-major
 //              wgmma operand, the values an MN-major one;
-//   consumers: each holds its 64 queries as bf16 in shared memory, computes
-//              its 64 x 64 scores with wgmma m64n64k16 (f32 accumulate),
+//   consumers: each holds its 64 queries as bf16 pairs in registers (loaded
+//              once), computes its 64 x 64 scores with wgmma m64n64k16 (A
+//              from registers, the key tile from shared memory, f32
+//              accumulate),
 //              masks them, updates its online softmax in registers, packs
 //              the probabilities as bf16 pairs where they are (the A
 //              operand's registers) and accumulates P V with wgmma m64nDk16
