@@ -175,7 +175,7 @@ std::vector<int32_t> conversationPrompt(const std::vector<int32_t> &prompt, int6
 struct BatchBounds {
   double tolerance, flipTolerance, flipShare;
   bool tokensMayDiffer;
-  const char *cache = ""; // "; bf16 KV cache" where it widened them
+  std::string why; // "; bf16 KV cache" and the like where something widened them
 };
 //
 // An FP8 cache widens them further: its neighbours are 1/16 of a value apart
@@ -204,16 +204,15 @@ BatchBounds batchBounds(const Artifact &artifact) {
       bf16Cache = bf16Cache || toDType(cache->dtype()) == DType::BF16;
       fp8Cache = fp8Cache || toDType(cache->dtype()) == DType::F8_E4M3;
     }
-  BatchBounds bounds{5e-5, 0.1, 1.0 / 8, false};
+  BatchBounds bounds{5e-5, 0.1, 1.0 / 8, false, ""};
   if (fp8Cache)
     bounds = {5e-2, 0.3, 1.0 / 4, true, "; fp8 KV cache"};
   else if (bf16Cache)
     bounds = {1e-2, 0.2, 1.0 / 4, true, "; bf16 KV cache"};
   if (aloneInF16Pairs(artifact)) {
     bounds.flipShare *= 2;
-    bounds.cache = fp8Cache    ? "; fp8 KV cache, the alone run's expert products in f16 pairs"
-                   : bf16Cache ? "; bf16 KV cache, the alone run's expert products in f16 pairs"
-                               : "; the alone run's expert products in f16 pairs";
+    bounds.why += bounds.why.empty() ? "; " : ", ";
+    bounds.why += "the alone run's expert products in f16 pairs";
   }
   return bounds;
 }
@@ -309,7 +308,7 @@ bool checkBatched(Engine &engine, const std::vector<int32_t> &prompt, int steps)
               "within %.2e%s (%s)\n",
               static_cast<long long>(n), steps, differing, worst, scale,
               static_cast<long long>(moved), kBatchTolerance, 100 * kBatchFlipShare,
-              kBatchFlipTolerance, closest, bounds.cache, ok ? "ok" : "FAILED");
+              kBatchFlipTolerance, closest, bounds.why.c_str(), ok ? "ok" : "FAILED");
   // The same steps choosing their tokens through decodeBatchGreedy (on a
   // GPU, where the logits are): the same tokens.
   engine.reset();
