@@ -33,6 +33,7 @@
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <optional>
@@ -55,15 +56,29 @@ int64_t stageBlock(int64_t quads) {
   return 0;
 }
 constexpr int64_t kRows = wgmma::kConsumerRows; // a consumer's 64 query rows
-constexpr int64_t kPanelBytes = kRows * wgmma::kRowBytes;
-// The producer converts a tile at a time and keeps no step in flight; the
-// consumers hold the output (D / 2 registers), the scores (32), the
-// probabilities (16) and the queries (D / 4).
-constexpr uint32_t kProducerRegs = 136, kConsumerRegs = 184;
-static_assert(wgmma::registersFit(kProducerRegs, kConsumerRegs));
+
+// The registers of the producer's and the consumers' threads, and how many
+// of the producer's hold a converted tile's loads at once. The consumers
+// hold the output (D / 2), the scores (N / 2), the probabilities (N / 4)
+// and the queries (D / 4): at 64 keys the producer converts a whole tile's
+// chunks at once; at 128 the consumers take nearly all (192 at D = 128) and
+// the producer converts 16 registers of loads at a time.
+struct Registers {
+  uint32_t producer, consumer;
+  int64_t loadsInFlight;
+};
+Registers registersFor(const S &s) {
+  constexpr Registers narrow{136, 184, 64}, wide{40, 232, 16};
+  static_assert(wgmma::registersFit(narrow.producer, narrow.consumer));
+  static_assert(wgmma::registersFit(wide.producer, wide.consumer));
+  return s.tileKeys() == 128 ? wide : narrow;
+}
+
+// A key or value panel: the tile's rows of 64 dims (128 bytes).
+int64_t panelBytes(const S &s) { return s.tileKeys() * wgmma::kRowBytes; }
 
 wgmma::RingLayout ringLayout(const S &s) {
-  return wgmma::RingLayout{S::kStages, S::kKeys * s.panels(), s.headDim};
+  return wgmma::RingLayout{s.stages(), s.tileKeys() * s.panels(), s.tileKeys() * s.panels()};
 }
 
 class WgmmaAttentionBuilder {
@@ -73,7 +88,7 @@ public:
       : k(k), b(k.b), s(shape), smemName(smemName), dropLastTile(dropLastTile),
         bf16Output(bf16Output), ctx(b.getContext()), f32(b.getF32Type()), i32(b.getI32Type()),
         scoresType(LLVM::LLVMStructType::getLiteral(
-            ctx, SmallVector<Type>(kRows * S::kKeys / wgmma::kWarpgroup, f32))),
+            ctx, SmallVector<Type>(kRows * shape.tileKeys() / wgmma::kWarpgroup, f32))),
         outputType(LLVM::LLVMStructType::getLiteral(
             ctx, SmallVector<Type>(kRows * shape.headDim / wgmma::kWarpgroup, f32))) {}
 
@@ -124,30 +139,32 @@ public:
     // cache and this call (each comes whole from one): cacheTiles tiles below past
     // (the first may start below position 0: index arithmetic wraps, and
     // such keys are past keyEnd, hence masked), then this call's.
-    const int64_t kKeys = S::kKeys;
+    const int64_t keys = s.tileKeys();
     Value below = cmp(arith::CmpIPredicate::ult, keyBegin, past);
     Value cacheSpan = arith::SubIOp::create(b, past, arith::MinUIOp::create(b, keyBegin, past));
     cacheTiles =
-        arith::DivUIOp::create(b, arith::AddIOp::create(b, cacheSpan, idx(kKeys - 1)), idx(kKeys));
+        arith::DivUIOp::create(b, arith::AddIOp::create(b, cacheSpan, idx(keys - 1)), idx(keys));
     Value callSkip = arith::MulIOp::create(
         b,
         arith::DivUIOp::create(
             b, arith::SubIOp::create(b, arith::MaxUIOp::create(b, keyBegin, past), past),
-            idx(kKeys)),
-        idx(kKeys));
+            idx(keys)),
+        idx(keys));
     keyBegin = arith::SelectOp::create(
-        b, below, arith::SubIOp::create(b, past, arith::MulIOp::create(b, cacheTiles, idx(kKeys))),
+        b, below, arith::SubIOp::create(b, past, arith::MulIOp::create(b, cacheTiles, idx(keys))),
         arith::AddIOp::create(b, past, callSkip));
     Value span = arith::SubIOp::create(b, keyEnd, keyBegin);
-    tiles = arith::DivUIOp::create(b, arith::AddIOp::create(b, span, k.index(S::kKeys - 1)),
-                                   k.index(S::kKeys));
+    tiles =
+        arith::DivUIOp::create(b, arith::AddIOp::create(b, span, k.index(keys - 1)), k.index(keys));
     if (dropLastTile)
       tiles = arith::SelectOp::create(
           b, arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, tiles, k.index(1)),
           arith::SubIOp::create(b, tiles, k.index(1)), tiles);
 
+    const Registers registers = registersFor(s);
     wgmma::splitRoles(
-        k, tid, kProducerRegs, kConsumerRegs, [&](Value inGroup) { produce(ring, inGroup); },
+        k, tid, registers.producer, registers.consumer,
+        [&](Value inGroup) { produce(ring, inGroup); },
         [&](Value consumer, Value inGroup) { consume(ring, consumer, inGroup); });
   }
 
@@ -302,7 +319,8 @@ private:
     auto loop = scf::ForOp::create(b, idx(0), tiles, idx(1));
     b.setInsertionPointToStart(loop.getBody());
     Value step = loop.getInductionVar();
-    tileStart = arith::AddIOp::create(b, keyBegin, arith::MulIOp::create(b, step, idx(S::kKeys)));
+    tileStart =
+        arith::AddIOp::create(b, keyBegin, arith::MulIOp::create(b, step, idx(s.tileKeys())));
     if (!rows->paged())
       tileSlot = arith::RemUIOp::create(b, tileStart, rows->slots());
     auto [stage, fullAt] = ring.claim(step);
@@ -323,10 +341,11 @@ private:
     }
     // Whole: its slots one run of the cache, within a conversation's ring
     // (unpaged) or within one page (paged, the page's rows then found).
-    Value run = rows->paged()
-                    ? arith::AddIOp::create(
-                          b, arith::RemUIOp::create(b, tileStart, idx(s.pageTokens)), idx(S::kKeys))
-                    : arith::AddIOp::create(b, tileSlot, idx(S::kKeys));
+    Value run =
+        rows->paged()
+            ? arith::AddIOp::create(b, arith::RemUIOp::create(b, tileStart, idx(s.pageTokens)),
+                                    idx(s.tileKeys()))
+            : arith::AddIOp::create(b, tileSlot, idx(s.tileKeys()));
     Value whole = arith::AndIOp::create(
         b, cmp(arith::CmpIPredicate::ult, tileStart, past),
         cmp(arith::CmpIPredicate::ule, run, rows->paged() ? idx(s.pageTokens) : rows->slots()));
@@ -353,7 +372,7 @@ private:
     b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
     ring.expectBytes(tile.fullAt, ring.layout().stageBytes());
     for (int64_t p = 0; p < s.panels(); ++p) {
-      Value panel = idx(p * kPanelBytes);
+      Value panel = idx(p * panelBytes(s));
       ring.copy(ring.at(arith::AddIOp::create(b, tile.keysAt, panel)), keysMap,
                 k.i32(p * S::kPanel), outer, tile.fullAt);
       ring.copy(ring.at(arith::AddIOp::create(b, tile.valuesAt, panel)), valuesMap,
@@ -380,17 +399,30 @@ private:
   // bring them: chunk (key r, dims 8 c ..) a unit, consecutive threads along
   // a row; eight f32 dims (lo, hi) to convert, from a bf16 cache the eight
   // as stored (one 16-byte load), from an FP8 cache their eight codes (one
-  // 8-byte load, decoded and scaled after the loads). Every load is issued
-  // before the first store (the generic-pointer loads may not pass a shared
-  // store).
+  // 8-byte load, decoded and scaled after the loads). The thread's chunks go
+  // in batches of at most Registers::loadsInFlight registers of loads, each
+  // batch's loads issued before its first store.
   void convertRows(wgmma::Ring &ring, Value inGroup, Value callBase, Value cacheBase, Value at,
                    kernels::KvStorage storage) {
+    const int64_t chunksPerRow = s.headDim / 8;
+    const int64_t chunks = s.tileKeys() * chunksPerRow / wgmma::kWarpgroup;
+    const int64_t loadRegisters = s.cache == kernels::KvElement::F32    ? 8
+                                  : s.cache == kernels::KvElement::BF16 ? 4
+                                                                        : 2;
+    const int64_t batch = std::min(chunks, registersFor(s).loadsInFlight / loadRegisters);
+    for (int64_t first = 0; first < chunks; first += batch)
+      convertChunks(ring, inGroup, callBase, cacheBase, at, storage, first,
+                    std::min(chunks, first + batch));
+  }
+  // Chunks [first, end) of the thread's: their loads, then their stores.
+  void convertChunks(wgmma::Ring &ring, Value inGroup, Value callBase, Value cacheBase, Value at,
+                     kernels::KvStorage storage, int64_t first, int64_t end) {
     const int64_t chunksPerRow = s.headDim / 8;
     struct Chunk {
       Value lo, hi, stored, codes, at;
     };
     SmallVector<Chunk> chunks;
-    for (int64_t i = 0; i < S::kKeys * chunksPerRow / wgmma::kWarpgroup; ++i) {
+    for (int64_t i = first; i < end; ++i) {
       Value e = arith::AddIOp::create(b, inGroup, idx(i * wgmma::kWarpgroup));
       Value c = arith::RemUIOp::create(b, e, idx(chunksPerRow));
       Value r = arith::DivUIOp::create(b, e, idx(chunksPerRow));
@@ -407,7 +439,8 @@ private:
         chunk.hi = kvQuad(callBase, cacheBase, r, arith::AddIOp::create(b, col, idx(4)));
       }
       Value panelAt = arith::AddIOp::create(
-          b, at, arith::MulIOp::create(b, arith::DivUIOp::create(b, c, idx(8)), idx(kPanelBytes)));
+          b, at,
+          arith::MulIOp::create(b, arith::DivUIOp::create(b, c, idx(8)), idx(panelBytes(s))));
       chunk.at = swizzled(panelAt, r, arith::RemUIOp::create(b, c, idx(8)));
       chunks.push_back(chunk);
     }
@@ -580,7 +613,7 @@ private:
   }
 
   Value tileStartOf(Value step) {
-    return arith::AddIOp::create(b, keyBegin, arith::MulIOp::create(b, step, idx(S::kKeys)));
+    return arith::AddIOp::create(b, keyBegin, arith::MulIOp::create(b, step, idx(s.tileKeys())));
   }
   // The scores of the tile in `stage`: the queries (registers) against its
   // key panels, 16 dims a product, the first not accumulating.
@@ -590,7 +623,7 @@ private:
     for (int64_t p = 0; p < s.panels(); ++p)
       for (int64_t kk = 0; kk < wgmma::kTileK / wgmma::kMmaK; ++kk) {
         const int64_t step = p * (wgmma::kTileK / wgmma::kMmaK) + kk;
-        Value kAt = arith::AddIOp::create(b, keysAt, idx(p * kPanelBytes));
+        Value kAt = arith::AddIOp::create(b, keysAt, idx(p * panelBytes(s)));
         scores = wgmma::mmaRegisterA(b, scores, ArrayRef<Value>(queryPairs).slice(4 * step, 4),
                                      descriptor(kAt, kk * wgmma::kMmaK * 2, ring),
                                      {/*transposedB=*/false, /*accumulate=*/step > 0});
@@ -602,11 +635,11 @@ private:
   // (`probabilities`, as takeTile packs them).
   Value valueProducts(wgmma::Ring &ring, Value out, ValueRange probabilities, Value stage) {
     Value valuesAt = ring.bOffset(stage);
-    for (int64_t kk = 0; kk < S::kKeys / wgmma::kMmaK; ++kk) {
+    for (int64_t kk = 0; kk < s.tileKeys() / wgmma::kMmaK; ++kk) {
       Value vAddr = arith::AddIOp::create(b, ring.shared32(ring.at(valuesAt)),
                                           k.i32(kk * wgmma::kMmaK * wgmma::kRowBytes));
       out = wgmma::mmaRegisterA(b, out, probabilities.slice(4 * kk, 4),
-                                wgmma::matrixDescriptorMnMajor(b, vAddr, kPanelBytes),
+                                wgmma::matrixDescriptorMnMajor(b, vAddr, panelBytes(s)),
                                 {/*transposedB=*/true, /*accumulate=*/true});
     }
     return out;
@@ -645,7 +678,7 @@ private:
   // accumulators' order.
   std::pair<flash::SoftmaxStep, SmallVector<Value>> softmax(Value scores, Value tileStart,
                                                             ValueRange carried) {
-    const int64_t count = kRows * S::kKeys / wgmma::kWarpgroup;
+    const int64_t count = kRows * s.tileKeys() / wgmma::kWarpgroup;
     const double inf = std::numeric_limits<double>::infinity();
     Value minusInf = arith::ConstantFloatOp::create(b, f32, APFloat(float(-inf)));
     Value zero = arith::ConstantFloatOp::create(b, f32, APFloat(0.0f));
@@ -689,10 +722,10 @@ private:
     // layer, its first key within the last row's window.
     Value firstRow = arith::AddIOp::create(b, past, qBase);
     Value lastRow = arith::AddIOp::create(b, firstRow, idx(kRows - 1));
-    Value tileEnd = arith::AddIOp::create(b, tileStart, idx(S::kKeys));
+    Value tileEnd = arith::AddIOp::create(b, tileStart, idx(s.tileKeys()));
     Value interior = arith::AndIOp::create(
         b,
-        cmp(arith::CmpIPredicate::ule, arith::AddIOp::create(b, tileStart, idx(S::kKeys - 1)),
+        cmp(arith::CmpIPredicate::ule, arith::AddIOp::create(b, tileStart, idx(s.tileKeys() - 1)),
             firstRow),
         arith::AndIOp::create(b, cmp(arith::CmpIPredicate::ule, tileEnd, keyEnd),
                               cmp(arith::CmpIPredicate::ule, tileStart, keyEnd)));
@@ -762,12 +795,18 @@ private:
 
 } // namespace
 
+int64_t S::tileKeys() const {
+  const bool wide =
+      headDim == 128 && (window == 0 || window >= 128) && (!paged() || pageTokens >= 128);
+  return wide ? 128 : 64;
+}
+
 int64_t S::sharedBytes() const { return ringLayout(*this).sharedBytes(); }
 
 bool wgmmaAttentionFits(const S &shape) {
   return (shape.headDim == 64 || shape.headDim == 128) &&
          stageBlock(shape.kvHeads * shape.headDim / 4) > 0 &&
-         (shape.window == 0 || shape.window >= S::kKeys) && shape.kvHeads > 0 &&
+         (shape.window == 0 || shape.window >= shape.tileKeys()) && shape.kvHeads > 0 &&
          shape.qHeads % shape.kvHeads == 0;
 }
 
@@ -780,8 +819,9 @@ std::string shapeSuffix(const S &shape) {
          kernels::kvSuffix(shape);
 }
 
-int64_t stagedRows(int64_t maxTokens) {
-  return (maxTokens + S::kKeys - 1) / S::kKeys * S::kKeys + S::kKeys;
+int64_t stagedRows(const S &shape, int64_t maxTokens) {
+  const int64_t keys = shape.tileKeys();
+  return (maxTokens + keys - 1) / keys * keys + keys;
 }
 
 kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastTile,
@@ -792,9 +832,9 @@ kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastT
   kernels::Tiling tiling;
   tiling.set("kind", "wgmma-attention")
       .set("queries", shape.blockQueries())
-      .set("keys", S::kKeys)
+      .set("keys", shape.tileKeys())
       .set("heads", shape.pairHeads() ? 2 : 1)
-      .set("stages", S::kStages)
+      .set("stages", shape.stages())
       .set("block", kThreads)
       .set("swizzle", 128);
   if (shape.cache != kernels::KvElement::F32)
@@ -829,7 +869,7 @@ kernels::KernelSpec attentionKernel(const S &shape, int64_t rows, bool dropLastT
   return spec;
 }
 
-// This call's K/V as bf16, [Hkv, R, D] each; rows T .. T + 63 zeros (a tile
+// This call's K/V as bf16, [Hkv, R, D] each; rows T .. T + N - 1 zeros (a tile
 // that starts below T reads them; their scores are masked, and zero values
 // keep P V finite). A thread a (row, head, four dims), the dims fastest, so
 // that a warp's loads and stores are each one contiguous run.
@@ -851,7 +891,7 @@ kernels::KernelSpec stageKernel(const S &shape, int64_t rows) {
     Value bid = gpu::BlockIdOp::create(b, gpu::Dimension::x);
     Value id = arith::AddIOp::create(b, arith::MulIOp::create(b, bid, k.index(block)), tid);
     Value tokens = k.argIndex(4);
-    Value span = arith::AddIOp::create(b, tokens, k.index(S::kKeys));
+    Value span = arith::AddIOp::create(b, tokens, k.index(shape.tileKeys()));
     Value quad = arith::RemUIOp::create(b, id, k.index(quads));
     Value row = arith::DivUIOp::create(b, id, k.index(quads));
     auto live = scf::IfOp::create(
@@ -891,22 +931,22 @@ kernels::KernelSpec stageKernel(const S &shape, int64_t rows) {
 WgmmaAttentionKernels wgmmaAttention(const S &shape, int64_t maxTokens, bool dropLastTile,
                                      bool bf16Output) {
   WgmmaAttentionKernels out;
-  out.stagedRows = stagedRows(maxTokens);
+  out.stagedRows = stagedRows(shape, maxTokens);
   const int64_t quads = shape.kvHeads * shape.headDim / 4;
   out.stage = {stageKernel(shape, out.stagedRows),
-               kernels::Work{S::kKeys * quads, quads, stageBlock(quads)}};
+               kernels::Work{shape.tileKeys() * quads, quads, stageBlock(quads)}};
   const int64_t blocks =
       (maxTokens + shape.blockQueries() - 1) / shape.blockQueries() * shape.headUnits();
   out.attend = {attentionKernel(shape, out.stagedRows, dropLastTile, bf16Output),
                 kernels::Work{blocks * kThreads, 0, kThreads}};
-  // The staged keys and values [Hkv, R, D]: boxes of 64 dims x 64 keys of
-  // one head; a bf16 cache's [slots, Hkv, D]: 64 dims of one head x 64 slots.
-  const std::string panel = std::to_string(S::kPanel), keys64 = std::to_string(S::kKeys);
-  out.attendScalars = {"tokens:0", "past:0", "tmap:6:" + panel + "," + keys64 + ",1:128",
-                       "tmap:7:" + panel + "," + keys64 + ",1:128"};
+  // The staged keys and values [Hkv, R, D]: boxes of 64 dims x N keys of
+  // one head; a bf16 cache's [slots, Hkv, D]: 64 dims of one head x N slots.
+  const std::string panel = std::to_string(S::kPanel), keys = std::to_string(shape.tileKeys());
+  out.attendScalars = {"tokens:0", "past:0", "tmap:6:" + panel + "," + keys + ",1:128",
+                       "tmap:7:" + panel + "," + keys + ",1:128"};
   if (shape.cache == kernels::KvElement::BF16)
     for (const char *cache : {"3", "4"})
-      out.attendScalars.push_back(std::string("tmap:") + cache + ":" + panel + ",1," + keys64 +
+      out.attendScalars.push_back(std::string("tmap:") + cache + ":" + panel + ",1," + keys +
                                   ":128");
   out.attendScalars.insert(out.attendScalars.end(), {"part", "parts"});
   return out;

@@ -4,12 +4,13 @@
 // even (each key and value tile then serves both), else 128 queries of one.
 //
 //   producer:  walks the keys the block's queries may see (causal, within
-//              the sliding window), 64 a tile, through a ring of shared-memory
-//              stages (WgmmaPipeline.h), keys and values alike as 64 rows of
-//              D / 64 panels in the 128-byte swizzle: the keys a K-major
-//              wgmma operand, the values an MN-major one;
+//              the sliding window), N a tile (tileKeys(): 64 or 128), through a
+//              ring of shared-memory stages (WgmmaPipeline.h), keys and
+//              values alike as N rows of D / 64 panels in the 128-byte
+//              swizzle: the keys a K-major wgmma operand, the values an
+//              MN-major one;
 //   consumers: each holds its 64 queries as bf16 pairs in registers (loaded
-//              once), computes its 64 x 64 scores with wgmma m64n64k16 (A
+//              once), computes its 64 x N scores with wgmma m64nNk16 (A
 //              from registers, the key tile from shared memory, f32
 //              accumulate),
 //              masks them, updates its online softmax in registers, packs
@@ -26,9 +27,9 @@
 // This call's K/V are first staged as bf16 by a kernel of their own (keys
 // and values [Hkv, R, D], R rows for the entry's most tokens and a tile of
 // zeros past them), so that the producer brings a tile that lies wholly in
-// this call by TMA copies of 64 dims by 64 rows (D / 64 panels each of keys
+// this call by TMA copies of 64 dims by N rows (D / 64 panels each of keys
 // and values), as the wgmma GEMMs bring theirs. A tile of a bf16 cache
-// (chunked prefill) comes by TMA from the cache as well where its 64 slots
+// (chunked prefill) comes by TMA from the cache as well where its N slots
 // are whole (not wrapped around a sliding ring, none below position 0);
 // other cached tiles, and all of an f32 cache, are loaded, converted and
 // stored by the producer's 128 threads, then the async proxy fenced.
@@ -51,7 +52,14 @@
 namespace kiln::nvptx {
 
 struct WgmmaAttentionShape : kernels::AttentionShape {
-  static constexpr int64_t kKeys = 64, kStages = 4, kPanel = 64;
+  static constexpr int64_t kPanel = 64;
+  // Keys a tile: 128 at head dim 128 where a sliding window and a paged
+  // cache's pages hold a whole tile (the scores then m64n128k16: each
+  // tile's fixed costs, the output's rescale, the row reductions and the
+  // consumers' turns, over twice the keys), else 64.
+  int64_t tileKeys() const;
+  // The ring's stages: 3 of 64 KB at 128 keys, 4 of up to 32 KB at 64.
+  int64_t stages() const { return tileKeys() == 128 ? 3 : 4; }
   // Two heads of a KV head a block (64 queries each) where the group is
   // even, else one head's 128 queries.
   bool pairHeads() const { return group() % 2 == 0; }
