@@ -673,6 +673,33 @@ private:
     return taken;
   }
 
+  // The keys of the tile at `tileStart` that the row at position `pos`
+  // sees, [first, last] (at most `pos`, below keyEnd, and on a sliding layer
+  // within its window; none below position 0, where the tile's start wraps),
+  // as offsets in the tile: key tileStart + c is visible iff, in 32 bits,
+  // base + (c - 2t) <=u width, base = 2t - first and width = last - first,
+  // one add, one compare and one select a score. A row that sees none of
+  // the tile gets a base that no offset brings within a width of 0.
+  struct MaskRow {
+    Value base, width;
+  };
+  MaskRow maskRow(Value pos, Value tileStart, Value col2t) {
+    Value last = arith::MinUIOp::create(b, pos, arith::SubIOp::create(b, keyEnd, idx(1)));
+    Value first = idx(0);
+    if (s.window > 0)
+      first = arith::SelectOp::create(b, cmp(arith::CmpIPredicate::uge, pos, idx(s.window - 1)),
+                                      arith::SubIOp::create(b, pos, idx(s.window - 1)), idx(0));
+    auto offsetOf = [&](Value key) {
+      return arith::IndexCastOp::create(b, i32, arith::SubIOp::create(b, key, tileStart));
+    };
+    Value firstOffset = offsetOf(first);
+    Value width = arith::SubIOp::create(b, offsetOf(last), firstOffset);
+    Value base = arith::SubIOp::create(b, arith::IndexCastOp::create(b, i32, col2t), firstOffset);
+    Value none = arith::CmpIOp::create(b, arith::CmpIPredicate::slt, width, k.i32(0));
+    return {arith::SelectOp::create(b, none, k.i32(1 << 30), base),
+            arith::SelectOp::create(b, none, k.i32(0), width)};
+  }
+
   // The online softmax over one tile's scores: carried (max A, max B, sum
   // A, sum B); returns its step and the tile's probabilities, in the
   // accumulators' order.
@@ -691,19 +718,18 @@ private:
     auto visible = [&](bool masked) {
       SmallVector<Value> out(count);
       Value maxA = minusInf, maxB = minusInf;
+      MaskRow rowMaskA, rowMaskB;
+      if (masked) {
+        rowMaskA = maskRow(posA, tileStart, col2t);
+        rowMaskB = maskRow(posB, tileStart, col2t);
+      }
       for (int64_t i = 0; i < count; ++i) {
         const int64_t j = i / 4, e = i % 4;
         Value v = element(scores, i);
         if (masked) {
-          Value key = arith::AddIOp::create(b, tileStart,
-                                            arith::AddIOp::create(b, col2t, idx(8 * j + (e & 1))));
-          Value query = e < 2 ? posA : posB;
-          Value ok = arith::AndIOp::create(b, cmp(arith::CmpIPredicate::ult, key, keyEnd),
-                                           cmp(arith::CmpIPredicate::ule, key, query));
-          if (s.window > 0)
-            ok = arith::AndIOp::create(b, ok,
-                                       cmp(arith::CmpIPredicate::ugt,
-                                           arith::AddIOp::create(b, key, idx(s.window)), query));
+          const MaskRow &row = e < 2 ? rowMaskA : rowMaskB;
+          Value offset = arith::AddIOp::create(b, row.base, k.i32(8 * j + (e & 1)));
+          Value ok = arith::CmpIOp::create(b, arith::CmpIPredicate::ule, offset, row.width);
           v = arith::SelectOp::create(b, ok, v, minusInf);
         }
         out[i] = v;
