@@ -31,7 +31,10 @@ for file in tiny-bf16.sm_90.kiln tiny-nvfp4.sm_90.kiln small-nvfp4.sm_90.kiln sm
   tiny-wide128.fp8tc-1200s.reference small-nvfp4.staged-broken.sm_90.kiln \
   small-nvfp4.pair-broken.sm_90.kiln small-nvfp4.p512-combine-broken.sm_90.kiln \
   tiny-bf16.p2048.sm_90.kiln tiny-nvfp4.p2048.sm_90.kiln tiny-bf16.bf16tc-2000.reference \
-  tiny-nvfp4.bf16tc-2000.reference tiny-bf16.p2048-experts-broken.sm_90.kiln; do
+  tiny-nvfp4.bf16tc-2000.reference tiny-bf16.p2048-experts-broken.sm_90.kiln \
+  tiny-pairs128.p500.sm_90.kiln tiny-pairs128.p500-attn-broken.sm_90.kiln \
+  tiny-pairs128.bf16tc-24.reference tiny-pairs128.bf16tc-600.reference \
+  tiny-pairs128.bf16tc-1200s.reference; do
   if [ ! -e "$DATA/$file" ]; then
     echo "gpu-check: $DATA/$file is missing: run scripts/gpu-data.sh $DATA on a machine with the compiler"
     exit 1
@@ -115,9 +118,9 @@ for format in bf16 nvfp4; do
     --batch-steps 0 || status=1
 done
 # The wgmma attention with a head's 128 queries a block (tiny-wide's groups
-# of three), its window of two tiles and a second chunk over the cache (its
-# tiles by TMA from the cache, wrapped around the ring, below position 0);
-# head_dim 64 and 128.
+# of three), a window of 128 (two 64-key tiles at head_dim 64, one 128-key
+# tile at 128) and a second chunk over the cache (its tiles by TMA from the
+# cache, wrapped around the ring, below position 0).
 for name in tiny-wide tiny-wide128; do
   for n in 24 100 600; do
     echo "== $name, wgmma attention in prefill of $n tokens, against the interpreter with the same roundings"
@@ -126,6 +129,18 @@ for name in tiny-wide tiny-wide128; do
       status=1
   done
 done
+# The same with 64 queries of two heads a block (tiny-pairs128: each key tile
+# serves both, as in small and the proxy), a window of two 128-key tiles.
+for n in 24 600; do
+  echo "== tiny-pairs128, wgmma attention (heads in pairs) in prefill of $n tokens, against the interpreter with the same roundings"
+  "$BIN/kiln-check" "$DATA/tiny-pairs128.p500.sm_90.kiln" --weights synthetic:7 \
+    --reference "$DATA/tiny-pairs128.bf16tc-$n.reference" --tolerance 0.03 --batch-steps 0 ||
+    status=1
+done
+echo "== tiny-pairs128, 8 decode steps after 1200 tokens, their logits against the interpreter"
+"$BIN/kiln-check" "$DATA/tiny-pairs128.p500.sm_90.kiln" --weights synthetic:7 --context 2048 \
+  --reference "$DATA/tiny-pairs128.bf16tc-1200s.reference" --tolerance 0.03 --step-tolerance 0.03 \
+  --batch-steps 0 || status=1
 # Decode past a 1200-token prompt, each step's logits held to the
 # interpreter's with the same roundings (the split decode attention and its
 # merge, which greedy choices alone would not catch).
@@ -191,6 +206,8 @@ broken small-nvfp4.p512-experts-broken small-nvfp4.bf16tc-600 \
 broken small-nvfp4.p512-combine-broken small-nvfp4.bf16tc-600 \
   "the experts' combine broken on purpose (each token's last choice left out)"
 broken tiny-wide128.p500-attn-broken tiny-wide128.bf16tc-600 \
+  "attention broken on purpose (each block's last key tile dropped)" synthetic:7 0.03
+broken tiny-pairs128.p500-attn-broken tiny-pairs128.bf16tc-600 \
   "attention broken on purpose (each block's last key tile dropped)" synthetic:7 0.03
 broken tiny-bf16.p2048-experts-broken tiny-bf16.bf16tc-2000 \
   "the experts' gate/up GEMM broken on purpose (its last k step dropped), two tiles an expert" \
@@ -261,7 +278,7 @@ if command -v compute-sanitizer >/dev/null; then
   sanitize racecheck tiny-nvfp4.p2048 "$DATA/tiny-nvfp4" 2000
   # The wgmma attention over two chunks (the second's tiles reach into the
   # cache: by TMA and converted).
-  for name in tiny-wide tiny-wide128; do
+  for name in tiny-wide tiny-wide128 tiny-pairs128; do
     sanitize memcheck $name.p500 synthetic:7 600
     sanitize racecheck $name.p500 synthetic:7 600
   done

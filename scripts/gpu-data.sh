@@ -153,6 +153,30 @@ for wide in tiny-wide:64 tiny-wide128:128; do
   "$BIN/kilnc" "$OUT/$name.json" --target=sm_90 --max-prefill-tokens=500 \
     --inject-fault=attention-drop-tile -o "$OUT/$name.p500-attn-broken.sm_90.kiln"
 done
+# Tiny at head_dim 128 with groups of two heads (three KV heads) and a window
+# of 256 (tiny-pairs128): a block of the wgmma attention takes 64 queries of
+# two heads of a KV head (each key tile serves both, as in small and the
+# proxy), its sliding walks two 128-key tiles and the partly visible one at
+# the window's edge; references for 24 and 600 tokens and for 8 decode steps
+# after 1200, artifacts with chunks of 500 and one with a tile dropped.
+kiln_log "tiny-pairs128 bf16 (head_dim 128, heads in pairs, window 256): references, sm_90 p500 artifacts"
+sed -e 's/"head_dim": 32/"head_dim": 128/' -e 's/"sliding_window": 8/"sliding_window": 256/' \
+  -e 's/"num_key_value_heads": 2/"num_key_value_heads": 3/' \
+  "$KILN_ROOT/models/muse_spark/configs/muse-spark-tiny.json" > "$OUT/tiny-pairs128.json"
+"$BIN/kiln-ckpt" synth "$OUT/tiny-pairs128.json" --format bf16 --seed 7 -o "$SMALL_CKPT" >/dev/null
+for n in 24 600; do
+  "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$(seq -s, 1 $n)" \
+    --linear-inputs=bf16 --attention-inputs=bf16 --save-reference "$OUT/tiny-pairs128.bf16tc-$n.reference"
+done
+"$BIN/kiln-interp" --weights "$SMALL_CKPT" \
+  --prompt-ids "$(python3 -c "print(','.join(str((37 * i + 11) % 1000 + 1) for i in range(1200)))")" \
+  --max-new-tokens 8 --linear-inputs=bf16 --attention-inputs=bf16 \
+  --save-reference "$OUT/tiny-pairs128.bf16tc-1200s.reference"
+rm -rf "${SMALL_CKPT:?}"/*
+"$BIN/kilnc" "$OUT/tiny-pairs128.json" --target=sm_90 --max-prefill-tokens=500 \
+  -o "$OUT/tiny-pairs128.p500.sm_90.kiln"
+"$BIN/kilnc" "$OUT/tiny-pairs128.json" --target=sm_90 --max-prefill-tokens=500 \
+  --inject-fault=attention-drop-tile -o "$OUT/tiny-pairs128.p500-attn-broken.sm_90.kiln"
 kiln_log "tiny-wide128 with paged KV caches: pages of 16 (chunks of 500), of 64 (chunks of 512)"
 "$BIN/kilnc" "$OUT/tiny-wide128.json" --target=sm_90 --max-prefill-tokens=500 --decode-batch=4 \
   --verify-tokens=4 --kv-page-tokens=16 -o "$OUT/tiny-wide128.p500-pg16-b4.sm_90.kiln"
