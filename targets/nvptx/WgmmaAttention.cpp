@@ -678,8 +678,9 @@ private:
   // within its window; none below position 0, where the tile's start wraps),
   // as offsets in the tile: key tileStart + c is visible iff, in 32 bits,
   // base + (c - 2t) <=u width, base = 2t - first and width = last - first,
-  // one add, one compare and one select a score. A row that sees none of
-  // the tile gets a base that no offset brings within a width of 0.
+  // one add, one compare and one select a score (an offset below first
+  // wraps past any width). A row whose range is empty (last < first) gets a
+  // base that no offset brings within a width of 0.
   struct MaskRow {
     Value base, width;
   };
