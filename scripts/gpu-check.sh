@@ -137,17 +137,15 @@ for n in 24 600; do
     --reference "$DATA/tiny-pairs128.bf16tc-$n.reference" --tolerance 0.03 --batch-steps 0 ||
     status=1
 done
-echo "== tiny-pairs128, 8 decode steps after 1200 tokens, their logits against the interpreter"
-"$BIN/kiln-check" "$DATA/tiny-pairs128.p500.sm_90.kiln" --weights synthetic:7 --context 2048 \
-  --reference "$DATA/tiny-pairs128.bf16tc-1200s.reference" --tolerance 0.03 --step-tolerance 0.03 \
-  --batch-steps 0 || status=1
 # Decode past a 1200-token prompt, each step's logits held to the
 # interpreter's with the same roundings (the split decode attention and its
 # merge, which greedy choices alone would not catch).
-echo "== tiny-wide128, 8 decode steps after 1200 tokens, their logits against the interpreter"
-"$BIN/kiln-check" "$DATA/tiny-wide128.p500.sm_90.kiln" --weights synthetic:7 --context 2048 \
-  --reference "$DATA/tiny-wide128.bf16tc-1200s.reference" --tolerance 0.03 --step-tolerance 0.03 \
-  --batch-steps 0 || status=1
+for name in tiny-wide128 tiny-pairs128; do
+  echo "== $name, 8 decode steps after 1200 tokens, their logits against the interpreter"
+  "$BIN/kiln-check" "$DATA/$name.p500.sm_90.kiln" --weights synthetic:7 --context 2048 \
+    --reference "$DATA/$name.bf16tc-1200s.reference" --tolerance 0.03 --step-tolerance 0.03 \
+    --batch-steps 0 || status=1
+done
 # Paged caches: pages of 16 with chunks of 500 (cached tiles straddle pages,
 # converted through the table), pages of 64 with chunks of 512 (each cached
 # tile one page, by TMA); batched, verify and speculative steps too; a

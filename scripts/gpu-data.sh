@@ -124,16 +124,22 @@ done
 # Tiny widened to head_dim 64 and a window of 128 (tiny-wide), and to head_dim
 # 128 (tiny-wide128: two 64-dim panels a key and value tile): their attention
 # takes the wgmma kernel (tiny's 32 keeps mma.sync), with groups of three
-# heads (a head's 128 queries a block) and a window of two tiles; references
-# with the kernels' roundings for 24, 100 and 600 tokens. Prefill chunks of
-# 500: the 600-token prompt's second chunk has cached tiles of all three
-# kinds (by TMA from the cache, wrapped around a sliding ring's end, reaching
-# below position 0; the last two converted).
-for wide in tiny-wide:64 tiny-wide128:128; do
-  name=${wide%%:*}
-  dim=${wide##*:}
-  kiln_log "$name bf16 (head_dim $dim, window 128): references, sm_90 p500 artifacts"
-  sed -e "s/\"head_dim\": 32/\"head_dim\": $dim/" -e 's/"sliding_window": 8/"sliding_window": 128/' \
+# heads (a head's 128 queries a block) and a window of two 64-key tiles at
+# head_dim 64, one 128-key tile at 128. tiny-pairs128: head_dim 128 with three
+# KV heads, so groups of two (a block takes 64 queries of two heads of a KV
+# head, each key tile serving both, as in small and the proxy), and a window
+# of 256 (two 128-key tiles and the partly visible one at its edge).
+# References with the kernels' roundings for 24, 100 and 600 tokens and for
+# 8 decode steps after 1200. Prefill chunks of 500: the 600-token prompt's
+# second chunk has cached tiles of all three kinds (by TMA from the cache,
+# wrapped around a sliding ring's end, reaching below position 0; the last
+# two converted).
+for wide in "tiny-wide 64 128 2" "tiny-wide128 128 128 2" "tiny-pairs128 128 256 3"; do
+  read -r name dim window kvHeads <<<"$wide"
+  kiln_log "$name bf16 (head_dim $dim, window $window, $kvHeads KV heads): references, sm_90 p500 artifacts"
+  sed -e "s/\"head_dim\": 32/\"head_dim\": $dim/" \
+    -e "s/\"sliding_window\": 8/\"sliding_window\": $window/" \
+    -e "s/\"num_key_value_heads\": 2/\"num_key_value_heads\": $kvHeads/" \
     "$KILN_ROOT/models/muse_spark/configs/muse-spark-tiny.json" > "$OUT/$name.json"
   # The checkpoint is temporary: the GPU makes the same bytes as synthetic:7.
   "$BIN/kiln-ckpt" synth "$OUT/$name.json" --format bf16 --seed 7 -o "$SMALL_CKPT" >/dev/null
@@ -153,30 +159,6 @@ for wide in tiny-wide:64 tiny-wide128:128; do
   "$BIN/kilnc" "$OUT/$name.json" --target=sm_90 --max-prefill-tokens=500 \
     --inject-fault=attention-drop-tile -o "$OUT/$name.p500-attn-broken.sm_90.kiln"
 done
-# Tiny at head_dim 128 with groups of two heads (three KV heads) and a window
-# of 256 (tiny-pairs128): a block of the wgmma attention takes 64 queries of
-# two heads of a KV head (each key tile serves both, as in small and the
-# proxy), its sliding walks two 128-key tiles and the partly visible one at
-# the window's edge; references for 24 and 600 tokens and for 8 decode steps
-# after 1200, artifacts with chunks of 500 and one with a tile dropped.
-kiln_log "tiny-pairs128 bf16 (head_dim 128, heads in pairs, window 256): references, sm_90 p500 artifacts"
-sed -e 's/"head_dim": 32/"head_dim": 128/' -e 's/"sliding_window": 8/"sliding_window": 256/' \
-  -e 's/"num_key_value_heads": 2/"num_key_value_heads": 3/' \
-  "$KILN_ROOT/models/muse_spark/configs/muse-spark-tiny.json" > "$OUT/tiny-pairs128.json"
-"$BIN/kiln-ckpt" synth "$OUT/tiny-pairs128.json" --format bf16 --seed 7 -o "$SMALL_CKPT" >/dev/null
-for n in 24 600; do
-  "$BIN/kiln-interp" --weights "$SMALL_CKPT" --prompt-ids "$(seq -s, 1 $n)" \
-    --linear-inputs=bf16 --attention-inputs=bf16 --save-reference "$OUT/tiny-pairs128.bf16tc-$n.reference"
-done
-"$BIN/kiln-interp" --weights "$SMALL_CKPT" \
-  --prompt-ids "$(python3 -c "print(','.join(str((37 * i + 11) % 1000 + 1) for i in range(1200)))")" \
-  --max-new-tokens 8 --linear-inputs=bf16 --attention-inputs=bf16 \
-  --save-reference "$OUT/tiny-pairs128.bf16tc-1200s.reference"
-rm -rf "${SMALL_CKPT:?}"/*
-"$BIN/kilnc" "$OUT/tiny-pairs128.json" --target=sm_90 --max-prefill-tokens=500 \
-  -o "$OUT/tiny-pairs128.p500.sm_90.kiln"
-"$BIN/kilnc" "$OUT/tiny-pairs128.json" --target=sm_90 --max-prefill-tokens=500 \
-  --inject-fault=attention-drop-tile -o "$OUT/tiny-pairs128.p500-attn-broken.sm_90.kiln"
 kiln_log "tiny-wide128 with paged KV caches: pages of 16 (chunks of 500), of 64 (chunks of 512)"
 "$BIN/kilnc" "$OUT/tiny-wide128.json" --target=sm_90 --max-prefill-tokens=500 --decode-batch=4 \
   --verify-tokens=4 --kv-page-tokens=16 -o "$OUT/tiny-wide128.p500-pg16-b4.sm_90.kiln"
