@@ -194,60 +194,74 @@ Value Ring::accumulate(Value consumer, int64_t kSteps, Value inGroup) {
 }
 
 SmallVector<Value> Ring::accumulateRowBlocks(ValueRange rowBlocks, int64_t kSteps, Value inGroup) {
-  MLIRContext *ctx = b.getContext();
-  Value zero = LLVM::ZeroOp::create(b, acc);
-  auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1),
-                                 SmallVector<Value>(rowBlocks.size(), zero));
+  // The first stage is its own copy of the loop's body: its first products
+  // do not accumulate (scale-d 0) into undefined accumulators, so that no
+  // register is zeroed between the fence and the products. Zeros carried
+  // into the loop became moves between one row block's products and the
+  // next's, after which ptxas injected a warpgroup.arrive, and a wait.
+  Value undefined = LLVM::UndefOp::create(b, acc);
+  SmallVector<Value> first =
+      accumulateStage(rowBlocks, k.index(0), SmallVector<Value>(rowBlocks.size(), undefined),
+                      /*fresh=*/true, inGroup);
+  auto loop = scf::ForOp::create(b, k.index(1), k.index(kSteps), k.index(1), first);
   {
     OpBuilder::InsertionGuard guard(b);
     b.setInsertionPointToStart(loop.getBody());
-    Value step = loop.getInductionVar();
-    Value s = stageOf(step);
-    wait(full(s), parity(step));
-    SmallVector<Value> aRows;
-    for (Value block : rowBlocks)
-      aRows.push_back(arith::AddIOp::create(
-          b, shared32(aTile(s)),
-          arith::IndexCastOp::create(
-              b, b.getI32Type(),
-              arith::MulIOp::create(b, block, k.index(kConsumerRows * kRowBytes)))));
-    Value bRows = shared32(bTile(s));
-    NVVM::WgmmaFenceAlignedOp::create(b, b.getLoc());
-    SmallVector<Value> sums(loop.getRegionIterArgs());
-    for (int64_t kk = 0; kk < kTileK / kMmaK; ++kk) {
-      Value advance = k.i32(kk * kMmaK * 2); // bytes along the 128-byte row
-      for (size_t i = 0; i < aRows.size(); ++i) {
-        Value descA = matrixDescriptor(b, arith::AddIOp::create(b, aRows[i], advance));
-        Value descB = matrixDescriptor(b, arith::AddIOp::create(b, bRows, advance));
-        sums[i] = NVVM::WgmmaMmaAsyncOp::create(
-            b, b.getLoc(), acc, sums[i], descA, descB,
-            NVVM::MMAShapeAttr::get(ctx, kConsumerRows, ring.bRows, kMmaK), NVVM::WGMMATypes::bf16,
-            NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32, NVVM::WGMMAScaleOut::one,
-            NVVM::WGMMAScaleIn::one, NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row,
-            NVVM::MMALayout::col, nullptr);
-      }
-    }
-    NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
-    // The step before this one has finished reading its stage: free it.
-    NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 1);
-    Value lane0 = arith::CmpIOp::create(
-        b, arith::CmpIPredicate::eq, arith::RemUIOp::create(b, inGroup, k.index(32)), k.index(0));
-    Value release = arith::AndIOp::create(
-        b, lane0, arith::CmpIOp::create(b, arith::CmpIPredicate::ugt, step, k.index(0)));
-    auto ifRelease = scf::IfOp::create(b, release, false);
-    {
-      OpBuilder::InsertionGuard inner(b);
-      b.setInsertionPointToStart(&ifRelease.getThenRegion().front());
-      Value previous = arith::RemUIOp::create(
-          b, arith::AddIOp::create(b, step, k.index(ring.stages - 1)), k.index(ring.stages));
-      NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), empty(previous), Value(),
-                                     NVVM::MemScopeKind::CTA, false);
-    }
+    SmallVector<Value> sums = accumulateStage(rowBlocks, loop.getInductionVar(),
+                                              loop.getRegionIterArgs(), /*fresh=*/false, inGroup);
     if (!sums.empty()) // a loop without results has its yield already
       scf::YieldOp::create(b, sums);
   }
   NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 0);
   return SmallVector<Value>(loop.getResults());
+}
+
+SmallVector<Value> Ring::accumulateStage(ValueRange rowBlocks, Value step, ValueRange carried,
+                                         bool fresh, Value inGroup) {
+  MLIRContext *ctx = b.getContext();
+  Value s = stageOf(step);
+  wait(full(s), parity(step));
+  SmallVector<Value> aRows;
+  for (Value block : rowBlocks)
+    aRows.push_back(arith::AddIOp::create(
+        b, shared32(aTile(s)),
+        arith::IndexCastOp::create(
+            b, b.getI32Type(),
+            arith::MulIOp::create(b, block, k.index(kConsumerRows * kRowBytes)))));
+  Value bRows = shared32(bTile(s));
+  NVVM::WgmmaFenceAlignedOp::create(b, b.getLoc());
+  SmallVector<Value> sums(carried);
+  for (int64_t kk = 0; kk < kTileK / kMmaK; ++kk) {
+    Value advance = k.i32(kk * kMmaK * 2); // bytes along the 128-byte row
+    const bool overwrite = fresh && kk == 0;
+    for (size_t i = 0; i < aRows.size(); ++i) {
+      Value descA = matrixDescriptor(b, arith::AddIOp::create(b, aRows[i], advance));
+      Value descB = matrixDescriptor(b, arith::AddIOp::create(b, bRows, advance));
+      sums[i] = NVVM::WgmmaMmaAsyncOp::create(
+          b, b.getLoc(), acc, sums[i], descA, descB,
+          NVVM::MMAShapeAttr::get(ctx, kConsumerRows, ring.bRows, kMmaK), NVVM::WGMMATypes::bf16,
+          NVVM::WGMMATypes::bf16, NVVM::WGMMATypes::f32,
+          overwrite ? NVVM::WGMMAScaleOut::zero : NVVM::WGMMAScaleOut::one, NVVM::WGMMAScaleIn::one,
+          NVVM::WGMMAScaleIn::one, NVVM::MMALayout::row, NVVM::MMALayout::col, nullptr);
+    }
+  }
+  NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
+  // The step before this one has finished reading its stage: free it.
+  NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 1);
+  if (fresh) // the first stage has none before it
+    return sums;
+  Value lane0 = arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
+                                      arith::RemUIOp::create(b, inGroup, k.index(32)), k.index(0));
+  auto ifRelease = scf::IfOp::create(b, lane0, false);
+  {
+    OpBuilder::InsertionGuard inner(b);
+    b.setInsertionPointToStart(&ifRelease.getThenRegion().front());
+    Value previous = arith::RemUIOp::create(
+        b, arith::AddIOp::create(b, step, k.index(ring.stages - 1)), k.index(ring.stages));
+    NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), empty(previous), Value(),
+                                   NVVM::MemScopeKind::CTA, false);
+  }
+  return sums;
 }
 
 } // namespace kiln::nvptx::wgmma

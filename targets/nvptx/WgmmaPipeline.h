@@ -143,6 +143,13 @@ public:
   mlir::LLVM::LLVMStructType accumulatorType() const { return acc; }
 
 private:
+  // One stage of accumulateRowBlocks' loop: wait for it, issue its products
+  // into `carried` (`fresh`: the first stage, whose first products overwrite
+  // them), commit, and free the stage before.
+  llvm::SmallVector<mlir::Value> accumulateStage(mlir::ValueRange rowBlocks, mlir::Value step,
+                                                 mlir::ValueRange carried, bool fresh,
+                                                 mlir::Value inGroup);
+
   mlir::Value barrier(int64_t which, mlir::Value s);
 
   kernels::KernelScope &k;
