@@ -463,17 +463,31 @@ if "saved histories" in server.process.banner:
 server.stop()
 
 # A full queue answers 429: 8 more long requests at once than there are
-# slots, of which 1 may wait.
+# slots, of which 1 may wait. Long: a prompt whose greedy reply runs 64
+# tokens without EOS, so that each request holds its slot for 64 decode
+# steps at least, however fast the device. (With "go" whatever its reply,
+# an H100 served all 32 of small NVFP4's requests on 2026-12-06; a reply
+# that ends early frees its slot before the last requests come.)
+def long_reply_prompt(steps=64):
+    for prompt in ["go"] + PROMPTS:
+        if EOS not in kiln_run(tokenize(prompt), steps):
+            return prompt
+    fail(f"no prompt's greedy reply runs {steps} tokens without EOS")
+
+
+long_prompt_429 = long_reply_prompt()
 server = Server("--max-waiting", "1")
 statuses = []
 
 
 def long_request():
-    statuses.append(server.complete({"prompt": "go", "max_tokens": 1500, "temperature": 0})[0])
+    statuses.append(server.complete({"prompt": long_prompt_429, "max_tokens": 1500,
+                                     "temperature": 0})[0])
 
 
 at_once(long_request, [()] * (SLOTS + 8))
 if statuses.count(429) == 0 or statuses.count(200) < SLOTS or set(statuses) - {200, 429}:
     fail(f"statuses {sorted(statuses)}")
-print(f"a full queue answers 429 ({statuses.count(200)} served, {statuses.count(429)} refused)")
+print(f"a full queue answers 429 ({statuses.count(200)} served, {statuses.count(429)} refused; "
+      f"prompt {long_prompt_429!r})")
 server.stop()
