@@ -199,6 +199,7 @@ SmallVector<Value> Ring::accumulateRowBlocks(ValueRange rowBlocks, int64_t kStep
   // register is zeroed between the fence and the products. Zeros carried
   // into the loop became moves between one row block's products and the
   // next's, after which ptxas injected a warpgroup.arrive, and a wait.
+  assert(kSteps >= 1 && "a tile has at least one stage: the first is issued unconditionally");
   Value undefined = LLVM::UndefOp::create(b, acc);
   SmallVector<Value> first =
       accumulateStage(rowBlocks, k.index(0), SmallVector<Value>(rowBlocks.size(), undefined),
