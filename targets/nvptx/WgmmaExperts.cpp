@@ -1,7 +1,8 @@
 #include "targets/nvptx/WgmmaExperts.h"
 
 #include "targets/common/KernelBuilder.h"
-#include "targets/nvptx/Nvfp4Bf16.h"
+#include "targets/nvptx/WgmmaExpertTiles.h"
+#include "targets/nvptx/WgmmaNvfp4Experts.h"
 #include "targets/nvptx/WgmmaPipeline.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -20,31 +21,13 @@ using kernels::ExpertTileShape;
 
 namespace {
 
-// 256 items a tile, four blocks of 64 rows: consumer c computes blocks c
-// and c + 2, each where it holds an item. An expert's items mostly fit one
-// tile, so its weights are read (and NVFP4 decoded) once for all of them,
-// and a tile computes its items rounded up to 64, not to 128.
-constexpr int64_t kTileRows = 256;
-constexpr int64_t kThreads = 3 * wgmma::kWarpgroup; // producer + two consumers
-constexpr int64_t kStages = 4;
-constexpr int64_t kConsumerWarps = 8;
-constexpr int64_t kRowsThreads = 128; // the rows kernel's block
-// k steps the decoding producer takes an iteration. It claims all of them
-// before arriving on the first, and claiming step s waits for the consumers
-// to have freed step s - kStages, which they do once they hold step
-// s - kStages + 1: so fewer than kStages, or producer and consumers wait on
-// each other (four steps with four stages hung on the H200). Three spill.
-constexpr int64_t kDecodeSteps = 2;
-static_assert(kDecodeSteps < kStages, "the producer would wait for a stage it has not filled");
-// Registers a thread after setmaxnreg: a TMA producer needs few; one that
-// decodes NVFP4 keeps an iteration's raw weights in flight while it decodes
-// the last one's.
-constexpr uint32_t kTmaProducerRegs = 40, kTmaConsumerRegs = 232;
-constexpr uint32_t kDecodeProducerRegs = 88, kDecodeConsumerRegs = 208;
-static_assert(wgmma::registersFit(kTmaProducerRegs, kTmaConsumerRegs) &&
-              wgmma::registersFit(kDecodeProducerRegs, kDecodeConsumerRegs));
+using namespace expert_tiles;
 
-enum class Product { GateUp, Down };
+constexpr int64_t kStages = 4;
+constexpr int64_t kRowsThreads = 128; // the rows kernel's block
+// Registers a thread after setmaxnreg: the producer only issues copies.
+constexpr uint32_t kProducerRegs = 40, kConsumerRegs = 232;
+static_assert(wgmma::registersFit(kProducerRegs, kConsumerRegs));
 
 // The shape with this file's tiles.
 ExpertTileShape wideTiles(ExpertTileShape s) {
@@ -61,60 +44,18 @@ int64_t matrixCols(const ExpertTileShape &s, Product p) {
 int64_t bRows(const ExpertTileShape &s, Product p) {
   return p == Product::GateUp ? 2 * matrixCols(s, p) : matrixCols(s, p);
 }
-int64_t outCols(const ExpertTileShape &s, Product p) {
-  return p == Product::GateUp ? s.intermediate : s.latent;
+// The weight rows a block computes.
+int64_t blockCols(const ExpertTileShape &s, Product p) {
+  return s.nvfp4 ? nvfp4BlockCols(p) : matrixCols(s, p);
 }
-int64_t inDim(const ExpertTileShape &s, Product p) {
-  return p == Product::GateUp ? s.latent : s.intermediate;
-}
-int64_t colTiles(const ExpertTileShape &s, Product p) { return outCols(s, p) / matrixCols(s, p); }
+int64_t colTiles(const ExpertTileShape &s, Product p) { return outCols(s, p) / blockCols(s, p); }
 
-// The tile a block works on, from the lists: its index, expert, first item
-// position and how many of its rows hold items.
-struct TileOfBlock {
-  Value tile, expert, base, rowsIn;
-};
-
-// Reads the tile count (meta[E + 1]) and leaves the builder inside an
-// scf.if on the tile's existence, where it reads the tile's expert and items.
-// The rows of a tile's 64-row blocks that hold items: `rowsIn` rounded up
-// to 64. The GEMMs compute and copy those rows only.
-Value computedRows(kernels::KernelScope &k, Value rowsIn) {
-  ImplicitLocOpBuilder &b = k.b;
-  Value blocks =
-      arith::DivUIOp::create(b, arith::AddIOp::create(b, rowsIn, k.index(wgmma::kConsumerRows - 1)),
-                             k.index(wgmma::kConsumerRows));
-  return arith::MulIOp::create(b, blocks, k.index(wgmma::kConsumerRows));
-}
-
-TileOfBlock tileOfBlock(kernels::KernelScope &k, const ExpertTileShape &s, Value tile, Value meta,
-                        Value tiles) {
-  ImplicitLocOpBuilder &b = k.b;
-  auto load = [&](Value ref, Value at) {
-    Value v = memref::LoadOp::create(b, ref, ValueRange{at});
-    return arith::IndexCastOp::create(b, b.getIndexType(), v).getResult();
-  };
-  Value count = load(meta, k.index(s.experts + 1));
-  auto ifLive = scf::IfOp::create(
-      b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, tile, count), /*withElse=*/false);
-  b.setInsertionPointToStart(&ifLive.getThenRegion().front());
-  TileOfBlock t;
-  t.tile = tile;
-  Value at = arith::MulIOp::create(b, tile, k.index(2));
-  t.expert = load(tiles, at);
-  Value r0 = load(tiles, arith::AddIOp::create(b, at, k.index(1)));
-  Value first = load(meta, t.expert);
-  Value end = load(meta, arith::AddIOp::create(b, t.expert, k.index(1)));
-  t.base = arith::AddIOp::create(b, first, r0);
-  t.rowsIn = arith::MinUIOp::create(b, arith::SubIOp::create(b, end, t.base), k.index(kTileRows));
-  return t;
-}
-
+// bf16 weights: tokens as M, the weights as B, both brought by the TMA.
 class ExpertGemmBuilder {
 public:
   ExpertGemmBuilder(kernels::KernelScope &k, const ExpertTileShape &s, Product product,
                     int64_t kDim, const std::string &smemName)
-      : k(k), b(k.b), s(s), product(product), cols(matrixCols(s, product)),
+      : k(k), b(k.b), s(s), product(product), args{s, product}, cols(matrixCols(s, product)),
         kSteps(kDim / wgmma::kTileK), smemName(smemName), i32(b.getI32Type()) {}
 
   void build() {
@@ -124,18 +65,9 @@ public:
     t = tileOfBlock(k, s, arith::DivUIOp::create(b, bid, tilesAcross), k.arg(1), k.arg(2));
     n0 = arith::MulIOp::create(b, arith::RemUIOp::create(b, bid, tilesAcross), k.index(cols));
     wgmma::Ring ring(k, layout(), smemName);
-    // Full: the issuer's expect_tx, plus each decoding thread's arrival.
-    ring.initBarriers(tid, s.nvfp4 ? 1 + wgmma::kWarpgroup : 1, kConsumerWarps);
-
+    ring.initBarriers(tid, 1, kConsumerWarps);
     wgmma::splitRoles(
-        k, tid, s.nvfp4 ? kDecodeProducerRegs : kTmaProducerRegs,
-        s.nvfp4 ? kDecodeConsumerRegs : kTmaConsumerRegs,
-        [&](Value inGroup) {
-          if (s.nvfp4)
-            produceDecoding(ring, inGroup);
-          else
-            produceCopying(ring, inGroup);
-        },
+        k, tid, kProducerRegs, kConsumerRegs, [&](Value inGroup) { produce(ring, inGroup); },
         [&](Value consumer, Value inGroup) { consume(ring, consumer, inGroup); });
   }
 
@@ -144,15 +76,10 @@ public:
   }
 
 private:
-  // Whether 64-row block `block` of the tile holds an item, as lane 0 of
-  // the warp sees it: every lane does, but ptxas, told so by the shuffle,
-  // then knows the branches on it are not divergent, where wgmma must not be.
+  // Whether 64-row block `block` of the tile holds an item, warp-uniform.
   Value blockLive(Value block) {
     Value first = arith::MulIOp::create(b, block, k.index(wgmma::kConsumerRows));
-    Value live = arith::ExtUIOp::create(
-        b, i32, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, first, t.rowsIn));
-    Value lane0 = gpu::ShuffleOp::create(b, live, 0, 32, gpu::ShuffleMode::IDX).getShuffleResult();
-    return arith::CmpIOp::create(b, arith::CmpIPredicate::ne, lane0, k.i32(0));
+    return warpUniform(k, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, first, t.rowsIn));
   }
 
   // Consumer c's row blocks c and c + 2: the ring's loop over those that
@@ -183,55 +110,15 @@ private:
     computeBlocks(ValueRange{});
   }
 
-  // Argument positions: rows, meta, tiles, items, the projections, the
-  // output, then the scalars (tensor maps).
-  unsigned weightArg(int64_t matrix) const {
-    return 4 + unsigned(matrix * kernels::projectionArgCount(s));
-  }
-  int64_t matrices() const { return product == Product::GateUp ? 2 : 1; }
-  unsigned outArg() const { return weightArg(matrices()); }
-  unsigned mapArg(int64_t which) const { return outArg() + 1 + unsigned(which); }
-  Value toI32(Value index) { return arith::IndexCastOp::create(b, i32, index); }
-  Value rowsMap() {
-    return LLVM::IntToPtrOp::create(b, LLVM::LLVMPointerType::get(b.getContext()),
-                                    k.arg(mapArg(0)));
-  }
-
-  // The bytes of A a stage holds: its live 64-row blocks'.
-  Value liveRowBytes() {
-    return arith::IndexCastOp::create(
-        b, i32, arith::MulIOp::create(b, computedRows(k, t.rowsIn), k.index(wgmma::kRowBytes)));
-  }
-
-  // The issuer's TMA copies of the tile's rows for `step` into stage s: a
-  // box of 64 rows for each block that holds items (the others are never
-  // read).
-  void copyRows(wgmma::Ring &ring, Value map, Value stage, Value kk, Value fullAt) {
-    Value first = arith::MulIOp::create(b, t.tile, k.index(kTileRows));
-    Value aTile = ring.aTile(stage);
-    for (int64_t block = 0; block < kTileRows / wgmma::kConsumerRows; ++block) {
-      Value row0 = k.index(block * wgmma::kConsumerRows);
-      auto ifLive = scf::IfOp::create(
-          b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row0, t.rowsIn), false);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(&ifLive.getThenRegion().front());
-      Value dst = LLVM::GEPOp::create(
-          b, aTile.getType(), b.getI8Type(), aTile,
-          ArrayRef<LLVM::GEPArg>{int32_t(block * wgmma::kConsumerRows * wgmma::kRowBytes)});
-      ring.copy(dst, map, kk, {arith::AddIOp::create(b, first, row0)}, fullAt);
-    }
-  }
-
-  // bf16 weights: one thread has the TMA bring the rows and the weights.
-  void produceCopying(wgmma::Ring &ring, Value inGroup) {
+  // One thread has the TMA bring the rows and the weights.
+  void produce(wgmma::Ring &ring, Value inGroup) {
     auto issuer = scf::IfOp::create(
         b, arith::CmpIOp::create(b, arith::CmpIPredicate::eq, inGroup, k.index(0)), false);
     b.setInsertionPointToStart(&issuer.getThenRegion().front());
-    Type ptr = LLVM::LLVMPointerType::get(b.getContext());
-    Value rows = rowsMap();
+    Value rows = tensorMapArg(k, args.map(0));
     SmallVector<Value> weights;
-    for (int64_t m = 0; m < matrices(); ++m)
-      weights.push_back(LLVM::IntToPtrOp::create(b, ptr, k.arg(mapArg(1 + m))));
+    for (int64_t m = 0; m < matrices(product); ++m)
+      weights.push_back(tensorMapArg(k, args.map(1 + m)));
     ring.acquireTensorMap(rows);
     for (Value map : weights)
       ring.acquireTensorMap(map);
@@ -239,134 +126,16 @@ private:
     b.setInsertionPointToStart(loop.getBody());
     Value step = loop.getInductionVar();
     auto [stage, fullAt] = ring.claim(step);
-    ring.expectBytes(
-        fullAt, arith::AddIOp::create(b, liveRowBytes(), k.i32(int32_t(ring.layout().bBytes()))));
-    Value kk = toI32(arith::MulIOp::create(b, step, k.index(wgmma::kTileK)));
-    copyRows(ring, rows, stage, kk, fullAt);
-    for (int64_t m = 0; m < matrices(); ++m) {
+    ring.expectBytes(fullAt, arith::AddIOp::create(b, liveRowBytes(k, t),
+                                                   k.i32(int32_t(ring.layout().bBytes()))));
+    Value kk =
+        arith::IndexCastOp::create(b, i32, arith::MulIOp::create(b, step, k.index(wgmma::kTileK)));
+    copyTileRows(k, ring, t, rows, ring.aTile(stage), kk, fullAt);
+    for (int64_t m = 0; m < matrices(product); ++m) {
       Value tileAt = ring.bOffset(stage);
       Value dst = ring.at(arith::AddIOp::create(b, tileAt, k.index(m * cols * wgmma::kRowBytes)));
       ring.copy(dst, weights[m], kk, {n0, t.expert}, fullAt);
     }
-  }
-
-  // A step's raw NVFP4 weights for this thread: its units are (row 32 i +
-  // inGroup / 4, k block inGroup % 4) of the B tile, i < bRows / 32; each
-  // 8 bytes of codes (as two i32) and one E4M3 scale.
-  SmallVector<Value> loadRaw(Value step, Value inGroup) {
-    Value kk = arith::MulIOp::create(b, step, k.index(wgmma::kTileK));
-    Value blk = arith::RemUIOp::create(b, inGroup, k.index(4));
-    Value byte = arith::AddIOp::create(b, arith::DivUIOp::create(b, kk, k.index(2)),
-                                       arith::MulIOp::create(b, blk, k.index(8)));
-    Value scaleAt = arith::AddIOp::create(b, arith::DivUIOp::create(b, kk, k.index(16)), blk);
-    Value sub = arith::DivUIOp::create(b, inGroup, k.index(4));
-    SmallVector<Value> raw;
-    auto codesType = VectorType::get({8}, b.getI8Type());
-    auto wordsType = VectorType::get({2}, i32);
-    for (int64_t i = 0; i < bRows(s, product) / 32; ++i) {
-      int64_t matrix = (32 * i) / cols, first = 32 * i - matrix * cols;
-      Value row = arith::AddIOp::create(b, n0, arith::AddIOp::create(b, sub, k.index(first)));
-      unsigned arg = weightArg(matrix);
-      Value codes = vector::LoadOp::create(
-          b, codesType, k.arg(arg), ValueRange{t.expert, row, byte}, false, llvm::MaybeAlign(8));
-      raw.push_back(vector::BitCastOp::create(b, wordsType, codes));
-      raw.push_back(memref::LoadOp::create(b, k.arg(arg + 1), ValueRange{t.expert, row, scaleAt}));
-    }
-    return raw;
-  }
-
-  // NVFP4 weights: the producer's 128 threads decode kDecodeSteps k steps an
-  // iteration (their loads issued an iteration ahead), each step's B tile
-  // stored in the TMA's swizzled layout (16-byte chunk c of row r at chunk
-  // c ^ (r % 8)); then they make the stores visible to the tensor cores (the
-  // async proxy) and arrive. Its first thread has the TMA bring the rows.
-  // Several steps an iteration give a thread independent decodes to
-  // interleave: one step of a 128-row B tile is only four a thread.
-  void produceDecoding(wgmma::Ring &ring, Value inGroup) {
-    Value issuer = arith::CmpIOp::create(b, arith::CmpIPredicate::eq, inGroup, k.index(0));
-    Value rows = rowsMap();
-    {
-      auto ifIssuer = scf::IfOp::create(b, issuer, false);
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
-      ring.acquireTensorMap(rows);
-    }
-    // The raw weights of steps first .. first + count - 1 (the last step
-    // where they run past it).
-    auto loadSteps = [&](Value first, int64_t count) {
-      SmallVector<Value> raw;
-      for (int64_t j = 0; j < count; ++j) {
-        Value step = arith::MinUIOp::create(b, arith::AddIOp::create(b, first, k.index(j)),
-                                            k.index(kSteps - 1));
-        llvm::append_range(raw, loadRaw(step, inGroup));
-      }
-      return raw;
-    };
-    const int64_t groups = kSteps / kDecodeSteps, tail = kSteps % kDecodeSteps;
-    SmallVector<Value> inFlight = loadSteps(k.index(0), kDecodeSteps);
-    auto loop = scf::ForOp::create(b, k.index(0), k.index(groups * kDecodeSteps),
-                                   k.index(kDecodeSteps), inFlight);
-    {
-      OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(loop.getBody());
-      Value first = loop.getInductionVar();
-      SmallVector<Value> ahead =
-          loadSteps(arith::AddIOp::create(b, first, k.index(kDecodeSteps)), kDecodeSteps);
-      produceSteps(ring, inGroup, issuer, rows, first, kDecodeSteps, loop.getRegionIterArgs());
-      scf::YieldOp::create(b, ahead);
-    }
-    if (tail)
-      produceSteps(ring, inGroup, issuer, rows, k.index(groups * kDecodeSteps), tail,
-                   loop.getResults());
-  }
-
-  // Steps first .. first + count - 1 from their raw weights (`raw`, a step's
-  // after another's): each step's stage claimed, its rows brought by the
-  // TMA and its B tile decoded; then one fence and each stage's arrival.
-  void produceSteps(wgmma::Ring &ring, Value inGroup, Value issuer, Value rows, Value first,
-                    int64_t count, ValueRange raw) {
-    const int64_t units = bRows(s, product) / 32, perStep = 2 * units;
-    Value sub = arith::DivUIOp::create(b, inGroup, k.index(4));
-    Value blk = arith::RemUIOp::create(b, inGroup, k.index(4));
-    Value swizzle = arith::RemUIOp::create(b, sub, k.index(8)); // row % 8 for every unit
-    SmallVector<Value> fulls;
-    for (int64_t j = 0; j < count; ++j) {
-      Value step = arith::AddIOp::create(b, first, k.index(j));
-      auto [stage, fullAt] = ring.claim(step);
-      fulls.push_back(fullAt);
-      {
-        auto ifIssuer = scf::IfOp::create(b, issuer, false);
-        OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPointToStart(&ifIssuer.getThenRegion().front());
-        ring.expectBytes(fullAt, liveRowBytes());
-        copyRows(ring, rows, stage, toI32(arith::MulIOp::create(b, step, k.index(wgmma::kTileK))),
-                 fullAt);
-      }
-      Value tileAt = ring.bOffset(stage);
-      for (int64_t i = 0; i < units; ++i) {
-        Value words = nvfp4BlockToBf16(b, raw[j * perStep + 2 * i], raw[j * perStep + 2 * i + 1]);
-        Value row = arith::AddIOp::create(b, sub, k.index(32 * i));
-        Value rowAt = arith::AddIOp::create(
-            b, tileAt, arith::MulIOp::create(b, row, k.index(wgmma::kRowBytes)));
-        for (int64_t half = 0; half < 2; ++half) {
-          Value chunk = arith::XOrIOp::create(
-              b, arith::AddIOp::create(b, arith::MulIOp::create(b, blk, k.index(2)), k.index(half)),
-              swizzle);
-          Value at = ring.at(
-              arith::AddIOp::create(b, rowAt, arith::MulIOp::create(b, chunk, k.index(16))));
-          Value part = vector::ShuffleOp::create(
-              b, words, words,
-              ArrayRef<int64_t>{4 * half, 4 * half + 1, 4 * half + 2, 4 * half + 3});
-          LLVM::StoreOp::create(b, part, at, /*alignment=*/16);
-        }
-      }
-    }
-    NVVM::FenceProxyOp::create(
-        b, b.getLoc(), NVVM::ProxyKind::async_shared,
-        NVVM::SharedSpaceAttr::get(b.getContext(), NVVM::SharedSpace::shared_cta));
-    for (Value fullAt : fulls)
-      NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), fullAt, Value(),
-                                     NVVM::MemScopeKind::CTA, false);
   }
 
   // The accumulators of m64nNk16 for row block `block`: thread t of the
@@ -387,16 +156,10 @@ private:
         b, n0, arith::MulIOp::create(b, arith::RemUIOp::create(b, lane, k.index(4)), k.index(2)));
     return {row, col};
   }
-  // The NVFP4 global scale of weight matrix `m` for the tile's expert, with
-  // what the decoded weights fall short by.
-  Value globalScale(int64_t m) { return decodedGlobalScale(b, k.arg(weightArg(m) + 2), t.expert); }
-
   // h = silu(gate) * up (gate in columns 0 .. cols - 1 of the accumulators,
   // up in cols ..), bf16, at the tile's rows of h.
   void storeGateUp(Value acc, Value block, Value inGroup) {
     Fragment f = fragment(block, inGroup);
-    Value gateScale = s.nvfp4 ? globalScale(0) : Value();
-    Value upScale = s.nvfp4 ? globalScale(1) : Value();
     Value one = arith::ConstantFloatOp::create(b, b.getF32Type(), APFloat(1.0f));
     Value tileRow =
         arith::AddIOp::create(b, arith::MulIOp::create(b, t.tile, k.index(kTileRows)), f.row);
@@ -409,10 +172,6 @@ private:
           Value g = LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{4 * j + 2 * half + e});
           Value u = LLVM::ExtractValueOp::create(
               b, acc, ArrayRef<int64_t>{4 * (j + cols / 8) + 2 * half + e});
-          if (s.nvfp4) {
-            g = arith::MulFOp::create(b, g, gateScale);
-            u = arith::MulFOp::create(b, u, upScale);
-          }
           // silu(g) * u, as the reference computes it.
           Value den =
               arith::AddFOp::create(b, one, math::ExpOp::create(b, arith::NegFOp::create(b, g)));
@@ -421,7 +180,7 @@ private:
         Value h = arith::TruncFOp::create(b, VectorType::get({2}, b.getBF16Type()),
                                           vector::FromElementsOp::create(b, f32x2, pair));
         Value col = arith::AddIOp::create(b, f.col, k.index(8 * j));
-        vector::StoreOp::create(b, h, k.arg(outArg()), ValueRange{row, col}, false,
+        vector::StoreOp::create(b, h, k.arg(args.out()), ValueRange{row, col}, false,
                                 llvm::MaybeAlign(4));
       }
     }
@@ -430,7 +189,6 @@ private:
   // y[t, j, :] of each row that holds an item (t * k + j), scaled.
   void storeDown(Value acc, Value block, Value inGroup) {
     Fragment f = fragment(block, inGroup);
-    Value scale = s.nvfp4 ? globalScale(0) : Value();
     auto f32x2 = VectorType::get({2}, b.getF32Type());
     for (int64_t half = 0; half < 2; ++half) {
       Value row = arith::AddIOp::create(b, f.row, k.index(8 * half));
@@ -445,13 +203,13 @@ private:
       Value choice = arith::RemUIOp::create(b, item, k.index(s.k));
       for (int64_t j = 0; j < cols / 8; ++j) {
         SmallVector<Value> pair;
-        for (int64_t e = 0; e < 2; ++e) {
-          Value v = LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{4 * j + 2 * half + e});
-          pair.push_back(s.nvfp4 ? arith::MulFOp::create(b, v, scale).getResult() : v);
-        }
+        for (int64_t e = 0; e < 2; ++e)
+          pair.push_back(
+              LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{4 * j + 2 * half + e}));
         Value col = arith::AddIOp::create(b, f.col, k.index(8 * j));
-        vector::StoreOp::create(b, vector::FromElementsOp::create(b, f32x2, pair), k.arg(outArg()),
-                                ValueRange{token, choice, col}, false, llvm::MaybeAlign(8));
+        vector::StoreOp::create(b, vector::FromElementsOp::create(b, f32x2, pair),
+                                k.arg(args.out()), ValueRange{token, choice, col}, false,
+                                llvm::MaybeAlign(8));
       }
     }
   }
@@ -460,6 +218,7 @@ private:
   ImplicitLocOpBuilder &b;
   const ExpertTileShape &s;
   Product product;
+  GemmArgs args;
   int64_t cols, kSteps;
   std::string smemName;
   Type i32;
@@ -469,14 +228,18 @@ private:
 
 kernels::Tiling gemmTiling(const ExpertTileShape &s, Product p) {
   kernels::Tiling tiling;
-  tiling.set("kind", p == Product::GateUp ? "wgmma-expert-gateup" : "wgmma-expert-down")
-      .set("tile_m", kTileRows)
-      .set("tile_n", bRows(s, p))
-      .set("tile_k", wgmma::kTileK)
-      .set("stages", kStages)
-      .set("block", kThreads)
-      .set("swizzle", 128)
-      .set("weights", s.nvfp4 ? "nvfp4-decoded" : "bf16-tma");
+  tiling.set("kind", p == Product::GateUp ? "wgmma-expert-gateup" : "wgmma-expert-down");
+  if (s.nvfp4) // the weights as M, the items as N
+    tiling.set("tile_m", nvfp4BlockCols(p))
+        .set("tile_n", kTileRows)
+        .set("stages", nvfp4RingLayout().stages)
+        .set("weights", "nvfp4-register-a");
+  else
+    tiling.set("tile_m", kTileRows)
+        .set("tile_n", bRows(s, p))
+        .set("stages", kStages)
+        .set("weights", "bf16-tma");
+  tiling.set("tile_k", wgmma::kTileK).set("block", kThreads).set("swizzle", 128);
   return tiling;
 }
 
@@ -506,7 +269,13 @@ kernels::KernelSpec expertGemm(const ExpertTileShape &s, Product p, bool dropLas
   kernels::KernelSpec spec = kernels::buildKernel(
       name, "kiln.megamoe", gemmTiling(s, p), args, [&](kernels::KernelScope &scope) {
         wgmma::declareKernel(scope, smemName, kThreads);
-        ExpertGemmBuilder builder(scope, s, p, dropLastStep ? in - wgmma::kTileK : in, smemName);
+        const int64_t kDim = dropLastStep ? in - wgmma::kTileK : in;
+        if (s.nvfp4) {
+          ring = nvfp4RingLayout();
+          buildNvfp4ExpertGemm(scope, s, p, kDim / wgmma::kTileK, smemName);
+          return;
+        }
+        ExpertGemmBuilder builder(scope, s, p, kDim, smemName);
         ring = builder.layout();
         builder.build();
       });
@@ -565,8 +334,30 @@ kernels::KernelSpec expertRows(const ExpertTileShape &s) {
       auto loop = scf::ForOp::create(b, begin, k.index(s.latent), k.index(8 * kRowsThreads));
       b.setInsertionPointToStart(loop.getBody());
       Value c = loop.getInductionVar();
-      Value z = vector::LoadOp::create(b, f32x8, k.arg(0), ValueRange{token, c}, false,
-                                       llvm::MaybeAlign(16));
+      Value z;
+      if (s.nvfp4) {
+        // Fragment order (WgmmaNvfp4Experts.h): positions 8i .. 8i + 7 of a
+        // step hold its k 2i, 2i + 1, then the pairs 16, 32 and 48 on.
+        Value i = arith::DivUIOp::create(b, arith::RemUIOp::create(b, c, k.index(wgmma::kTileK)),
+                                         k.index(8));
+        Value first = arith::AddIOp::create(
+            b, arith::SubIOp::create(b, c, arith::RemUIOp::create(b, c, k.index(wgmma::kTileK))),
+            arith::MulIOp::create(b, i, k.index(2)));
+        auto f32x2 = VectorType::get({2}, b.getF32Type());
+        SmallVector<Value> pairs;
+        for (int64_t p = 0; p < 4; ++p)
+          pairs.push_back(vector::LoadOp::create(
+              b, f32x2, k.arg(0),
+              ValueRange{token, arith::AddIOp::create(b, first, k.index(16 * p))}, false,
+              llvm::MaybeAlign(8)));
+        z = vector::ShuffleOp::create(
+            b, vector::ShuffleOp::create(b, pairs[0], pairs[1], ArrayRef<int64_t>{0, 1, 2, 3}),
+            vector::ShuffleOp::create(b, pairs[2], pairs[3], ArrayRef<int64_t>{0, 1, 2, 3}),
+            ArrayRef<int64_t>{0, 1, 2, 3, 4, 5, 6, 7});
+      } else {
+        z = vector::LoadOp::create(b, f32x8, k.arg(0), ValueRange{token, c}, false,
+                                   llvm::MaybeAlign(16));
+      }
       vector::StoreOp::create(b, arith::TruncFOp::create(b, bf16x8, z), k.arg(4),
                               ValueRange{row, c}, false, llvm::MaybeAlign(16));
     }
@@ -596,7 +387,7 @@ bool wgmmaExpertsFit(const ExpertTileShape &s) {
     if (cols % 32 != 0 || outCols(s, p) % cols != 0 || inDim(s, p) % wgmma::kTileK != 0)
       return false;
   }
-  return s.latent % 8 == 0 && kernels::expertListsFit(s);
+  return s.latent % 8 == 0 && (!s.nvfp4 || nvfp4ExpertsFit(s)) && kernels::expertListsFit(s);
 }
 
 kernels::TargetHooks::MatrixExperts wgmmaExperts(const ExpertTileShape &shape, bool dropLastStep) {

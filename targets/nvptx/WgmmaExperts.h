@@ -6,21 +6,22 @@
 //
 //   rows:    the items' latent rows z[t] as bf16, in tile order: tile i's
 //            rows are 256 i .. 256 i + 255 of x (rows past its items zero
-//            up to the next 64, the rest never read);
+//            up to the next 64, the rest never read; NVFP4: each 64-k
+//            step's values in fragment order, WgmmaNvfp4Experts.h);
 //   gate/up: h = silu(gate_e x) * (up_e x) a tile, gate and up of the same
-//            64 columns in one wgmma (the B tile holds gate's rows, then
-//            up's), written as bf16 in the same tile order;
+//            64 columns in one block, written as bf16 in the same tile
+//            order (NVFP4: in fragment order too);
 //   down:    y[t, j, :] = down_e h, 128 columns a block, stored at each
 //            item's place.
 //
-// A block of three warpgroups a (tile, column tile): the producer fills a
-// ring of stages (x's or h's rows by TMA from the tile-ordered buffer; the
-// weights by TMA when bf16, or, when NVFP4, loaded, decoded to bf16 (E2M1
-// times its E4M3 scale is exact in bf16) and stored in the swizzled layout
-// by the producer's 128 threads; Hopper has no FP4 tensor cores); consumer
-// c takes the tile's 64-row blocks c and c + 2 and runs wgmma only on those
-// that hold items, so a tile costs its items rounded up to 64. The NVFP4
-// global scale multiplies the accumulators.
+// A block of three warpgroups a (tile, column tile), its producer's first
+// thread bringing the rows by TMA into a ring of stages. bf16 weights come
+// by TMA too, as wgmma's B: consumer c takes the tile's 64-row blocks c and
+// c + 2 and runs wgmma only on those that hold items, so a tile costs its
+// items rounded up to 64. NVFP4 weights are the A operand instead, decoded
+// into registers by the consumers, the rows B (WgmmaNvfp4Experts.h; Hopper
+// has no FP4 tensor cores), and the NVFP4 global scale multiplies the
+// accumulators. The pieces both share: WgmmaExpertTiles.h.
 #pragma once
 
 #include "targets/common/ExpertLists.h"

@@ -1,0 +1,88 @@
+#include "targets/nvptx/WgmmaExpertTiles.h"
+
+#include "mlir/Dialect/Arith/IR/Arith.h"
+#include "mlir/Dialect/GPU/IR/GPUDialect.h"
+#include "mlir/Dialect/LLVMIR/LLVMDialect.h"
+#include "mlir/Dialect/MemRef/IR/MemRef.h"
+#include "mlir/Dialect/SCF/IR/SCF.h"
+
+namespace kiln::nvptx::expert_tiles {
+
+using namespace mlir;
+using kernels::ExpertTileShape;
+
+int64_t outCols(const ExpertTileShape &s, Product p) {
+  return p == Product::GateUp ? s.intermediate : s.latent;
+}
+int64_t inDim(const ExpertTileShape &s, Product p) {
+  return p == Product::GateUp ? s.latent : s.intermediate;
+}
+
+TileOfBlock tileOfBlock(kernels::KernelScope &k, const ExpertTileShape &s, Value tile, Value meta,
+                        Value tiles) {
+  ImplicitLocOpBuilder &b = k.b;
+  auto load = [&](Value ref, Value at) {
+    Value v = memref::LoadOp::create(b, ref, ValueRange{at});
+    return arith::IndexCastOp::create(b, b.getIndexType(), v).getResult();
+  };
+  Value count = load(meta, k.index(s.experts + 1));
+  auto ifLive = scf::IfOp::create(
+      b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, tile, count), /*withElse=*/false);
+  b.setInsertionPointToStart(&ifLive.getThenRegion().front());
+  TileOfBlock t;
+  t.tile = tile;
+  Value at = arith::MulIOp::create(b, tile, k.index(2));
+  t.expert = load(tiles, at);
+  Value r0 = load(tiles, arith::AddIOp::create(b, at, k.index(1)));
+  Value first = load(meta, t.expert);
+  Value end = load(meta, arith::AddIOp::create(b, t.expert, k.index(1)));
+  t.base = arith::AddIOp::create(b, first, r0);
+  t.rowsIn = arith::MinUIOp::create(b, arith::SubIOp::create(b, end, t.base), k.index(kTileRows));
+  return t;
+}
+
+Value computedRows(kernels::KernelScope &k, Value rowsIn) {
+  ImplicitLocOpBuilder &b = k.b;
+  Value blocks =
+      arith::DivUIOp::create(b, arith::AddIOp::create(b, rowsIn, k.index(wgmma::kConsumerRows - 1)),
+                             k.index(wgmma::kConsumerRows));
+  return arith::MulIOp::create(b, blocks, k.index(wgmma::kConsumerRows));
+}
+
+Value warpUniform(kernels::KernelScope &k, Value predicate) {
+  ImplicitLocOpBuilder &b = k.b;
+  Type i32 = b.getI32Type();
+  Value word = arith::ExtUIOp::create(b, i32, predicate);
+  Value lane0 = gpu::ShuffleOp::create(b, word, 0, 32, gpu::ShuffleMode::IDX).getShuffleResult();
+  return arith::CmpIOp::create(b, arith::CmpIPredicate::ne, lane0, k.i32(0));
+}
+
+Value liveRowBytes(kernels::KernelScope &k, const TileOfBlock &t) {
+  ImplicitLocOpBuilder &b = k.b;
+  return arith::IndexCastOp::create(
+      b, b.getI32Type(),
+      arith::MulIOp::create(b, computedRows(k, t.rowsIn), k.index(wgmma::kRowBytes)));
+}
+
+void copyTileRows(kernels::KernelScope &k, wgmma::Ring &ring, const TileOfBlock &t, Value map,
+                  Value dst, Value kk, Value fullAt) {
+  ImplicitLocOpBuilder &b = k.b;
+  Value first = arith::MulIOp::create(b, t.tile, k.index(kTileRows));
+  for (int64_t block = 0; block < kTileRows / wgmma::kConsumerRows; ++block) {
+    Value row0 = k.index(block * wgmma::kConsumerRows);
+    auto ifLive = scf::IfOp::create(
+        b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row0, t.rowsIn), false);
+    OpBuilder::InsertionGuard guard(b);
+    b.setInsertionPointToStart(&ifLive.getThenRegion().front());
+    Value at = LLVM::GEPOp::create(
+        b, dst.getType(), b.getI8Type(), dst,
+        ArrayRef<LLVM::GEPArg>{int32_t(block * wgmma::kConsumerRows * wgmma::kRowBytes)});
+    ring.copy(at, map, kk, {arith::AddIOp::create(b, first, row0)}, fullAt);
+  }
+}
+
+Value tensorMapArg(kernels::KernelScope &k, unsigned arg) {
+  return LLVM::IntToPtrOp::create(k.b, LLVM::LLVMPointerType::get(k.b.getContext()), k.arg(arg));
+}
+
+} // namespace kiln::nvptx::expert_tiles
