@@ -463,11 +463,12 @@ if "saved histories" in server.process.banner:
 server.stop()
 
 # A full queue answers 429: 8 more long requests at once than there are
-# slots, of which 1 may wait. Long: a prompt whose greedy reply runs 64
-# tokens without EOS, so that each request holds its slot for 64 decode
-# steps at least, however fast the device. (With "go" whatever its reply,
-# an H100 served all 32 of small NVFP4's requests on 2026-12-06; a reply
-# that ends early frees its slot before the last requests come.)
+# slots, of which 1 may wait. The server gets an HTTP thread for every
+# request: with the default 16, a device with 24 slots (small NVFP4 on a
+# GPU) never saw more than 16 requests at once, so none waited and all 32
+# were served (an H100, 2026-12-06). Long: a prompt whose greedy reply runs
+# 64 tokens without EOS, so that each request holds its slot for 64 decode
+# steps at least, however fast the device.
 def long_reply_prompt(steps=64):
     for prompt in ["go"] + PROMPTS:
         if EOS not in kiln_run(tokenize(prompt), steps):
@@ -476,7 +477,7 @@ def long_reply_prompt(steps=64):
 
 
 long_prompt_429 = long_reply_prompt()
-server = Server("--max-waiting", "1")
+server = Server("--max-waiting", "1", "--http-threads", str(SLOTS + 16))
 statuses = []
 
 
