@@ -81,6 +81,19 @@ void copyTileRows(kernels::KernelScope &k, wgmma::Ring &ring, const TileOfBlock 
   }
 }
 
+ItemPlace itemOfRow(kernels::KernelScope &k, const ExpertTileShape &s, const TileOfBlock &t,
+                    Value row) {
+  ImplicitLocOpBuilder &b = k.b;
+  auto ifItem = scf::IfOp::create(
+      b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row, t.rowsIn), false);
+  b.setInsertionPointToStart(&ifItem.getThenRegion().front());
+  Value item = arith::IndexCastOp::create(
+      b, b.getIndexType(),
+      memref::LoadOp::create(b, k.arg(3), ValueRange{arith::AddIOp::create(b, t.base, row)}));
+  return {arith::DivUIOp::create(b, item, k.index(s.k)),
+          arith::RemUIOp::create(b, item, k.index(s.k))};
+}
+
 Value tensorMapArg(kernels::KernelScope &k, unsigned arg) {
   return LLVM::IntToPtrOp::create(k.b, LLVM::LLVMPointerType::get(k.b.getContext()), k.arg(arg));
 }

@@ -67,6 +67,15 @@ mlir::Value liveRowBytes(kernels::KernelScope &k, const TileOfBlock &t);
 void copyTileRows(kernels::KernelScope &k, wgmma::Ring &ring, const TileOfBlock &t, mlir::Value map,
                   mlir::Value dst, mlir::Value kk, mlir::Value fullAt);
 
+// Where the tile's row `row` (an index) puts its product: opens an scf.if on
+// the row holding an item and leaves the builder inside (hold an
+// InsertionGuard), where it reads the item t * k + j and returns t and j.
+struct ItemPlace {
+  mlir::Value token, choice;
+};
+ItemPlace itemOfRow(kernels::KernelScope &k, const kernels::ExpertTileShape &s,
+                    const TileOfBlock &t, mlir::Value row);
+
 // The tensor map kernel argument `arg` as a generic pointer.
 mlir::Value tensorMapArg(kernels::KernelScope &k, unsigned arg);
 

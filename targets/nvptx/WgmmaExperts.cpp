@@ -192,15 +192,8 @@ private:
     auto f32x2 = VectorType::get({2}, b.getF32Type());
     for (int64_t half = 0; half < 2; ++half) {
       Value row = arith::AddIOp::create(b, f.row, k.index(8 * half));
-      auto ifItem = scf::IfOp::create(
-          b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row, t.rowsIn), false);
       OpBuilder::InsertionGuard guard(b);
-      b.setInsertionPointToStart(&ifItem.getThenRegion().front());
-      Value item = arith::IndexCastOp::create(
-          b, b.getIndexType(),
-          memref::LoadOp::create(b, k.arg(3), ValueRange{arith::AddIOp::create(b, t.base, row)}));
-      Value token = arith::DivUIOp::create(b, item, k.index(s.k));
-      Value choice = arith::RemUIOp::create(b, item, k.index(s.k));
+      ItemPlace place = itemOfRow(k, s, t, row);
       for (int64_t j = 0; j < cols / 8; ++j) {
         SmallVector<Value> pair;
         for (int64_t e = 0; e < 2; ++e)
@@ -208,8 +201,8 @@ private:
               LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{4 * j + 2 * half + e}));
         Value col = arith::AddIOp::create(b, f.col, k.index(8 * j));
         vector::StoreOp::create(b, vector::FromElementsOp::create(b, f32x2, pair),
-                                k.arg(args.out()), ValueRange{token, choice, col}, false,
-                                llvm::MaybeAlign(8));
+                                k.arg(args.out()), ValueRange{place.token, place.choice, col},
+                                false, llvm::MaybeAlign(8));
       }
     }
   }

@@ -87,24 +87,18 @@ private:
     Value lane = arith::RemUIOp::create(b, inGroup, k.index(32));
     g = arith::DivUIOp::create(b, lane, k.index(4));
     quad = arith::RemUIOp::create(b, lane, k.index(4));
-    if (product == Product::GateUp) {
-      // Gate's and up's rows of one intermediate column.
-      col = arith::AddIOp::create(
-          b, n0,
-          arith::AddIOp::create(
-              b, arith::MulIOp::create(b, consumer, k.index(32)),
-              arith::AddIOp::create(b, arith::MulIOp::create(b, warp, k.index(8)), g)));
-      rows[0] = {args.weight(0), col};
-      rows[1] = {args.weight(1), col};
-    } else {
-      col = arith::AddIOp::create(
-          b, n0,
-          arith::AddIOp::create(
-              b, arith::MulIOp::create(b, consumer, k.index(64)),
-              arith::AddIOp::create(b, arith::MulIOp::create(b, warp, k.index(16)), g)));
-      rows[0] = {args.weight(0), col};
-      rows[1] = {args.weight(0), arith::AddIOp::create(b, col, k.index(8))};
-    }
+    // Row g's weight row: gate/up's warps take 8 intermediate columns (their
+    // 16 rows gate's 8, then up's same 8), down's 16 latent columns.
+    const int64_t perWarp = product == Product::GateUp ? 8 : 16;
+    col = arith::AddIOp::create(
+        b, n0,
+        arith::AddIOp::create(
+            b, arith::MulIOp::create(b, consumer, k.index(4 * perWarp)),
+            arith::AddIOp::create(b, arith::MulIOp::create(b, warp, k.index(perWarp)), g)));
+    rows[0] = {args.weight(0), col};
+    rows[1] = product == Product::GateUp
+                  ? WeightRow{args.weight(1), col}
+                  : WeightRow{args.weight(0), arith::AddIOp::create(b, col, k.index(8))};
     // One loop for each count of computed 64-row blocks, the accumulators'
     // width fixed in each; the count is the block's, made warp-uniform.
     Value blocks =
@@ -271,18 +265,12 @@ private:
       for (int64_t e = 0; e < 2; ++e) {
         Value row = arith::AddIOp::create(b, arith::MulIOp::create(b, quad, k.index(2)),
                                           k.index(8 * j + e));
-        auto ifItem = scf::IfOp::create(
-            b, arith::CmpIOp::create(b, arith::CmpIPredicate::ult, row, t.rowsIn), false);
         OpBuilder::InsertionGuard guard(b);
-        b.setInsertionPointToStart(&ifItem.getThenRegion().front());
-        Value item = arith::IndexCastOp::create(
-            b, b.getIndexType(),
-            memref::LoadOp::create(b, k.arg(3), ValueRange{arith::AddIOp::create(b, t.base, row)}));
-        Value token = arith::DivUIOp::create(b, item, k.index(s.k));
-        Value choice = arith::RemUIOp::create(b, item, k.index(s.k));
+        ItemPlace place = itemOfRow(k, s, t, row);
         for (int64_t half = 0; half < 2; ++half) {
           Value v = arith::MulFOp::create(b, accAt(acc, 4 * j + 2 * half + e), scale);
-          memref::StoreOp::create(b, v, k.arg(args.out()), ValueRange{token, choice, cols[half]});
+          memref::StoreOp::create(b, v, k.arg(args.out()),
+                                  ValueRange{place.token, place.choice, cols[half]});
         }
       }
   }
