@@ -2,10 +2,10 @@
 
 #include "targets/amdgcn/MfmaGemm.h"
 #include "targets/common/KernelBuilder.h"
+#include "targets/common/SwiGlu.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
-#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -269,10 +269,7 @@ kernels::KernelSpec mfmaExpertGateUp(const ExpertTileShape &s) {
           Value uRaw = vector::ExtractOp::create(b, loop.getResult(1), ArrayRef<int64_t>{r});
           Value g = arith::MulFOp::create(b, gRaw, gateScale);
           Value u = arith::MulFOp::create(b, uRaw, upScale);
-          // silu(g) * u, as the reference computes it.
-          Value den =
-              arith::AddFOp::create(b, one, math::ExpOp::create(b, arith::NegFOp::create(b, g)));
-          Value h = arith::MulFOp::create(b, arith::DivFOp::create(b, g, den), u);
+          Value h = kernels::swiGlu(b, g, u, one);
           memref::StoreOp::create(b, h, k.arg(lane.s.nvfp4 ? 10 : 6),
                                   ValueRange{it.token, it.choice, lane.col});
         });

@@ -3,6 +3,7 @@
 
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
+#include "targets/common/SwiGlu.h"
 #include "targets/common/WarpDot.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -135,7 +136,7 @@ KernelSpec expertGateUpGrouped(const ExpertTileShape &s) {
       b.setInsertionPointToStart(&in.getThenRegion().front());
       Value o[2] = {o0, o1};
       for (int64_t r = 0; r < 2; ++r)
-        memref::StoreOp::create(b, warp::swiGlu(b, sums[4 * i + r], sums[4 * i + 2 + r], one), h,
+        memref::StoreOp::create(b, swiGlu(b, sums[4 * i + r], sums[4 * i + 2 + r], one), h,
                                 ValueRange{g.items[i].t, g.items[i].j, o[r]});
     }
   });

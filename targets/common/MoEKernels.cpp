@@ -6,6 +6,7 @@
 // no bf16 copy of the weights ever exists.
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
+#include "targets/common/SwiGlu.h"
 
 #include "runtime/core/Float.h"
 
@@ -271,10 +272,7 @@ KernelSpec megaMoE(int64_t experts, int64_t k, int64_t intermediate, int64_t lat
       Value upDot = product(1, o, z, ofZ);
       Value g = arith::AddFOp::create(b, gateDot, zeroF);
       Value u = arith::AddFOp::create(b, upDot, zeroF);
-      Value ex = math::ExpOp::create(b, arith::NegFOp::create(b, g));
-      Value den = arith::AddFOp::create(b, oneF, ex);
-      Value sig = arith::DivFOp::create(b, g, den);
-      memref::StoreOp::create(b, arith::MulFOp::create(b, sig, u), h, ValueRange{o});
+      memref::StoreOp::create(b, swiGlu(b, g, u, oneF), h, ValueRange{o});
     }
     // y = down_e h, then RMSNorm with the expert's own weight, then the
     // weighted sum into the token's output.

@@ -16,6 +16,7 @@
 #include "targets/common/KernelBuilder.h"
 #include "targets/common/KernelSpec.h"
 #include "targets/common/PackedStagedDot.h"
+#include "targets/common/SwiGlu.h"
 #include "targets/common/TargetHooks.h"
 #include "targets/common/WarpDot.h"
 
@@ -178,7 +179,7 @@ KernelSpec expertGateUpStaged(int64_t experts, int64_t k, int64_t intermediate, 
     storeFromLaneZero(b, s.warp, [&] {
       Value o[2] = {o0, o1};
       for (int r = 0; r < 2; ++r)
-        memref::StoreOp::create(b, warp::swiGlu(b, sums[r], sums[2 + r], one), h,
+        memref::StoreOp::create(b, swiGlu(b, sums[r], sums[2 + r], one), h,
                                 ValueRange{s.token, j, o[r]});
     });
   });

@@ -5,7 +5,6 @@
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
-#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -452,12 +451,6 @@ WarpItem warpItemLoop(ImplicitLocOpBuilder &b, const WarpOfPart &warp, Value ite
   for (size_t r = 1; r < rowsPerWarp; ++r)
     it.o.push_back(arith::AddIOp::create(b, it.o[0], rowSteps[r]));
   return it;
-}
-
-Value swiGlu(ImplicitLocOpBuilder &b, Value g, Value u, Value one) {
-  Value e = math::ExpOp::create(b, arith::NegFOp::create(b, g));
-  Value sig = arith::DivFOp::create(b, g, arith::AddFOp::create(b, one, e));
-  return arith::MulFOp::create(b, sig, u);
 }
 
 } // namespace kiln::kernels::warp

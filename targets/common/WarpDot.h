@@ -110,7 +110,4 @@ WarpItem warpItemLoop(mlir::ImplicitLocOpBuilder &b, const WarpOfPart &warp, mli
                       mlir::Value perToken, mlir::Value groups,
                       llvm::ArrayRef<mlir::Value> rowSteps);
 
-// silu(g) * u, as the expert stage's SwiGLU computes it.
-mlir::Value swiGlu(mlir::ImplicitLocOpBuilder &b, mlir::Value g, mlir::Value u, mlir::Value one);
-
 } // namespace kiln::kernels::warp

@@ -12,6 +12,7 @@
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
 #include "targets/common/KernelSpec.h"
+#include "targets/common/SwiGlu.h"
 #include "targets/common/WarpDot.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -252,7 +253,7 @@ KernelSpec expertGateUpWarp(int64_t experts, int64_t k, int64_t intermediate, in
     enterIf(b, isZero(b, wp.lane, wp.c0));
     // h = silu(gate z) * (up z)
     for (int r = 0; r < 2; ++r)
-      memref::StoreOp::create(b, warp::swiGlu(b, sums[r], sums[2 + r], one), h,
+      memref::StoreOp::create(b, swiGlu(b, sums[r], sums[2 + r], one), h,
                               ValueRange{it.t, it.j, it.o[r]});
   });
 }

@@ -1,11 +1,11 @@
 // Built as typed IR (KernelBuilder.h).
 #include "targets/nvptx/MmaExperts.h"
 
+#include "targets/common/SwiGlu.h"
 #include "targets/nvptx/MmaTile.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
-#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -303,10 +303,7 @@ kernels::KernelSpec mmaExpertGateUp(const MmaExpertsShape &s) {
             g = arith::MulFOp::create(b, g, gateGlobal);
             u = arith::MulFOp::create(b, u, upGlobal);
           }
-          // h = silu(g) * u, as the reference computes it.
-          Value e1 = math::ExpOp::create(b, arith::NegFOp::create(b, g));
-          Value sig = arith::DivFOp::create(b, g, arith::AddFOp::create(b, one, e1));
-          hs[e] = arith::MulFOp::create(b, sig, u);
+          hs[e] = kernels::swiGlu(b, g, u, one);
         }
         Value v = vector::FromElementsOp::create(b, VectorType::get({2}, b.getF32Type()),
                                                  ValueRange{hs[0], hs[1]});

@@ -1,12 +1,12 @@
 #include "targets/nvptx/NarrowExperts.h"
 
 #include "targets/common/KernelBuilder.h"
+#include "targets/common/SwiGlu.h"
 #include "targets/nvptx/NarrowMma.h"
 #include "targets/nvptx/Nvfp4Bf16.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
-#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -189,10 +189,7 @@ private:
             gate = arith::MulFOp::create(b, gate, globalScales[0]);
             up = arith::MulFOp::create(b, up, globalScales[1]);
           }
-          // silu(gate) * up, as the reference computes it.
-          Value den =
-              arith::AddFOp::create(b, one, math::ExpOp::create(b, arith::NegFOp::create(b, gate)));
-          Value h = arith::MulFOp::create(b, arith::DivFOp::create(b, gate, den), up);
+          Value h = kernels::swiGlu(b, gate, up, one);
           memref::StoreOp::create(b, h, k.arg(outArg()),
                                   ValueRange{it.token, it.choice, rows[half].row});
           continue;

@@ -4,6 +4,7 @@
 #include "targets/common/ExpertLists.h"
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
+#include "targets/common/SwiGlu.h"
 #include "targets/common/WarpDot.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
@@ -275,7 +276,7 @@ kernels::KernelSpec peerMegaMoE(const kernels::PeerMegaMoEShape &s) {
       auto leader = scf::IfOp::create(b, lead, false);
       enterThen(b, leader);
       for (int r = 0; r < 2; ++r)
-        memref::StoreOp::create(b, warp::swiGlu(b, sums[r], sums[2 + r], one), h,
+        memref::StoreOp::create(b, kernels::swiGlu(b, sums[r], sums[2 + r], one), h,
                                 ValueRange{it.t, it.j, it.o[r]});
     }
 

@@ -1,6 +1,7 @@
 #include "targets/nvptx/WgmmaExperts.h"
 
 #include "targets/common/KernelBuilder.h"
+#include "targets/common/SwiGlu.h"
 #include "targets/nvptx/WgmmaExpertTiles.h"
 #include "targets/nvptx/WgmmaNvfp4Experts.h"
 #include "targets/nvptx/WgmmaPipeline.h"
@@ -9,7 +10,6 @@
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
-#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -172,10 +172,7 @@ private:
           Value g = LLVM::ExtractValueOp::create(b, acc, ArrayRef<int64_t>{4 * j + 2 * half + e});
           Value u = LLVM::ExtractValueOp::create(
               b, acc, ArrayRef<int64_t>{4 * (j + cols / 8) + 2 * half + e});
-          // silu(g) * u, as the reference computes it.
-          Value den =
-              arith::AddFOp::create(b, one, math::ExpOp::create(b, arith::NegFOp::create(b, g)));
-          pair.push_back(arith::MulFOp::create(b, arith::DivFOp::create(b, g, den), u));
+          pair.push_back(kernels::swiGlu(b, g, u, one));
         }
         Value h = arith::TruncFOp::create(b, VectorType::get({2}, b.getBF16Type()),
                                           vector::FromElementsOp::create(b, f32x2, pair));

@@ -1,12 +1,12 @@
 #include "targets/nvptx/WgmmaNvfp4Experts.h"
 
+#include "targets/common/SwiGlu.h"
 #include "targets/nvptx/Nvfp4Bf16.h"
 
 #include "mlir/Dialect/Arith/IR/Arith.h"
 #include "mlir/Dialect/GPU/IR/GPUDialect.h"
 #include "mlir/Dialect/LLVMIR/LLVMDialect.h"
 #include "mlir/Dialect/LLVMIR/NVVMDialect.h"
-#include "mlir/Dialect/Math/IR/Math.h"
 #include "mlir/Dialect/MemRef/IR/MemRef.h"
 #include "mlir/Dialect/SCF/IR/SCF.h"
 #include "mlir/Dialect/Vector/IR/VectorOps.h"
@@ -239,10 +239,7 @@ private:
       for (int64_t e = 0; e < 2; ++e) {
         Value gate = arith::MulFOp::create(b, accAt(acc, 4 * j + e), gateScale);
         Value up = arith::MulFOp::create(b, accAt(acc, 4 * j + 2 + e), upScale);
-        // silu(gate) * up, as the reference computes it.
-        Value den =
-            arith::AddFOp::create(b, one, math::ExpOp::create(b, arith::NegFOp::create(b, gate)));
-        h[e] = arith::MulFOp::create(b, arith::DivFOp::create(b, gate, den), up);
+        h[e] = kernels::swiGlu(b, gate, up, one);
       }
       Value send = arith::SelectOp::create(b, even, h[1], h[0]);
       Value got = gpu::ShuffleOp::create(b, send, 4, 32, gpu::ShuffleMode::XOR).getShuffleResult();
