@@ -6,6 +6,7 @@
 // Built as typed IR (KernelBuilder.h).
 #include "targets/common/Generators.h"
 #include "targets/common/KernelBuilder.h"
+#include "targets/common/SwiGlu.h"
 
 #include "runtime/core/Float.h"
 
@@ -111,12 +112,7 @@ KernelSpec expertSwiGLU(int64_t experts, int64_t k, int64_t intermediate, int64_
           scf::YieldOp::create(b, ValueRange{g2, u2});
         }
         Value g = dot.getResult(0), u = dot.getResult(1);
-        Value ng = arith::NegFOp::create(b, g);
-        Value ex = math::ExpOp::create(b, ng);
-        Value den = arith::AddFOp::create(b, one, ex);
-        Value sig = arith::DivFOp::create(b, g, den);
-        Value hv = arith::MulFOp::create(b, sig, u);
-        memref::StoreOp::create(b, hv, h, ValueRange{o});
+        memref::StoreOp::create(b, swiGlu(b, g, u, one), h, ValueRange{o});
       }
       auto colLoop = scf::ForOp::create(b, c0, width, c1);
       b.setInsertionPointToStart(colLoop.getBody());
