@@ -645,12 +645,7 @@ private:
     return out;
   }
   // The stage's keys and values are read: each warp frees it.
-  void freeStage(wgmma::Ring &ring, Value stage) {
-    ifThen(cmp(arith::CmpIPredicate::eq, lane, idx(0)), [&] {
-      NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), ring.empty(stage), Value(),
-                                     NVVM::MemScopeKind::CTA, false);
-    });
-  }
+  void freeStage(wgmma::Ring &ring, Value stage) { ring.release(stage, lane); }
   // A tile's scores into the online softmax: its probabilities as bf16
   // pairs in the A operand's registers for P V, the output rescaled.
   // `carried`: max A, max B, sum A, sum B, the output; the result that, then

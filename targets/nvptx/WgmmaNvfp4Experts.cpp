@@ -198,13 +198,7 @@ private:
     }
     NVVM::WgmmaGroupSyncAlignedOp::create(b, b.getLoc());
     NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 0);
-    Value lane0 = arith::CmpIOp::create(
-        b, arith::CmpIPredicate::eq, arith::RemUIOp::create(b, inGroup, k.index(32)), k.index(0));
-    auto ifRelease = scf::IfOp::create(b, lane0, false);
-    OpBuilder::InsertionGuard guard(b);
-    b.setInsertionPointToStart(&ifRelease.getThenRegion().front());
-    NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), ring.empty(s), Value(),
-                                   NVVM::MemScopeKind::CTA, false);
+    ring.release(s, arith::RemUIOp::create(b, inGroup, k.index(32)));
     return acc;
   }
 

@@ -251,18 +251,19 @@ SmallVector<Value> Ring::accumulateStage(ValueRange rowBlocks, Value step, Value
   NVVM::WgmmaWaitGroupSyncOp::create(b, b.getLoc(), 1);
   if (fresh) // the first stage has none before it
     return sums;
-  Value lane0 = arith::CmpIOp::create(b, arith::CmpIPredicate::eq,
-                                      arith::RemUIOp::create(b, inGroup, k.index(32)), k.index(0));
-  auto ifRelease = scf::IfOp::create(b, lane0, false);
-  {
-    OpBuilder::InsertionGuard inner(b);
-    b.setInsertionPointToStart(&ifRelease.getThenRegion().front());
-    Value previous = arith::RemUIOp::create(
-        b, arith::AddIOp::create(b, step, k.index(ring.stages - 1)), k.index(ring.stages));
-    NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), empty(previous), Value(),
-                                   NVVM::MemScopeKind::CTA, false);
-  }
+  Value previous = arith::RemUIOp::create(
+      b, arith::AddIOp::create(b, step, k.index(ring.stages - 1)), k.index(ring.stages));
+  release(previous, arith::RemUIOp::create(b, inGroup, k.index(32)));
   return sums;
+}
+
+void Ring::release(Value s, Value lane) {
+  auto ifLane0 = scf::IfOp::create(
+      b, arith::CmpIOp::create(b, arith::CmpIPredicate::eq, lane, k.index(0)), false);
+  OpBuilder::InsertionGuard guard(b);
+  b.setInsertionPointToStart(&ifLane0.getThenRegion().front());
+  NVVM::MBarrierArriveOp::create(b, b.getLoc(), Type(), empty(s), Value(), NVVM::MemScopeKind::CTA,
+                                 false);
 }
 
 } // namespace kiln::nvptx::wgmma

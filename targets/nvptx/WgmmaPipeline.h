@@ -97,6 +97,9 @@ public:
   mlir::Value bTile(mlir::Value s) { return at(bOffset(s)); }
   mlir::Value full(mlir::Value s) { return barrier(0, s); }
   mlir::Value empty(mlir::Value s) { return barrier(1, s); }
+  // Stage `s` read by this consumer warp: its lane 0 (`lane`, the thread's
+  // lane in its warp) arrives on the stage's empty barrier.
+  void release(mlir::Value s, mlir::Value lane);
   // The stage of k step `step`, and the parity its barriers are at.
   mlir::Value stageOf(mlir::Value step);
   mlir::Value parity(mlir::Value step);
