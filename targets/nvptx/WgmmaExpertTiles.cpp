@@ -57,6 +57,9 @@ Value warpUniform(kernels::KernelScope &k, Value predicate) {
   return arith::CmpIOp::create(b, arith::CmpIPredicate::ne, lane0, k.i32(0));
 }
 
+namespace {
+
+// The bytes of the tile's rows a stage holds: its live 64-row blocks' (i32).
 Value liveRowBytes(kernels::KernelScope &k, const TileOfBlock &t) {
   ImplicitLocOpBuilder &b = k.b;
   return arith::IndexCastOp::create(
@@ -64,6 +67,8 @@ Value liveRowBytes(kernels::KernelScope &k, const TileOfBlock &t) {
       arith::MulIOp::create(b, computedRows(k, t.rowsIn), k.index(wgmma::kRowBytes)));
 }
 
+// The TMA copies of the tile's rows for k `kk` into `dst` (a shared
+// pointer), one box of 64 rows for each block that holds items.
 void copyTileRows(kernels::KernelScope &k, wgmma::Ring &ring, const TileOfBlock &t, Value map,
                   Value dst, Value kk, Value fullAt) {
   ImplicitLocOpBuilder &b = k.b;
@@ -79,6 +84,37 @@ void copyTileRows(kernels::KernelScope &k, wgmma::Ring &ring, const TileOfBlock 
         ArrayRef<LLVM::GEPArg>{int32_t(block * wgmma::kConsumerRows * wgmma::kRowBytes)});
     ring.copy(at, map, kk, {arith::AddIOp::create(b, first, row0)}, fullAt);
   }
+}
+
+} // namespace
+
+void produceTileRows(kernels::KernelScope &k, wgmma::Ring &ring, const TileOfBlock &t,
+                     Value inGroup, unsigned rowsMap, int64_t steps, const ExtraCopies *extra) {
+  ImplicitLocOpBuilder &b = k.b;
+  auto issuer = scf::IfOp::create(
+      b, arith::CmpIOp::create(b, arith::CmpIPredicate::eq, inGroup, k.index(0)), false);
+  b.setInsertionPointToStart(&issuer.getThenRegion().front());
+  Value rows = tensorMapArg(k, rowsMap);
+  SmallVector<Value> maps;
+  if (extra)
+    for (unsigned arg : extra->maps)
+      maps.push_back(tensorMapArg(k, arg));
+  ring.acquireTensorMap(rows);
+  for (Value map : maps)
+    ring.acquireTensorMap(map);
+  auto loop = scf::ForOp::create(b, k.index(0), k.index(steps), k.index(1));
+  b.setInsertionPointToStart(loop.getBody());
+  Value step = loop.getInductionVar();
+  auto [stage, fullAt] = ring.claim(step);
+  Value bytes = liveRowBytes(k, t);
+  if (extra)
+    bytes = arith::AddIOp::create(b, bytes, k.i32(int32_t(extra->bytes)));
+  ring.expectBytes(fullAt, bytes);
+  Value kk = arith::IndexCastOp::create(b, b.getI32Type(),
+                                        arith::MulIOp::create(b, step, k.index(wgmma::kTileK)));
+  copyTileRows(k, ring, t, rows, ring.aTile(stage), kk, fullAt);
+  if (extra)
+    extra->copy(maps, stage, kk, fullAt);
 }
 
 ItemPlace itemOfRow(kernels::KernelScope &k, const ExpertTileShape &s, const TileOfBlock &t,

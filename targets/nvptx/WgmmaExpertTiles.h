@@ -11,6 +11,9 @@
 #include "targets/common/KernelBuilder.h"
 #include "targets/nvptx/WgmmaPipeline.h"
 
+#include "llvm/ADT/STLFunctionalExtras.h"
+#include "llvm/ADT/SmallVector.h"
+
 #include <cstdint>
 
 namespace kiln::nvptx::expert_tiles {
@@ -58,14 +61,25 @@ mlir::Value computedRows(kernels::KernelScope &k, mlir::Value rowsIn);
 // where wgmma must not be.
 mlir::Value warpUniform(kernels::KernelScope &k, mlir::Value predicate);
 
-// The bytes of the tile's rows a stage holds: its live 64-row blocks' (i32).
-mlir::Value liveRowBytes(kernels::KernelScope &k, const TileOfBlock &t);
+// Copies a stage takes besides the tile's rows (the bf16 GEMMs' weights):
+// the tensor maps (kernel arguments) acquired with the rows', the bytes they
+// add to a stage, and the copies of k `kk` (i32) into `stage`, counted on
+// `fullAt`, given those maps as pointers.
+struct ExtraCopies {
+  llvm::SmallVector<unsigned> maps;
+  int64_t bytes = 0;
+  llvm::function_ref<void(llvm::ArrayRef<mlir::Value> maps, mlir::Value stage, mlir::Value kk,
+                          mlir::Value fullAt)>
+      copy;
+};
 
-// The issuer's TMA copies of the tile's rows for k `kk` (i32) into `dst`
-// (a shared pointer): a box of 64 rows for each block that holds items (the
-// others are never read), counted on `fullAt`.
-void copyTileRows(kernels::KernelScope &k, wgmma::Ring &ring, const TileOfBlock &t, mlir::Value map,
-                  mlir::Value dst, mlir::Value kk, mlir::Value fullAt);
+// The producer warpgroup of an expert GEMM: its first thread (`inGroup` 0)
+// claims each of `steps` k steps' stage and has the TMA bring the tile's
+// rows that hold items (tensor map argument `rowsMap`: a box of 64 rows for
+// each such block, the others never read) and `extra`'s copies into it.
+void produceTileRows(kernels::KernelScope &k, wgmma::Ring &ring, const TileOfBlock &t,
+                     mlir::Value inGroup, unsigned rowsMap, int64_t steps,
+                     const ExtraCopies *extra = nullptr);
 
 // Where the tile's row `row` (an index) puts its product: opens an scf.if on
 // the row holding an item and leaves the builder inside (hold an

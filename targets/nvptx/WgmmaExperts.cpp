@@ -112,30 +112,19 @@ private:
 
   // One thread has the TMA bring the rows and the weights.
   void produce(wgmma::Ring &ring, Value inGroup) {
-    auto issuer = scf::IfOp::create(
-        b, arith::CmpIOp::create(b, arith::CmpIPredicate::eq, inGroup, k.index(0)), false);
-    b.setInsertionPointToStart(&issuer.getThenRegion().front());
-    Value rows = tensorMapArg(k, args.map(0));
-    SmallVector<Value> weights;
+    ExtraCopies weights;
     for (int64_t m = 0; m < matrices(product); ++m)
-      weights.push_back(tensorMapArg(k, args.map(1 + m)));
-    ring.acquireTensorMap(rows);
-    for (Value map : weights)
-      ring.acquireTensorMap(map);
-    auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1));
-    b.setInsertionPointToStart(loop.getBody());
-    Value step = loop.getInductionVar();
-    auto [stage, fullAt] = ring.claim(step);
-    ring.expectBytes(fullAt, arith::AddIOp::create(b, liveRowBytes(k, t),
-                                                   k.i32(int32_t(ring.layout().bBytes()))));
-    Value kk =
-        arith::IndexCastOp::create(b, i32, arith::MulIOp::create(b, step, k.index(wgmma::kTileK)));
-    copyTileRows(k, ring, t, rows, ring.aTile(stage), kk, fullAt);
-    for (int64_t m = 0; m < matrices(product); ++m) {
-      Value tileAt = ring.bOffset(stage);
-      Value dst = ring.at(arith::AddIOp::create(b, tileAt, k.index(m * cols * wgmma::kRowBytes)));
-      ring.copy(dst, weights[m], kk, {n0, t.expert}, fullAt);
-    }
+      weights.maps.push_back(args.map(1 + m));
+    weights.bytes = ring.layout().bBytes();
+    auto copyWeights = [&](ArrayRef<Value> maps, Value stage, Value kk, Value fullAt) {
+      for (int64_t m = 0; m < matrices(product); ++m) {
+        Value tileAt = ring.bOffset(stage);
+        Value dst = ring.at(arith::AddIOp::create(b, tileAt, k.index(m * cols * wgmma::kRowBytes)));
+        ring.copy(dst, maps[m], kk, {n0, t.expert}, fullAt);
+      }
+    };
+    weights.copy = copyWeights;
+    produceTileRows(k, ring, t, inGroup, args.map(0), kSteps, &weights);
   }
 
   // The accumulators of m64nNk16 for row block `block`: thread t of the

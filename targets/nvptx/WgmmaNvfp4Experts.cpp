@@ -60,19 +60,7 @@ private:
   // The producer's first thread: each step's stage claimed and the tile's
   // live row blocks brought into it.
   void produce(wgmma::Ring &ring, Value inGroup) {
-    auto issuer = scf::IfOp::create(
-        b, arith::CmpIOp::create(b, arith::CmpIPredicate::eq, inGroup, k.index(0)), false);
-    b.setInsertionPointToStart(&issuer.getThenRegion().front());
-    Value rows = tensorMapArg(k, args.map(0));
-    ring.acquireTensorMap(rows);
-    auto loop = scf::ForOp::create(b, k.index(0), k.index(kSteps), k.index(1));
-    b.setInsertionPointToStart(loop.getBody());
-    Value step = loop.getInductionVar();
-    auto [stage, fullAt] = ring.claim(step);
-    ring.expectBytes(fullAt, liveRowBytes(k, t));
-    Value kk =
-        arith::IndexCastOp::create(b, i32, arith::MulIOp::create(b, step, k.index(wgmma::kTileK)));
-    copyTileRows(k, ring, t, rows, ring.aTile(stage), kk, fullAt);
+    produceTileRows(k, ring, t, inGroup, args.map(0), kSteps);
   }
 
   // The weight row behind each of the thread's two fragment rows (g and
