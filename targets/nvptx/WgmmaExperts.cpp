@@ -56,7 +56,7 @@ public:
   ExpertGemmBuilder(kernels::KernelScope &k, const ExpertTileShape &s, Product product,
                     int64_t kDim, const std::string &smemName)
       : k(k), b(k.b), s(s), product(product), args{s, product}, cols(matrixCols(s, product)),
-        kSteps(kDim / wgmma::kTileK), smemName(smemName), i32(b.getI32Type()) {}
+        kSteps(kDim / wgmma::kTileK), smemName(smemName) {}
 
   void build() {
     Value tid = gpu::ThreadIdOp::create(b, gpu::Dimension::x);
@@ -200,7 +200,6 @@ private:
   GemmArgs args;
   int64_t cols, kSteps;
   std::string smemName;
-  Type i32;
   TileOfBlock t;
   Value n0;
 };
