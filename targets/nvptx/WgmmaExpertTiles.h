@@ -77,6 +77,7 @@ struct ExtraCopies {
 // claims each of `steps` k steps' stage and has the TMA bring the tile's
 // rows that hold items (tensor map argument `rowsMap`: a box of 64 rows for
 // each such block, the others never read) and `extra`'s copies into it.
+// Leaves the builder inside the loop (splitRoles's guard restores it).
 void produceTileRows(kernels::KernelScope &k, wgmma::Ring &ring, const TileOfBlock &t,
                      mlir::Value inGroup, unsigned rowsMap, int64_t steps,
                      const ExtraCopies *extra = nullptr);
