@@ -48,6 +48,10 @@ int64_t tileBound(const ExpertTileShape &s) {
 int64_t chunksPerStep(const ExpertTileShape &s, Product p) {
   return narrow::chunksPerStep(inDim(s, p), s.nvfp4);
 }
+// NVFP4 blocks a thread takes of a row in a chunk (NarrowMma.h).
+int64_t blocksPerChunk(const ExpertTileShape &s, Product p) {
+  return narrow::blocksPerChunk(inDim(s, p), s.nvfp4);
+}
 int64_t matrices(Product p) { return p == Product::GateUp ? 2 : 1; }
 
 class NarrowBuilder {
@@ -145,20 +149,30 @@ private:
   unsigned outArg() const { return 4 + matrices(p) * kernels::projectionArgCount(s); }
 
   // Row `r`'s raw weights of chunk `chunk` for this thread: NVFP4 codes
-  // (vector<2xi32>) and scale (i8), or bf16 (vector<8xi32>).
+  // (vector<2 span x i32>) and scales (i8, or vector<span x i8>), or bf16
+  // (vector<8xi32>).
   void loadRow(const Row &r, Value chunk, SmallVectorImpl<Value> &raw) {
     Value ref = k.arg(weightArg(r.matrix));
     if (s.nvfp4) {
-      Value byte = arith::AddIOp::create(b, arith::MulIOp::create(b, chunk, k.index(kChunk / 2)),
-                                         arith::MulIOp::create(b, t, k.index(8)));
-      Value codes =
-          vector::LoadOp::create(b, VectorType::get({8}, b.getI8Type()), ref,
-                                 ValueRange{expert, r.row, byte}, false, llvm::MaybeAlign(8));
-      raw.push_back(vector::BitCastOp::create(b, VectorType::get({2}, i32), codes));
-      Value block =
-          arith::AddIOp::create(b, arith::MulIOp::create(b, chunk, k.index(kChunk / 16)), t);
-      raw.push_back(memref::LoadOp::create(b, k.arg(weightArg(r.matrix) + 1),
-                                           ValueRange{expert, r.row, block}));
+      const int64_t span = blocksPerChunk(s, p);
+      Type i8 = b.getI8Type();
+      Value byte =
+          arith::AddIOp::create(b, arith::MulIOp::create(b, chunk, k.index(kChunk / 2 * span)),
+                                arith::MulIOp::create(b, t, k.index(8 * span)));
+      Value codes = vector::LoadOp::create(b, VectorType::get({8 * span}, i8), ref,
+                                           ValueRange{expert, r.row, byte}, false,
+                                           llvm::MaybeAlign(8 * span));
+      raw.push_back(vector::BitCastOp::create(b, VectorType::get({2 * span}, i32), codes));
+      Value block = arith::AddIOp::create(
+          b, arith::MulIOp::create(b, chunk, k.index(kChunk / 16 * span)),
+          span == 1 ? t : arith::MulIOp::create(b, t, k.index(span)).getResult());
+      Value scales = k.arg(weightArg(r.matrix) + 1);
+      if (span == 1)
+        raw.push_back(memref::LoadOp::create(b, scales, ValueRange{expert, r.row, block}));
+      else
+        raw.push_back(vector::LoadOp::create(b, VectorType::get({span}, i8), scales,
+                                             ValueRange{expert, r.row, block}, false,
+                                             llvm::MaybeAlign(span)));
       return;
     }
     Value col = arith::AddIOp::create(b, arith::MulIOp::create(b, chunk, k.index(kChunk)),
@@ -227,7 +241,7 @@ kernels::KernelSpec narrowGemm(const ExpertTileShape &s, Product p, bool dropLas
       .set("block", kBlock)
       .set("rows", kWarpRows)
       .set("items", kItems)
-      .set("chunk", kChunk)
+      .set("chunk", narrow::chunkColumns(in, s.nvfp4))
       .set("chunks_per_step", chunksPerStep(s, p))
       .set("weights", s.nvfp4 ? "nvfp4" : "bf16");
   auto args = [&](Builder &b) -> std::vector<Type> {
@@ -241,7 +255,8 @@ kernels::KernelSpec narrowGemm(const ExpertTileShape &s, Product p, bool dropLas
     types.push_back(MemRefType::get({dynamic, s.k, out}, b.getF32Type()));
     return types;
   };
-  int64_t steps = in / (kChunk * chunksPerStep(s, p)) - (dropLastStep ? 1 : 0);
+  int64_t steps =
+      in / (narrow::chunkColumns(in, s.nvfp4) * chunksPerStep(s, p)) - (dropLastStep ? 1 : 0);
   return kernels::buildKernel(name, "kiln.megamoe", tiling, args, [&](kernels::KernelScope &k) {
     NarrowBuilder(k, s, p, steps).build();
   });

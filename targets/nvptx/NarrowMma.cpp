@@ -16,8 +16,18 @@ namespace kiln::nvptx::narrow {
 
 using namespace mlir;
 
+int64_t blocksPerChunk(int64_t in, bool nvfp4) {
+  int64_t span = nvfp4 ? 4 : 1;
+  while (span > 1 && in % (kChunk * span) != 0)
+    span /= 2;
+  return span;
+}
+
+int64_t chunkColumns(int64_t in, bool nvfp4) { return kChunk * blocksPerChunk(in, nvfp4); }
+
 int64_t chunksPerStep(int64_t in, bool nvfp4) {
-  int64_t chunks = in / kChunk, per = nvfp4 ? 4 : 2;
+  int64_t chunks = in / chunkColumns(in, nvfp4);
+  int64_t per = nvfp4 ? 4 / blocksPerChunk(in, nvfp4) : 2;
   while (per > 1 && chunks % per != 0)
     per /= 2;
   return per;
@@ -29,7 +39,7 @@ class KLoop {
 public:
   KLoop(kernels::KernelScope &k, const Operands &ops, int64_t sources)
       : k(k), b(k.b), ops(ops), sources(sources), perStep(chunksPerStep(ops.in, ops.nvfp4)),
-        i32(b.getI32Type()), f32(b.getF32Type()) {}
+        span(blocksPerChunk(ops.in, ops.nvfp4)), i32(b.getI32Type()), f32(b.getF32Type()) {}
 
   SmallVector<Value> build() {
     const int64_t sums = 8 * sources;
@@ -51,27 +61,29 @@ public:
     for (int64_t u = 0; u < perStep; ++u) {
       Value chunk =
           arith::AddIOp::create(b, arith::MulIOp::create(b, step, k.index(perStep)), k.index(u));
-      // Each row's 16 weights as eight bf16 pairs.
-      SmallVector<SmallVector<Value>> w;
-      for (int64_t r = 0; r < kRows; ++r) {
-        size_t at = sums + u * perChunk + r * perRow;
-        Value words = ops.nvfp4 ? nvfp4BlockToBf16(b, carried[at], carried[at + 1]) : carried[at];
-        SmallVector<Value> pairs;
-        for (int64_t i = 0; i < 8; ++i)
-          pairs.push_back(vector::ExtractOp::create(b, words, ArrayRef<int64_t>{i}));
-        w.push_back(pairs);
-      }
-      for (int64_t s = 0; s < sources; ++s) {
-        auto [hi, lo] = activations(s, chunk);
-        for (int64_t step16 = 0; step16 < 4; ++step16) {
-          int64_t e = 2 * step16, o = 2 * step16 + 1;
-          SmallVector<Value> bHi = {hi[e], hi[o]}, bLo = {lo[e], lo[o]};
-          for (int64_t tile = 0; tile < 2; ++tile) {
-            const auto &ra = w[2 * tile], &rb = w[2 * tile + 1];
-            SmallVector<Value> a = {ra[e], rb[e], ra[o], rb[o]};
-            MutableArrayRef<Value> cTile(c.data() + 8 * s + 4 * tile, 4);
-            accumulate(cTile, a, bHi);
-            accumulate(cTile, a, bLo);
+      for (int64_t block = 0; block < span; ++block) {
+        // Each row's 16 weights of the block as eight bf16 pairs.
+        SmallVector<SmallVector<Value>> w;
+        for (int64_t r = 0; r < kRows; ++r) {
+          size_t at = sums + u * perChunk + r * perRow;
+          Value words = ops.nvfp4 ? decodeBlock(carried[at], carried[at + 1], block) : carried[at];
+          SmallVector<Value> pairs;
+          for (int64_t i = 0; i < 8; ++i)
+            pairs.push_back(vector::ExtractOp::create(b, words, ArrayRef<int64_t>{i}));
+          w.push_back(pairs);
+        }
+        for (int64_t s = 0; s < sources; ++s) {
+          auto [hi, lo] = activations(s, chunk, block);
+          for (int64_t step16 = 0; step16 < 4; ++step16) {
+            int64_t e = 2 * step16, o = 2 * step16 + 1;
+            SmallVector<Value> bHi = {hi[e], hi[o]}, bLo = {lo[e], lo[o]};
+            for (int64_t tile = 0; tile < 2; ++tile) {
+              const auto &ra = w[2 * tile], &rb = w[2 * tile + 1];
+              SmallVector<Value> a = {ra[e], rb[e], ra[o], rb[o]};
+              MutableArrayRef<Value> cTile(c.data() + 8 * s + 4 * tile, 4);
+              accumulate(cTile, a, bHi);
+              accumulate(cTile, a, bLo);
+            }
           }
         }
       }
@@ -95,11 +107,26 @@ private:
     return raw;
   }
 
-  // Source s's 16 activations of `chunk` for this thread, as bf16 pairs of
-  // their rounded values (hi) and of what rounding left (lo).
-  std::pair<SmallVector<Value>, SmallVector<Value>> activations(int64_t s, Value chunk) {
-    Value col0 = arith::AddIOp::create(b, arith::MulIOp::create(b, chunk, k.index(kChunk)),
-                                       arith::MulIOp::create(b, ops.t, k.index(16)));
+  // Block `block` of a row's raw NVFP4 values in a chunk (codes, scales) as
+  // eight bf16 pairs (vector<8xi32>).
+  Value decodeBlock(Value codes, Value scales, int64_t block) {
+    if (span == 1)
+      return nvfp4BlockToBf16(b, codes, scales);
+    Value words = vector::ExtractStridedSliceOp::create(b, codes, ArrayRef<int64_t>{2 * block},
+                                                        ArrayRef<int64_t>{2}, ArrayRef<int64_t>{1});
+    Value scale = vector::ExtractOp::create(b, scales, ArrayRef<int64_t>{block});
+    return nvfp4BlockToBf16(b, words, scale);
+  }
+
+  // Source s's 16 activations of block `block` of `chunk` for this thread,
+  // as bf16 pairs of their rounded values (hi) and of what rounding left
+  // (lo).
+  std::pair<SmallVector<Value>, SmallVector<Value>> activations(int64_t s, Value chunk,
+                                                                int64_t block) {
+    Value col0 = arith::AddIOp::create(b, arith::MulIOp::create(b, chunk, k.index(kChunk * span)),
+                                       arith::MulIOp::create(b, ops.t, k.index(16 * span)));
+    if (block > 0)
+      col0 = arith::AddIOp::create(b, col0, k.index(16 * block));
     auto f32x4 = VectorType::get({4}, f32);
     auto bf16x4 = VectorType::get({4}, b.getBF16Type());
     auto i32x2 = VectorType::get({2}, i32);
@@ -128,7 +155,7 @@ private:
   kernels::KernelScope &k;
   ImplicitLocOpBuilder &b;
   const Operands &ops;
-  int64_t sources, perStep;
+  int64_t sources, perStep, span;
   Type i32;
   FloatType f32;
 };
