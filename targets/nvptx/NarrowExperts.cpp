@@ -25,6 +25,8 @@ using narrow::kItems;
 using narrow::kWarpRows;
 constexpr int64_t kRows = narrow::kTileRows;
 constexpr int64_t kBlock = 128;
+// Blocks of kBlock threads an SM asked of ptxas for the NVFP4 kernels.
+constexpr int32_t kNvfp4BlocksPerSm = 5;
 
 enum class Product { GateUp, Down };
 
@@ -257,7 +259,18 @@ kernels::KernelSpec narrowGemm(const ExpertTileShape &s, Product p, bool dropLas
   };
   int64_t steps =
       in / (narrow::chunkColumns(in, s.nvfp4) * chunksPerStep(s, p)) - (dropLastStep ? 1 : 0);
+  if (s.nvfp4)
+    tiling.set("blocks_per_sm", kNvfp4BlocksPerSm);
   return kernels::buildKernel(name, "kiln.megamoe", tiling, args, [&](kernels::KernelScope &k) {
+    if (s.nvfp4) {
+      // Left alone, ptxas gives the NVFP4 kernels ~103 registers, four
+      // blocks an SM. These kernels stream weights with plain loads and
+      // wait on them, so more warps in flight is what feeds them: five
+      // blocks (96 registers, no spills at sm_90a) measured 10% faster
+      // on an H100 than four (docs/gpu-notes.md, thirty-seventh session).
+      k.func->setAttr("nvvm.maxntid", k.b.getDenseI32ArrayAttr({int32_t(kBlock), 1, 1}));
+      k.func->setAttr("nvvm.minctasm", k.b.getI32IntegerAttr(kNvfp4BlocksPerSm));
+    }
     NarrowBuilder(k, s, p, steps).build();
   });
 }
