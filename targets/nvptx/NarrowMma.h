@@ -12,9 +12,10 @@
 // cover it. NVFP4 chunks span four blocks where k allows: a thread's codes
 // of a row are then two 16-byte loads and its scales one word, four times
 // fewer load instructions (and L1 wavefronts) than a block at a time. A
-// step's weights (one or more chunks) are loaded a step ahead. Activations are f32, each split into
-// its bf16 and the bf16 of what that left (two MMAs): the products come within about 2^-16 of f32
-// GEMVs', and cost nothing where the weights' bytes bound the kernel.
+// step's weights (one or more chunks) are loaded a step ahead. Activations
+// are f32, each split into its bf16 and the bf16 of what that left (two
+// MMAs): the products come within about 2^-16 of f32 GEMVs', and cost
+// nothing where the weights' bytes bound the kernel.
 #pragma once
 
 #include "mlir/IR/ImplicitLocOpBuilder.h"
@@ -54,8 +55,8 @@ struct Operands {
   mlir::Value g, t;
   // Appends weight row r's raw values of chunk `chunk` for this thread:
   // NVFP4 codes as vector<2 span x i32> and the scales (i8 for one block,
-  // vector<span x i8> for more), or bf16 as vector<8xi32>. Rows: 0 and 1 are rows g and g + 8 of
-  // MMA tile 0, 2 and 3 of tile 1.
+  // vector<span x i8> for more), or bf16 as vector<8xi32>. Rows: 0 and 1
+  // are rows g and g + 8 of MMA tile 0, 2 and 3 of tile 1.
   llvm::function_ref<void(int64_t r, mlir::Value chunk, llvm::SmallVectorImpl<mlir::Value> &raw)>
       loadRow;
   // Activation row `source`'s four f32 at column `col` (vector<4xf32>).
