@@ -25,8 +25,6 @@ using narrow::kItems;
 using narrow::kWarpRows;
 constexpr int64_t kRows = narrow::kTileRows;
 constexpr int64_t kBlock = 128;
-// Blocks of kBlock threads an SM asked of ptxas for the NVFP4 kernels.
-constexpr int32_t kNvfp4BlocksPerSm = 5;
 
 enum class Product { GateUp, Down };
 
@@ -233,7 +231,8 @@ private:
   SmallVector<Value> globalScales;
 };
 
-kernels::KernelSpec narrowGemm(const ExpertTileShape &s, Product p, bool dropLastStep) {
+kernels::KernelSpec narrowGemm(const ExpertTileShape &s, Product p, int32_t nvfp4BlocksPerSm,
+                               bool dropLastStep) {
   const std::string name =
       std::string(p == Product::GateUp ? "expert_gateup_narrow_" : "expert_down_narrow_") +
       (dropLastStep ? "broken_" : "") + kernels::expertShapeSuffix(s);
@@ -259,17 +258,13 @@ kernels::KernelSpec narrowGemm(const ExpertTileShape &s, Product p, bool dropLas
   };
   int64_t steps =
       in / (narrow::chunkColumns(in, s.nvfp4) * chunksPerStep(s, p)) - (dropLastStep ? 1 : 0);
-  if (s.nvfp4)
-    tiling.set("blocks_per_sm", kNvfp4BlocksPerSm);
+  const int32_t blocksPerSm = s.nvfp4 ? nvfp4BlocksPerSm : 0;
+  if (blocksPerSm > 0)
+    tiling.set("blocks_per_sm", blocksPerSm);
   return kernels::buildKernel(name, "kiln.megamoe", tiling, args, [&](kernels::KernelScope &k) {
-    if (s.nvfp4) {
-      // Left alone, ptxas gives the NVFP4 kernels ~103 registers, four
-      // blocks an SM. These kernels stream weights with plain loads and
-      // wait on them, so more warps in flight is what feeds them: five
-      // blocks (96 registers, no spills at sm_90a) measured 10% faster
-      // on an H100 than four (docs/gpu-notes.md, thirty-seventh session).
+    if (blocksPerSm > 0) {
       k.func->setAttr("nvvm.maxntid", k.b.getDenseI32ArrayAttr({int32_t(kBlock), 1, 1}));
-      k.func->setAttr("nvvm.minctasm", k.b.getI32IntegerAttr(kNvfp4BlocksPerSm));
+      k.func->setAttr("nvvm.minctasm", k.b.getI32IntegerAttr(blocksPerSm));
     }
     NarrowBuilder(k, s, p, steps).build();
   });
@@ -287,12 +282,13 @@ bool narrowExpertsFit(const ExpertTileShape &s) {
          s.latent % kChunk == 0 && s.intermediate % kChunk == 0;
 }
 
-kernels::TargetHooks::MatrixExperts narrowExperts(const ExpertTileShape &s, bool dropLastStep) {
+kernels::TargetHooks::MatrixExperts narrowExperts(const ExpertTileShape &s,
+                                                  int32_t nvfp4BlocksPerSm, bool dropLastStep) {
   kernels::TargetHooks::MatrixExperts experts;
   experts.lists = kernels::expertLists(s);
   experts.listsWork = kernels::expertListsWork(s);
-  experts.gateUp = narrowGemm(s, Product::GateUp, dropLastStep);
-  experts.down = narrowGemm(s, Product::Down, false);
+  experts.gateUp = narrowGemm(s, Product::GateUp, nvfp4BlocksPerSm, dropLastStep);
+  experts.down = narrowGemm(s, Product::Down, nvfp4BlocksPerSm, false);
   experts.gateUpWork = narrowWork(s, Product::GateUp);
   experts.downWork = narrowWork(s, Product::Down);
   experts.metaWords = s.experts + 2;

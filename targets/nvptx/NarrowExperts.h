@@ -10,12 +10,12 @@
 // A warp takes one tile of the expert lists (ExpertLists.h: an expert and
 // up to 128 of its items) and 32 output rows: gate/up 16 rows of gate and
 // the same 16 of up (SwiGLU in registers), down two tiles of 16. Its k loop
-// walks chunks of 64: thread (g, t) = (lane / 4, lane % 4) loads k 16 t ..
-// 16 t + 15 of the chunk for its rows g and g + 8, one NVFP4 block (8 bytes
-// and its E4M3 scale) or 32 bytes of bf16, and the same 16 activations of
-// item g; both fragments number k the same way, so the MMA's four k16 steps
-// cover the chunk. The loads of the next step are in flight while the
-// tensor cores work. Activations are f32: each is split into a bf16 and
+// walks chunks (NarrowMma.h): thread (g, t) = (lane / 4, lane % 4) loads
+// its quarter of the chunk for its rows g and g + 8 (four NVFP4 blocks
+// where k allows, or 32 bytes of bf16) and the same activations of item g;
+// both fragments number k the same way, so the MMA's k16 steps cover the
+// chunk. The loads of the next step are in flight while the tensor cores
+// work. Activations are f32: each is split into a bf16 and
 // the bf16 of its remainder, two MMAs, so the products match the f32
 // GEMVs' (the weights' bytes, not the MMAs, bound the kernel).
 //
@@ -28,11 +28,22 @@
 
 namespace kiln::nvptx {
 
+// Blocks an SM that the NVFP4 kernels ask of ptxas on Hopper. Left alone,
+// ptxas gives them ~103 registers, four blocks of 128 an SM; they stream
+// their weights with plain loads and wait on them, so more warps in flight
+// is what feeds them. Five (96 registers, no spills at sm_90a) ran 10%
+// faster than four on an H100 (docs/gpu-notes.md, thirty-seventh session).
+// Other chips keep ptxas's choice: at sm_100a and sm_120a five spill.
+constexpr int32_t kHopperNvfp4BlocksPerSm = 5;
+
 bool narrowExpertsFit(const kernels::ExpertTileShape &shape);
 // The lists kernel and the two products with their launches and buffers.
-// `dropLastStep`: a gate/up kernel broken on purpose that skips its last k
-// step, for the check that must catch it.
+// `nvfp4BlocksPerSm`: blocks an SM asked of ptxas for NVFP4 weights
+// (nvvm.minctasm), 0 for ptxas's own choice. `dropLastStep`: a gate/up
+// kernel broken on purpose that skips its last k step, for the check that
+// must catch it.
 kernels::TargetHooks::MatrixExperts narrowExperts(const kernels::ExpertTileShape &shape,
+                                                  int32_t nvfp4BlocksPerSm = 0,
                                                   bool dropLastStep = false);
 
 } // namespace kiln::nvptx

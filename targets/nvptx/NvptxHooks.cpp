@@ -102,7 +102,8 @@ kernels::TargetHooks::MatrixExperts
 NvptxHooks::fewItemsExperts(const kernels::ExpertTileShape &shape) const {
   if (chip.matrix == MatrixCores::None || !narrowExpertsFit(shape))
     return GpuTargetHooks::fewItemsExperts(shape);
-  return narrowExperts(shape, fault == "narrow-experts-drop-k-step");
+  return narrowExperts(shape, hopper() ? kHopperNvfp4BlocksPerSm : 0,
+                       fault == "narrow-experts-drop-k-step");
 }
 
 std::optional<kernels::TargetHooks::PeerMegaMoE>
