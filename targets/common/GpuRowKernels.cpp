@@ -429,9 +429,8 @@ KernelSpec expertCombineBlock(int64_t experts, int64_t k, int64_t latent, double
     ImplicitLocOpBuilder &b = s.b;
     BlockRow r(s, name + "_smem", threads, k * warps + k);
     // The block's size told to ptxas, which otherwise assumes a thread may
-    // have more than the 64 registers a thread of 1024 gets (NVPTX only;
-    // other targets' lowering ignores nvvm attributes).
-    s.func->setAttr("nvvm.maxntid", b.getDenseI32ArrayAttr({int32_t(threads), 1, 1}));
+    // have more than the 64 registers a thread of 1024 gets.
+    boundLaunch(s, threads);
     r.setWidth(latent);
     const SmallVector<Value> columns = r.heldColumns();
     auto v4 = VectorType::get({4}, b.getF32Type());

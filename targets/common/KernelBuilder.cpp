@@ -130,6 +130,12 @@ KernelSpec buildKernel(const std::string &name, const std::string &op, const Til
   return KernelSpec{name, op, tilingJson(fn->getAttrOfType<DictionaryAttr>("kiln.tiling")), text};
 }
 
+void boundLaunch(KernelScope &k, int64_t threads, int32_t blocksPerSm) {
+  k.func->setAttr("nvvm.maxntid", k.b.getDenseI32ArrayAttr({int32_t(threads), 1, 1}));
+  if (blocksPerSm > 0)
+    k.func->setAttr("nvvm.minctasm", k.b.getI32IntegerAttr(blocksPerSm));
+}
+
 Value xorShuffleReduce(ImplicitLocOpBuilder &b, Value value, ArrayRef<int32_t> offsets,
                        function_ref<Value(Value, Value)> combine) {
   for (int32_t offset : offsets) {

@@ -71,6 +71,12 @@ KernelSpec buildKernel(const std::string &name, const std::string &op, const Til
                        const std::function<std::vector<mlir::Type>(mlir::Builder &)> &args,
                        const std::function<void(KernelScope &)> &body);
 
+// What the kernel asks of its launch, told to ptxas (NVPTX only; other
+// targets' lowering ignores nvvm attributes): at most `threads` a block
+// (nvvm.maxntid), and, when `blocksPerSm` > 0, few enough registers a thread
+// for that many blocks an SM (nvvm.minctasm).
+void boundLaunch(KernelScope &k, int64_t threads, int32_t blocksPerSm = 0);
+
 // `value` combined with the lanes `offsets` away, in turn (xor shuffles over
 // a 32-lane warp): {16, 8, 4, 2, 1} reduces over the warp, {1, 2} over the
 // four lanes of an mma row. Every lane gets the result; `combine(own,

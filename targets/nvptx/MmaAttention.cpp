@@ -393,7 +393,8 @@ kernels::KernelSpec mmaAttention(const S &shape, bool dropLastTile) {
   const std::string smemName = name + "_smem";
   kernels::KernelSpec spec =
       kernels::buildKernel(name, "kiln.attention", tiling, args, [&](kernels::KernelScope &scope) {
-        declareDynamicShared(scope, smemName, /*alignment=*/16, shape.threads());
+        declareDynamicShared(scope, smemName, /*alignment=*/16);
+        kernels::boundLaunch(scope, shape.threads());
         MmaAttentionBuilder(scope, shape, smemName, dropLastTile).build();
       });
   spec.sharedBytes = shape.sharedBytes();

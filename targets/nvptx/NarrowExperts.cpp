@@ -262,10 +262,8 @@ kernels::KernelSpec narrowGemm(const ExpertTileShape &s, Product p, int32_t nvfp
   if (blocksPerSm > 0)
     tiling.set("blocks_per_sm", blocksPerSm);
   return kernels::buildKernel(name, "kiln.megamoe", tiling, args, [&](kernels::KernelScope &k) {
-    if (blocksPerSm > 0) {
-      k.func->setAttr("nvvm.maxntid", k.b.getDenseI32ArrayAttr({int32_t(kBlock), 1, 1}));
-      k.func->setAttr("nvvm.minctasm", k.b.getI32IntegerAttr(blocksPerSm));
-    }
+    if (blocksPerSm > 0)
+      kernels::boundLaunch(k, kBlock, blocksPerSm);
     NarrowBuilder(k, s, p, steps).build();
   });
 }

@@ -14,8 +14,8 @@ namespace kiln::nvptx::wgmma {
 using namespace mlir;
 
 void declareKernel(kernels::KernelScope &k, const std::string &smemName, int64_t threads) {
-  declareDynamicShared(k, smemName, /*alignment=*/1024, threads);
-  k.func->setAttr("nvvm.minctasm", k.b.getI32IntegerAttr(1));
+  declareDynamicShared(k, smemName, /*alignment=*/1024);
+  kernels::boundLaunch(k, threads, /*blocksPerSm=*/1);
 }
 
 void splitRoles(kernels::KernelScope &k, Value tid, uint32_t producerRegs, uint32_t consumerRegs,
