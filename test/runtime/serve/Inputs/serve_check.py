@@ -87,11 +87,23 @@ def tokenize(text):
                                      capture_output=True).stdout)
 
 
+def kiln_run_output(ids, new, *flags):
+    return subprocess.run(["kiln-run", ARTIFACT, "--weights", WEIGHTS, "--prompt-ids",
+                           ",".join(map(str, ids)), "--max-new-tokens", str(new), *flags],
+                          check=True, capture_output=True, text=True).stdout
+
+
 def kiln_run(ids, new):
-    out = subprocess.run(["kiln-run", ARTIFACT, "--weights", WEIGHTS, "--prompt-ids",
-                          ",".join(map(str, ids)), "--max-new-tokens", str(new)], check=True,
-                         capture_output=True, text=True).stdout
-    return [int(x) for x in out.splitlines()[0].split(",")]
+    return [int(x) for x in kiln_run_output(ids, new).splitlines()[0].split(",")]
+
+
+def kiln_run_lookup(ids, new):
+    """kiln-run's own lookup speculation on the same prompt: (accepted, drafted)."""
+    out = kiln_run_output(ids, new, "--speculate", "lookup", "--ngram-min", "1")
+    found = re.search(r"\((\d+) of (\d+) drafts accepted\)", out)
+    if not found:
+        fail(f"kiln-run --speculate lookup printed no draft counts: {out!r}")
+    return int(found.group(1)), int(found.group(2))
 
 
 EOS = int([l.split(": ")[1] for l in subprocess.run(
@@ -107,7 +119,8 @@ PROMPTS = ["The quick brown fox", "안녕하세요, 세계!", "def compile(model
            "Grüße aus Köln", "numbers 1234567", "Emoji: 🚀🔥", "It's what they'd say"]
 LENGTHS = [12, 5, 9, 16, 3, 11, 7, 14]
 long_prompt = " ".join(PROMPTS * 6)
-reference = {p: until_eos(kiln_run(tokenize(p), n)) for p, n in zip(PROMPTS, LENGTHS)}
+PROMPT_IDS = {p: tokenize(p) for p in PROMPTS}
+reference = {p: until_eos(kiln_run(PROMPT_IDS[p], n)) for p, n in zip(PROMPTS, LENGTHS)}
 reference[long_prompt] = until_eos(kiln_run(tokenize(long_prompt), 10))
 
 # Exactness: --decode each runs kiln-run's kernels; 8 requests at once on 4
@@ -332,19 +345,8 @@ server.stop()
 # with kiln-run's token (its kernels differ from decode's, as decode_batch's
 # do). Longer replies, so that tiny's repetitions give lookup drafts.
 SPEC_LENGTHS = [40, 24, 33, 48, 17, 29, 36, 44]
-spec_reference = {p: until_eos(kiln_run(tokenize(p), n)) for p, n in zip(PROMPTS, SPEC_LENGTHS)}
-
-
-def kiln_run_lookup(ids, new):
-    """kiln-run's own lookup speculation on the same prompt: (accepted, drafted)."""
-    out = subprocess.run(["kiln-run", ARTIFACT, "--weights", WEIGHTS, "--prompt-ids",
-                          ",".join(map(str, ids)), "--max-new-tokens", str(new), "--speculate",
-                          "lookup", "--ngram-min", "1"], check=True, capture_output=True,
-                         text=True).stdout
-    found = re.search(r"\((\d+) of (\d+) drafts accepted\)", out)
-    if not found:
-        fail(f"kiln-run --speculate lookup printed no draft counts: {out!r}")
-    return int(found.group(1)), int(found.group(2))
+spec_reference = {p: until_eos(kiln_run(PROMPT_IDS[p], n))
+                  for p, n in zip(PROMPTS, SPEC_LENGTHS)}
 try:
     server = Server("--speculate", "lookup", "--ngram-min", "1", "--decode", "each")
 except SystemExit as refused:
@@ -374,7 +376,7 @@ if server:
     # themselves (tiny's do; small's hardly do in 48 tokens). kiln-run's own
     # lookup speculation on the same prompts says whether there is anything
     # to accept: where it accepts a draft, the server must accept one too.
-    own = [kiln_run_lookup(tokenize(p), n) for p, n in zip(PROMPTS, SPEC_LENGTHS)]
+    own = [kiln_run_lookup(PROMPT_IDS[p], n) for p, n in zip(PROMPTS, SPEC_LENGTHS)]
     own_accepted, own_drafted = sum(a for a, _ in own), sum(d for _, d in own)
     if own_drafted > 0 and counts[0][1] == 0:
         fail(f"speculation: nothing drafted ({counts}) where kiln-run drafted {own_drafted}")
